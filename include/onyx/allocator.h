@@ -1,0 +1,53 @@
+// Memory comes from an allocator and goes back to the same one (DESIGN L4).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace onyx {
+
+struct AllocatorStats {
+  size_t in_use_bytes = 0;      // bytes currently allocated
+  size_t high_water_bytes = 0;  // the most ever allocated at once (since the last reset)
+  size_t allocations = 0;
+  size_t frees = 0;
+};
+
+// Allocators owned by a shared_ptr are kept alive by the storages they
+// handed out, so a tensor may outlive the session that made it.
+class Allocator : public std::enable_shared_from_this<Allocator> {
+ public:
+  virtual ~Allocator() = default;
+  // Returns memory for `bytes` bytes (nullptr for 0 bytes); throws onyx::Error when out of memory.
+  virtual void* allocate(size_t bytes) = 0;
+  // Returns memory obtained from allocate() with the same byte count.
+  virtual void deallocate(void* ptr, size_t bytes) = 0;
+  virtual std::string name() const = 0;
+  virtual AllocatorStats stats() const = 0;
+  // Starts a new high-water measurement at the current in-use level.
+  virtual void reset_high_water() = 0;
+};
+
+// Host memory, 64-byte aligned, with thread-safe accounting.
+class CpuAllocator final : public Allocator {
+ public:
+  void* allocate(size_t bytes) override;
+  void deallocate(void* ptr, size_t bytes) override;
+  std::string name() const override { return "cpu"; }
+  AllocatorStats stats() const override;
+  void reset_high_water() override;
+
+ private:
+  std::atomic<size_t> in_use_{0};
+  std::atomic<size_t> high_water_{0};
+  std::atomic<size_t> allocations_{0};
+  std::atomic<size_t> frees_{0};
+};
+
+// The process-wide host allocator that tensors use unless told otherwise.
+CpuAllocator& cpu_allocator();
+std::shared_ptr<CpuAllocator> make_cpu_allocator();
+
+}  // namespace onyx

@@ -1,0 +1,106 @@
+#include "onyx/tensor.h"
+
+#include <cstring>
+#include <new>
+
+namespace onyx {
+
+Storage::Storage(Allocator& alloc, size_t bytes, DType dtype, size_t count)
+    : data_(alloc.allocate(bytes)), bytes_(bytes), alloc_(&alloc), alloc_owner_(alloc.weak_from_this().lock()) {
+  if (dtype == DType::kString) {
+    auto* s = static_cast<std::string*>(data_);
+    for (size_t i = 0; i < count; ++i) new (s + i) std::string();
+    string_count_ = count;
+  }
+}
+
+Storage::Storage(void* data, size_t bytes, std::shared_ptr<const void> keepalive)
+    : data_(data), bytes_(bytes), keepalive_(std::move(keepalive)) {}
+
+Storage::~Storage() {
+  if (!alloc_) return;
+  auto* s = static_cast<std::string*>(data_);
+  for (size_t i = 0; i < string_count_; ++i) s[i].~basic_string();
+  alloc_->deallocate(data_, bytes_);
+}
+
+Tensor::Tensor(DType dtype, Shape shape, Allocator& alloc) : dtype_(dtype), shape_(std::move(shape)) {
+  ONYX_CHECK(dtype_supported(dtype), "cannot create a tensor of ", dtype_name(dtype));
+  for (int64_t d : shape_.dims()) ONYX_CHECK(d >= 0, "cannot create a tensor of negative shape ", shape_.str());
+  size_t n = static_cast<size_t>(shape_.numel());
+  storage_ = std::make_shared<Storage>(alloc, n * dtype_size(dtype), dtype, n);
+}
+
+Tensor Tensor::borrow(DType dtype, Shape shape, void* data, std::shared_ptr<const void> keepalive) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.storage_ = std::make_shared<Storage>(data, t.bytes(), std::move(keepalive));
+  return t;
+}
+
+Tensor Tensor::view(Shape shape) const {
+  ONYX_ASSERT(shape.numel() == numel(), "view ", shape.str(), " of ", shape_.str());
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+template <class Fn>
+static auto visit_numeric(DType dt, Fn&& fn) {
+  switch (dt) {
+    case DType::kFloat32: return fn(float{});
+    case DType::kFloat64: return fn(double{});
+    case DType::kFloat16: return fn(Float16{});
+    case DType::kBFloat16: return fn(BFloat16{});
+    case DType::kInt8: return fn(int8_t{});
+    case DType::kInt16: return fn(int16_t{});
+    case DType::kInt32: return fn(int32_t{});
+    case DType::kInt64: return fn(int64_t{});
+    case DType::kUInt8: return fn(uint8_t{});
+    case DType::kUInt16: return fn(uint16_t{});
+    case DType::kUInt32: return fn(uint32_t{});
+    case DType::kUInt64: return fn(uint64_t{});
+    case DType::kBool: return fn(bool{});
+    default: throw Error(cat("expected a numeric tensor, got ", dtype_name(dt)));
+  }
+}
+
+double Tensor::get_as_double(int64_t i) const {
+  return visit_numeric(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    return static_cast<double>(static_cast<const T*>(raw())[i]);
+  });
+}
+
+int64_t Tensor::get_as_int64(int64_t i) const {
+  return visit_numeric(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>)
+      return static_cast<int64_t>(static_cast<float>(static_cast<const T*>(raw())[i]));
+    else
+      return static_cast<int64_t>(static_cast<const T*>(raw())[i]);
+  });
+}
+
+std::vector<int64_t> Tensor::to_int64_vector() const {
+  std::vector<int64_t> v(static_cast<size_t>(numel()));
+  for (int64_t i = 0; i < numel(); ++i) v[i] = get_as_int64(i);
+  return v;
+}
+
+Tensor Tensor::clone(Allocator& alloc) const {
+  Tensor t(dtype_, shape_, alloc);
+  if (dtype_ == DType::kString) {
+    const auto* src = static_cast<const std::string*>(raw());
+    auto* dst = t.data<std::string>();
+    for (int64_t i = 0; i < numel(); ++i) dst[i] = src[i];
+  } else if (bytes()) {
+    std::memcpy(t.raw(), raw(), bytes());
+  }
+  return t;
+}
+
+std::string Tensor::type_str() const { return cat(dtype_name(dtype_), shape_.str()); }
+
+}  // namespace onyx

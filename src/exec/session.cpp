@@ -1,0 +1,160 @@
+#include "onyx/session.h"
+
+#include <chrono>
+#include <unordered_map>
+
+#include "exec/executor.h"
+#include "model/loader.h"
+
+namespace onyx {
+
+std::string ValueDesc::type_str() const {
+  if (!is_tensor) return "non-tensor";
+  std::string s(dtype_name(dtype));
+  if (!rank_known) return s + "[?]";
+  s += "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ",";
+    if (dims[i] >= 0) s += std::to_string(dims[i]);
+    else s += (i < dim_params.size() && !dim_params[i].empty()) ? dim_params[i] : "?";
+  }
+  return s + "]";
+}
+
+struct Session::Impl {
+  SessionOptions options;
+  Model model;
+  std::shared_ptr<CpuAllocator> alloc = make_cpu_allocator();
+  std::unique_ptr<GraphExecutor> executor;
+  std::vector<ValueDesc> inputs, outputs;
+  std::vector<int> input_ids;  // graph.inputs position for each entry of `inputs`
+  RunStats stats;
+
+  void check_feed(const ValueDesc& d, const Tensor& t, std::unordered_map<std::string, int64_t>& symbols) const;
+};
+
+static ValueDesc describe(const Value& v, bool has_default) {
+  ValueDesc d;
+  d.name = v.name;
+  d.dtype = v.declared.dtype;
+  d.rank_known = v.declared.rank_known;
+  d.dims = v.declared.dims;
+  d.dim_params = v.declared.dim_params;
+  d.has_default = has_default;
+  d.is_tensor = v.declared.category == TypeInfo::Category::kTensor || v.declared.category == TypeInfo::Category::kUnknown;
+  return d;
+}
+
+Session::Session() : impl_(std::make_unique<Impl>()) {}
+Session::~Session() = default;
+
+std::unique_ptr<Session> Session::load(const std::string& path, const SessionOptions& options) {
+  std::unique_ptr<Session> s(new Session());
+  Impl& m = *s->impl_;
+  m.options = options;
+  ONYX_CHECK(options.device == "cpu", "device '", options.device, "' is not available: this build of onyx has only 'cpu'");
+  m.model = load_model(path);
+  Graph& g = *m.model.graph;
+  with_context(cat("preparing '", path, "'"), [&] {
+    ExecutorOptions eo;
+    eo.release_dead_values = options.release_dead_values;
+    m.executor = std::make_unique<GraphExecutor>(g, OpRegistry::global(), m.alloc, eo);
+  });
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const Value& v = g.values[g.inputs[i]];
+    m.inputs.push_back(describe(v, v.is_initializer));
+    m.input_ids.push_back(static_cast<int>(i));
+  }
+  for (int id : g.outputs) m.outputs.push_back(describe(g.values[id], false));
+  return s;
+}
+
+const std::vector<ValueDesc>& Session::inputs() const { return impl_->inputs; }
+const std::vector<ValueDesc>& Session::outputs() const { return impl_->outputs; }
+const RunStats& Session::last_run_stats() const { return impl_->stats; }
+
+static void histogram(const Graph& g, ModelSummary& s) {
+  for (const auto& n : g.nodes) {
+    ++s.op_histogram[n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type];
+    ++s.node_count;
+    for (const auto& a : n.attributes) {
+      if (a.g) histogram(*a.g, s);
+      for (const auto& sg : a.graphs) histogram(*sg, s);
+    }
+  }
+}
+
+ModelSummary Session::summary() const {
+  const Model& m = impl_->model;
+  ModelSummary s;
+  s.path = m.path;
+  s.producer = m.producer;
+  s.ir_version = m.ir_version;
+  s.opsets = m.opsets;
+  s.initializer_count = static_cast<int64_t>(m.graph->initializers.size());
+  s.initializer_bytes = m.initializer_bytes();
+  histogram(*m.graph, s);
+  return s;
+}
+
+void Session::Impl::check_feed(const ValueDesc& d, const Tensor& t,
+                               std::unordered_map<std::string, int64_t>& symbols) const {
+  ONYX_CHECK(t.defined(), "the tensor is empty (undefined)");
+  ONYX_CHECK(d.is_tensor, "the model declares a non-tensor type, which onyx does not support as an input");
+  if (d.dtype != DType::kUndefined)
+    ONYX_CHECK(t.dtype() == d.dtype, "dtype ", dtype_name(t.dtype()), " does not match the model's ",
+               dtype_name(d.dtype), " (model declares ", d.type_str(), ")");
+  if (!d.rank_known) return;
+  ONYX_CHECK(t.rank() == d.dims.size(), "shape ", t.shape().str(), " has rank ", t.rank(), ", but the model declares ",
+             d.type_str(), " (rank ", d.dims.size(), ")");
+  for (size_t i = 0; i < d.dims.size(); ++i) {
+    if (d.dims[i] >= 0) {
+      ONYX_CHECK(t.shape()[i] == d.dims[i], "shape ", t.shape().str(), " contradicts the model's ", d.type_str(),
+                 " at axis ", i, " (", t.shape()[i], " vs ", d.dims[i], ")");
+    } else if (i < d.dim_params.size() && !d.dim_params[i].empty()) {
+      auto [it, fresh] = symbols.emplace(d.dim_params[i], t.shape()[i]);
+      ONYX_CHECK(fresh || it->second == t.shape()[i], "shape ", t.shape().str(), " gives dimension '", d.dim_params[i],
+                 "' the size ", t.shape()[i], " at axis ", i, ", but an earlier input gave it ", it->second);
+    }
+  }
+}
+
+NamedTensors Session::run(const NamedTensors& feeds) {
+  Impl& m = *impl_;
+  return with_context(cat("running '", m.model.path, "'"), [&] {
+    const Graph& g = *m.model.graph;
+    std::vector<Tensor> ordered(g.inputs.size());
+    std::unordered_map<std::string, int64_t> symbols;
+    for (const auto& [name, tensor] : feeds) {
+      size_t k = 0;
+      while (k < m.inputs.size() && m.inputs[k].name != name) ++k;
+      if (k == m.inputs.size()) {
+        std::string names;
+        for (const auto& d : m.inputs) names += (names.empty() ? "" : ", ") + d.name;
+        throw Error(cat("'", name, "' is not an input of the model (its inputs are: ", names, ")"));
+      }
+      ONYX_CHECK(!ordered[k].defined(), "input '", name, "' is fed twice");
+      with_context(cat("input '", name, "'"), [&] { m.check_feed(m.inputs[k], tensor, symbols); });
+      ordered[k] = tensor;
+    }
+    for (size_t k = 0; k < m.inputs.size(); ++k)
+      ONYX_CHECK(ordered[k].defined() || m.inputs[k].has_default, "required input '", m.inputs[k].name,
+                 "' (", m.inputs[k].type_str(), ") was not given");
+
+    AllocatorStats before = m.alloc->stats();
+    m.alloc->reset_high_water();
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<Tensor> outs = m.executor->run(ordered);
+    auto t1 = std::chrono::steady_clock::now();
+    AllocatorStats after = m.alloc->stats();
+    m.stats.peak_bytes = after.high_water_bytes - before.in_use_bytes;
+    m.stats.allocations = after.allocations - before.allocations;
+    m.stats.seconds = std::chrono::duration<double>(t1 - t0).count();
+
+    NamedTensors result;
+    for (size_t i = 0; i < outs.size(); ++i) result.emplace_back(m.outputs[i].name, std::move(outs[i]));
+    return result;
+  });
+}
+
+}  // namespace onyx

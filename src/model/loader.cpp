@@ -1,0 +1,287 @@
+#include "model/loader.h"
+
+#include <google/protobuf/io/coded_stream.h>
+
+#include <climits>
+#include <filesystem>
+#include <queue>
+#include <unordered_set>
+
+#include "model/mapped_file.h"
+#include "model/tensor_proto.h"
+#include "onnx/onnx.pb.h"
+
+namespace onyx {
+
+namespace {
+
+TypeInfo type_from_proto(const onnx::TypeProto& tp) {
+  TypeInfo info;
+  switch (tp.value_case()) {
+    case onnx::TypeProto::kTensorType: {
+      info.category = TypeInfo::Category::kTensor;
+      const auto& tt = tp.tensor_type();
+      if (tt.elem_type() != 0) {
+        try {
+          info.dtype = dtype_from_onnx(tt.elem_type());
+        } catch (const Error&) {
+          info.dtype = DType::kUndefined;  // reported when a value of that type is used
+        }
+      }
+      if (tt.has_shape()) {
+        info.rank_known = true;
+        for (const auto& d : tt.shape().dim()) {
+          info.dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+          info.dim_params.push_back(d.has_dim_param() ? d.dim_param() : "");
+        }
+      }
+      break;
+    }
+    case onnx::TypeProto::kSequenceType: info.category = TypeInfo::Category::kSequence; break;
+    case onnx::TypeProto::kOptionalType: info.category = TypeInfo::Category::kOptional; break;
+    case onnx::TypeProto::kMapType: info.category = TypeInfo::Category::kMap; break;
+    case onnx::TypeProto::kSparseTensorType: info.category = TypeInfo::Category::kSparse; break;
+    default: break;
+  }
+  return info;
+}
+
+class GraphBuilder {
+ public:
+  GraphBuilder(const Model& model, TensorLoadContext& tctx) : model_(model), tctx_(tctx) {}
+
+  std::shared_ptr<Graph> build(const onnx::GraphProto& gp, bool is_subgraph) {
+    auto g = std::make_shared<Graph>();
+    g->name = gp.name();
+    for (const auto& init : gp.initializer()) {
+      int id = g->value_id(init.name());
+      ONYX_CHECK(!g->values[id].is_initializer, "initializer '", init.name(), "' is defined twice");
+      g->values[id].is_initializer = true;
+      g->initializers[id] = with_context(cat("initializer '", init.name(), "'"), [&] {
+        return tensor_from_proto(init, tctx_);
+      });
+      const Tensor& t = g->initializers[id];
+      auto& decl = g->values[id].declared;
+      decl.category = TypeInfo::Category::kTensor;
+      decl.dtype = t.dtype();
+      decl.rank_known = true;
+      decl.dims = t.shape().dims();
+    }
+    ONYX_CHECK(gp.sparse_initializer_size() == 0, "sparse initializers are not supported");
+    for (const auto& in : gp.input()) {
+      int id = g->value_id(in.name());
+      g->values[id].is_input = true;
+      if (in.has_type()) g->values[id].declared = type_from_proto(in.type());
+      g->inputs.push_back(id);
+    }
+    for (const auto& vi : gp.value_info()) {
+      int id = g->value_id(vi.name());
+      if (vi.has_type() && !g->values[id].is_initializer) g->values[id].declared = type_from_proto(vi.type());
+    }
+    for (int n = 0; n < gp.node_size(); ++n) {
+      const auto& np = gp.node(n);
+      Node node;
+      node.name = np.name();
+      node.op_type = np.op_type();
+      node.domain = normalize_domain(np.domain());
+      std::string where = node.describe();
+      with_context(where, [&] { convert_node(np, node, *g); });
+      int index = static_cast<int>(g->nodes.size());
+      for (int out : node.outputs) {
+        if (out < 0) continue;
+        Value& v = g->values[out];
+        ONYX_CHECK(v.producer < 0 && !v.is_input && !v.is_initializer,
+                   where, ": output '", v.name, "' is already defined elsewhere in the graph");
+        v.producer = index;
+      }
+      g->nodes.push_back(std::move(node));
+    }
+    for (const auto& out : gp.output()) {
+      int id = g->value_id(out.name());
+      if (out.has_type()) g->values[id].declared = type_from_proto(out.type());
+      g->outputs.push_back(id);
+    }
+    // Values with no definition: outer-scope references in a subgraph, errors at the top.
+    for (int id = 0; id < static_cast<int>(g->values.size()); ++id) {
+      Value& v = g->values[id];
+      if (v.producer >= 0 || v.is_input || v.is_initializer) continue;
+      if (is_subgraph) {
+        v.is_outer = true;
+        g->outer_values.push_back(id);
+      } else if (is_read(*g, id)) {
+        throw Error(cat("value '", v.name, "' is read, but no node, graph input or initializer defines it",
+                        reader_hint(*g, id)));
+      }
+    }
+    topo_sort(*g);
+    return g;
+  }
+
+ private:
+  void convert_node(const onnx::NodeProto& np, Node& node, Graph& g) {
+    auto it = model_.opsets.find(node.domain);
+    ONYX_CHECK(it != model_.opsets.end(), "domain '", node.domain, "' is not imported by the model");
+    node.opset = it->second;
+    for (const auto& name : np.input()) node.inputs.push_back(name.empty() ? -1 : g.value_id(name));
+    for (const auto& name : np.output()) node.outputs.push_back(name.empty() ? -1 : g.value_id(name));
+    for (const auto& ap : np.attribute()) {
+      with_context(cat("attribute '", ap.name(), "'"), [&] { node.attributes.push_back(convert_attribute(ap, node, g)); });
+    }
+  }
+
+  Attribute convert_attribute(const onnx::AttributeProto& ap, Node& node, Graph& g) {
+    Attribute a;
+    a.name = ap.name();
+    ONYX_CHECK(ap.ref_attr_name().empty(), "attribute references (function bodies) are not supported");
+    using K = Attribute::Kind;
+    switch (ap.type()) {
+      case onnx::AttributeProto::FLOAT: a.kind = K::kFloat; a.f = ap.f(); break;
+      case onnx::AttributeProto::INT: a.kind = K::kInt; a.i = ap.i(); break;
+      case onnx::AttributeProto::STRING: a.kind = K::kString; a.s = ap.s(); break;
+      case onnx::AttributeProto::TENSOR: a.kind = K::kTensor; a.t = tensor_from_proto(ap.t(), tctx_); break;
+      case onnx::AttributeProto::GRAPH: a.kind = K::kGraph; a.g = subgraph(ap.g(), node, g); break;
+      case onnx::AttributeProto::FLOATS: a.kind = K::kFloats; a.floats.assign(ap.floats().begin(), ap.floats().end()); break;
+      case onnx::AttributeProto::INTS: a.kind = K::kInts; a.ints.assign(ap.ints().begin(), ap.ints().end()); break;
+      case onnx::AttributeProto::STRINGS: a.kind = K::kStrings; a.strings.assign(ap.strings().begin(), ap.strings().end()); break;
+      case onnx::AttributeProto::TENSORS:
+        a.kind = K::kTensors;
+        for (const auto& t : ap.tensors()) a.tensors.push_back(tensor_from_proto(t, tctx_));
+        break;
+      case onnx::AttributeProto::GRAPHS:
+        a.kind = K::kGraphs;
+        for (const auto& sg : ap.graphs()) a.graphs.push_back(subgraph(sg, node, g));
+        break;
+      default: throw Error(cat("attribute type ", static_cast<int>(ap.type()), " is not supported"));
+    }
+    return a;
+  }
+
+  // Builds a subgraph and records the outer values it reads as implicit inputs of its node.
+  std::shared_ptr<Graph> subgraph(const onnx::GraphProto& gp, Node& node, Graph& parent) {
+    auto sg = with_context(cat("subgraph '", gp.name(), "'"), [&] { return build(gp, true); });
+    for (int id : sg->outer_values) {
+      int pid = parent.value_id(sg->values[id].name);
+      if (std::find(node.implicit_inputs.begin(), node.implicit_inputs.end(), pid) == node.implicit_inputs.end())
+        node.implicit_inputs.push_back(pid);
+    }
+    return sg;
+  }
+
+  static bool is_read(const Graph& g, int id) {
+    for (const auto& n : g.nodes) {
+      for (int in : n.inputs) if (in == id) return true;
+      for (int in : n.implicit_inputs) if (in == id) return true;
+    }
+    for (int out : g.outputs) if (out == id) return true;
+    return false;
+  }
+
+  static std::string reader_hint(const Graph& g, int id) {
+    for (const auto& n : g.nodes)
+      for (int in : n.inputs) if (in == id) return cat(" (read by ", n.describe(), ")");
+    for (int out : g.outputs) if (out == id) return " (it is a graph output)";
+    return "";
+  }
+
+  // Kahn's algorithm, stable with respect to file order.
+  static void topo_sort(Graph& g) {
+    size_t n = g.nodes.size();
+    std::vector<int> pending(n, 0);
+    std::vector<std::vector<int>> users(n);
+    for (size_t i = 0; i < n; ++i) {
+      auto deps = g.nodes[i].inputs;
+      deps.insert(deps.end(), g.nodes[i].implicit_inputs.begin(), g.nodes[i].implicit_inputs.end());
+      std::unordered_set<int> seen;
+      for (int v : deps) {
+        if (v < 0 || g.values[v].producer < 0 || !seen.insert(g.values[v].producer).second) continue;
+        ++pending[i];
+        users[g.values[v].producer].push_back(static_cast<int>(i));
+      }
+    }
+    std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+    for (size_t i = 0; i < n; ++i) if (pending[i] == 0) ready.push(static_cast<int>(i));
+    std::vector<int> order;
+    while (!ready.empty()) {
+      int i = ready.top();
+      ready.pop();
+      order.push_back(i);
+      for (int u : users[i]) if (--pending[u] == 0) ready.push(u);
+    }
+    if (order.size() != n) {
+      for (size_t i = 0; i < n; ++i)
+        if (pending[i] > 0) throw Error(cat("the graph has a cycle through ", g.nodes[i].describe()));
+    }
+    bool sorted = true;
+    for (size_t i = 0; i < n; ++i) sorted &= order[i] == static_cast<int>(i);
+    if (sorted) return;
+    std::vector<Node> nodes;
+    std::vector<int> new_index(n);
+    for (size_t k = 0; k < n; ++k) {
+      new_index[order[k]] = static_cast<int>(k);
+      nodes.push_back(std::move(g.nodes[order[k]]));
+    }
+    g.nodes = std::move(nodes);
+    for (auto& v : g.values) if (v.producer >= 0) v.producer = new_index[v.producer];
+  }
+
+  const Model& model_;
+  TensorLoadContext& tctx_;
+};
+
+Model convert(std::shared_ptr<onnx::ModelProto> mp, const std::string& name, const std::string& base_dir) {
+  Model model;
+  model.path = name;
+  model.ir_version = mp->ir_version();
+  model.producer = mp->producer_name();
+  ONYX_CHECK(mp->has_graph(), "the model has no graph (is this an ONNX model?)");
+  for (const auto& op : mp->opset_import()) model.opsets[normalize_domain(op.domain())] = static_cast<int>(op.version());
+  if (mp->opset_import_size() == 0) model.opsets[""] = 1;  // IR < 3 models predate opset imports
+  ONYX_CHECK(mp->functions_size() == 0, "model-local functions are not supported (the model defines ",
+             mp->functions_size(), ")");
+  TensorLoadContext tctx;
+  tctx.base_dir = base_dir;
+  tctx.proto_owner = mp;
+  GraphBuilder builder(model, tctx);
+  model.graph = with_context(cat("graph '", mp->graph().name(), "'"), [&] { return builder.build(mp->graph(), false); });
+  model.keepalive = mp;
+  return model;
+}
+
+std::shared_ptr<onnx::ModelProto> parse(const void* data, size_t size) {
+  auto mp = std::make_shared<onnx::ModelProto>();
+  google::protobuf::io::CodedInputStream in(static_cast<const uint8_t*>(data), static_cast<int>(std::min<size_t>(size, INT_MAX)));
+  in.SetTotalBytesLimit(INT_MAX);
+  ONYX_CHECK(size <= static_cast<size_t>(INT_MAX), "files over 2 GiB must keep their weights in external data");
+  if (!mp->ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+    throw Error("not a valid ONNX model: the protobuf message could not be parsed (corrupt or truncated file?)");
+  ONYX_CHECK(mp->ir_version() > 0 || mp->has_graph(), "not a valid ONNX model: no IR version and no graph");
+  return mp;
+}
+
+}  // namespace
+
+Model load_model_from_bytes(const void* data, size_t size, const std::string& name, const std::string& base_dir) {
+  return with_context(cat("loading '", name, "'"), [&] { return convert(parse(data, size), name, base_dir); });
+}
+
+Model load_model(const std::string& path) {
+  return with_context(cat("loading '", path, "'"), [&] {
+    ONYX_CHECK(std::filesystem::exists(path), "no such file");
+    auto file = MappedFile::open(path);
+    std::string base = std::filesystem::path(path).parent_path().string();
+    return convert(parse(file->data(), file->size()), path, base.empty() ? "." : base);
+  });
+}
+
+Tensor load_tensor_proto_file(const std::string& path) {
+  return with_context(cat("reading tensor '", path, "'"), [&] {
+    auto file = MappedFile::open(path);
+    onnx::TensorProto tp;
+    ONYX_CHECK(tp.ParseFromArray(file->data(), static_cast<int>(file->size())), "not a valid TensorProto");
+    TensorLoadContext ctx;
+    ctx.base_dir = std::filesystem::path(path).parent_path().string();
+    return tensor_from_proto(tp, ctx);
+  });
+}
+
+}  // namespace onyx

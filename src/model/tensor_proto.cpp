@@ -1,0 +1,126 @@
+#include "model/tensor_proto.h"
+
+#include <cstring>
+#include <filesystem>
+
+#include "model/mapped_file.h"
+#include "onnx/onnx.pb.h"
+
+namespace onyx {
+
+namespace {
+
+template <class Dst, class Field>
+void copy_field(const Field& field, Tensor& t) {
+  Dst* out = t.data<Dst>();
+  for (int i = 0; i < field.size(); ++i) out[i] = static_cast<Dst>(field.Get(i));
+}
+
+// float16/bfloat16/bool/int8/... arrive in int32_data, one element per entry.
+template <class Dst>
+void copy_bits_field(const google::protobuf::RepeatedField<int32_t>& field, Tensor& t) {
+  auto* out = static_cast<uint8_t*>(t.raw());
+  for (int i = 0; i < field.size(); ++i) {
+    auto v = static_cast<std::make_unsigned_t<int32_t>>(field.Get(i));
+    if constexpr (sizeof(Dst) == 1) out[i] = static_cast<uint8_t>(v);
+    else {
+      uint16_t h = static_cast<uint16_t>(v);
+      std::memcpy(out + 2 * i, &h, 2);
+    }
+  }
+}
+
+size_t typed_count(const onnx::TensorProto& p, DType dt) {
+  switch (dt) {
+    case DType::kFloat32: return p.float_data_size();
+    case DType::kFloat64: return p.double_data_size();
+    case DType::kInt64: return p.int64_data_size();
+    case DType::kUInt32: case DType::kUInt64: return p.uint64_data_size();
+    case DType::kString: return p.string_data_size();
+    default: return p.int32_data_size();
+  }
+}
+
+Tensor from_external(const onnx::TensorProto& p, DType dt, const Shape& shape, TensorLoadContext& ctx) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& kv : p.external_data()) {
+    if (kv.key() == "location") location = kv.value();
+    else if (kv.key() == "offset") offset = std::stoll(kv.value());
+    else if (kv.key() == "length") length = std::stoll(kv.value());
+  }
+  ONYX_CHECK(!location.empty(), "external data has no 'location'");
+  std::filesystem::path rel(location);
+  ONYX_CHECK(!rel.is_absolute(), "external data location '", location, "' must be relative to the model");
+  for (const auto& part : rel) ONYX_CHECK(part != "..", "external data location '", location, "' leaves the model's folder");
+  std::string full = (std::filesystem::path(ctx.base_dir) / rel).string();
+  auto& mapped = ctx.mapped[full];
+  if (!mapped) {
+    ONYX_CHECK(std::filesystem::exists(full), "external data file '", full, "' does not exist");
+    mapped = MappedFile::open(full);
+  }
+  size_t need = static_cast<size_t>(shape.numel()) * dtype_size(dt);
+  if (length < 0) length = static_cast<int64_t>(need);
+  ONYX_CHECK(static_cast<size_t>(length) == need, "external data length ", length, " does not match ", need,
+             " bytes of ", dtype_name(dt), shape.str());
+  ONYX_CHECK(offset >= 0 && static_cast<size_t>(offset + length) <= mapped->size(), "external data [", offset, ", ",
+             offset + length, ") lies outside '", full, "' (", mapped->size(), " bytes)");
+  const char* src = mapped->data() + offset;
+  if (reinterpret_cast<uintptr_t>(src) % dtype_size(dt) == 0)
+    return Tensor::borrow(dt, shape, const_cast<char*>(src), mapped);  // read-only: kernels never write inputs
+  Tensor t(dt, shape);
+  std::memcpy(t.raw(), src, need);
+  return t;
+}
+
+}  // namespace
+
+Tensor tensor_from_proto(const onnx::TensorProto& p, TensorLoadContext& ctx) {
+  DType dt = dtype_from_onnx(p.data_type());
+  std::vector<int64_t> dims(p.dims().begin(), p.dims().end());
+  for (int64_t d : dims) ONYX_CHECK(d >= 0, "negative dimension in shape");
+  Shape shape(dims);
+  size_t n = static_cast<size_t>(shape.numel());
+
+  if (p.has_data_location() && p.data_location() == onnx::TensorProto::EXTERNAL)
+    return from_external(p, dt, shape, ctx);
+
+  if (p.has_raw_data() && dt != DType::kString) {
+    const std::string& raw = p.raw_data();
+    ONYX_CHECK(raw.size() == n * dtype_size(dt), "raw data holds ", raw.size(), " bytes, but ", dtype_name(dt),
+               shape.str(), " needs ", n * dtype_size(dt));
+    if (ctx.proto_owner && reinterpret_cast<uintptr_t>(raw.data()) % dtype_size(dt) == 0)
+      return Tensor::borrow(dt, shape, const_cast<char*>(raw.data()), ctx.proto_owner);
+    Tensor t(dt, shape);
+    if (n) std::memcpy(t.raw(), raw.data(), raw.size());
+    return t;
+  }
+
+  size_t have = typed_count(p, dt);
+  ONYX_CHECK(have == n, "holds ", have, " values, but shape ", shape.str(), " needs ", n);
+  Tensor t(dt, shape);
+  switch (dt) {
+    case DType::kFloat32: copy_field<float>(p.float_data(), t); break;
+    case DType::kFloat64: copy_field<double>(p.double_data(), t); break;
+    case DType::kInt64: copy_field<int64_t>(p.int64_data(), t); break;
+    case DType::kUInt32: copy_field<uint32_t>(p.uint64_data(), t); break;
+    case DType::kUInt64: copy_field<uint64_t>(p.uint64_data(), t); break;
+    case DType::kInt32: copy_field<int32_t>(p.int32_data(), t); break;
+    case DType::kInt16: copy_field<int16_t>(p.int32_data(), t); break;
+    case DType::kUInt16: copy_field<uint16_t>(p.int32_data(), t); break;
+    case DType::kInt8: copy_field<int8_t>(p.int32_data(), t); break;
+    case DType::kUInt8: copy_field<uint8_t>(p.int32_data(), t); break;
+    case DType::kBool: copy_bits_field<bool>(p.int32_data(), t); break;
+    case DType::kFloat16: copy_bits_field<Float16>(p.int32_data(), t); break;
+    case DType::kBFloat16: copy_bits_field<BFloat16>(p.int32_data(), t); break;
+    case DType::kString: {
+      auto* s = t.data<std::string>();
+      for (size_t i = 0; i < n; ++i) s[i] = p.string_data(static_cast<int>(i));
+      break;
+    }
+    default: throw Error(cat("element type ", dtype_name(dt), " is not supported"));
+  }
+  return t;
+}
+
+}  // namespace onyx

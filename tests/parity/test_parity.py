@@ -1,0 +1,133 @@
+"""Numerical parity between the onyx CLI and onnxruntime (CPU).
+
+Each test draws fresh random inputs; the seed is printed (pytest -s) and put in
+every failure message. Reproduce a run with ONYX_PARITY_SEED=<seed>.
+"""
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+TOOLS_DIR = str(Path(__file__).resolve().parents[2] / "tools")
+if TOOLS_DIR not in sys.path:
+    sys.path.insert(0, TOOLS_DIR)
+import gen_models  # noqa: E402
+
+BATCH, SEQ = 2, 7
+REL_TOL = 1e-4
+
+
+def safe_name(name):
+    """File stem the CLI uses for an output tensor in --save-outputs."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def fresh_rng():
+    seed = int(os.environ.get("ONYX_PARITY_SEED", np.random.SeedSequence().entropy))
+    print(f"\nparity seed: {seed}  (rerun with ONYX_PARITY_SEED={seed})")
+    return np.random.default_rng(seed), seed
+
+
+def mlp_inputs(rng, _past):
+    return {"x": rng.standard_normal((BATCH, gen_models.MLP["in_dim"])).astype(np.float32)}
+
+
+def bert_inputs(rng, _past):
+    ids = rng.integers(0, gen_models.BERT["vocab"], (BATCH, SEQ), dtype=np.int64)
+    mask = np.ones((BATCH, SEQ), np.int64)
+    # Right padding in the last row (0..SEQ-2 pad tokens; never a fully masked row).
+    n_pad = int(rng.integers(0, SEQ - 1))
+    if n_pad:
+        mask[-1, SEQ - n_pad:] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def llama_inputs(rng, past):
+    c = gen_models.LLAMA
+    total = past + SEQ
+    mask = np.ones((BATCH, total), np.int64)
+    if past >= 2:
+        # Left padding inside the cache for the last row; every query still
+        # sees at least its own token, so no softmax row is fully masked.
+        mask[-1, :2] = 0
+    feeds = {
+        "input_ids": rng.integers(0, c["vocab"], (BATCH, SEQ), dtype=np.int64),
+        "attention_mask": mask,
+        "position_ids": np.tile(np.arange(past, total, dtype=np.int64), (BATCH, 1)),
+    }
+    for i in range(c["layers"]):
+        for kind in ("key", "value"):
+            feeds[f"past_key_values.{i}.{kind}"] = rng.standard_normal(
+                (BATCH, c["kv_heads"], past, c["head_dim"])).astype(np.float32)
+    return feeds
+
+
+CASES = [
+    pytest.param("mlp", mlp_inputs, 0, id="mlp"),
+    pytest.param("bert_layer", bert_inputs, 0, id="bert_layer"),
+    pytest.param("llama_layer", llama_inputs, 0, id="llama_past0"),
+    pytest.param("llama_layer", llama_inputs, 5, id="llama_past5"),
+]
+
+
+def compare(name, got, ref):
+    """Returns (ok, report line) for one output."""
+    if got.shape != ref.shape or got.dtype != ref.dtype:
+        return False, (f"{name}: onyx {got.dtype}{list(got.shape)} vs "
+                       f"onnxruntime {ref.dtype}{list(ref.shape)}")
+    if ref.size == 0:
+        return True, f"{name}: empty {list(ref.shape)}"
+    if not np.issubdtype(ref.dtype, np.floating):
+        mismatches = int(np.count_nonzero(got != ref))
+        return mismatches == 0, f"{name}: {mismatches} mismatching elements"
+    if not np.all(np.isfinite(got)):
+        return False, f"{name}: onyx output has non-finite values"
+    abs_err = float(np.max(np.abs(got.astype(np.float64) - ref.astype(np.float64))))
+    rel_err = abs_err / max(float(np.max(np.abs(ref))), 1e-6)
+    line = f"{name}: max_abs_err={abs_err:.3e} rel_err={rel_err:.3e} (tol {REL_TOL:g})"
+    return rel_err <= REL_TOL, line
+
+
+@pytest.mark.parametrize("model_name, make_inputs, past", CASES)
+def test_parity(model_name, make_inputs, past, models_dir, run_onyx, tmp_path):
+    rng, seed = fresh_rng()
+    model = models_dir / f"{model_name}.onnx"
+    feeds = make_inputs(rng, past)
+
+    in_dir, out_dir = tmp_path / "inputs", tmp_path / "outputs"
+    in_dir.mkdir()
+    args = ["run", model]
+    for name, arr in feeds.items():
+        path = in_dir / f"{safe_name(name)}.npy"
+        np.save(path, arr)
+        args += ["--input", f"{name}={path}"]
+    args += ["--save-outputs", out_dir]
+
+    proc = run_onyx(*args)
+    assert proc.returncode == 0, (
+        f"onyx failed (rc={proc.returncode}, seed={seed})\n"
+        f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    refs = sess.run(names, feeds)
+
+    lines, ok = [], True
+    for name, ref in zip(names, refs):
+        path = out_dir / f"{safe_name(name)}.npy"
+        if not path.is_file():
+            ok = False
+            lines.append(f"{name}: onyx wrote no {path.name}")
+            continue
+        good, line = compare(name, np.load(path), ref)
+        ok &= good
+        lines.append(("ok   " if good else "FAIL ") + line)
+
+    report = "\n".join(lines)
+    print(f"{model_name} (past={past}):\n{report}")
+    assert ok, f"parity failure for {model_name} (past={past}, seed={seed}):\n{report}"

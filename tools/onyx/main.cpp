@@ -1,0 +1,249 @@
+// The `onyx` command-line program: run a model, or describe it.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <random>
+#include <string>
+
+#include "onyx/npy.h"
+#include "onyx/session.h"
+
+namespace {
+
+using onyx::cat;
+using onyx::DType;
+using onyx::Error;
+using onyx::Tensor;
+
+constexpr const char* kUsage = R"(usage:
+  onyx run MODEL [options]     run a model and print its outputs and timing
+  onyx info MODEL              print inputs, outputs, opsets, initializer bytes, op histogram
+
+run options:
+  --input NAME=FILE.npy        feed input NAME from a .npy file (repeatable)
+  --input NAME=random          feed input NAME with random values
+                               (with no --input at all, every input is random)
+  --dim NAME=N                 size of symbolic dimension NAME for random inputs (default 1)
+  --seed N                     seed for random inputs (default: drawn at random, printed)
+  --repeat N                   run N more times after the first and report timing (default 0)
+  --save-outputs DIR           write each output as DIR/NAME.npy (NAME made file-system safe)
+  --keep-intermediates         keep every intermediate until the run ends (debugging)
+)";
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string safe_file_name(const std::string& name) {
+  std::string s = name;
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+  if (s.empty() || s == "." || s == "..") s = "_" + s;
+  return s;
+}
+
+Tensor random_tensor(const onyx::ValueDesc& d, const std::map<std::string, int64_t>& dims, std::mt19937_64& rng) {
+  ONYX_CHECK(d.is_tensor && d.dtype != DType::kUndefined, "input '", d.name, "' has type ", d.type_str(),
+             ", for which onyx cannot make random values");
+  ONYX_CHECK(d.rank_known, "input '", d.name, "' has unknown rank; give it with --input");
+  std::vector<int64_t> shape;
+  for (size_t i = 0; i < d.dims.size(); ++i) {
+    if (d.dims[i] >= 0) { shape.push_back(d.dims[i]); continue; }
+    std::string p = i < d.dim_params.size() ? d.dim_params[i] : "";
+    auto it = dims.find(p);
+    shape.push_back(it == dims.end() ? 1 : it->second);
+  }
+  Tensor t(d.dtype, onyx::Shape(shape));
+  std::normal_distribution<double> normal;
+  std::uniform_int_distribution<int> small(0, 9);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    switch (d.dtype) {
+      case DType::kFloat32: t.data<float>()[i] = static_cast<float>(normal(rng)); break;
+      case DType::kFloat64: t.data<double>()[i] = normal(rng); break;
+      case DType::kFloat16: t.data<onyx::Float16>()[i] = onyx::Float16(static_cast<float>(normal(rng))); break;
+      case DType::kBFloat16: t.data<onyx::BFloat16>()[i] = onyx::BFloat16(static_cast<float>(normal(rng))); break;
+      case DType::kBool: t.data<bool>()[i] = small(rng) % 2; break;
+      case DType::kInt64: t.data<int64_t>()[i] = small(rng); break;
+      case DType::kInt32: t.data<int32_t>()[i] = small(rng); break;
+      case DType::kInt16: t.data<int16_t>()[i] = static_cast<int16_t>(small(rng)); break;
+      case DType::kInt8: t.data<int8_t>()[i] = static_cast<int8_t>(small(rng)); break;
+      case DType::kUInt8: t.data<uint8_t>()[i] = static_cast<uint8_t>(small(rng)); break;
+      case DType::kUInt16: t.data<uint16_t>()[i] = static_cast<uint16_t>(small(rng)); break;
+      case DType::kUInt32: t.data<uint32_t>()[i] = static_cast<uint32_t>(small(rng)); break;
+      case DType::kUInt64: t.data<uint64_t>()[i] = static_cast<uint64_t>(small(rng)); break;
+      default: throw Error(cat("cannot make random values of ", onyx::dtype_name(d.dtype)));
+    }
+  }
+  return t;
+}
+
+std::string summarize(const Tensor& t) {
+  if (t.dtype() == DType::kString || t.numel() == 0) return t.numel() == 0 ? "(empty)" : "(strings)";
+  double lo = INFINITY, hi = -INFINITY, sum = 0;
+  int64_t nan = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double v = t.get_as_double(i);
+    if (std::isnan(v)) { ++nan; continue; }
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    sum += v;
+  }
+  std::string s = cat("min ", lo, " max ", hi, " mean ", sum / std::max<int64_t>(1, t.numel() - nan));
+  if (nan) s += cat(" NaN x", nan);
+  s += " [";
+  for (int64_t i = 0; i < std::min<int64_t>(t.numel(), 5); ++i) s += cat(i ? ", " : "", t.get_as_double(i));
+  return s + (t.numel() > 5 ? ", ...]" : "]");
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) { b /= 1024; ++u; }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", b, units[u]);
+  return buf;
+}
+
+int cmd_info(const std::string& path) {
+  auto session = onyx::Session::load(path);
+  auto s = session->summary();
+  std::cout << "model: " << s.path << "\n";
+  std::cout << "ir_version: " << s.ir_version << (s.producer.empty() ? "" : "  producer: " + s.producer) << "\n";
+  std::cout << "opsets:";
+  for (const auto& [d, v] : s.opsets) std::cout << " " << (d.empty() ? "ai.onnx" : d) << "=" << v;
+  std::cout << "\ninputs:\n";
+  for (const auto& d : session->inputs())
+    std::cout << "  " << d.name << ": " << d.type_str() << (d.has_default ? " (has a default)" : "") << "\n";
+  std::cout << "outputs:\n";
+  for (const auto& d : session->outputs()) std::cout << "  " << d.name << ": " << d.type_str() << "\n";
+  std::cout << "initializers: " << s.initializer_count << " (" << human_bytes(double(s.initializer_bytes)) << ", "
+            << s.initializer_bytes << " bytes)\n";
+  std::cout << "nodes: " << s.node_count << "\nops:\n";
+  std::vector<std::pair<int, std::string>> ops;
+  for (const auto& [op, n] : s.op_histogram) ops.emplace_back(-n, op);
+  std::sort(ops.begin(), ops.end());
+  for (const auto& [n, op] : ops) std::cout << "  " << op << ": " << -n << "\n";
+  return 0;
+}
+
+int cmd_run(const std::string& path, const std::vector<std::string>& args) {
+  std::vector<std::pair<std::string, std::string>> inputs;
+  std::map<std::string, int64_t> dims;
+  int repeat = 0;
+  std::string save_dir;
+  onyx::SessionOptions options;
+  uint64_t seed = std::random_device{}();
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw UsageError(cat(args[i], " needs a value"));
+      return args[++i];
+    };
+    auto split = [&](const std::string& kv) {
+      size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) throw UsageError(cat("expected NAME=VALUE, got '", kv, "'"));
+      return std::pair{kv.substr(0, eq), kv.substr(eq + 1)};
+    };
+    auto to_int = [&](const std::string& s) -> int64_t {
+      try {
+        size_t pos = 0;
+        int64_t v = std::stoll(s, &pos);
+        if (pos == s.size()) return v;
+      } catch (...) {}
+      throw UsageError(cat("'", s, "' is not an integer"));
+    };
+    const std::string& a = args[i];
+    if (a == "--input") inputs.push_back(split(value()));
+    else if (a == "--dim") { auto [k, v] = split(value()); dims[k] = to_int(v); }
+    else if (a == "--repeat") repeat = static_cast<int>(to_int(value()));
+    else if (a == "--seed") seed = static_cast<uint64_t>(to_int(value()));
+    else if (a == "--save-outputs") save_dir = value();
+    else if (a == "--keep-intermediates") options.release_dead_values = false;
+    else throw UsageError(cat("unknown option '", a, "'"));
+  }
+  if (repeat < 0) throw UsageError("--repeat must be >= 0");
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto session = onyx::Session::load(path, options);
+  auto t1 = std::chrono::steady_clock::now();
+  std::mt19937_64 rng(seed);
+  onyx::NamedTensors feeds;
+  bool any_random = inputs.empty();
+  if (inputs.empty()) {
+    for (const auto& d : session->inputs())
+      if (!d.has_default) feeds.emplace_back(d.name, random_tensor(d, dims, rng));
+  }
+  for (const auto& [name, source] : inputs) {
+    if (source == "random") {
+      const onyx::ValueDesc* desc = nullptr;
+      for (const auto& d : session->inputs()) if (d.name == name) desc = &d;
+      ONYX_CHECK(desc, "--input ", name, "=random: '", name, "' is not an input of the model");
+      feeds.emplace_back(name, random_tensor(*desc, dims, rng));
+      any_random = true;
+    } else {
+      feeds.emplace_back(name, onyx::read_npy(source));
+    }
+  }
+  if (any_random) std::cout << "random inputs: seed " << seed << "\n";
+  for (const auto& [name, t] : feeds) std::cout << "input  " << name << ": " << t.type_str() << "\n";
+
+  auto outputs = session->run(feeds);
+  onyx::RunStats first = session->last_run_stats();
+  std::vector<double> times;
+  for (int r = 0; r < repeat; ++r) {
+    session->run(feeds);
+    times.push_back(session->last_run_stats().seconds);
+  }
+  for (const auto& [name, t] : outputs)
+    std::cout << "output " << name << ": " << t.type_str() << "  " << summarize(t) << "\n";
+  std::printf("load: %.3f ms\nfirst run: %.3f ms\n", std::chrono::duration<double, std::milli>(t1 - t0).count(),
+              first.seconds * 1e3);
+  if (!times.empty()) {
+    std::sort(times.begin(), times.end());
+    double mean = 0;
+    for (double t : times) mean += t;
+    mean /= times.size();
+    std::printf("runs: %d  median %.3f ms  min %.3f ms  mean %.3f ms\n", repeat, times[times.size() / 2] * 1e3,
+                times.front() * 1e3, mean * 1e3);
+  }
+  std::cout << "peak intermediate memory: " << human_bytes(double(first.peak_bytes)) << " (" << first.peak_bytes
+            << " bytes, " << first.allocations << " allocations)\n";
+  if (!save_dir.empty()) {
+    std::filesystem::create_directories(save_dir);
+    for (const auto& [name, t] : outputs) {
+      std::string file = (std::filesystem::path(save_dir) / (safe_file_name(name) + ".npy")).string();
+      onyx::write_npy(file, t);
+      std::cout << "saved " << file << "\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+      std::cout << kUsage;
+      return args.empty() ? 2 : 0;
+    }
+    if (args.size() < 2) throw UsageError(cat("'", args[0], "' needs a MODEL path"));
+    std::vector<std::string> rest(args.begin() + 2, args.end());
+    if (args[0] == "run") return cmd_run(args[1], rest);
+    if (args[0] == "info") {
+      if (!rest.empty()) throw UsageError(cat("info takes no options, got '", rest[0], "'"));
+      return cmd_info(args[1]);
+    }
+    throw UsageError(cat("unknown command '", args[0], "'"));
+  } catch (const UsageError& e) {
+    std::cerr << "onyx: " << e.what() << "\n\n" << kUsage;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "onyx: error: " << e.what() << "\n";
+    return 1;
+  }
+}
