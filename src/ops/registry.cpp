@@ -44,6 +44,13 @@ const OpRegistry& OpRegistry::global() {
     register_reduce_ops(r);
     register_nn_ops(r);
     register_control_flow_ops(r);
+    register_cast_ops(r);
+    register_gather_scatter_ops(r);
+    register_normalization_ops(r);
+    register_attention_ops(r);
+    register_loss_ops(r);
+    register_conv_pool_ops(r);
+    register_resize_ops(r);
     return r;
   }();
   return registry;

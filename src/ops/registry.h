@@ -36,5 +36,12 @@ void register_tensor_ops(OpRegistry& r);
 void register_reduce_ops(OpRegistry& r);
 void register_nn_ops(OpRegistry& r);
 void register_control_flow_ops(OpRegistry& r);
+void register_cast_ops(OpRegistry& r);
+void register_gather_scatter_ops(OpRegistry& r);
+void register_normalization_ops(OpRegistry& r);
+void register_attention_ops(OpRegistry& r);
+void register_loss_ops(OpRegistry& r);
+void register_conv_pool_ops(OpRegistry& r);
+void register_resize_ops(OpRegistry& r);
 
 }  // namespace onyx
