@@ -43,6 +43,15 @@ struct ModelSummary {
   int64_t node_count = 0;
 };
 
+// What a model declares, read without preparing it to run.
+struct ModelInfo {
+  ModelSummary summary;
+  std::vector<ValueDesc> inputs, outputs;
+  // Ops of the model that onyx has no definition for ("Op (domain, opset N)").
+  std::vector<std::string> unsupported_ops;
+};
+ModelInfo inspect_model(const std::string& path);
+
 struct RunStats {
   size_t peak_bytes = 0;     // the allocator's high-water mark during the run, above the bytes held before it
   size_t allocations = 0;    // allocations made during the run
@@ -59,7 +68,6 @@ class Session {
 
   const std::vector<ValueDesc>& inputs() const;
   const std::vector<ValueDesc>& outputs() const;
-  ModelSummary summary() const;
 
   // Runs the model. Feeds are borrowed for the call; outputs are returned in the
   // model's output order and stay valid after the session is gone. Bad feeds

@@ -1,6 +1,7 @@
 #include "onyx/session.h"
 
 #include <chrono>
+#include <set>
 #include <unordered_map>
 
 #include "exec/executor.h"
@@ -73,28 +74,37 @@ const std::vector<ValueDesc>& Session::inputs() const { return impl_->inputs; }
 const std::vector<ValueDesc>& Session::outputs() const { return impl_->outputs; }
 const RunStats& Session::last_run_stats() const { return impl_->stats; }
 
-static void histogram(const Graph& g, ModelSummary& s) {
+static void histogram(const Graph& g, ModelSummary& s, std::set<std::string>& unsupported) {
   for (const auto& n : g.nodes) {
-    ++s.op_histogram[n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type];
+    std::string op = n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type;
+    ++s.op_histogram[op];
     ++s.node_count;
+    if (!OpRegistry::global().find(n.domain, n.op_type, n.opset))
+      unsupported.insert(cat(op, " (opset ", n.opset, ")"));
     for (const auto& a : n.attributes) {
-      if (a.g) histogram(*a.g, s);
-      for (const auto& sg : a.graphs) histogram(*sg, s);
+      if (a.g) histogram(*a.g, s, unsupported);
+      for (const auto& sg : a.graphs) histogram(*sg, s, unsupported);
     }
   }
 }
 
-ModelSummary Session::summary() const {
-  const Model& m = impl_->model;
-  ModelSummary s;
+ModelInfo inspect_model(const std::string& path) {
+  Model m = load_model(path);
+  ModelInfo info;
+  ModelSummary& s = info.summary;
   s.path = m.path;
   s.producer = m.producer;
   s.ir_version = m.ir_version;
   s.opsets = m.opsets;
   s.initializer_count = static_cast<int64_t>(m.graph->initializers.size());
   s.initializer_bytes = m.initializer_bytes();
-  histogram(*m.graph, s);
-  return s;
+  std::set<std::string> unsupported;
+  histogram(*m.graph, s, unsupported);
+  info.unsupported_ops.assign(unsupported.begin(), unsupported.end());
+  const Graph& g = *m.graph;
+  for (int id : g.inputs) info.inputs.push_back(describe(g.values[id], g.values[id].is_initializer));
+  for (int id : g.outputs) info.outputs.push_back(describe(g.values[id], false));
+  return info;
 }
 
 void Session::Impl::check_feed(const ValueDesc& d, const Tensor& t,
