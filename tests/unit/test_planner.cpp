@@ -156,7 +156,9 @@ TEST(Planner, GuardListCoversInputsInitializersOutputsAndMemoized) {
   for (const auto& step : plan->release_after)
     for (int v : step) EXPECT_FALSE(plan->guards.guarded(v));
   for (size_t id = 0; id < plan->values.size(); ++id)
-    if (plan->values[id].in_place) EXPECT_FALSE(plan->guards.guarded(plan->values[id].root));
+    if (plan->values[id].in_place) {
+      EXPECT_FALSE(plan->guards.guarded(plan->values[id].root));
+    }
 }
 
 TEST(Planner, InputsAreNeverWrittenInPlace) {
