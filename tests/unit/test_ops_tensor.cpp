@@ -160,8 +160,11 @@ TEST(TensorOps, RangeOverInt32Int64FloatDouble) {
     check_range<double>(s / 4.0, l / 4.0, d / 4.0);
   }
   check_range<int32_t>(5, 5, 1);  // empty
-  expect_error([] { run_op("Range", {Tensor::scalar<int32_t>(0), Tensor::scalar<int32_t>(5), Tensor::scalar<int32_t>(0)}); },
-               {"delta"});
+  expect_error(
+      [] {
+        run_op("Range", {Tensor::scalar<int32_t>(0), Tensor::scalar<int32_t>(5), Tensor::scalar<int32_t>(0)});
+      },
+      {"delta"});
 }
 
 TEST(TensorOps, EyeLikeWithOffsetAndDtype) {
@@ -210,8 +213,8 @@ TYPED_TEST(TensorOpsTyped, SliceWithNegativeStepsAndExtremeEnds) {
     for (int64_t b = 0; b < 6; ++b)
       for (int64_t c = 0; c < 2; ++c) EXPECT_EQ(at<T>(out, {a, b, c}), at<T>(x, {i0[a], b, i2[c]}));
   // Opset 1 attributes; out-of-range starts clamp to an empty result.
-  out = run_op("Slice", {x}, {attr_ints("starts", {1, 9}), attr_ints("ends", {3, 12}), attr_ints("axes", {0, 2})},
-               1, 1)[0];
+  out = run_op("Slice", {x}, {attr_ints("starts", {1, 9}), attr_ints("ends", {3, 12}), attr_ints("axes", {0, 2})}, 1,
+               1)[0];
   EXPECT_EQ(out.shape(), (Shape{2, 6, 0}));
 }
 
@@ -387,8 +390,11 @@ TEST(TensorOps, GatherWithInt32AndInt64Indices) {
 
 TEST(TensorOps, GatherOutOfRangeNamesIndexAndAxisSize) {
   Tensor data = rnd<float>(Shape{4, 5});
-  expect_error([&] { run_op("Gather", {data, Tensor::from_vector<int32_t>({1, 5}, Shape{2})}, {attr_int("axis", 1)}); },
-               {"index 5", "axis 1", "size 5"});
+  expect_error(
+      [&] {
+        run_op("Gather", {data, Tensor::from_vector<int32_t>({1, 5}, Shape{2})}, {attr_int("axis", 1)});
+      },
+      {"index 5", "axis 1", "size 5"});
   expect_error([&] { run_op("Gather", {data, i64({-5})}); }, {"index -5", "size 4"});
 }
 
@@ -402,8 +408,11 @@ TEST(TensorOps, GatherElementsAndNDAgainstLoops) {
       int64_t k = at<int64_t>(ind, {i, j});
       EXPECT_EQ(at<float>(out, {i, j}), at<float>(data, {i, k < 0 ? k + 4 : k}));
     }
-  expect_error([&] { run_op("GatherElements", {data, i64({4}).view(Shape{1, 1})}, {attr_int("axis", 1)}); },
-               {"index 4", "size 4"});
+  expect_error(
+      [&] {
+        run_op("GatherElements", {data, i64({4}).view(Shape{1, 1})}, {attr_int("axis", 1)});
+      },
+      {"index 4", "size 4"});
 
   // GatherND with batch_dims 1: data [2,3,4], indices [2,5,1] pick rows per batch.
   Tensor d3 = rnd<int64_t>(Shape{2, 3, 4}, -100, 100);
@@ -423,8 +432,8 @@ TEST(TensorOps, ScatterElementsAllReductions) {
     Tensor data = rnd<float>(Shape{3, 4});
     Tensor ind = rnd<int64_t>(Shape{3, 2}, -4, 3);  // duplicates likely
     Tensor upd = rnd<float>(Shape{3, 2});
-    auto out = run_op("ScatterElements", {data, ind, upd}, {attr_int("axis", 1), attr_string("reduction", red)}, 1,
-                      18)[0];
+    auto out =
+        run_op("ScatterElements", {data, ind, upd}, {attr_int("axis", 1), attr_string("reduction", red)}, 1, 18)[0];
     Tensor want = data.clone();
     float* w = want.data<float>();
     for (int64_t i = 0; i < 3; ++i)
@@ -432,18 +441,24 @@ TEST(TensorOps, ScatterElementsAllReductions) {
         int64_t k = at<int64_t>(ind, {i, j});
         float& t = w[i * 4 + (k < 0 ? k + 4 : k)];
         float u = at<float>(upd, {i, j});
-        t = red == "none" ? u : red == "add" ? t + u : red == "mul" ? t * u : red == "max" ? std::max(t, u) : std::min(t, u);
+        t = red == "none"  ? u
+            : red == "add" ? t + u
+            : red == "mul" ? t * u
+            : red == "max" ? std::max(t, u)
+                           : std::min(t, u);
       }
     for (int64_t i = 0; i < 12; ++i) EXPECT_FLOAT_EQ(out.data<float>()[i], w[i]) << red;
   }
   // Scatter (opset 9) is the same op; bad indices throw.
   Tensor data = rnd<float>(Shape{2, 2});
-  auto out = run_op("Scatter", {data, i64({1}).view(Shape{1, 1}), Tensor::from_vector<float>({7.f}, Shape{1, 1})},
-                    {}, 1, 9)[0];
+  auto out = run_op("Scatter", {data, i64({1}).view(Shape{1, 1}), Tensor::from_vector<float>({7.f}, Shape{1, 1})}, {},
+                    1, 9)[0];
   EXPECT_EQ(at<float>(out, {1, 0}), 7.f);
-  expect_error([&] {
-    run_op("ScatterElements", {data, i64({2}).view(Shape{1, 1}), Tensor::from_vector<float>({7.f}, Shape{1, 1})});
-  }, {"index 2", "size 2"});
+  expect_error(
+      [&] {
+        run_op("ScatterElements", {data, i64({2}).view(Shape{1, 1}), Tensor::from_vector<float>({7.f}, Shape{1, 1})});
+      },
+      {"index 2", "size 2"});
 }
 
 TEST(TensorOps, ScatterNDAddWithDuplicates) {
@@ -458,8 +473,11 @@ TEST(TensorOps, ScatterNDAddWithDuplicates) {
       if (i == 3) want += at<int64_t>(upd, {1, j});
       EXPECT_EQ(at<int64_t>(out, {i, j}), want);
     }
-  expect_error([&] { run_op("ScatterND", {data, Tensor::from_vector<int64_t>({4}, Shape{1, 1}), rnd<int64_t>(Shape{1, 3})}); },
-               {"index 4", "size 4"});
+  expect_error(
+      [&] {
+        run_op("ScatterND", {data, Tensor::from_vector<int64_t>({4}, Shape{1, 1}), rnd<int64_t>(Shape{1, 3})});
+      },
+      {"index 4", "size 4"});
 }
 
 TEST(TensorOps, CompressAndNonZero) {
@@ -539,7 +557,8 @@ TEST(TensorOps, UniqueSortedAndUnsortedWithAllOutputs) {
     EXPECT_EQ(outs[0].to_int64_vector(), vals);
     EXPECT_EQ(outs[1].to_int64_vector(), first);
     EXPECT_EQ(outs[3].to_int64_vector(), counts);
-    for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(outs[2].data<int64_t>()[i], static_cast<int64_t>(pos[x.data<int64_t>()[i]]));
+    for (int64_t i = 0; i < 10; ++i)
+      EXPECT_EQ(outs[2].data<int64_t>()[i], static_cast<int64_t>(pos[x.data<int64_t>()[i]]));
   }
   // Along an axis: rows compared whole.
   Tensor rows = Tensor::from_vector<float>({2, 1, 0, 5, 2, 1, 0, 4}, Shape{4, 2});
