@@ -571,5 +571,54 @@ TEST(TensorOps, UniqueSortedAndUnsortedWithAllOutputs) {
   EXPECT_EQ(outs[3].to_int64_vector(), (std::vector<int64_t>{1, 1, 2}));
 }
 
+// ---- planning: inference without input values -------------------------------
+
+// Runs only `op`'s inference with input types known but no values; returns output 0's type.
+ValueType infer_without_values(const std::string& op, std::vector<ValueType> types, std::vector<Attribute> attrs,
+                               size_t num_outputs = 1, int opset = 18) {
+  Node n;
+  n.name = "planned";
+  n.op_type = op;
+  n.opset = opset;
+  n.attributes = std::move(attrs);
+  for (size_t i = 0; i < types.size(); ++i) n.inputs.push_back(types[i].dtype == DType::kUndefined ? -1 : int(i));
+  for (size_t o = 0; o < num_outputs; ++o) n.outputs.push_back(static_cast<int>(types.size() + o));
+  const OpDef* def = OpRegistry::global().find("", op, opset);
+  EXPECT_TRUE(def) << op;
+  InferContext ctx(n, types, std::vector<const Tensor*>(types.size(), nullptr));
+  def->infer(ctx);
+  return ctx.outputs()[0];
+}
+
+TEST(TensorOps, InferenceWithoutValuesLeavesShapesUnknown) {
+  const ValueType f{DType::kFloat32, Shape{2, 3, 4}};
+  const ValueType ids{DType::kInt64, Shape{2}};
+  EXPECT_FALSE(infer_without_values("Reshape", {f, ids}, {}).shape.rank_known);
+  EXPECT_EQ(infer_without_values("Slice", {f, ids, ids}, {}).shape.dims.size(), 3u);
+  EXPECT_FALSE(infer_without_values("Slice", {f, ids, ids}, {}).shape.fully_known());
+  EXPECT_FALSE(infer_without_values("Expand", {f, ids}, {}).shape.rank_known);
+  EXPECT_FALSE(infer_without_values("Tile", {f, ValueType{DType::kInt64, Shape{3}}}, {}).shape.fully_known());
+  EXPECT_FALSE(infer_without_values("Pad", {f, ValueType{DType::kInt64, Shape{6}}}, {}).shape.fully_known());
+  EXPECT_FALSE(infer_without_values("Squeeze", {f, ids}, {}, 1, 13).shape.rank_known);
+  EXPECT_FALSE(infer_without_values("Unsqueeze", {f, ids}, {}, 1, 13).shape.rank_known);
+  EXPECT_FALSE(infer_without_values("ConstantOfShape", {ids}, {}).shape.fully_known());
+  EXPECT_EQ(infer_without_values("ConstantOfShape", {ids}, {}).shape.dims.size(), 2u);
+  const ValueType scalar{DType::kInt32, Shape{}};
+  EXPECT_FALSE(infer_without_values("Range", {scalar, scalar, scalar}, {}).shape.fully_known());
+  EXPECT_FALSE(infer_without_values("Split", {f, ids}, {attr_int("axis", 1)}, 2).shape.fully_known());
+  EXPECT_FALSE(infer_without_values("TopK", {f, ValueType{DType::kInt64, Shape{1}}}, {}, 2).shape.fully_known());
+  EXPECT_FALSE(infer_without_values("Compress", {f, ValueType{DType::kBool, Shape{3}}}, {}).shape.fully_known());
+  EXPECT_FALSE(infer_without_values("NonZero", {f}, {}).shape.fully_known());
+  EXPECT_FALSE(
+      infer_without_values("OneHot", {ids, scalar, ValueType{DType::kFloat32, Shape{2}}}, {}).shape.fully_known());
+  EXPECT_FALSE(infer_without_values("CenterCropPad", {f, ValueType{DType::kInt64, Shape{3}}}, {}).shape.fully_known());
+  // Unknown input shapes propagate without errors.
+  const ValueType unknown{DType::kFloat32, PartialShape()};
+  EXPECT_FALSE(infer_without_values("Transpose", {unknown}, {}).shape.rank_known);
+  EXPECT_FALSE(infer_without_values("Concat", {unknown, f}, {attr_int("axis", 0)}).shape.fully_known());
+  EXPECT_EQ(infer_without_values("Shape", {unknown}, {}).shape.dims.size(), 1u);
+  EXPECT_FALSE(infer_without_values("Gather", {unknown, ids}, {}).shape.rank_known);
+}
+
 }  // namespace
 }  // namespace onyx
