@@ -149,11 +149,21 @@ void with_reduction(DType dt, Reduction red, std::string_view what, Body&& body)
     body(tag, [red](T* d, const T* s) {
       C a = static_cast<C>(*d), b = static_cast<C>(*s);
       switch (red) {
-        case Reduction::kAdd: a = static_cast<C>(a + b); break;
-        case Reduction::kMul: a = static_cast<C>(a * b); break;
-        case Reduction::kMax: a = std::max(a, b); break;
-        case Reduction::kMin: a = std::min(a, b); break;
-        case Reduction::kNone: a = b; break;
+        case Reduction::kAdd:
+          a = static_cast<C>(a + b);
+          break;
+        case Reduction::kMul:
+          a = static_cast<C>(a * b);
+          break;
+        case Reduction::kMax:
+          a = std::max(a, b);
+          break;
+        case Reduction::kMin:
+          a = std::min(a, b);
+          break;
+        case Reduction::kNone:
+          a = b;
+          break;
       }
       *d = static_cast<T>(a);
     });
@@ -191,8 +201,8 @@ void scatter_elements_kernel(KernelContext& ctx) {
 
 void infer_scatter_elements(InferContext& ctx) {
   check_index_dtype(ctx.input_dtype(1), "ScatterElements indices");
-  ONYX_CHECK(ctx.input_dtype(2) == ctx.input_dtype(0), "ScatterElements: updates are ",
-             dtype_name(ctx.input_dtype(2)), ", data is ", dtype_name(ctx.input_dtype(0)));
+  ONYX_CHECK(ctx.input_dtype(2) == ctx.input_dtype(0), "ScatterElements: updates are ", dtype_name(ctx.input_dtype(2)),
+             ", data is ", dtype_name(ctx.input_dtype(0)));
   if (ctx.opset() >= 16) reduction_of(ctx);  // reject unknown reductions early
   infer_same_as_input(ctx);
 }
@@ -245,8 +255,7 @@ void gather_nd_kernel(KernelContext& ctx) {
   const int64_t b = batch_dims_of(ctx, dd.size(), id.size());
   const int64_t m = id.back();
   for (int64_t a = 0; a < b; ++a)
-    ONYX_CHECK(dd[a] == id[a], "GatherND: batch axis ", a, " has size ", dd[a], " in data but ", id[a],
-               " in indices");
+    ONYX_CHECK(dd[a] == id[a], "GatherND: batch axis ", a, " has size ", dd[a], " in data but ", id[a], " in indices");
   const int64_t batches = product(dd, 0, b);
   const int64_t tuples = product(id, b, id.size() - 1);  // per batch
   const int64_t slice = product(dd, b + m, dd.size());
@@ -524,7 +533,8 @@ void unique_kernel(KernelContext& ctx) {
   if (axis >= 0) yshape[axis] = u;
   Tensor& y = ctx.allocate_output(0, x.dtype(), yshape);
   for (int64_t g = 0; g < u; ++g)
-    for (int64_t o = 0; o < outer; ++o) copy_elements(x, (o * n + firsts[g]) * inner, y, (o * u + pos[g]) * inner, inner);
+    for (int64_t o = 0; o < outer; ++o)
+      copy_elements(x, (o * n + firsts[g]) * inner, y, (o * u + pos[g]) * inner, inner);
   if (ctx.has_output(1)) {
     int64_t* q = ctx.allocate_output(1, DType::kInt64, Shape{u}).data<int64_t>();
     for (int64_t g = 0; g < u; ++g) q[pos[g]] = firsts[g];

@@ -129,8 +129,10 @@ void split_kernel(KernelContext& ctx) {
   const auto& d = in.shape().dims();
   const int64_t axis = normalize_axis(ctx.attr_int("axis", 0), static_cast<int64_t>(d.size()));
   std::optional<std::vector<int64_t>> split;
-  if (ctx.opset() < 13) split = ctx.attr_ints("split");
-  else if (ctx.has_input(1)) split = ctx.input(1).to_int64_vector();
+  if (ctx.opset() < 13)
+    split = ctx.attr_ints("split");
+  else if (ctx.has_input(1))
+    split = ctx.input(1).to_int64_vector();
   auto sizes = split_sizes(ctx, split, d[axis]);
   const int64_t outer = product(d, 0, axis), inner = product(d, axis + 1, d.size());
   const int64_t in_block = d[axis] * inner;
@@ -213,8 +215,7 @@ void infer_tile(InferContext& ctx) {
     ctx.set_output(0, ctx.input_dtype(0), in.rank_known ? PartialShape::of_rank(in.dims.size()) : PartialShape());
     return;
   }
-  ONYX_CHECK(reps->size() == in.dims.size(), "Tile: ", reps->size(), " repeats for an input of rank ",
-             in.dims.size());
+  ONYX_CHECK(reps->size() == in.dims.size(), "Tile: ", reps->size(), " repeats for an input of rank ", in.dims.size());
   PartialShape out = in;
   for (size_t i = 0; i < reps->size(); ++i) {
     ONYX_CHECK((*reps)[i] >= 0, "Tile: negative repeat ", (*reps)[i], " for axis ", i);
@@ -366,18 +367,18 @@ void reverse_sequence_kernel(KernelContext& ctx) {
   const Tensor& lens = ctx.input(1);
   const int64_t batch_axis = ctx.attr_int("batch_axis", 1), time_axis = ctx.attr_int("time_axis", 0);
   const int64_t batch = in.shape()[batch_axis], steps = in.shape()[time_axis];
-  ONYX_CHECK(lens.rank() == 1 && lens.numel() == batch, "ReverseSequence: sequence_lens has shape ",
-             lens.shape().str(), ", expected [", batch, "]");
+  ONYX_CHECK(lens.rank() == 1 && lens.numel() == batch, "ReverseSequence: sequence_lens has shape ", lens.shape().str(),
+             ", expected [", batch, "]");
   const auto st = in.shape().strides();
   const int64_t inner = product(in.shape().dims(), 2, in.rank());
   copy_elements(in, 0, out, 0, in.numel());
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t len = lens.data<int64_t>()[b];
-    ONYX_CHECK(len >= 0 && len <= steps, "ReverseSequence: sequence length ", len, " for batch ", b,
-               " is outside [0, ", steps, "]");
+    ONYX_CHECK(len >= 0 && len <= steps, "ReverseSequence: sequence length ", len, " for batch ", b, " is outside [0, ",
+               steps, "]");
     for (int64_t t = 0; t < len; ++t)
-      copy_elements(in, b * st[batch_axis] + (len - 1 - t) * st[time_axis], out,
-                    b * st[batch_axis] + t * st[time_axis], inner);
+      copy_elements(in, b * st[batch_axis] + (len - 1 - t) * st[time_axis], out, b * st[batch_axis] + t * st[time_axis],
+                    inner);
   }
 }
 

@@ -186,8 +186,8 @@ void infer_pad(InferContext& ctx) {
   for (size_t a = 0; a < in.dims.size(); ++a) {
     if (in.dims[a] == PartialShape::kUnknown) continue;
     out.dims[a] = in.dims[a] + (*pads)[2 * a] + (*pads)[2 * a + 1];
-    ONYX_CHECK(out.dims[a] >= 0, "Pad: pads ", (*pads)[2 * a], ", ", (*pads)[2 * a + 1], " on axis ", a,
-               " of size ", in.dims[a], " give a negative size");
+    ONYX_CHECK(out.dims[a] >= 0, "Pad: pads ", (*pads)[2 * a], ", ", (*pads)[2 * a + 1], " on axis ", a, " of size ",
+               in.dims[a], " give a negative size");
   }
   ctx.set_output(0, ctx.input_dtype(0), out);
 }
@@ -196,9 +196,12 @@ void infer_pad(InferContext& ctx) {
 int64_t pad_source(int64_t c, int64_t dim, PadMode mode) {
   if (c >= 0 && c < dim) return c;
   switch (mode) {
-    case PadMode::kConstant: return -1;
-    case PadMode::kEdge: return c < 0 ? 0 : dim - 1;
-    case PadMode::kWrap: return ((c % dim) + dim) % dim;
+    case PadMode::kConstant:
+      return -1;
+    case PadMode::kEdge:
+      return c < 0 ? 0 : dim - 1;
+    case PadMode::kWrap:
+      return ((c % dim) + dim) % dim;
     case PadMode::kReflect: {
       if (dim == 1) return 0;
       const int64_t period = 2 * (dim - 1);

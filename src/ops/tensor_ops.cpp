@@ -27,8 +27,10 @@ void infer_reshape(InferContext& ctx) {
     // Without the input's shape only entries that need nothing from it are known.
     PartialShape out = PartialShape::of_rank(target.size());
     for (size_t i = 0; i < target.size(); ++i) {
-      if (target[i] > 0 || (target[i] == 0 && allowzero)) out.dims[i] = target[i];
-      else if (target[i] == 0 && ps.rank_known && i < ps.dims.size()) out.dims[i] = ps.dims[i];
+      if (target[i] > 0 || (target[i] == 0 && allowzero))
+        out.dims[i] = target[i];
+      else if (target[i] == 0 && ps.rank_known && i < ps.dims.size())
+        out.dims[i] = ps.dims[i];
     }
     ctx.set_output(0, ctx.input_dtype(0), out);
     return;
@@ -182,8 +184,8 @@ void shape_kernel(KernelContext& ctx) {
 
 // The tensor a Constant node holds, from whichever value* attribute it has.
 Tensor constant_value(const NodeView& n) {
-  const char* kinds[] = {"value", "value_float", "value_floats", "value_int", "value_ints", "value_string",
-                         "value_strings", "sparse_value"};
+  const char* kinds[] = {"value",      "value_float",  "value_floats",  "value_int",
+                         "value_ints", "value_string", "value_strings", "sparse_value"};
   int found = 0;
   for (const char* k : kinds) found += n.has_attr(k);
   ONYX_CHECK(found == 1, "Constant needs exactly one value attribute, got ", found);
@@ -228,7 +230,7 @@ void infer_constant_of_shape(InferContext& ctx) {
   auto dims = known_ints(ctx, 0);
   if (!dims) {
     const PartialShape& s = ctx.input_shape(0);
-    ctx.set_output(0, dt, s.fully_known() ? PartialShape::of_rank(s.dims[0]) : PartialShape());
+    ctx.set_output(0, dt, s.fully_known() && s.dims.size() == 1 ? PartialShape::of_rank(s.dims[0]) : PartialShape());
     return;
   }
   for (int64_t d : *dims) ONYX_CHECK(d >= 0, "ConstantOfShape: negative dimension ", d);

@@ -23,11 +23,16 @@ template <class Fn>
 void dispatch_storage(DType dt, std::string_view what, Fn&& fn) {
   if (dt == DType::kString) return fn(std::type_identity<std::string>{});
   switch (dt == DType::kUndefined ? 0 : dtype_size(dt)) {
-    case 1: return fn(std::type_identity<uint8_t>{});
-    case 2: return fn(std::type_identity<uint16_t>{});
-    case 4: return fn(std::type_identity<uint32_t>{});
-    case 8: return fn(std::type_identity<uint64_t>{});
-    default: throw Error(cat(what, ": element type ", dtype_name(dt), " is not supported"));
+    case 1:
+      return fn(std::type_identity<uint8_t>{});
+    case 2:
+      return fn(std::type_identity<uint16_t>{});
+    case 4:
+      return fn(std::type_identity<uint32_t>{});
+    case 8:
+      return fn(std::type_identity<uint64_t>{});
+    default:
+      throw Error(cat(what, ": element type ", dtype_name(dt), " is not supported"));
   }
 }
 
