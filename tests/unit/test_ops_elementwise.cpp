@@ -339,17 +339,23 @@ TEST(ElementwiseCast, FloatToIntTruncatesTowardZero) {
 }
 
 TEST(ElementwiseCast, NumbersToStringsAsTheReferenceFormatsThem) {
-  Tensor x = Tensor::from_vector<float>({1.0f, 0.1f, -0.25f, 1e-5f, 1.5e16f, 123456.0f, NAN, -INFINITY, 0.0001f, 3.4028235e38f},
-                                        Shape{10});
+  // numpy 2 prints float32 positionally for 1e-4 <= |x| < 1e6 only; float32(0.0001) is just below 1e-4.
+  Tensor x = Tensor::from_vector<float>(
+      {1.0f, 0.1f, -0.25f, 1e-5f, 1.5e16f, 123456.0f, NAN, -INFINITY, 0.0001f, 3.4028235e38f, 1e6f, 999999.94f},
+      Shape{12});
   auto out = test::run_op("Cast", {x}, {test::attr_int("to", 8)});
-  std::vector<std::string> expect = {"1.0", "0.1", "-0.25", "1e-05", "1.5e+16", "123456.0", "nan", "-inf", "0.0001",
-                                     "3.4028235e+38"};
+  std::vector<std::string> expect = {"1.0",  "0.1",  "-0.25", "1e-05",         "1.5e+16", "123456.0",
+                                     "nan",  "-inf", "1e-04", "3.4028235e+38", "1e+06",   "999999.94"};
   for (size_t i = 0; i < expect.size(); ++i) EXPECT_EQ(out[0].data<std::string>()[i], expect[i]) << i;
   auto ints = test::run_op("Cast", {Tensor::from_vector<int32_t>({-42, 7}, Shape{2})}, {test::attr_int("to", 8)});
   EXPECT_EQ(ints[0].data<std::string>()[0], "-42");
   EXPECT_EQ(ints[0].data<std::string>()[1], "7");
   auto half = test::run_op("Cast", {Tensor::from_vector<Float16>({Float16(0.1f)}, Shape{1})}, {test::attr_int("to", 8)});
   EXPECT_EQ(half[0].data<std::string>()[0], "0.1");
+  auto dbl = test::run_op("Cast", {Tensor::from_vector<double>({0.0001, 1e15, 1e16}, Shape{3})}, {test::attr_int("to", 8)});
+  EXPECT_EQ(dbl[0].data<std::string>()[0], "0.0001");
+  EXPECT_EQ(dbl[0].data<std::string>()[1], "1000000000000000.0");
+  EXPECT_EQ(dbl[0].data<std::string>()[2], "1e+16");
   auto flags = test::run_op("Cast", {Tensor::from_vector<bool>({true, false}, Shape{2})}, {test::attr_int("to", 8)});
   EXPECT_EQ(flags[0].data<std::string>()[0], "True");
 }
