@@ -10,14 +10,14 @@ namespace onyx {
 
 namespace {
 
-// Python's repr layout for a number given as its shortest significant digits
-// and decimal exponent (value = d.ddd x 10^exp): positional for 1e-4 <= |x| <
-// 1e16, scientific otherwise; "1.0", "0.0001", "1e-05", "1.5e+16". This is
-// what numpy's astype(str) gives, which the ONNX reference uses.
-std::string layout_decimal(bool negative, const std::string& digits, int exp) {
+// numpy's str() layout (what the ONNX reference's astype(str) gives) for a
+// number given as its shortest significant digits and decimal exponent (value
+// = d.ddd x 10^exp): positional "1.0", "0.0001", "123.5" or scientific "1e-05",
+// "1.5e+16". The caller decides which, from the value.
+std::string layout_decimal(bool negative, bool positional, const std::string& digits, int exp) {
   std::string s = negative ? "-" : "";
   const int n = static_cast<int>(digits.size());
-  if (exp < -4 || exp >= 16) {
+  if (!positional) {
     s.push_back(digits[0]);
     if (n > 1) s.append(".").append(digits, 1);
     char buf[16];
@@ -30,7 +30,7 @@ std::string layout_decimal(bool negative, const std::string& digits, int exp) {
 }
 
 // Splits "d.ddde+XX" (std::to_chars scientific) into digits and exponent.
-std::string format_scientific(bool negative, const char* first, const char* last) {
+std::string format_scientific(bool negative, bool positional, const char* first, const char* last) {
   std::string text(first, last);
   size_t e = text.find('e');
   std::string mantissa = text.substr(0, e);
@@ -39,10 +39,12 @@ std::string format_scientific(bool negative, const char* first, const char* last
   for (char c : mantissa)
     if (c != '.') digits += c;
   while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
-  return layout_decimal(negative, digits, exp);
+  return layout_decimal(negative, positional, digits, exp);
 }
 
-// Shortest digits that read back as the same value of T, in Python's layout.
+// Shortest digits that read back as the same value of T, in numpy's layout:
+// positional for 1e-4 <= |x| < 10^P, with P = 16 for double, 6 for float and
+// 3 for the 16-bit floats (numpy 2: str(np.float32(1e6)) is "1e+06").
 template <class T>
 std::string float_to_string(T v) {
   const double d = static_cast<double>(static_cast<compute_t<T>>(v));
@@ -51,19 +53,21 @@ std::string float_to_string(T v) {
   const bool negative = std::signbit(d);
   char buf[64];
   if (d == 0) return negative ? "-0.0" : "0.0";
+  const double max_positional = std::is_same_v<T, double> ? 1e16 : std::is_same_v<T, float> ? 1e6 : 1e3;
+  const bool positional = std::abs(d) >= 1e-4 && std::abs(d) < max_positional;
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     auto res = std::to_chars(buf, buf + sizeof buf, std::abs(v), std::chars_format::scientific);
-    return format_scientific(negative, buf, res.ptr);
+    return format_scientific(negative, positional, buf, res.ptr);
   } else {
     // 16-bit floats: the fewest significant digits that round-trip.
     const float f = std::abs(static_cast<float>(v));
     for (int precision = 0; precision < 9; ++precision) {
       auto res = std::to_chars(buf, buf + sizeof buf, f, std::chars_format::scientific, precision);
       float back = std::strtof(std::string(buf, res.ptr).c_str(), nullptr);
-      if (T(back).bits == T(f).bits) return format_scientific(negative, buf, res.ptr);
+      if (T(back).bits == T(f).bits) return format_scientific(negative, positional, buf, res.ptr);
     }
     auto res = std::to_chars(buf, buf + sizeof buf, f, std::chars_format::scientific);
-    return format_scientific(negative, buf, res.ptr);
+    return format_scientific(negative, positional, buf, res.ptr);
   }
 }
 

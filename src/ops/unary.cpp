@@ -231,7 +231,15 @@ void register_dropout(OpRegistry& r) {
                   const Tensor& training = ctx.input(2);
                   ONYX_CHECK(training.numel() == 1, "training_mode must be a scalar, got shape ",
                              training.shape().str());
-                  ONYX_CHECK(training.get_as_double(0) == 0, "training mode is not supported");
+                  // Training with ratio 0 drops nothing, so it is the identity too.
+                  double ratio = 0.5;
+                  if (ctx.has_input(1)) {
+                    ONYX_CHECK(ctx.input(1).numel() == 1, "ratio must be a scalar, got shape ",
+                               ctx.input(1).shape().str());
+                    ratio = ctx.input(1).get_as_double(0);
+                  }
+                  ONYX_CHECK(training.get_as_double(0) == 0 || ratio == 0,
+                             "training mode is not supported (ratio ", ratio, ")");
                 }
                 dispatch<AllTypes>(ctx.input(0).dtype(), "Dropout", [&](auto tag) {
                   using T = typename decltype(tag)::type;

@@ -58,14 +58,14 @@ inline std::vector<Tensor> run_op(const std::string& op_type, const std::vector<
       n.inputs.push_back(-1);
       continue;
     }
-    int id = g.value_id("x" + std::to_string(i));
+    int id = g.value_id(cat("x", i));
     g.values[id].is_input = true;
     g.inputs.push_back(id);
     feeds.push_back(inputs[i]);
     n.inputs.push_back(id);
   }
   for (size_t o = 0; o < num_outputs; ++o) {
-    int id = g.value_id("y" + std::to_string(o));
+    int id = g.value_id(cat("y", o));
     g.values[id].producer = 0;
     n.outputs.push_back(id);
     g.outputs.push_back(id);
