@@ -95,7 +95,8 @@ bool dtype_supported(DType t) {
 DType dtype_from_onnx(int32_t code) {
   static const char* const kUnsupported[] = {
       "", "", "", "", "", "", "", "", "", "", "", "", "", "", "complex64", "complex128", "",
-      "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "uint4", "int4", "float4e2m1"};
+      "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "uint4", "int4", "float4e2m1", "float8e8m0",
+      "uint2", "int2"};
   if (code >= 1 && code <= 16 && code != 14 && code != 15) return static_cast<DType>(code);
   if (code >= 0 && code < static_cast<int32_t>(std::size(kUnsupported)) && kUnsupported[code][0])
     throw Error(cat("element type ", kUnsupported[code], " is not supported by onyx"));

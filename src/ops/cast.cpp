@@ -1,8 +1,156 @@
-// Cast and CastLike.
-#include "ops/common.h"
+// Cast and CastLike between every pair of onyx's element types, strings included.
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <map>
+
+#include "ops/elementwise.h"
 
 namespace onyx {
 
-void register_cast_ops(OpRegistry& r) {}
+namespace {
+
+// Python's repr layout for a number given as its shortest significant digits
+// and decimal exponent (value = d.ddd x 10^exp): positional for 1e-4 <= |x| <
+// 1e16, scientific otherwise; "1.0", "0.0001", "1e-05", "1.5e+16". This is
+// what numpy's astype(str) gives, which the ONNX reference uses.
+std::string layout_decimal(bool negative, const std::string& digits, int exp) {
+  std::string s = negative ? "-" : "";
+  const int n = static_cast<int>(digits.size());
+  if (exp < -4 || exp >= 16) {
+    s.push_back(digits[0]);
+    if (n > 1) s.append(".").append(digits, 1);
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    return s.append(buf);
+  }
+  if (exp < 0) return s.append("0.").append(static_cast<size_t>(-exp - 1), '0').append(digits);
+  if (n <= exp + 1) return s.append(digits).append(static_cast<size_t>(exp + 1 - n), '0').append(".0");
+  return s.append(digits, 0, exp + 1).append(".").append(digits, exp + 1);
+}
+
+// Splits "d.ddde+XX" (std::to_chars scientific) into digits and exponent.
+std::string format_scientific(bool negative, const char* first, const char* last) {
+  std::string text(first, last);
+  size_t e = text.find('e');
+  std::string mantissa = text.substr(0, e);
+  int exp = std::atoi(text.c_str() + e + 1);
+  std::string digits;
+  for (char c : mantissa)
+    if (c != '.') digits += c;
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  return layout_decimal(negative, digits, exp);
+}
+
+// Shortest digits that read back as the same value of T, in Python's layout.
+template <class T>
+std::string float_to_string(T v) {
+  const double d = static_cast<double>(static_cast<compute_t<T>>(v));
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d < 0 ? "-inf" : "inf";
+  const bool negative = std::signbit(d);
+  char buf[64];
+  if (d == 0) return negative ? "-0.0" : "0.0";
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    auto res = std::to_chars(buf, buf + sizeof buf, std::abs(v), std::chars_format::scientific);
+    return format_scientific(negative, buf, res.ptr);
+  } else {
+    // 16-bit floats: the fewest significant digits that round-trip.
+    const float f = std::abs(static_cast<float>(v));
+    for (int precision = 0; precision < 9; ++precision) {
+      auto res = std::to_chars(buf, buf + sizeof buf, f, std::chars_format::scientific, precision);
+      float back = std::strtof(std::string(buf, res.ptr).c_str(), nullptr);
+      if (T(back).bits == T(f).bits) return format_scientific(negative, buf, res.ptr);
+    }
+    auto res = std::to_chars(buf, buf + sizeof buf, f, std::chars_format::scientific);
+    return format_scientific(negative, buf, res.ptr);
+  }
+}
+
+template <class S>
+std::string to_string_value(const S& v) {
+  if constexpr (std::is_same_v<S, std::string>) return v;
+  else if constexpr (std::is_same_v<S, bool>) return v ? "True" : "False";
+  else if constexpr (is_int_v<S>) return std::to_string(v);
+  else return float_to_string(v);
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+// Parses a floating value the way Python's float() does ("1.5", "-INF", "nan", "1e5").
+bool parse_double(std::string_view text, double& out) {
+  std::string s(trim(text));
+  if (s.empty()) return false;
+  char* end = nullptr;
+  out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size();
+}
+
+template <class D>
+D parse_value(const std::string& text) {
+  std::string_view s = trim(text);
+  if constexpr (std::is_same_v<D, bool>) {
+    if (s.empty() || s == "false" || s == "False" || s == "FALSE") return false;
+    if (s == "true" || s == "True" || s == "TRUE") return true;
+  } else if constexpr (is_int_v<D>) {
+    if (!s.empty() && s.front() == '+') s.remove_prefix(1);
+    using Wide = std::conditional_t<std::is_signed_v<D>, int64_t, uint64_t>;
+    Wide w{};
+    auto res = std::from_chars(s.data(), s.data() + s.size(), w);
+    if (res.ec == std::errc() && res.ptr == s.data() + s.size()) return static_cast<D>(w);
+  }
+  double d;
+  ONYX_CHECK(parse_double(s, d), "cannot convert the string \"", text, "\" to ", dtype_name(dtype_of<D>));
+  return convert_value<D>(d);
+}
+
+template <class D, class S>
+D cast_value(const S& s) {
+  if constexpr (std::is_same_v<D, std::string>) return to_string_value(s);
+  else if constexpr (std::is_same_v<S, std::string>) return parse_value<D>(s);
+  else return convert_value<D>(s);
+}
+
+void cast_tensor(const Tensor& in, Tensor& out) {
+  dispatch<AllTypes>(in.dtype(), "Cast input", [&](auto src_tag) {
+    using S = typename decltype(src_tag)::type;
+    dispatch<AllTypes>(out.dtype(), "Cast target", [&](auto dst_tag) {
+      using D = typename decltype(dst_tag)::type;
+      map_unary<S, D>(in, out, [](const S& x) { return cast_value<D>(x); });
+    });
+  });
+}
+
+// Cast-1 named the target type with a string ("FLOAT"); later opsets use the code.
+DType cast_target(const NodeView& node) {
+  const Attribute* a = node.node().find_attribute("to");
+  ONYX_CHECK(a, "required attribute 'to' is missing");
+  if (a->kind == Attribute::Kind::kString) {
+    static const std::map<std::string, DType> kNames = {
+        {"FLOAT", DType::kFloat32}, {"UINT8", DType::kUInt8},     {"INT8", DType::kInt8},
+        {"UINT16", DType::kUInt16}, {"INT16", DType::kInt16},     {"INT32", DType::kInt32},
+        {"INT64", DType::kInt64},   {"STRING", DType::kString},   {"BOOL", DType::kBool},
+        {"FLOAT16", DType::kFloat16}, {"DOUBLE", DType::kFloat64}, {"UINT32", DType::kUInt32},
+        {"UINT64", DType::kUInt64}, {"BFLOAT16", DType::kBFloat16}};
+    auto it = kNames.find(a->s);
+    ONYX_CHECK(it != kNames.end(), "attribute 'to' names an unknown element type \"", a->s, "\"");
+    return it->second;
+  }
+  return dtype_from_onnx(static_cast<int32_t>(node.attr_int("to")));
+}
+
+}  // namespace
+
+void register_cast_ops(OpRegistry& r) {
+  r.add(OpDef{"", "Cast", 1, [](InferContext& ctx) { ctx.set_output(0, cast_target(ctx), ctx.input_shape(0)); },
+              [](KernelContext& ctx) { cast_tensor(ctx.input(0), ctx.output(0)); }, {}});
+  r.add(OpDef{"", "CastLike", 15,
+              [](InferContext& ctx) { ctx.set_output(0, ctx.input_dtype(1), ctx.input_shape(0)); },
+              [](KernelContext& ctx) { cast_tensor(ctx.input(0), ctx.output(0)); }, {}});
+}
 
 }  // namespace onyx

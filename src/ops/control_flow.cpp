@@ -1,36 +1,184 @@
 // Ops with subgraphs: If, Loop, Scan. Their bodies run through the executor
 // (KernelContext::run_subgraph), so releasing and error context work the same inside.
+#include <cstring>
+
 #include "ops/common.h"
 
 namespace onyx {
 
 namespace {
 
-// Declared output types of a branch; shapes stay unknown until it runs.
-void infer_from_branch(InferContext& ctx, const Graph* g) {
+// Copies `count` elements; strings are objects, everything else plain bytes.
+void copy_elements(const Tensor& dst, int64_t dst_off, const Tensor& src, int64_t src_off, int64_t count) {
+  if (count <= 0) return;
+  if (src.dtype() == DType::kString) {
+    const std::string* s = static_cast<const std::string*>(src.raw()) + src_off;
+    std::string* d = static_cast<std::string*>(dst.raw()) + dst_off;
+    for (int64_t i = 0; i < count; ++i) d[i] = s[i];
+    return;
+  }
+  size_t es = dtype_size(src.dtype());
+  std::memcpy(static_cast<char*>(dst.raw()) + dst_off * es, static_cast<const char*>(src.raw()) + src_off * es,
+              static_cast<size_t>(count) * es);
+}
+
+// Slice `index` of `t` along `axis`, with that axis removed.
+Tensor take_along(const Tensor& t, int64_t axis, int64_t index, Allocator& alloc) {
+  std::vector<int64_t> dims = t.shape().dims();
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= dims[i];
+  for (size_t i = axis + 1; i < dims.size(); ++i) inner *= dims[i];
+  int64_t n = dims[axis];
+  dims.erase(dims.begin() + axis);
+  Tensor out(t.dtype(), Shape(dims), alloc);
+  for (int64_t o = 0; o < outer; ++o) copy_elements(out, o * inner, t, (o * n + index) * inner, inner);
+  return out;
+}
+
+// Stacks equally shaped tensors along a new axis `axis`.
+Tensor stack_along(const std::vector<Tensor>& parts, int64_t axis, DType dtype, const Shape& part_shape,
+                   Allocator& alloc) {
+  std::vector<int64_t> dims = part_shape.dims();
+  dims.insert(dims.begin() + axis, static_cast<int64_t>(parts.size()));
+  Tensor out(dtype, Shape(dims), alloc);
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= part_shape[i];
+  for (size_t i = axis; i < part_shape.rank(); ++i) inner *= part_shape[i];
+  int64_t n = static_cast<int64_t>(parts.size());
+  for (int64_t k = 0; k < n; ++k) {
+    ONYX_CHECK(parts[k].shape() == part_shape && parts[k].dtype() == dtype, "scan output of iteration ", k, " is ",
+               parts[k].type_str(), ", but iteration 0 gave ", dtype_name(dtype), part_shape.str());
+    for (int64_t o = 0; o < outer; ++o) copy_elements(out, (o * n + k) * inner, parts[k], o * inner, inner);
+  }
+  return out;
+}
+
+// Declared output types of a subgraph; shapes stay unknown until it runs.
+void infer_from_body(InferContext& ctx, const Graph* g, size_t skip_body_outputs) {
   ONYX_CHECK(g, "missing subgraph attribute");
-  for (size_t o = 0; o < ctx.num_outputs() && o < g->outputs.size(); ++o)
-    ctx.set_output(o, g->values[g->outputs[o]].declared.dtype, PartialShape());
+  for (size_t o = 0; o < ctx.num_outputs(); ++o) {
+    size_t bo = o + skip_body_outputs;
+    ctx.set_output(o, bo < g->outputs.size() ? g->values[g->outputs[bo]].declared.dtype : DType::kUndefined,
+                   PartialShape());
+  }
 }
 
 void if_kernel(KernelContext& ctx) {
   const Tensor& cond = ctx.input(0);
   ONYX_CHECK(cond.numel() == 1, "the condition must hold one element, got ", cond.type_str());
   bool take_then = cond.get_as_double(0) != 0;
-  const Graph* branch = ctx.attr_graph(take_then ? "then_branch" : "else_branch");
-  ONYX_CHECK(branch, "missing attribute ", take_then ? "then_branch" : "else_branch");
-  std::vector<Tensor> outs = with_context(take_then ? "then_branch" : "else_branch",
-                                          [&] { return ctx.run_subgraph(*branch, {}); });
-  ONYX_CHECK(outs.size() == ctx.num_outputs(), "the branch returns ", outs.size(), " values, the node has ",
+  const char* which = take_then ? "then_branch" : "else_branch";
+  const Graph* branch = ctx.attr_graph(which);
+  ONYX_CHECK(branch, "missing attribute ", which);
+  std::vector<Tensor> outs = with_context(which, [&] { return ctx.run_subgraph(*branch, {}); });
+  ONYX_CHECK(outs.size() == ctx.num_outputs(), which, " returns ", outs.size(), " values, the node has ",
              ctx.num_outputs(), " outputs");
   for (size_t o = 0; o < outs.size(); ++o) ctx.set_output(o, std::move(outs[o]));
+}
+
+// Loop(M?, cond?, v_initial...) -> (v_final..., scan_outputs...)
+void loop_kernel(KernelContext& ctx) {
+  const Graph* body = ctx.attr_graph("body");
+  ONYX_CHECK(body, "missing attribute 'body'");
+  int64_t max_trips = INT64_MAX;
+  if (ctx.has_input(0)) {
+    ONYX_CHECK(ctx.input(0).numel() == 1, "M must be a scalar, got ", ctx.input(0).type_str());
+    max_trips = ctx.input(0).get_as_int64(0);
+  }
+  bool cond = true;
+  if (ctx.has_input(1)) {
+    ONYX_CHECK(ctx.input(1).numel() == 1, "cond must be a scalar, got ", ctx.input(1).type_str());
+    cond = ctx.input(1).get_as_double(0) != 0;
+  }
+  const size_t n_carried = ctx.num_inputs() - 2;
+  ONYX_CHECK(body->inputs.size() == n_carried + 2, "the body takes ", body->inputs.size(), " inputs, expected ",
+             n_carried + 2);
+  ONYX_CHECK(body->outputs.size() >= n_carried + 1, "the body returns ", body->outputs.size(),
+             " values, expected at least ", n_carried + 1);
+  const size_t n_scan = body->outputs.size() - 1 - n_carried;
+  std::vector<Tensor> carried;
+  for (size_t i = 0; i < n_carried; ++i) carried.push_back(ctx.input(i + 2));
+  std::vector<std::vector<Tensor>> scans(n_scan);
+  for (int64_t trip = 0; trip < max_trips && cond; ++trip) {
+    std::vector<Tensor> in{Tensor::scalar<int64_t>(trip), Tensor::scalar<bool>(cond)};
+    in.insert(in.end(), carried.begin(), carried.end());
+    std::vector<Tensor> out = with_context(cat("body, iteration ", trip), [&] { return ctx.run_subgraph(*body, in); });
+    cond = out[0].get_as_double(0) != 0;
+    for (size_t i = 0; i < n_carried; ++i) carried[i] = std::move(out[1 + i]);
+    for (size_t k = 0; k < n_scan; ++k) scans[k].push_back(std::move(out[1 + n_carried + k]));
+  }
+  for (size_t i = 0; i < n_carried && i < ctx.num_outputs(); ++i)
+    if (ctx.has_output(i)) ctx.set_output(i, std::move(carried[i]));
+  for (size_t k = 0; k < n_scan && n_carried + k < ctx.num_outputs(); ++k) {
+    if (!ctx.has_output(n_carried + k)) continue;
+    if (scans[k].empty()) {
+      const Value& v = body->values[body->outputs[1 + n_carried + k]];
+      std::vector<int64_t> dims{0};
+      for (int64_t d : v.declared.dims) dims.push_back(std::max<int64_t>(d, 0));
+      ctx.allocate_output(n_carried + k, v.declared.dtype == DType::kUndefined ? DType::kFloat32 : v.declared.dtype,
+                          Shape(dims));
+    } else {
+      ctx.set_output(n_carried + k, stack_along(scans[k], 0, scans[k][0].dtype(), scans[k][0].shape(), ctx.allocator()));
+    }
+  }
+}
+
+// Scan (opset 9+): N state variables, then M scan inputs sliced along their axes.
+void scan_kernel(KernelContext& ctx) {
+  const Graph* body = ctx.attr_graph("body");
+  ONYX_CHECK(body, "missing attribute 'body'");
+  const int64_t m = ctx.attr_int("num_scan_inputs");
+  const size_t n_state = ctx.num_inputs() - static_cast<size_t>(m);
+  const size_t n_scan_out = ctx.num_outputs() - n_state;
+  auto in_axes = ctx.attr_ints("scan_input_axes", std::vector<int64_t>(m, 0));
+  auto in_dirs = ctx.attr_ints("scan_input_directions", std::vector<int64_t>(m, 0));
+  auto out_axes = ctx.attr_ints("scan_output_axes", std::vector<int64_t>(n_scan_out, 0));
+  auto out_dirs = ctx.attr_ints("scan_output_directions", std::vector<int64_t>(n_scan_out, 0));
+  ONYX_CHECK(static_cast<int64_t>(in_axes.size()) == m && static_cast<int64_t>(in_dirs.size()) == m,
+             "scan_input_axes/directions must have num_scan_inputs entries");
+  ONYX_CHECK(out_axes.size() == n_scan_out && out_dirs.size() == n_scan_out,
+             "scan_output_axes/directions must have one entry per scan output");
+  int64_t length = -1;
+  for (int64_t j = 0; j < m; ++j) {
+    const Tensor& x = ctx.input(n_state + j);
+    in_axes[j] = normalize_axis(in_axes[j], static_cast<int64_t>(x.rank()));
+    int64_t len = x.shape()[in_axes[j]];
+    ONYX_CHECK(length < 0 || len == length, "scan input ", j, " has length ", len, ", an earlier one ", length);
+    length = len;
+  }
+  ONYX_CHECK(m > 0, "Scan needs at least one scan input");
+  std::vector<Tensor> state;
+  for (size_t i = 0; i < n_state; ++i) state.push_back(ctx.input(i));
+  std::vector<std::vector<Tensor>> outs(n_scan_out);
+  for (int64_t it = 0; it < length; ++it) {
+    std::vector<Tensor> in = state;
+    for (int64_t j = 0; j < m; ++j) {
+      int64_t index = in_dirs[j] ? length - 1 - it : it;
+      in.push_back(take_along(ctx.input(n_state + j), in_axes[j], index, ctx.allocator()));
+    }
+    std::vector<Tensor> out = with_context(cat("body, iteration ", it), [&] { return ctx.run_subgraph(*body, in); });
+    ONYX_CHECK(out.size() == n_state + n_scan_out, "the body returns ", out.size(), " values, expected ",
+               n_state + n_scan_out);
+    for (size_t i = 0; i < n_state; ++i) state[i] = std::move(out[i]);
+    for (size_t k = 0; k < n_scan_out; ++k) outs[k].push_back(std::move(out[n_state + k]));
+  }
+  for (size_t i = 0; i < n_state; ++i) ctx.set_output(i, std::move(state[i]));
+  for (size_t k = 0; k < n_scan_out; ++k) {
+    auto& parts = outs[k];
+    if (out_dirs[k]) std::reverse(parts.begin(), parts.end());
+    ONYX_CHECK(!parts.empty(), "Scan over zero iterations has no scan output shape");
+    int64_t axis = normalize_axis(out_axes[k], static_cast<int64_t>(parts[0].rank()) + 1);
+    ctx.set_output(n_state + k, stack_along(parts, axis, parts[0].dtype(), parts[0].shape(), ctx.allocator()));
+  }
 }
 
 }  // namespace
 
 void register_control_flow_ops(OpRegistry& r) {
-  r.add(OpDef{"", "If", 1, [](InferContext& ctx) { infer_from_branch(ctx, ctx.attr_graph("then_branch")); },
+  r.add(OpDef{"", "If", 1, [](InferContext& ctx) { infer_from_body(ctx, ctx.attr_graph("then_branch"), 0); },
               if_kernel});
+  r.add(OpDef{"", "Loop", 1, [](InferContext& ctx) { infer_from_body(ctx, ctx.attr_graph("body"), 1); }, loop_kernel});
+  r.add(OpDef{"", "Scan", 9, [](InferContext& ctx) { infer_from_body(ctx, ctx.attr_graph("body"), 0); }, scan_kernel});
 }
 
 }  // namespace onyx

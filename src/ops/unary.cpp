@@ -1,31 +1,265 @@
-// Elementwise ops of one input.
+// Elementwise ops of one input: math functions, activations, rounding,
+// predicates (IsNaN, IsInf), Clip and inference-mode Dropout.
 #include <cmath>
 
-#include "ops/common.h"
+#include "ops/elementwise.h"
 
 namespace onyx {
 
 namespace {
 
-template <class Types, class Fn>
-void add_unary(OpRegistry& r, const char* name, Fn fn) {
-  r.add(OpDef{"", name, 1, [](InferContext& ctx) { infer_same_as_input(ctx); },
-              [name, fn](KernelContext& ctx) {
+// Registers an op whose output has the input's dtype and shape. `make(ctx)`
+// returns the generic element function, so attributes are read once per run;
+// 16-bit floats compute in float.
+template <class Types, class Make>
+void add_unary(OpRegistry& r, const char* name, int since, Make make) {
+  r.add(OpDef{"", name, since, [](InferContext& ctx) { infer_same_as_input(ctx); },
+              [name, make](KernelContext& ctx) {
+                auto fn = make(ctx);
                 dispatch<Types>(ctx.input(0).dtype(), name, [&](auto tag) {
                   using T = typename decltype(tag)::type;
                   using C = compute_t<T>;
-                  const T* in = ctx.input(0).data<T>();
-                  T* out = ctx.output(0).data<T>();
-                  int64_t n = ctx.input(0).numel();
-                  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(fn(static_cast<C>(in[i])));
+                  map_unary<T, T>(ctx.input(0), ctx.output(0),
+                                  [&](T x) { return static_cast<T>(fn(static_cast<C>(x))); });
                 });
-              }});
+              }, {}});
+}
+
+// The same for element functions without attributes, on floating types.
+template <class Fn>
+void add_float_unary(OpRegistry& r, const char* name, int since, Fn fn) {
+  add_unary<FloatTypes>(r, name, since, [fn](const KernelContext&) { return fn; });
+}
+
+// float -> float element functions with a numerically safe form.
+template <class V>
+V sigmoid(V x) {
+  if (x >= V(0)) return V(1) / (V(1) + std::exp(-x));
+  V e = std::exp(x);
+  return e / (V(1) + e);
+}
+template <class V>
+V softplus(V x) {
+  return x > V(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+}
+
+void register_math(OpRegistry& r) {
+  add_float_unary(r, "Sqrt", 1, [](auto x) { return std::sqrt(x); });
+  add_float_unary(r, "Reciprocal", 1, [](auto x) { return decltype(x)(1) / x; });
+  add_float_unary(r, "Exp", 1, [](auto x) { return std::exp(x); });
+  add_float_unary(r, "Log", 1, [](auto x) { return std::log(x); });
+  add_float_unary(r, "Tanh", 1, [](auto x) { return std::tanh(x); });
+  add_float_unary(r, "Erf", 9, [](auto x) { return std::erf(x); });
+  add_float_unary(r, "Sin", 7, [](auto x) { return std::sin(x); });
+  add_float_unary(r, "Cos", 7, [](auto x) { return std::cos(x); });
+  add_float_unary(r, "Tan", 7, [](auto x) { return std::tan(x); });
+  add_float_unary(r, "Asin", 7, [](auto x) { return std::asin(x); });
+  add_float_unary(r, "Acos", 7, [](auto x) { return std::acos(x); });
+  add_float_unary(r, "Atan", 7, [](auto x) { return std::atan(x); });
+  add_float_unary(r, "Sinh", 9, [](auto x) { return std::sinh(x); });
+  add_float_unary(r, "Cosh", 9, [](auto x) { return std::cosh(x); });
+  add_float_unary(r, "Asinh", 9, [](auto x) { return std::asinh(x); });
+  add_float_unary(r, "Acosh", 9, [](auto x) { return std::acosh(x); });
+  add_float_unary(r, "Atanh", 9, [](auto x) { return std::atanh(x); });
+  add_float_unary(r, "Floor", 1, [](auto x) { return std::floor(x); });
+  add_float_unary(r, "Ceil", 1, [](auto x) { return std::ceil(x); });
+  // rint rounds halves to even under the default rounding mode, as ONNX Round does.
+  add_float_unary(r, "Round", 11, [](auto x) { return std::rint(x); });
+
+  auto stateless = [](auto f) { return [f](const KernelContext&) { return f; }; };
+  add_unary<NumericTypes>(r, "Abs", 1, stateless([](auto x) {
+                            using V = decltype(x);
+                            if constexpr (std::is_unsigned_v<V>) return x;
+                            else return x < V(0) ? wrap_neg(x) : x;
+                          }));
+  add_unary<SignedNumericTypes>(r, "Neg", 1, stateless([](auto x) { return wrap_neg(x); }));
+  add_unary<NumericTypes>(r, "Sign", 9, stateless([](auto x) {
+                            using V = decltype(x);
+                            if constexpr (std::is_floating_point_v<V>)
+                              if (std::isnan(x)) return x;
+                            return static_cast<V>(static_cast<int>(V(0) < x) - static_cast<int>(x < V(0)));
+                          }));
+}
+
+void register_activations(OpRegistry& r) {
+  auto stateless = [](auto f) { return [f](const KernelContext&) { return f; }; };
+  add_unary<SignedNumericTypes>(r, "Relu", 1, stateless([](auto x) { return x > decltype(x)(0) ? x : decltype(x)(0); }));
+  add_float_unary(r, "Sigmoid", 1, [](auto x) { return sigmoid(x); });
+  add_float_unary(r, "Softplus", 1, [](auto x) { return softplus(x); });
+  add_float_unary(r, "Softsign", 1, [](auto x) { return x / (decltype(x)(1) + std::abs(x)); });
+  add_float_unary(r, "Mish", 18, [](auto x) { return x * std::tanh(softplus(x)); });
+  add_float_unary(r, "HardSwish", 14, [](auto x) {
+    using V = decltype(x);
+    return x * std::max(V(0), std::min(V(1), x / V(6) + V(0.5)));
+  });
+
+  add_unary<FloatTypes>(r, "LeakyRelu", 1, [](const KernelContext& ctx) {
+    float alpha = ctx.attr_float("alpha", 0.01f);
+    return [alpha](auto x) { return x < decltype(x)(0) ? decltype(x)(alpha) * x : x; };
+  });
+  add_unary<FloatTypes>(r, "Elu", 1, [](const KernelContext& ctx) {
+    float alpha = ctx.attr_float("alpha", 1.0f);
+    return [alpha](auto x) { return x < decltype(x)(0) ? decltype(x)(alpha) * std::expm1(x) : x; };
+  });
+  add_unary<FloatTypes>(r, "Selu", 1, [](const KernelContext& ctx) {
+    float alpha = ctx.attr_float("alpha", 1.67326319217681884765625f);
+    float gamma = ctx.attr_float("gamma", 1.05070102214813232421875f);
+    return [alpha, gamma](auto x) {
+      using V = decltype(x);
+      return x > V(0) ? V(gamma) * x : V(gamma) * (V(alpha) * std::exp(x) - V(alpha));
+    };
+  });
+  add_unary<FloatTypes>(r, "Celu", 12, [](const KernelContext& ctx) {
+    float alpha = ctx.attr_float("alpha", 1.0f);
+    return [alpha](auto x) {
+      using V = decltype(x);
+      return std::max(V(0), x) + std::min(V(0), V(alpha) * std::expm1(x / V(alpha)));
+    };
+  });
+  add_unary<FloatTypes>(r, "HardSigmoid", 1, [](const KernelContext& ctx) {
+    float alpha = ctx.attr_float("alpha", 0.2f), beta = ctx.attr_float("beta", 0.5f);
+    return [alpha, beta](auto x) {
+      using V = decltype(x);
+      return std::max(V(0), std::min(V(1), V(alpha) * x + V(beta)));
+    };
+  });
+  add_unary<FloatTypes>(r, "ThresholdedRelu", 10, [](const KernelContext& ctx) {
+    float alpha = ctx.attr_float("alpha", 1.0f);
+    return [alpha](auto x) { return x > decltype(x)(alpha) ? x : decltype(x)(0); };
+  });
+  add_unary<FloatTypes>(r, "Swish", 24, [](const KernelContext& ctx) {
+    float alpha = ctx.attr_float("alpha", 1.0f);
+    return [alpha](auto x) { return x * sigmoid(decltype(x)(alpha) * x); };
+  });
+  add_unary<FloatTypes>(r, "Gelu", 20, [](const KernelContext& ctx) {
+    std::string approx = ctx.attr_string("approximate", "none");
+    ONYX_CHECK(approx == "none" || approx == "tanh", "approximate must be \"none\" or \"tanh\", got \"", approx, "\"");
+    bool tanh_form = approx == "tanh";
+    return [tanh_form](auto x) {
+      using V = decltype(x);
+      if (tanh_form) {
+        const V k = static_cast<V>(0.7978845608028654);  // sqrt(2/pi)
+        return V(0.5) * x * (V(1) + std::tanh(k * (x + V(0.044715) * x * x * x)));
+      }
+      return V(0.5) * x * (V(1) + std::erf(x * static_cast<V>(0.7071067811865476)));
+    };
+  });
+  // Shrink covers integers too; it computes in double there, then converts back.
+  add_unary<NumericTypes>(r, "Shrink", 9, [](const KernelContext& ctx) {
+    float lambd = ctx.attr_float("lambd", 0.5f), bias = ctx.attr_float("bias", 0.0f);
+    return [lambd, bias](auto x) {
+      using V = decltype(x);
+      using W = std::conditional_t<std::is_floating_point_v<V>, V, double>;
+      W w = static_cast<W>(x);
+      W y = w < -W(lambd) ? w + W(bias) : (w > W(lambd) ? w - W(bias) : W(0));
+      return convert_value<V>(y);
+    };
+  });
+}
+
+// An op of one floating input with a bool output.
+template <class Make>
+void add_predicate(OpRegistry& r, const char* name, int since, Make make) {
+  r.add(OpDef{"", name, since, [](InferContext& ctx) { ctx.set_output(0, DType::kBool, ctx.input_shape(0)); },
+              [name, make](KernelContext& ctx) {
+                auto fn = make(ctx);
+                dispatch<FloatTypes>(ctx.input(0).dtype(), name, [&](auto tag) {
+                  using T = typename decltype(tag)::type;
+                  using C = compute_t<T>;
+                  map_unary<T, bool>(ctx.input(0), ctx.output(0), [&](T x) { return fn(static_cast<C>(x)); });
+                });
+              }, {}});
+}
+
+// Clip: bounds are attributes before opset 11, optional scalar inputs from 11.
+void register_clip(OpRegistry& r) {
+  r.add(OpDef{"", "Clip", 1,
+              [](InferContext& ctx) {
+                for (size_t i = 1; i < 3; ++i)
+                  if (ctx.has_input(i))
+                    ONYX_CHECK(ctx.input_dtype(i) == ctx.input_dtype(0), "bound input ", i, " has dtype ",
+                               dtype_name(ctx.input_dtype(i)), ", but the input has ", dtype_name(ctx.input_dtype(0)));
+                infer_same_as_input(ctx);
+              },
+              [](KernelContext& ctx) {
+                dispatch<NumericTypes>(ctx.input(0).dtype(), "Clip", [&](auto tag) {
+                  using T = typename decltype(tag)::type;
+                  using C = compute_t<T>;
+                  C lo, hi;
+                  if constexpr (std::is_floating_point_v<C>) {
+                    lo = -std::numeric_limits<C>::infinity();
+                    hi = std::numeric_limits<C>::infinity();
+                  } else {
+                    lo = std::numeric_limits<C>::lowest();
+                    hi = std::numeric_limits<C>::max();
+                  }
+                  if (ctx.opset() < 11) {
+                    lo = convert_value<C>(ctx.attr_float("min", -std::numeric_limits<float>::infinity()));
+                    hi = convert_value<C>(ctx.attr_float("max", std::numeric_limits<float>::infinity()));
+                  } else {
+                    auto bound = [&](size_t i, C& v) {
+                      if (!ctx.has_input(i)) return;
+                      const Tensor& t = ctx.input(i);
+                      ONYX_CHECK(t.numel() == 1, "bound input ", i, " must be a scalar, got shape ", t.shape().str());
+                      v = static_cast<C>(t.data<T>()[0]);
+                    };
+                    bound(1, lo);
+                    bound(2, hi);
+                  }
+                  // As numpy.clip: when min > max every element becomes max; NaN stays NaN.
+                  map_unary<T, T>(ctx.input(0), ctx.output(0), [lo, hi](T x) {
+                    C v = static_cast<C>(x);
+                    v = v < lo ? lo : v;
+                    v = v > hi ? hi : v;
+                    return static_cast<T>(v);
+                  });
+                });
+              }, {}});
+}
+
+// Dropout at inference: the output is the input; the optional mask is all
+// true (bool from opset 10, the input's dtype before, where "keep" is 1).
+void register_dropout(OpRegistry& r) {
+  r.add(OpDef{"", "Dropout", 1,
+              [](InferContext& ctx) {
+                infer_same_as_input(ctx);
+                if (ctx.has_output(1))
+                  ctx.set_output(1, ctx.opset() >= 10 ? DType::kBool : ctx.input_dtype(0), ctx.input_shape(0));
+              },
+              [](KernelContext& ctx) {
+                if (ctx.opset() >= 12 && ctx.has_input(2)) {
+                  const Tensor& training = ctx.input(2);
+                  ONYX_CHECK(training.numel() == 1, "training_mode must be a scalar, got shape ",
+                             training.shape().str());
+                  ONYX_CHECK(training.get_as_double(0) == 0, "training mode is not supported");
+                }
+                dispatch<AllTypes>(ctx.input(0).dtype(), "Dropout", [&](auto tag) {
+                  using T = typename decltype(tag)::type;
+                  map_unary<T, T>(ctx.input(0), ctx.output(0), [](const T& x) { return x; });
+                });
+                if (ctx.has_output(1)) {
+                  Tensor& mask = ctx.output(1);
+                  dispatch<NumericBoolTypes>(mask.dtype(), "Dropout mask", [&](auto tag) {
+                    using T = typename decltype(tag)::type;
+                    T* p = mask.data<T>();
+                    for (int64_t i = 0; i < mask.numel(); ++i) p[i] = convert_value<T>(true);
+                  });
+                }
+              }, {}});
 }
 
 }  // namespace
 
 void register_unary_ops(OpRegistry& r) {
-  add_unary<NumericTypes>(r, "Relu", [](auto x) { return x > decltype(x)(0) ? x : decltype(x)(0); });
+  register_math(r);
+  register_activations(r);
+  register_clip(r);
+  register_dropout(r);
+  add_predicate(r, "IsNaN", 9, [](const KernelContext&) { return [](auto x) { return std::isnan(x); }; });
+  add_predicate(r, "IsInf", 10, [](const KernelContext& ctx) {
+    bool neg = ctx.attr_int("detect_negative", 1) != 0, pos = ctx.attr_int("detect_positive", 1) != 0;
+    return [neg, pos](auto x) { return std::isinf(x) && (x < 0 ? neg : pos); };
+  });
 }
 
 }  // namespace onyx

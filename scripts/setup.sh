@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything onyx needs on a fresh Debian 12 machine: the build tools and
+# libraries from Debian, and a Python environment (.venv) for tools and tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ninja-build ccache pkg-config protobuf-compiler libprotobuf-dev libonnx-dev
+          libopenblas-dev libgtest-dev python3-venv)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# The pinned Python packages: onnx 1.22.0 ships the node test data, onnxruntime is the reference.
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import onnx, onnxruntime, numpy, pytest; assert onnx.__version__ == '1.22.0'" 2>/dev/null; then
+  echo "setup: installing Python packages into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements.txt
+fi
+echo "setup: done"

@@ -1,0 +1,352 @@
+// Runs the ONNX backend node tests (model.onnx + test_data_set_*/input_*.pb,
+// output_*.pb) against onyx and writes a per-op report. Each test runs in a
+// forked child, so a crash or hang in one test is recorded as that test's
+// failure and the run goes on.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "model/loader.h"
+#include "onnx/onnx.pb.h"
+#include "onyx/session.h"
+
+namespace fs = std::filesystem;
+using onyx::cat;
+using onyx::DType;
+using onyx::Tensor;
+
+namespace {
+
+struct Options {
+  std::string data_dir;
+  std::string filter = ".*";
+  std::string report;
+  std::string skips_file;
+  std::string baseline_file;
+  int timeout_s = 30;
+  bool verbose = false;
+};
+
+enum class Status { kPass, kFail, kSkip };
+
+struct Result {
+  std::string test;
+  std::string op;
+  Status status = Status::kFail;
+  std::string reason;
+};
+
+struct SkipRule {
+  std::regex pattern;
+  std::string text;
+  std::string reason;
+};
+
+// skips.txt: one rule a line, "REGEX  # reason"; every rule must give a reason.
+std::vector<SkipRule> read_skips(const std::string& path) {
+  std::vector<SkipRule> rules;
+  if (path.empty()) return rules;
+  std::ifstream in(path);
+  if (!in) throw onyx::Error(cat("cannot read skip list '", path, "'"));
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.empty() || line[0] == '#') continue;
+    size_t hash = line.find(" #");
+    if (hash == std::string::npos) throw onyx::Error(cat(path, ":", n, ": a skip rule needs a reason after ' # '"));
+    std::string pat = line.substr(0, hash);
+    pat.erase(pat.find_last_not_of(" \t") + 1);
+    std::string reason = line.substr(hash + 2);
+    reason.erase(0, reason.find_first_not_of(" \t"));
+    rules.push_back({std::regex(pat), pat, reason});
+  }
+  return rules;
+}
+
+// Why a test is out of scope by its declared types, or "" when it is in scope.
+std::string type_skip_reason(const onnx::ModelProto& m) {
+  auto check_type = [](const onnx::TypeProto& t) -> std::string {
+    switch (t.value_case()) {
+      case onnx::TypeProto::kSequenceType: return "uses sequence values, which onyx does not support";
+      case onnx::TypeProto::kOptionalType: return "uses optional values, which onyx does not support";
+      case onnx::TypeProto::kMapType: return "uses map values, which onyx does not support";
+      case onnx::TypeProto::kSparseTensorType: return "uses sparse tensors, which onyx does not support";
+      case onnx::TypeProto::kTensorType: {
+        int e = t.tensor_type().elem_type();
+        if (e == 14 || e == 15) return "uses complex tensors, which onyx does not support";
+        if (e >= 17) {
+          try {
+            onyx::dtype_from_onnx(e);
+          } catch (const onyx::Error& err) {
+            return err.what();
+          }
+        }
+        return "";
+      }
+      default: return "";
+    }
+  };
+  for (const auto& v : m.graph().input()) if (auto r = check_type(v.type()); !r.empty()) return r;
+  for (const auto& v : m.graph().output()) if (auto r = check_type(v.type()); !r.empty()) return r;
+  for (const auto& op : m.opset_import())
+    if (op.domain() == "ai.onnx.preview.training")
+      return "training operators (ai.onnx.preview.training) are outside an inference engine's scope";
+  for (const auto& n : m.graph().node())
+    for (const auto& a : n.attribute())
+      if (a.name() == "to" && a.type() == onnx::AttributeProto::INT && (a.i() >= 17 || a.i() == 14 || a.i() == 15)) {
+        try {
+          onyx::dtype_from_onnx(static_cast<int32_t>(a.i()));
+        } catch (const onyx::Error& err) {
+          return err.what();
+        }
+      }
+  return "";
+}
+
+std::string op_label(const std::string& test, const onnx::ModelProto& m, const fs::path& dir) {
+  const std::string suffix = "_expanded";
+  if (test.size() > suffix.size() && test.compare(test.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    std::string base = test.substr(0, test.size() - suffix.size());
+    onnx::ModelProto bm;
+    std::ifstream in(dir.parent_path() / base / "model.onnx", std::ios::binary);
+    if (in && bm.ParseFromIstream(&in)) return op_label(base, bm, dir) + " (expanded)";
+    return "(expanded)";
+  }
+  std::set<std::string> ops;
+  for (const auto& n : m.graph().node()) ops.insert(n.domain().empty() || n.domain() == "ai.onnx" ? n.op_type() : n.domain() + "::" + n.op_type());
+  std::string label;
+  for (const auto& o : ops) label += (label.empty() ? "" : "+") + o;
+  return label.empty() ? "(no nodes)" : label;
+}
+
+bool close_enough(double a, double b, double rtol, double atol) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  if (std::isinf(a) || std::isinf(b)) return a == b;
+  return std::abs(a - b) <= atol + rtol * std::abs(b);
+}
+
+// "" when equal within the dtype's tolerance, else what differs.
+std::string compare(const Tensor& got, const Tensor& want) {
+  if (got.dtype() != want.dtype())
+    return cat("dtype ", onyx::dtype_name(got.dtype()), ", expected ", onyx::dtype_name(want.dtype()));
+  if (got.shape() != want.shape()) return cat("shape ", got.shape().str(), ", expected ", want.shape().str());
+  if (got.dtype() == DType::kString) {
+    for (int64_t i = 0; i < got.numel(); ++i)
+      if (got.data<std::string>()[i] != want.data<std::string>()[i])
+        return cat("element ", i, ": '", got.data<std::string>()[i], "', expected '", want.data<std::string>()[i], "'");
+    return "";
+  }
+  double rtol = 0, atol = 0;
+  switch (got.dtype()) {
+    case DType::kFloat32: case DType::kFloat64: rtol = 1e-3; atol = 1e-5; break;
+    case DType::kFloat16: rtol = 1e-2; atol = 1e-3; break;
+    case DType::kBFloat16: rtol = 2e-2; atol = 1e-2; break;
+    default: break;  // integers and bool compare exactly
+  }
+  int64_t bad = 0, first = -1;
+  double worst = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    double a = got.get_as_double(i), b = want.get_as_double(i);
+    if (got.dtype() == DType::kInt64 || got.dtype() == DType::kUInt64) {
+      if (got.get_as_int64(i) == want.get_as_int64(i)) continue;
+    } else if (close_enough(a, b, rtol, atol)) {
+      continue;
+    }
+    if (first < 0) first = i;
+    ++bad;
+    if (!std::isnan(a - b)) worst = std::max(worst, std::abs(a - b));
+  }
+  if (!bad) return "";
+  return cat(bad, " of ", got.numel(), " elements differ (first at ", first, ": ", got.get_as_double(first), " vs ",
+             want.get_as_double(first), "; max abs diff ", worst, ")");
+}
+
+// Runs one test in this (child) process; returns "PASS", "SKIP reason" or "FAIL reason".
+std::string run_test(const fs::path& dir) {
+  try {
+    auto session = onyx::Session::load((dir / "model.onnx").string());
+    int sets = 0;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      if (!entry.is_directory() || entry.path().filename().string().rfind("test_data_set_", 0) != 0) continue;
+      ++sets;
+      onyx::NamedTensors feeds;
+      const auto& inputs = session->inputs();
+      for (size_t i = 0;; ++i) {
+        fs::path p = entry.path() / cat("input_", i, ".pb");
+        if (!fs::exists(p)) break;
+        if (i >= inputs.size()) return cat("FAIL test data has more inputs than the model (", inputs.size(), ")");
+        feeds.emplace_back(inputs[i].name, onyx::load_tensor_proto_file(p.string()));
+      }
+      auto outputs = session->run(feeds);
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        fs::path p = entry.path() / cat("output_", i, ".pb");
+        if (!fs::exists(p)) return cat("FAIL no expected data for output ", i);
+        Tensor want = onyx::load_tensor_proto_file(p.string());
+        std::string diff = compare(outputs[i].second, want);
+        if (!diff.empty()) return cat("FAIL output '", outputs[i].first, "': ", diff);
+      }
+    }
+    if (!sets) return "FAIL no test_data_set_* folders";
+    return "PASS";
+  } catch (const std::exception& e) {
+    return cat("FAIL ", e.what());
+  }
+}
+
+Result run_isolated(const fs::path& dir, int timeout_s) {
+  Result r;
+  int fds[2];
+  if (pipe(fds) != 0) throw onyx::Error("pipe() failed");
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    alarm(static_cast<unsigned>(timeout_s));
+    std::string out = run_test(dir);
+    (void)!write(fds[1], out.data(), out.size());
+    close(fds[1]);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    r.reason = sig == SIGALRM ? cat("timed out after ", timeout_s, " s") : cat("crashed with signal ", sig, " (", strsignal(sig), ")");
+    return r;
+  }
+  if (text.rfind("PASS", 0) == 0) r.status = Status::kPass;
+  else if (text.rfind("SKIP ", 0) == 0) { r.status = Status::kSkip; r.reason = text.substr(5); }
+  else r.reason = text.size() > 5 ? text.substr(5) : "no result from the test process";
+  return r;
+}
+
+std::string one_line(std::string s, size_t max = 300) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  std::replace(s.begin(), s.end(), '|', '/');
+  if (s.size() > max) s = s.substr(0, max) + "...";
+  return s;
+}
+
+void write_report(const std::string& path, const std::vector<Result>& results, int passed, int failed, int skipped) {
+  std::ofstream out(path);
+  if (!out) throw onyx::Error(cat("cannot write report '", path, "'"));
+  out << "# ONNX backend node tests\n\n"
+      << "Generated by `scripts/conformance.sh` (tests/conformance/runner.cpp) over the node tests shipped in the "
+         "onnx 1.22.0 wheel. Tolerances: float32/float64 rtol 1e-3 atol 1e-5; float16 rtol 1e-2 atol 1e-3; "
+         "bfloat16 rtol 2e-2 atol 1e-2; integers, bool and strings exact.\n\n"
+      << "**" << passed << " passed, " << failed << " failed, " << skipped << " skipped** of " << results.size()
+      << ".\n\n## Per op\n\n| op | passed | failed | skipped |\n|---|---:|---:|---:|\n";
+  std::map<std::string, std::array<int, 3>> per_op;
+  for (const auto& r : results) ++per_op[r.op][static_cast<int>(r.status)];
+  for (const auto& [op, c] : per_op) out << "| " << op << " | " << c[0] << " | " << c[1] << " | " << c[2] << " |\n";
+  out << "\n## Skipped (with reasons)\n\n| test | reason |\n|---|---|\n";
+  for (const auto& r : results)
+    if (r.status == Status::kSkip) out << "| " << r.test << " | " << one_line(r.reason) << " |\n";
+  out << "\n## Failed\n\n| test | reason |\n|---|---|\n";
+  for (const auto& r : results)
+    if (r.status == Status::kFail) out << "| " << r.test << " | " << one_line(r.reason) << " |\n";
+}
+
+int main_impl(const Options& opt) {
+  if (opt.data_dir.empty() || !fs::is_directory(opt.data_dir))
+    throw onyx::Error(cat("test data folder '", opt.data_dir, "' does not exist (give --data DIR)"));
+  auto skips = read_skips(opt.skips_file);
+  std::regex filter(opt.filter);
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(opt.data_dir))
+    if (e.is_directory() && std::regex_search(e.path().filename().string(), filter)) dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  std::vector<Result> results;
+  int passed = 0, failed = 0, skipped = 0;
+  for (const auto& dir : dirs) {
+    Result r;
+    std::string test = dir.filename().string();
+    onnx::ModelProto m;
+    {
+      std::ifstream in(dir / "model.onnx", std::ios::binary);
+      if (!m.ParseFromIstream(&in)) m.Clear();
+    }
+    std::string reason;
+    for (const auto& rule : skips)
+      if (std::regex_search(test, rule.pattern)) { reason = rule.reason; break; }
+    if (reason.empty()) reason = type_skip_reason(m);
+    if (!reason.empty()) {
+      r.status = Status::kSkip;
+      r.reason = reason;
+    } else {
+      r = run_isolated(dir, opt.timeout_s);
+    }
+    r.test = test;
+    r.op = op_label(test, m, dir);
+    (r.status == Status::kPass ? passed : r.status == Status::kFail ? failed : skipped)++;
+    if (opt.verbose || r.status == Status::kFail)
+      std::cout << (r.status == Status::kPass ? "PASS " : r.status == Status::kFail ? "FAIL " : "SKIP ") << test
+                << (r.reason.empty() ? "" : ": " + one_line(r.reason, 400)) << "\n";
+    results.push_back(std::move(r));
+  }
+  if (!opt.report.empty()) write_report(opt.report, results, passed, failed, skipped);
+  int status = 0;
+  if (!opt.baseline_file.empty()) {
+    std::ifstream in(opt.baseline_file);
+    int baseline = -1;
+    if (!(in >> baseline)) throw onyx::Error(cat("cannot read a pass count from '", opt.baseline_file, "'"));
+    std::cout << "baseline: " << baseline << " passed\n";
+    if (passed < baseline) {
+      std::cout << "conformance fell below the committed baseline (" << passed << " < " << baseline << ")\n";
+      status = 1;
+    } else if (passed > baseline) {
+      std::cout << "conformance rose above the baseline: raise " << opt.baseline_file << " to " << passed << "\n";
+    }
+  }
+  std::cout << "conformance: " << passed << " passed, " << failed << " failed, " << skipped << " skipped\n";
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto next = [&]() -> std::string {
+      if (i + 1 >= args.size()) { std::cerr << args[i] << " needs a value\n"; std::exit(2); }
+      return args[++i];
+    };
+    if (args[i] == "--data") opt.data_dir = next();
+    else if (args[i] == "--filter") opt.filter = next();
+    else if (args[i] == "--report") opt.report = next();
+    else if (args[i] == "--skips") opt.skips_file = next();
+    else if (args[i] == "--baseline") opt.baseline_file = next();
+    else if (args[i] == "--timeout") opt.timeout_s = std::stoi(next());
+    else if (args[i] == "-v" || args[i] == "--verbose") opt.verbose = true;
+    else {
+      std::cerr << "usage: onyx_conformance --data DIR [--filter REGEX] [--skips FILE] [--report FILE.md]\n"
+                   "                        [--baseline FILE] [--timeout SECONDS] [-v]\n";
+      return 2;
+    }
+  }
+  try {
+    return main_impl(opt);
+  } catch (const std::exception& e) {
+    std::cerr << "onyx_conformance: error: " << e.what() << "\n";
+    return 1;
+  }
+}
