@@ -273,6 +273,12 @@ void max_unpool_kernel(KernelContext& ctx) {
   const Tensor& idx = ctx.input(1);
   ONYX_CHECK(idx.shape() == x.shape(), "indices shape ", idx.shape().str(), " differs from X ", x.shape().str());
   Tensor& y = ctx.output(0);
+  // Indices address the default-sized output (what MaxPool saw); a larger
+  // output_shape keeps that block in its leading corner, as the reference does.
+  const Shape natural(unpool_shape(ctx, x.shape(), nullptr));
+  const Shape& out = y.shape();
+  const bool same = natural == out;
+  std::vector<int64_t> coord(natural.rank());
   dispatch<NumericTypes>(x.dtype(), "MaxUnpool", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* px = x.data<T>();
@@ -280,9 +286,23 @@ void max_unpool_kernel(KernelContext& ctx) {
     std::fill(py, py + y.numel(), T(0.0f));
     for (int64_t i = 0; i < x.numel(); ++i) {
       int64_t j = idx.get_as_int64(i);
-      ONYX_CHECK(j >= 0 && j < y.numel(), "index ", j, " at position ", i, " is outside the output of ",
-                 y.numel(), " elements ", y.shape().str());
-      py[j] = px[i];
+      ONYX_CHECK(j >= 0 && j < natural.numel(), "index ", j, " at position ", i, " is outside the unpooled tensor ",
+                 natural.str());
+      if (same) {
+        py[j] = px[i];
+        continue;
+      }
+      int64_t rest = j, flat = 0;
+      for (size_t d = natural.rank(); d-- > 0;) {
+        coord[d] = rest % natural[d];
+        rest /= natural[d];
+      }
+      bool inside = true;
+      for (size_t d = 0; d < natural.rank(); ++d) {
+        inside = inside && coord[d] < out[d];
+        flat = flat * out[d] + coord[d];
+      }
+      if (inside) py[flat] = px[i];
     }
   });
 }

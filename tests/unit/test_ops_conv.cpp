@@ -26,6 +26,9 @@ std::vector<double> conv2d_reference(const Tensor& x, const Tensor& w, const Ten
   const int64_t OW = (W + p.pads[1] + p.pads[3] - (p.dilations[1] * (KW - 1) + 1)) / p.strides[1] + 1;
   out_shape = Shape{N, M, OH, OW};
   std::vector<double> y(static_cast<size_t>(N * M * OH * OW));
+  std::vector<double> xv(x.numel()), wv(w.numel());
+  for (int64_t i = 0; i < x.numel(); ++i) xv[i] = at(x, i);
+  for (int64_t i = 0; i < w.numel(); ++i) wv[i] = at(w, i);
   const int64_t MG = M / p.group;
   for (int64_t n = 0; n < N; ++n)
     for (int64_t m = 0; m < M; ++m)
@@ -40,7 +43,7 @@ std::vector<double> conv2d_reference(const Tensor& x, const Tensor& w, const Ten
                 int64_t iw = ow * p.strides[1] - p.pads[1] + kw * p.dilations[1];
                 if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
                 const int64_t c = g * CG + cc;
-                acc += at(x, ((n * C + c) * H + ih) * W + iw) * at(w, ((m * CG + cc) * KH + kh) * KW + kw);
+                acc += xv[((n * C + c) * H + ih) * W + iw] * wv[((m * CG + cc) * KH + kh) * KW + kw];
               }
           y[((n * M + m) * OH + oh) * OW + ow] = acc;
         }
@@ -125,6 +128,19 @@ TEST(OpsConv, Conv1dAndPointwiseAgreeWith2dReference) {
   auto out2 = test::run_op("Conv", {x2, w2});
   ASSERT_EQ(out2[0].shape(), shape);
   expect_close(out2[0], want2, 1e-4);
+}
+
+TEST(OpsConv, ConvLargeImageProcessedInChunksMatchesReference) {
+  // Big enough that the im2col buffer is split into several row chunks.
+  Conv2dParams p;
+  p.pads = {1, 1, 1, 1};
+  Tensor x = test::random_tensor<float>(Shape{1, 128, 10, 1024});
+  Tensor w = test::random_tensor<float>(Shape{2, 128, 3, 3});
+  Shape shape;
+  std::vector<double> want = conv2d_reference(x, w, nullptr, p, shape);
+  auto out = test::run_op("Conv", {x, w}, conv_attrs(p));
+  ASSERT_EQ(out[0].shape(), shape);
+  expect_close(out[0], want, 1e-4);
 }
 
 TEST(OpsConv, ConvAutoPadSameUpperMatchesExplicitPads) {
