@@ -100,7 +100,19 @@ void infer_conv_like(InferContext& ctx, DType out_dtype, bool transposed) {
   const PartialShape& xs = ctx.input_shape(0);
   const PartialShape& ws = ctx.input_shape(1);
   if (!xs.fully_known() || !ws.fully_known()) {
-    ctx.set_output(0, out_dtype, xs.rank_known ? PartialShape::of_rank(xs.dims.size()) : PartialShape());
+    PartialShape out = xs.rank_known ? PartialShape::of_rank(xs.dims.size()) : PartialShape();
+    // With known weights, a forward conv still knows the batch, the output
+    // channels and every spatial dim whose input dim is known.
+    if (xs.rank_known && ws.fully_known() && !transposed && xs.dims.size() >= 3 &&
+        ws.dims.size() == xs.dims.size()) {
+      std::vector<int64_t> kernel(ws.dims.begin() + 2, ws.dims.end());
+      Window w = read_window(ctx, kernel.size(), kernel);
+      std::vector<int64_t> sp = window_output_dims(w, {xs.dims.begin() + 2, xs.dims.end()});
+      out.dims[0] = xs.dims[0];
+      out.dims[1] = ws.dims[0];
+      std::copy(sp.begin(), sp.end(), out.dims.begin() + 2);
+    }
+    ctx.set_output(0, out_dtype, out);
     return;
   }
   Shape x = xs.to_shape(), w = ws.to_shape();

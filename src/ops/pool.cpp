@@ -170,11 +170,17 @@ void infer_pool(InferContext& ctx, PoolKind kind) {
   const PartialShape& xs = ctx.input_shape(0);
   const DType dt = ctx.input_dtype(0);
   PartialShape out = xs.rank_known ? PartialShape::of_rank(xs.dims.size()) : PartialShape();
-  if (xs.fully_known()) {
-    PoolPlan p = plan_pool(ctx, xs.to_shape(), kind != PoolKind::kAverage || ctx.opset() >= 19);
-    std::vector<int64_t> dims{xs.dims[0], xs.dims[1]};
-    dims.insert(dims.end(), p.out.begin(), p.out.end());
-    out = Shape(dims);
+  if (xs.rank_known) {
+    // Unknown input dims give unknown output dims; the known ones are exact.
+    ONYX_CHECK(xs.dims.size() >= 3, "X must have rank >= 3 (N, C, spatial...), got ", xs.str());
+    std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
+    ONYX_CHECK(!kernel.empty(), "required attribute 'kernel_shape' is missing");
+    Window w = read_window(ctx, xs.dims.size() - 2, kernel, kind != PoolKind::kAverage || ctx.opset() >= 19);
+    std::vector<int64_t> sp =
+        window_output_dims(w, {xs.dims.begin() + 2, xs.dims.end()}, ctx.attr_int("ceil_mode", 0) != 0);
+    out.dims[0] = xs.dims[0];
+    out.dims[1] = xs.dims[1];
+    std::copy(sp.begin(), sp.end(), out.dims.begin() + 2);
   }
   ctx.set_output(0, dt, out);
   if (ctx.num_outputs() > 1 && ctx.has_output(1)) ctx.set_output(1, DType::kInt64, out);

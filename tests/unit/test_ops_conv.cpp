@@ -315,3 +315,36 @@ TEST(OpsConv, BadShapesNameTheProblem) {
 }
 
 }  // namespace onyx
+
+namespace onyx {
+
+TEST(OpsConv, InferenceKeepsKnownDimsWhenPlanningWithoutValues) {
+  auto infer = [](const std::string& op, std::vector<ValueType> in, std::vector<Attribute> attrs, int opset = 19) {
+    Node n;
+    n.name = "planned";
+    n.op_type = op;
+    n.opset = opset;
+    n.attributes = std::move(attrs);
+    for (size_t i = 0; i < in.size(); ++i) n.inputs.push_back(static_cast<int>(i));
+    n.outputs = {static_cast<int>(in.size())};
+    const OpDef* def = OpRegistry::global().find("", op, opset);
+    EXPECT_TRUE(def);
+    InferContext ctx(n, in, std::vector<const Tensor*>(in.size(), nullptr));
+    def->infer(ctx);
+    return ctx.outputs()[0].shape;
+  };
+  PartialShape x = PartialShape::of_rank(4);
+  x.dims = {-1, 3, 32, -1};
+  // Conv: batch and width unknown, height (32 + 2 - 3) / 2 + 1 = 16.
+  PartialShape y = infer("Conv", {{DType::kFloat32, x}, {DType::kFloat32, Shape{8, 3, 3, 3}}},
+                         {test::attr_ints("pads", {1, 1, 1, 1}), test::attr_ints("strides", {2, 2})});
+  EXPECT_EQ(y.dims, (std::vector<int64_t>{-1, 8, 16, -1}));
+  y = infer("MaxPool", {{DType::kFloat32, x}}, {test::attr_ints("kernel_shape", {2, 2}), test::attr_ints("strides", {2, 2})});
+  EXPECT_EQ(y.dims, (std::vector<int64_t>{-1, 3, 16, -1}));
+  // Resize with scales whose values are not known yet: rank only.
+  y = infer("Resize", {{DType::kFloat32, Shape{1, 3, 8, 8}}, {DType::kFloat32, Shape{0}}, {DType::kFloat32, Shape{4}}}, {});
+  EXPECT_TRUE(y.rank_known);
+  EXPECT_EQ(y.dims, (std::vector<int64_t>{-1, -1, -1, -1}));
+}
+
+}  // namespace onyx
