@@ -1,8 +1,451 @@
-// Convolutions and pooling.
-#include "ops/common.h"
+// Convolutions: Conv, ConvInteger, ConvTranspose, DeformConv and Col2Im.
+// (The pooling ops live in pool.cpp; the window geometry in conv_util.)
+// Every variant lowers to im2col/col2im plus a matrix product in float or
+// double; 16-bit floats are widened to float first.
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cpu/gemm.h"
+#include "ops/conv_util.h"
 
 namespace onyx {
 
-void register_conv_pool_ops(OpRegistry& r) {}
+namespace {
+
+template <class C>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const C* a, int64_t lda, const C* b, int64_t ldb, C* c,
+          int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if constexpr (std::is_same_v<C, float>)
+    cpu::gemm_f32(ta, tb, m, n, k, 1.f, a, std::max<int64_t>(lda, 1), b, std::max<int64_t>(ldb, 1), 0.f, c,
+                  std::max<int64_t>(ldc, 1));
+  else
+    cpu::gemm_f64(ta, tb, m, n, k, 1.0, a, std::max<int64_t>(lda, 1), b, std::max<int64_t>(ldb, 1), 0.0, c,
+                  std::max<int64_t>(ldc, 1));
+}
+
+std::vector<int64_t> spatial(const std::vector<int64_t>& dims) { return {dims.begin() + 2, dims.end()}; }
+
+// The sizes that a Conv-like node works with, checked against each other.
+struct ConvShapes {
+  int64_t n = 0, c = 0, m = 0, group = 1;
+  Window w;
+  std::vector<int64_t> out;  // output spatial dims
+};
+
+// X [N, C, D...], W [M, C/group, k...] (or [C, M/group, k...] when transposed).
+ConvShapes conv_shapes(const NodeView& node, const Shape& x, const Shape& w, bool transposed) {
+  ONYX_CHECK(x.rank() >= 3, "X must have rank >= 3 (N, C, spatial...), got ", x.str());
+  ONYX_CHECK(w.rank() == x.rank(), "W must have the rank of X: X ", x.str(), ", W ", w.str());
+  ConvShapes s;
+  s.n = x[0];
+  s.c = x[1];
+  s.group = node.attr_int("group", 1);
+  ONYX_CHECK(s.group > 0, "group must be positive, got ", s.group);
+  const size_t nd = x.rank() - 2;
+  std::vector<int64_t> kernel = spatial(w.dims());
+  if (node.has_attr("kernel_shape")) {
+    auto ks = node.attr_ints("kernel_shape");
+    ONYX_CHECK(ks == kernel, "kernel_shape attribute ", Shape(ks).str(), " does not match W's spatial dims ",
+               Shape(kernel).str());
+  }
+  s.w = read_window(node, nd, kernel);
+  if (!transposed) {
+    s.m = w[0];
+    ONYX_CHECK(s.c == w[1] * s.group, "X has ", s.c, " channels, but W ", w.str(), " with group ", s.group,
+               " expects ", w[1] * s.group);
+    ONYX_CHECK(s.m % s.group == 0, "W's ", s.m, " output channels are not divisible by group ", s.group);
+  } else {
+    s.m = w[1] * s.group;
+    ONYX_CHECK(s.c == w[0], "X has ", s.c, " channels, but W ", w.str(), " of ConvTranspose expects ", w[0]);
+    ONYX_CHECK(s.c % s.group == 0, "X's ", s.c, " channels are not divisible by group ", s.group);
+  }
+  return s;
+}
+
+// Output spatial dims and begin pads of ConvTranspose (spec formulas; output_shape wins).
+void conv_transpose_geometry(const NodeView& node, ConvShapes& s, const std::vector<int64_t>& in) {
+  Window& w = s.w;
+  const size_t nd = w.nd;
+  std::vector<int64_t> out_pad = node.attr_ints("output_padding", std::vector<int64_t>(nd, 0));
+  if (out_pad.empty()) out_pad.assign(nd, 0);
+  ONYX_CHECK(out_pad.size() == nd, "output_padding has ", out_pad.size(), " entries for ", nd, " spatial dims");
+  std::vector<int64_t> out_shape = node.attr_ints("output_shape");
+  if (out_shape.size() == nd + 2) out_shape.erase(out_shape.begin(), out_shape.begin() + 2);
+  ONYX_CHECK(out_shape.empty() || out_shape.size() == nd, "output_shape has ", out_shape.size(), " entries for ", nd,
+             " spatial dims");
+  const bool same = w.auto_pad == "SAME_UPPER" || w.auto_pad == "SAME_LOWER";
+  s.out.assign(nd, 0);
+  for (size_t d = 0; d < nd; ++d) {
+    const int64_t full = w.strides[d] * (in[d] - 1) + out_pad[d] + w.span(d);
+    if (!out_shape.empty() || same) {
+      s.out[d] = !out_shape.empty() ? out_shape[d] : in[d] * w.strides[d];
+      const int64_t total = full - s.out[d];
+      // floor division, so that a negative total (output larger than the
+      // natural size) extends the end.
+      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+      w.pads[d] = w.auto_pad == "SAME_UPPER" ? half : total - half;
+      w.pads[d + nd] = total - w.pads[d];
+    } else {
+      if (w.auto_pad == "VALID") w.pads[d] = w.pads[d + nd] = 0;
+      s.out[d] = full - w.pads[d] - w.pads[d + nd];
+    }
+    ONYX_CHECK(s.out[d] > 0, "ConvTranspose output spatial dim ", d, " would be ", s.out[d], " (input ", in[d],
+               ", stride ", w.strides[d], ", kernel ", w.kernel[d], ", pads ", w.pads[d], "+", w.pads[d + nd], ")");
+  }
+}
+
+// Partial-shape inference shared by the forward convolutions.
+void infer_conv_like(InferContext& ctx, DType out_dtype, bool transposed) {
+  const PartialShape& xs = ctx.input_shape(0);
+  const PartialShape& ws = ctx.input_shape(1);
+  if (!xs.fully_known() || !ws.fully_known()) {
+    PartialShape out = xs.rank_known ? PartialShape::of_rank(xs.dims.size()) : PartialShape();
+    // With known weights, a forward conv still knows the batch, the output
+    // channels and every spatial dim whose input dim is known.
+    if (xs.rank_known && ws.fully_known() && !transposed && xs.dims.size() >= 3 &&
+        ws.dims.size() == xs.dims.size()) {
+      std::vector<int64_t> kernel(ws.dims.begin() + 2, ws.dims.end());
+      Window w = read_window(ctx, kernel.size(), kernel);
+      std::vector<int64_t> sp = window_output_dims(w, {xs.dims.begin() + 2, xs.dims.end()});
+      out.dims[0] = xs.dims[0];
+      out.dims[1] = ws.dims[0];
+      std::copy(sp.begin(), sp.end(), out.dims.begin() + 2);
+    }
+    ctx.set_output(0, out_dtype, out);
+    return;
+  }
+  Shape x = xs.to_shape(), w = ws.to_shape();
+  ConvShapes s = conv_shapes(ctx, x, w, transposed);
+  if (transposed)
+    conv_transpose_geometry(ctx, s, spatial(x.dims()));
+  else
+    s.out = window_output_dims(s.w, spatial(x.dims()));
+  std::vector<int64_t> dims{s.n, s.m};
+  dims.insert(dims.end(), s.out.begin(), s.out.end());
+  ctx.set_output(0, out_dtype, Shape(dims));
+}
+
+Im2ColGeometry make_geometry(const Window& w, std::vector<int64_t> image, std::vector<int64_t> grid) {
+  Im2ColGeometry g;
+  g.image = std::move(image);
+  g.grid = std::move(grid);
+  g.kernel = w.kernel;
+  g.strides = w.strides;
+  g.dilations = w.dilations;
+  g.pad_begin.assign(w.pads.begin(), w.pads.begin() + w.nd);
+  return g;
+}
+
+// y[N, M, out...] = conv(x[N, C, in...], w[M, C/group, k...]) + bias.
+template <class C>
+void conv_forward(const C* x, const C* w, const C* bias, C* y, const ConvShapes& s, const Im2ColGeometry& g) {
+  const int64_t in_size = g.image_size(), out_size = g.grid_size(), K = g.kernel_size();
+  const int64_t cg = s.c / s.group, mg = s.m / s.group, rows = g.grid_rows(), cols = g.grid_cols();
+  bool pointwise = K == 1;
+  for (size_t d = 0; d < g.grid.size(); ++d)
+    pointwise = pointwise && g.strides[d] == 1 && g.pad_begin[d] == 0 && g.grid[d] == g.image[d];
+  // Bound the im2col buffer (~32 MB) by processing whole grid rows in chunks.
+  const int64_t row_elems = std::max<int64_t>(1, cg * K * cols);
+  const int64_t chunk = pointwise ? rows : std::clamp<int64_t>((int64_t{8} << 20) / row_elems, 1, rows);
+  std::vector<C> col(pointwise ? 0 : static_cast<size_t>(cg * K * chunk * cols));
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t gi = 0; gi < s.group; ++gi) {
+      const C* xg = x + (n * s.c + gi * cg) * in_size;
+      const C* wg = w + gi * mg * cg * K;
+      C* yg = y + (n * s.m + gi * mg) * out_size;
+      for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        const int64_t r1 = std::min(rows, r0 + chunk), ncols = (r1 - r0) * cols;
+        if (pointwise) {
+          gemm<C>(false, false, mg, out_size, cg, wg, cg, xg, in_size, yg, out_size);
+          break;
+        }
+        im2col(xg, cg, g, r0, r1, col.data(), ncols);
+        gemm<C>(false, false, mg, ncols, cg * K, wg, cg * K, col.data(), ncols, yg + r0 * cols, out_size);
+      }
+    }
+  if (bias)
+    for (int64_t n = 0; n < s.n; ++n)
+      for (int64_t m = 0; m < s.m; ++m) {
+        C* p = y + (n * s.m + m) * out_size;
+        for (int64_t i = 0; i < out_size; ++i) p[i] += bias[m];
+      }
+}
+
+// Runs `body(x, w, bias, y)` on C-typed buffers for a tensor of T, widening
+// and narrowing only when T is not C itself.
+template <class T, class C, class Body>
+void with_compute_buffers(KernelContext& ctx, size_t bias_input, Body body) {
+  const Tensor& xt = ctx.input(0);
+  const Tensor& wt = ctx.input(1);
+  const Tensor* bt = ctx.has_input(bias_input) ? &ctx.input(bias_input) : nullptr;
+  Tensor& yt = ctx.output(0);
+  if constexpr (std::is_same_v<T, C>) {
+    body(xt.data<C>(), wt.data<C>(), bt ? bt->data<C>() : nullptr, yt.data<C>());
+  } else {
+    std::vector<C> x = to_compute<C>(xt), w = to_compute<C>(wt), b = bt ? to_compute<C>(*bt) : std::vector<C>();
+    std::vector<C> y(static_cast<size_t>(yt.numel()));
+    body(x.data(), w.data(), bt ? b.data() : nullptr, y.data());
+    T* py = yt.data<T>();
+    for (size_t i = 0; i < y.size(); ++i) py[i] = static_cast<T>(y[i]);
+  }
+}
+
+void check_bias(KernelContext& ctx, size_t i, int64_t m) {
+  if (!ctx.has_input(i)) return;
+  const Tensor& b = ctx.input(i);
+  ONYX_CHECK(b.rank() == 1 && b.shape()[0] == m, "bias must have shape [", m, "], got ", b.shape().str());
+}
+
+void conv_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& w = ctx.input(1);
+  ONYX_CHECK(w.dtype() == x.dtype(), "W has dtype ", dtype_name(w.dtype()), ", X ", dtype_name(x.dtype()));
+  ConvShapes s = conv_shapes(ctx, x.shape(), w.shape(), false);
+  s.out = window_output_dims(s.w, spatial(x.shape().dims()));
+  check_bias(ctx, 2, s.m);
+  Im2ColGeometry g = make_geometry(s.w, spatial(x.shape().dims()), s.out);
+  dispatch<FloatTypes>(x.dtype(), "Conv", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    with_compute_buffers<T, C>(ctx, 2, [&](const C* px, const C* pw, const C* pb, C* py) {
+      conv_forward<C>(px, pw, pb, py, s, g);
+    });
+  });
+}
+
+// y = conv(x - x_zero_point, w - w_zero_point) in int32. Products of 8-bit
+// values summed in double are exact well past any realistic kernel size.
+void conv_integer_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& w = ctx.input(1);
+  ConvShapes s = conv_shapes(ctx, x.shape(), w.shape(), false);
+  s.out = window_output_dims(s.w, spatial(x.shape().dims()));
+  Im2ColGeometry g = make_geometry(s.w, spatial(x.shape().dims()), s.out);
+  auto widen = [](const Tensor& t, const char* what) {
+    ONYX_CHECK(t.dtype() == DType::kUInt8 || t.dtype() == DType::kInt8, "ConvInteger: ", what,
+               " must be uint8 or int8, got ", dtype_name(t.dtype()));
+    std::vector<double> v(static_cast<size_t>(t.numel()));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = t.get_as_double(static_cast<int64_t>(i));
+    return v;
+  };
+  std::vector<double> xv = widen(x, "x"), wv = widen(w, "w");
+  if (ctx.has_input(2)) {
+    const Tensor& z = ctx.input(2);
+    ONYX_CHECK(z.numel() == 1, "x_zero_point must be a scalar, got ", z.shape().str());
+    double zp = widen(z, "x_zero_point")[0];
+    for (double& v : xv) v -= zp;
+  }
+  if (ctx.has_input(3)) {
+    const Tensor& z = ctx.input(3);
+    ONYX_CHECK(z.numel() == 1 || (z.rank() == 1 && z.shape()[0] == s.m), "w_zero_point must be a scalar or [", s.m,
+               "], got ", z.shape().str());
+    std::vector<double> zp = widen(z, "w_zero_point");
+    const int64_t per_m = s.m == 0 ? 0 : w.numel() / s.m;
+    for (int64_t i = 0; i < w.numel(); ++i) wv[i] -= zp.size() == 1 ? zp[0] : zp[i / per_m];
+  }
+  Tensor& y = ctx.output(0);
+  std::vector<double> yv(static_cast<size_t>(y.numel()));
+  conv_forward<double>(xv.data(), wv.data(), nullptr, yv.data(), s, g);
+  int32_t* py = y.data<int32_t>();
+  for (size_t i = 0; i < yv.size(); ++i) py[i] = static_cast<int32_t>(std::llround(yv[i]));
+}
+
+void conv_transpose_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& w = ctx.input(1);
+  ONYX_CHECK(w.dtype() == x.dtype(), "W has dtype ", dtype_name(w.dtype()), ", X ", dtype_name(x.dtype()));
+  ConvShapes s = conv_shapes(ctx, x.shape(), w.shape(), true);
+  const std::vector<int64_t> in = spatial(x.shape().dims());
+  conv_transpose_geometry(ctx, s, in);
+  check_bias(ctx, 2, s.m);
+  // col2im scatters from the input grid into the output image.
+  Im2ColGeometry g = make_geometry(s.w, s.out, in);
+  dispatch<FloatTypes>(x.dtype(), "ConvTranspose", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    with_compute_buffers<T, C>(ctx, 2, [&](const C* px, const C* pw, const C* pb, C* py) {
+      const int64_t in_size = g.grid_size(), out_size = g.image_size(), K = g.kernel_size();
+      const int64_t cg = s.c / s.group, mg = s.m / s.group;
+      std::fill(py, py + s.n * s.m * out_size, C(0));
+      std::vector<C> col(static_cast<size_t>(mg * K * in_size));
+      for (int64_t n = 0; n < s.n; ++n)
+        for (int64_t gi = 0; gi < s.group; ++gi) {
+          // col[mg*K, in] = W_g^T [mg*K, cg] * X_g [cg, in]
+          gemm<C>(true, false, mg * K, in_size, cg, pw + gi * cg * mg * K, mg * K, px + (n * s.c + gi * cg) * in_size,
+                  in_size, col.data(), in_size);
+          col2im(col.data(), mg, g, py + (n * s.m + gi * mg) * out_size);
+        }
+      if (pb)
+        for (int64_t n = 0; n < s.n; ++n)
+          for (int64_t m = 0; m < s.m; ++m) {
+            C* p = py + (n * s.m + m) * out_size;
+            for (int64_t i = 0; i < out_size; ++i) p[i] += pb[m];
+          }
+    });
+  });
+}
+
+// Col2Im: input [N, C*prod(block), L] -> [N, C, image...].
+void infer_col2im(InferContext& ctx) {
+  const PartialShape& xs = ctx.input_shape(0);
+  const Tensor* image = ctx.input_value(1);
+  const Tensor* block = ctx.input_value(2);
+  if (!xs.fully_known() || !image || !block) {
+    const PartialShape& is = ctx.input_shape(1);
+    if (is.fully_known() && is.dims.size() == 1)
+      ctx.set_output(0, ctx.input_dtype(0), PartialShape::of_rank(2 + is.dims[0]));
+    else
+      ctx.set_output(0, ctx.input_dtype(0), PartialShape());
+    return;
+  }
+  Shape x = xs.to_shape();
+  std::vector<int64_t> img = input_ints(ctx, 1), blk = input_ints(ctx, 2);
+  ONYX_CHECK(x.rank() == 3, "Col2Im input must be [N, C*prod(block_shape), L], got ", x.str());
+  ONYX_CHECK(img.size() == blk.size() && !img.empty(), "image_shape has ", img.size(), " entries, block_shape ",
+             blk.size());
+  Window w = read_window(ctx, blk.size(), blk);
+  int64_t kprod = 1;
+  for (int64_t b : blk) kprod *= b;
+  ONYX_CHECK(x[1] % kprod == 0, "Col2Im input dim 1 (", x[1], ") is not a multiple of prod(block_shape) = ", kprod);
+  for (int64_t v : img) ONYX_CHECK(v > 0, "image_shape entries must be positive, got ", Shape(img).str());
+  std::vector<int64_t> grid = window_output_dims(w, img);
+  int64_t l = 1;
+  for (int64_t v : grid) l *= v;
+  ONYX_CHECK(x[2] == l, "Col2Im input has ", x[2], " blocks, but image ", Shape(img).str(), " with block ",
+             Shape(blk).str(), " gives ", l);
+  std::vector<int64_t> dims{x[0], x[1] / kprod};
+  dims.insert(dims.end(), img.begin(), img.end());
+  ctx.set_output(0, ctx.input_dtype(0), Shape(dims));
+}
+
+void col2im_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  std::vector<int64_t> img = ctx.input(1).to_int64_vector(), blk = ctx.input(2).to_int64_vector();
+  Window w = read_window(ctx, blk.size(), blk);
+  Im2ColGeometry g = make_geometry(w, img, window_output_dims(w, img));
+  Tensor& y = ctx.output(0);
+  const int64_t n = x.shape()[0], c = y.shape()[1];
+  dispatch<FloatTypes>(x.dtype(), "Col2Im", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    std::vector<C> xv = to_compute<C>(x), yv(static_cast<size_t>(y.numel()), C(0));
+    const int64_t per_in = x.numel() / std::max<int64_t>(n, 1), per_out = y.numel() / std::max<int64_t>(n, 1);
+    for (int64_t b = 0; b < n; ++b) col2im(xv.data() + b * per_in, c, g, yv.data() + b * per_out);
+    T* py = y.data<T>();
+    for (size_t i = 0; i < yv.size(); ++i) py[i] = static_cast<T>(yv[i]);
+  });
+}
+
+// DeformConv: im2col where every kernel tap samples the image (N-linearly,
+// zero outside) at its regular position plus a learned offset, times a mask.
+template <class C>
+void deform_conv(const C* x, const C* w, const C* offset, const C* mask, const C* bias, C* y, const ConvShapes& s,
+                 const Im2ColGeometry& g, int64_t offset_groups) {
+  const size_t nd = g.grid.size();
+  const int64_t in_size = g.image_size(), out_size = g.grid_size(), K = g.kernel_size();
+  const int64_t cg = s.c / s.group, mg = s.m / s.group, c_per_og = s.c / offset_groups;
+  std::vector<C> col(static_cast<size_t>(s.c * K * out_size));
+  std::vector<int64_t> kidx(nd), oidx(nd), base(nd);
+  std::vector<double> pos(nd);
+  for (int64_t n = 0; n < s.n; ++n) {
+    for (int64_t c = 0; c < s.c; ++c) {
+      const int64_t og = c / c_per_og;
+      const C* img = x + (n * s.c + c) * in_size;
+      std::fill(kidx.begin(), kidx.end(), 0);
+      for (int64_t k = 0; k < K; ++k) {
+        const C* off = offset + ((n * offset_groups + og) * K + k) * static_cast<int64_t>(nd) * out_size;
+        const C* msk = mask ? mask + ((n * offset_groups + og) * K + k) * out_size : nullptr;
+        C* dst = col.data() + (c * K + k) * out_size;
+        std::fill(oidx.begin(), oidx.end(), 0);
+        for (int64_t p = 0; p < out_size; ++p) {
+          for (size_t d = 0; d < nd; ++d) {
+            pos[d] = static_cast<double>(oidx[d] * g.strides[d] - g.pad_begin[d] + kidx[d] * g.dilations[d]) +
+                     static_cast<double>(off[d * out_size + p]);
+            base[d] = static_cast<int64_t>(std::floor(pos[d]));
+          }
+          // Sum over the 2^nd corners around pos; outside corners contribute 0.
+          double acc = 0;
+          for (int64_t corner = 0; corner < (int64_t{1} << nd); ++corner) {
+            double wgt = 1;
+            int64_t flat = 0;
+            bool inside = true;
+            for (size_t d = 0; d < nd; ++d) {
+              const int64_t hi = (corner >> (nd - 1 - d)) & 1, at = base[d] + hi;
+              const double frac = pos[d] - static_cast<double>(base[d]);
+              wgt *= hi ? frac : 1 - frac;
+              inside = inside && at >= 0 && at < g.image[d];
+              flat = flat * g.image[d] + at;
+            }
+            if (inside && wgt != 0) acc += wgt * static_cast<double>(img[flat]);
+          }
+          dst[p] = static_cast<C>(msk ? acc * static_cast<double>(msk[p]) : acc);
+          for (size_t d = nd; d-- > 0;) {
+            if (++oidx[d] < g.grid[d]) break;
+            oidx[d] = 0;
+          }
+        }
+        for (size_t d = nd; d-- > 0;) {
+          if (++kidx[d] < g.kernel[d]) break;
+          kidx[d] = 0;
+        }
+      }
+    }
+    for (int64_t gi = 0; gi < s.group; ++gi)
+      gemm<C>(false, false, mg, out_size, cg * K, w + gi * mg * cg * K, cg * K, col.data() + gi * cg * K * out_size,
+              out_size, y + (n * s.m + gi * mg) * out_size, out_size);
+  }
+  if (bias)
+    for (int64_t n = 0; n < s.n; ++n)
+      for (int64_t m = 0; m < s.m; ++m)
+        for (int64_t i = 0; i < out_size; ++i) y[(n * s.m + m) * out_size + i] += bias[m];
+}
+
+void deform_conv_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& w = ctx.input(1);
+  const Tensor& off = ctx.input(2);
+  ConvShapes s = conv_shapes(ctx, x.shape(), w.shape(), false);
+  s.out = window_output_dims(s.w, spatial(x.shape().dims()));
+  check_bias(ctx, 3, s.m);
+  const int64_t og = ctx.attr_int("offset_group", 1);
+  const size_t nd = s.w.nd;
+  ONYX_CHECK(og > 0 && s.c % og == 0, "offset_group ", og, " must divide the ", s.c, " input channels");
+  int64_t K = 1;
+  for (int64_t k : s.w.kernel) K *= k;
+  std::vector<int64_t> want{s.n, og * K * static_cast<int64_t>(nd)};
+  want.insert(want.end(), s.out.begin(), s.out.end());
+  ONYX_CHECK(off.shape() == Shape(want), "offset must have shape ", Shape(want).str(), ", got ", off.shape().str());
+  const Tensor* mask = ctx.has_input(4) ? &ctx.input(4) : nullptr;
+  if (mask) {
+    want[1] = og * K;
+    ONYX_CHECK(mask->shape() == Shape(want), "mask must have shape ", Shape(want).str(), ", got ",
+               mask->shape().str());
+  }
+  Im2ColGeometry g = make_geometry(s.w, spatial(x.shape().dims()), s.out);
+  dispatch<FloatTypes>(x.dtype(), "DeformConv", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    std::vector<C> offv = to_compute<C>(off), maskv = mask ? to_compute<C>(*mask) : std::vector<C>();
+    with_compute_buffers<T, C>(ctx, 3, [&](const C* px, const C* pw, const C* pb, C* py) {
+      deform_conv<C>(px, pw, offv.data(), mask ? maskv.data() : nullptr, pb, py, s, g, og);
+    });
+  });
+}
+
+}  // namespace
+
+void register_conv_pool_ops(OpRegistry& r) {
+  r.add(OpDef{"", "Conv", 1, [](InferContext& ctx) { infer_conv_like(ctx, ctx.input_dtype(0), false); },
+              conv_kernel, {}});
+  r.add(OpDef{"", "ConvInteger", 10, [](InferContext& ctx) { infer_conv_like(ctx, DType::kInt32, false); },
+              conv_integer_kernel, {}});
+  r.add(OpDef{"", "ConvTranspose", 1, [](InferContext& ctx) { infer_conv_like(ctx, ctx.input_dtype(0), true); },
+              conv_transpose_kernel, {}});
+  r.add(OpDef{"", "DeformConv", 19, [](InferContext& ctx) { infer_conv_like(ctx, ctx.input_dtype(0), false); },
+              deform_conv_kernel, {}});
+  r.add(OpDef{"", "Col2Im", 18, infer_col2im, col2im_kernel, {}});
+  register_pool_ops(r);
+}
 
 }  // namespace onyx

@@ -1,0 +1,338 @@
+// Pooling: MaxPool, AveragePool, LpPool, their Global forms, and MaxUnpool.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "ops/conv_util.h"
+
+namespace onyx {
+
+namespace {
+
+enum class PoolKind { kMax, kAverage, kLp };
+
+struct PoolPlan {
+  Window w;
+  std::vector<int64_t> in, out;  // spatial dims
+  int64_t planes = 0;            // N * C
+};
+
+PoolPlan plan_pool(const NodeView& node, const Shape& x, bool has_dilations) {
+  ONYX_CHECK(x.rank() >= 3, "X must have rank >= 3 (N, C, spatial...), got ", x.str());
+  PoolPlan p;
+  p.in.assign(x.dims().begin() + 2, x.dims().end());
+  std::vector<int64_t> kernel = node.attr_ints("kernel_shape");
+  ONYX_CHECK(!kernel.empty(), "required attribute 'kernel_shape' is missing");
+  p.w = read_window(node, p.in.size(), kernel, has_dilations);
+  p.out = window_output_dims(p.w, p.in, node.attr_int("ceil_mode", 0) != 0);
+  p.planes = x[0] * x[1];
+  return p;
+}
+
+// For one spatial dim and one output coordinate: the in-range input positions
+// of the window, and how many window taps fall inside the padded extent.
+struct DimTaps {
+  std::vector<std::vector<int64_t>> pos;
+  std::vector<int64_t> padded_count;
+};
+
+std::vector<DimTaps> dim_taps(const PoolPlan& p) {
+  std::vector<DimTaps> taps(p.in.size());
+  for (size_t d = 0; d < p.in.size(); ++d) {
+    const Window& w = p.w;
+    taps[d].pos.resize(p.out[d]);
+    taps[d].padded_count.resize(p.out[d]);
+    for (int64_t o = 0; o < p.out[d]; ++o) {
+      int64_t count = 0;
+      for (int64_t k = 0; k < w.kernel[d]; ++k) {
+        const int64_t at = o * w.strides[d] - w.pads[d] + k * w.dilations[d];
+        if (at >= -w.pads[d] && at < p.in[d] + w.pads[d + w.nd]) ++count;
+        if (at >= 0 && at < p.in[d]) taps[d].pos[o].push_back(at);
+      }
+      taps[d].padded_count[o] = count;
+    }
+  }
+  return taps;
+}
+
+// Runs `fn(plane, out_flat, window)` for every output element, where `window`
+// calls its argument with (in-plane flat offset, spatial multi-index) for each
+// in-range tap, and returns (#taps in range, #taps inside the padded extent).
+template <class Fn>
+void for_each_window(const PoolPlan& p, Fn fn) {
+  const size_t nd = p.in.size();
+  std::vector<DimTaps> taps = dim_taps(p);
+  int64_t out_size = 1;
+  for (int64_t o : p.out) out_size *= o;
+  std::vector<int64_t> oidx(nd, 0), tidx(nd), at(nd);
+  for (int64_t q = 0; q < out_size; ++q) {
+    int64_t padded = 1, inside = 1;
+    for (size_t d = 0; d < nd; ++d) {
+      padded *= taps[d].padded_count[oidx[d]];
+      inside *= static_cast<int64_t>(taps[d].pos[oidx[d]].size());
+    }
+    auto window = [&](auto&& visit) {
+      if (inside == 0) return;
+      std::fill(tidx.begin(), tidx.end(), 0);
+      for (int64_t t = 0; t < inside; ++t) {
+        int64_t off = 0;
+        for (size_t d = 0; d < nd; ++d) {
+          at[d] = taps[d].pos[oidx[d]][tidx[d]];
+          off = off * p.in[d] + at[d];
+        }
+        visit(off, at);
+        for (size_t d = nd; d-- > 0;) {
+          if (++tidx[d] < static_cast<int64_t>(taps[d].pos[oidx[d]].size())) break;
+          tidx[d] = 0;
+        }
+      }
+    };
+    fn(q, inside, padded, window);
+    for (size_t d = nd; d-- > 0;) {
+      if (++oidx[d] < p.out[d]) break;
+      oidx[d] = 0;
+    }
+  }
+}
+
+template <class T>
+void pool_kernel(KernelContext& ctx, PoolKind kind, const PoolPlan& p) {
+  using C = std::conditional_t<std::is_integral_v<T>, T, compute_t<T>>;
+  using A = std::conditional_t<std::is_integral_v<T>, T, double>;  // accumulator
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0);
+  Tensor* indices = kind == PoolKind::kMax && ctx.has_output(1) ? &ctx.output(1) : nullptr;
+  const bool include_pad = ctx.attr_int("count_include_pad", 0) != 0;
+  const bool col_major = ctx.attr_int("storage_order", 0) != 0;
+  double lp = 2;
+  if (kind == PoolKind::kLp) {
+    const Attribute* a = ctx.node().find_attribute("p");
+    // LpPool-1 declared p as a float; later versions as an int.
+    if (a) lp = a->kind == Attribute::Kind::kFloat ? a->f : static_cast<double>(a->i);
+  }
+  int64_t in_size = 1, out_size = 1;
+  for (int64_t v : p.in) in_size *= v;
+  for (int64_t v : p.out) out_size *= v;
+  // Column-major strides of the spatial dims, for storage_order = 1 indices.
+  std::vector<int64_t> cm_stride(p.in.size(), 1);
+  for (size_t d = 1; d < p.in.size(); ++d) cm_stride[d] = cm_stride[d - 1] * p.in[d - 1];
+  const T* px = x.data<T>();
+  T* py = y.data<T>();
+  int64_t* pi = indices ? indices->data<int64_t>() : nullptr;
+  for (int64_t plane = 0; plane < p.planes; ++plane) {
+    const T* src = px + plane * in_size;
+    for_each_window(p, [&](int64_t q, int64_t inside, int64_t padded, auto&& window) {
+      const int64_t o = plane * out_size + q;
+      if (kind == PoolKind::kMax) {
+        C best = std::numeric_limits<C>::lowest();
+        int64_t best_off = -1;
+        bool nan = false;
+        std::vector<int64_t> best_at;
+        window([&](int64_t off, const std::vector<int64_t>& at) {
+          C v = static_cast<C>(src[off]);
+          if constexpr (!std::is_integral_v<C>)
+            if (std::isnan(v)) nan = true;
+          if (best_off < 0 || v > best) {
+            best = v;
+            best_off = off;
+            if (col_major) best_at = at;
+          }
+        });
+        if constexpr (!std::is_integral_v<C>)
+          if (nan) best = std::numeric_limits<C>::quiet_NaN();
+        py[o] = static_cast<T>(best_off < 0 ? C(0) : best);
+        if (pi) {
+          int64_t idx = best_off < 0 ? 0 : best_off;
+          if (col_major && best_off >= 0) {
+            idx = 0;
+            for (size_t d = 0; d < best_at.size(); ++d) idx += best_at[d] * cm_stride[d];
+          }
+          pi[o] = plane * in_size + idx;
+        }
+        return;
+      }
+      A acc = 0;
+      if (kind == PoolKind::kAverage) {
+        window([&](int64_t off, const std::vector<int64_t>&) { acc += static_cast<A>(static_cast<C>(src[off])); });
+        const int64_t count = include_pad ? padded : inside;
+        py[o] = static_cast<T>(static_cast<C>(count > 0 ? acc / static_cast<A>(count) : A(0)));
+      } else {
+        window([&](int64_t off, const std::vector<int64_t>&) {
+          acc += std::pow(std::abs(static_cast<double>(static_cast<C>(src[off]))), lp);
+        });
+        py[o] = static_cast<T>(static_cast<C>(std::pow(static_cast<double>(acc), 1.0 / lp)));
+      }
+    });
+  }
+}
+
+void infer_pool(InferContext& ctx, PoolKind kind) {
+  const PartialShape& xs = ctx.input_shape(0);
+  const DType dt = ctx.input_dtype(0);
+  PartialShape out = xs.rank_known ? PartialShape::of_rank(xs.dims.size()) : PartialShape();
+  if (xs.rank_known) {
+    // Unknown input dims give unknown output dims; the known ones are exact.
+    ONYX_CHECK(xs.dims.size() >= 3, "X must have rank >= 3 (N, C, spatial...), got ", xs.str());
+    std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
+    ONYX_CHECK(!kernel.empty(), "required attribute 'kernel_shape' is missing");
+    Window w = read_window(ctx, xs.dims.size() - 2, kernel, kind != PoolKind::kAverage || ctx.opset() >= 19);
+    std::vector<int64_t> sp =
+        window_output_dims(w, {xs.dims.begin() + 2, xs.dims.end()}, ctx.attr_int("ceil_mode", 0) != 0);
+    out.dims[0] = xs.dims[0];
+    out.dims[1] = xs.dims[1];
+    std::copy(sp.begin(), sp.end(), out.dims.begin() + 2);
+  }
+  ctx.set_output(0, dt, out);
+  if (ctx.num_outputs() > 1 && ctx.has_output(1)) ctx.set_output(1, DType::kInt64, out);
+}
+
+void run_pool(KernelContext& ctx, PoolKind kind) {
+  const Tensor& x = ctx.input(0);
+  PoolPlan p = plan_pool(ctx, x.shape(), kind != PoolKind::kAverage || ctx.opset() >= 19);
+  if (kind == PoolKind::kMax) {
+    dispatch<TypeList<float, double, Float16, BFloat16, int8_t, uint8_t>>(
+        x.dtype(), "MaxPool", [&](auto tag) { pool_kernel<typename decltype(tag)::type>(ctx, kind, p); });
+  } else {
+    dispatch<FloatTypes>(x.dtype(), kind == PoolKind::kAverage ? "AveragePool" : "LpPool",
+                         [&](auto tag) { pool_kernel<typename decltype(tag)::type>(ctx, kind, p); });
+  }
+}
+
+// Global pools reduce every spatial dim to 1.
+void infer_global_pool(InferContext& ctx) {
+  const PartialShape& xs = ctx.input_shape(0);
+  PartialShape out = xs;
+  if (xs.rank_known) {
+    ONYX_CHECK(xs.dims.size() >= 3, "X must have rank >= 3 (N, C, spatial...), got ", xs.str());
+    for (size_t d = 2; d < out.dims.size(); ++d) out.dims[d] = 1;
+  }
+  ctx.set_output(0, ctx.input_dtype(0), out);
+}
+
+template <class T>
+void global_pool_kernel(KernelContext& ctx, PoolKind kind) {
+  using C = compute_t<T>;
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0);
+  const int64_t planes = x.shape()[0] * x.shape()[1];
+  const int64_t size = planes == 0 ? 0 : x.numel() / planes;
+  double lp = 2;
+  if (kind == PoolKind::kLp) lp = static_cast<double>(ctx.attr_int("p", 2));
+  const T* px = x.data<T>();
+  T* py = y.data<T>();
+  for (int64_t i = 0; i < planes; ++i) {
+    const T* s = px + i * size;
+    double r = 0;
+    if (kind == PoolKind::kMax) {
+      r = size ? static_cast<double>(static_cast<C>(s[0])) : 0.0;
+      for (int64_t j = 1; j < size; ++j) {
+        double v = static_cast<C>(s[j]);
+        if (std::isnan(v) || v > r) r = v;
+        if (std::isnan(v)) break;
+      }
+    } else if (kind == PoolKind::kAverage) {
+      for (int64_t j = 0; j < size; ++j) r += static_cast<C>(s[j]);
+      r = size ? r / static_cast<double>(size) : 0.0;
+    } else {
+      for (int64_t j = 0; j < size; ++j) r += std::pow(std::abs(static_cast<double>(static_cast<C>(s[j]))), lp);
+      r = std::pow(r, 1.0 / lp);
+    }
+    py[i] = static_cast<T>(static_cast<C>(r));
+  }
+}
+
+// MaxUnpool: scatters X into a zero tensor at the flat positions in I.
+std::vector<int64_t> unpool_shape(const NodeView& node, const Shape& x, const Tensor* output_shape) {
+  ONYX_CHECK(x.rank() >= 3, "X must have rank >= 3 (N, C, spatial...), got ", x.str());
+  const size_t nd = x.rank() - 2;
+  std::vector<int64_t> kernel = node.attr_ints("kernel_shape");
+  Window w = read_window(node, nd, kernel, false);
+  std::vector<int64_t> dims{x[0], x[1]};
+  for (size_t d = 0; d < nd; ++d) {
+    int64_t o = (x[d + 2] - 1) * w.strides[d] + w.kernel[d] - w.pads[d] - w.pads[d + nd];
+    ONYX_CHECK(o > 0, "MaxUnpool output spatial dim ", d, " would be ", o);
+    dims.push_back(o);
+  }
+  if (output_shape) {
+    std::vector<int64_t> given = output_shape->to_int64_vector();
+    ONYX_CHECK(given.size() == x.rank(), "output_shape has ", given.size(), " entries for input ", x.str());
+    ONYX_CHECK(given[0] == x[0] && given[1] == x[1], "output_shape ", Shape(given).str(),
+               " must keep N and C of the input ", x.str());
+    for (size_t d = 2; d < given.size(); ++d) ONYX_CHECK(given[d] >= 0, "negative output_shape ", Shape(given).str());
+    dims = given;
+  }
+  return dims;
+}
+
+void infer_max_unpool(InferContext& ctx) {
+  const PartialShape& xs = ctx.input_shape(0);
+  const bool need_value = ctx.has_input(2);
+  if (!xs.fully_known() || (need_value && !ctx.input_value(2))) {
+    ctx.set_output(0, ctx.input_dtype(0), xs.rank_known ? PartialShape::of_rank(xs.dims.size()) : PartialShape());
+    return;
+  }
+  ctx.set_output(0, ctx.input_dtype(0), Shape(unpool_shape(ctx, xs.to_shape(), ctx.input_value(2))));
+}
+
+void max_unpool_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& idx = ctx.input(1);
+  ONYX_CHECK(idx.shape() == x.shape(), "indices shape ", idx.shape().str(), " differs from X ", x.shape().str());
+  Tensor& y = ctx.output(0);
+  // Indices address the default-sized output (what MaxPool saw); a larger
+  // output_shape keeps that block in its leading corner, as the reference does.
+  const Shape natural(unpool_shape(ctx, x.shape(), nullptr));
+  const Shape& out = y.shape();
+  const bool same = natural == out;
+  std::vector<int64_t> coord(natural.rank());
+  dispatch<NumericTypes>(x.dtype(), "MaxUnpool", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    std::fill(py, py + y.numel(), T(0.0f));
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      int64_t j = idx.get_as_int64(i);
+      ONYX_CHECK(j >= 0 && j < natural.numel(), "index ", j, " at position ", i, " is outside the unpooled tensor ",
+                 natural.str());
+      if (same) {
+        py[j] = px[i];
+        continue;
+      }
+      int64_t rest = j, flat = 0;
+      for (size_t d = natural.rank(); d-- > 0;) {
+        coord[d] = rest % natural[d];
+        rest /= natural[d];
+      }
+      bool inside = true;
+      for (size_t d = 0; d < natural.rank(); ++d) {
+        inside = inside && coord[d] < out[d];
+        flat = flat * out[d] + coord[d];
+      }
+      if (inside) py[flat] = px[i];
+    }
+  });
+}
+
+}  // namespace
+
+void register_pool_ops(OpRegistry& r) {
+  r.add(OpDef{"", "MaxPool", 1, [](InferContext& ctx) { infer_pool(ctx, PoolKind::kMax); },
+              [](KernelContext& ctx) { run_pool(ctx, PoolKind::kMax); }, {}});
+  r.add(OpDef{"", "AveragePool", 1, [](InferContext& ctx) { infer_pool(ctx, PoolKind::kAverage); },
+              [](KernelContext& ctx) { run_pool(ctx, PoolKind::kAverage); }, {}});
+  r.add(OpDef{"", "LpPool", 1, [](InferContext& ctx) { infer_pool(ctx, PoolKind::kLp); },
+              [](KernelContext& ctx) { run_pool(ctx, PoolKind::kLp); }, {}});
+  auto add_global = [&](const char* name, PoolKind kind) {
+    r.add(OpDef{"", name, 1, infer_global_pool, [name, kind](KernelContext& ctx) {
+                  dispatch<FloatTypes>(ctx.input(0).dtype(), name, [&](auto tag) {
+                    global_pool_kernel<typename decltype(tag)::type>(ctx, kind);
+                  });
+                }, {}});
+  };
+  add_global("GlobalMaxPool", PoolKind::kMax);
+  add_global("GlobalAveragePool", PoolKind::kAverage);
+  add_global("GlobalLpPool", PoolKind::kLp);
+  r.add(OpDef{"", "MaxUnpool", 9, infer_max_unpool, max_unpool_kernel, {}});
+}
+
+}  // namespace onyx

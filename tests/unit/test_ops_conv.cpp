@@ -1,0 +1,350 @@
+// Convolution, pooling and resize ops against direct float64 loop references.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "op_test_util.h"
+
+namespace onyx {
+
+namespace {
+
+double at(const Tensor& t, int64_t i) { return t.get_as_double(i); }
+
+struct Conv2dParams {
+  int64_t group = 1;
+  std::vector<int64_t> strides{1, 1}, dilations{1, 1}, pads{0, 0, 0, 0};
+};
+
+// y[n, m, oh, ow] = b[m] + sum_{c in group, kh, kw} x[n, c, ih, iw] * w[m, c', kh, kw].
+std::vector<double> conv2d_reference(const Tensor& x, const Tensor& w, const Tensor* b, const Conv2dParams& p,
+                                     Shape& out_shape) {
+  const int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
+  const int64_t M = w.shape()[0], CG = w.shape()[1], KH = w.shape()[2], KW = w.shape()[3];
+  const int64_t OH = (H + p.pads[0] + p.pads[2] - (p.dilations[0] * (KH - 1) + 1)) / p.strides[0] + 1;
+  const int64_t OW = (W + p.pads[1] + p.pads[3] - (p.dilations[1] * (KW - 1) + 1)) / p.strides[1] + 1;
+  out_shape = Shape{N, M, OH, OW};
+  std::vector<double> y(static_cast<size_t>(N * M * OH * OW));
+  std::vector<double> xv(x.numel()), wv(w.numel());
+  for (int64_t i = 0; i < x.numel(); ++i) xv[i] = at(x, i);
+  for (int64_t i = 0; i < w.numel(); ++i) wv[i] = at(w, i);
+  const int64_t MG = M / p.group;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double acc = b ? at(*b, m) : 0.0;
+          const int64_t g = m / MG;
+          for (int64_t cc = 0; cc < CG; ++cc)
+            for (int64_t kh = 0; kh < KH; ++kh)
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                int64_t ih = oh * p.strides[0] - p.pads[0] + kh * p.dilations[0];
+                int64_t iw = ow * p.strides[1] - p.pads[1] + kw * p.dilations[1];
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                const int64_t c = g * CG + cc;
+                acc += xv[((n * C + c) * H + ih) * W + iw] * wv[((m * CG + cc) * KH + kh) * KW + kw];
+              }
+          y[((n * M + m) * OH + oh) * OW + ow] = acc;
+        }
+  return y;
+}
+
+std::vector<Attribute> conv_attrs(const Conv2dParams& p) {
+  return {test::attr_int("group", p.group), test::attr_ints("strides", p.strides),
+          test::attr_ints("dilations", p.dilations), test::attr_ints("pads", p.pads)};
+}
+
+void expect_close(const Tensor& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size()));
+  for (int64_t i = 0; i < got.numel(); ++i)
+    ASSERT_NEAR(at(got, i), want[i], tol * (1 + std::abs(want[i]))) << "at flat index " << i;
+}
+
+}  // namespace
+
+TEST(OpsConv, Conv2dStridePadDilationGroupMatchesReference) {
+  Conv2dParams p;
+  p.group = 2;
+  p.strides = {2, 1};
+  p.dilations = {1, 2};
+  p.pads = {1, 0, 2, 1};
+  Tensor x = test::random_tensor<float>(Shape{2, 4, 9, 11});
+  Tensor w = test::random_tensor<float>(Shape{6, 2, 3, 3});
+  Tensor b = test::random_tensor<float>(Shape{6});
+  Shape shape;
+  std::vector<double> want = conv2d_reference(x, w, &b, p, shape);
+  auto out = test::run_op("Conv", {x, w, b}, conv_attrs(p));
+  ASSERT_EQ(out[0].shape(), shape);
+  expect_close(out[0], want, 1e-4);
+}
+
+TEST(OpsConv, Conv2dFloat64AndFloat16MatchReference) {
+  Conv2dParams p;
+  p.strides = {1, 2};
+  p.pads = {2, 1, 0, 1};
+  {
+    Tensor x = test::random_tensor<double>(Shape{1, 3, 7, 8});
+    Tensor w = test::random_tensor<double>(Shape{5, 3, 2, 3});
+    Shape shape;
+    std::vector<double> want = conv2d_reference(x, w, nullptr, p, shape);
+    auto out = test::run_op("Conv", {x, w}, conv_attrs(p));
+    ASSERT_EQ(out[0].shape(), shape);
+    expect_close(out[0], want, 1e-12);
+  }
+  {
+    Tensor x = test::random_tensor<Float16>(Shape{1, 3, 7, 8}, -1, 1);
+    Tensor w = test::random_tensor<Float16>(Shape{5, 3, 2, 3}, -1, 1);
+    Shape shape;
+    std::vector<double> want = conv2d_reference(x, w, nullptr, p, shape);
+    auto out = test::run_op("Conv", {x, w}, conv_attrs(p));
+    ASSERT_EQ(out[0].dtype(), DType::kFloat16);
+    ASSERT_EQ(out[0].shape(), shape);
+    expect_close(out[0], want, 5e-3);
+  }
+}
+
+TEST(OpsConv, Conv1dAndPointwiseAgreeWith2dReference) {
+  // A 1-D conv is a 2-D conv over a height-1 image.
+  Tensor x = test::random_tensor<float>(Shape{2, 3, 13});
+  Tensor w = test::random_tensor<float>(Shape{4, 3, 3});
+  Conv2dParams p;
+  p.strides = {1, 3};
+  p.pads = {0, 2, 0, 1};
+  p.dilations = {1, 2};
+  Shape shape;
+  std::vector<double> want =
+      conv2d_reference(x.view(Shape{2, 3, 1, 13}), w.view(Shape{4, 3, 1, 3}), nullptr, p, shape);
+  auto out = test::run_op("Conv", {x, w},
+                          {test::attr_ints("strides", {3}), test::attr_ints("pads", {2, 1}),
+                           test::attr_ints("dilations", {2})});
+  ASSERT_EQ(out[0].shape(), (Shape{2, 4, shape[3]}));
+  expect_close(out[0], want, 1e-4);
+
+  // 1x1 kernel, stride 1, no pads: the im2col-free path.
+  Tensor x2 = test::random_tensor<float>(Shape{2, 6, 5, 4});
+  Tensor w2 = test::random_tensor<float>(Shape{3, 6, 1, 1});
+  std::vector<double> want2 = conv2d_reference(x2, w2, nullptr, Conv2dParams{}, shape);
+  auto out2 = test::run_op("Conv", {x2, w2});
+  ASSERT_EQ(out2[0].shape(), shape);
+  expect_close(out2[0], want2, 1e-4);
+}
+
+TEST(OpsConv, ConvLargeImageProcessedInChunksMatchesReference) {
+  // Big enough that the im2col buffer is split into several row chunks.
+  Conv2dParams p;
+  p.pads = {1, 1, 1, 1};
+  Tensor x = test::random_tensor<float>(Shape{1, 128, 10, 1024});
+  Tensor w = test::random_tensor<float>(Shape{2, 128, 3, 3});
+  Shape shape;
+  std::vector<double> want = conv2d_reference(x, w, nullptr, p, shape);
+  auto out = test::run_op("Conv", {x, w}, conv_attrs(p));
+  ASSERT_EQ(out[0].shape(), shape);
+  expect_close(out[0], want, 1e-4);
+}
+
+TEST(OpsConv, ConvAutoPadSameUpperMatchesExplicitPads) {
+  Tensor x = test::random_tensor<float>(Shape{1, 2, 7, 6});
+  Tensor w = test::random_tensor<float>(Shape{3, 2, 4, 3});
+  // SAME_UPPER with stride 2: out = ceil(in / 2); total pad = (out-1)*2 + k - in, extra at the end.
+  Conv2dParams p;
+  p.strides = {2, 2};
+  p.pads = {1, 0, 2, 1};  // H: out 4, total 3 -> 1/2; W: out 3, total 1 -> 0/1
+  Shape shape;
+  std::vector<double> want = conv2d_reference(x, w, nullptr, p, shape);
+  auto out = test::run_op("Conv", {x, w}, {test::attr_string("auto_pad", "SAME_UPPER"), test::attr_ints("strides", {2, 2})});
+  ASSERT_EQ(out[0].shape(), (Shape{1, 3, 4, 3}));
+  ASSERT_EQ(shape, out[0].shape());
+  expect_close(out[0], want, 1e-4);
+}
+
+TEST(OpsConv, ConvTransposeMatchesScatterReference) {
+  const int64_t N = 2, C = 4, H = 3, W = 4, MG = 3, G = 2, KH = 3, KW = 2, SH = 2, SW = 3, DH = 1, DW = 2;
+  const int64_t PT = 1, PL = 0, PB = 0, PR = 1;
+  Tensor x = test::random_tensor<float>(Shape{N, C, H, W});
+  Tensor w = test::random_tensor<float>(Shape{C, MG, KH, KW});
+  Tensor b = test::random_tensor<float>(Shape{G * MG});
+  const int64_t OH = SH * (H - 1) + DH * (KH - 1) + 1 - PT - PB;
+  const int64_t OW = SW * (W - 1) + DW * (KW - 1) + 1 - PL - PR + 1;  // output_padding 1 on W
+  const int64_t M = G * MG, CG = C / G;
+  std::vector<double> want(static_cast<size_t>(N * M * OH * OW));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t i = 0; i < OH * OW; ++i) want[(n * M + m) * OH * OW + i] = at(b, m);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t ih = 0; ih < H; ++ih)
+        for (int64_t iw = 0; iw < W; ++iw)
+          for (int64_t mg = 0; mg < MG; ++mg)
+            for (int64_t kh = 0; kh < KH; ++kh)
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                int64_t oh = ih * SH - PT + kh * DH, ow = iw * SW - PL + kw * DW;
+                if (oh < 0 || oh >= OH || ow < 0 || ow >= OW) continue;
+                int64_t m = (c / CG) * MG + mg;
+                want[((n * M + m) * OH + oh) * OW + ow] +=
+                    at(x, ((n * C + c) * H + ih) * W + iw) * at(w, ((c * MG + mg) * KH + kh) * KW + kw);
+              }
+  auto out = test::run_op("ConvTranspose", {x, w, b},
+                          {test::attr_int("group", G), test::attr_ints("strides", {SH, SW}),
+                           test::attr_ints("dilations", {DH, DW}), test::attr_ints("pads", {PT, PL, PB, PR}),
+                           test::attr_ints("output_padding", {0, 1})});
+  ASSERT_EQ(out[0].shape(), (Shape{N, M, OH, OW}));
+  expect_close(out[0], want, 1e-4);
+}
+
+namespace {
+
+struct PoolRef {
+  std::vector<double> y;
+  std::vector<int64_t> argmax;
+  Shape shape;
+};
+
+// 2-D pooling by direct loops; kind 0 max, 1 average.
+PoolRef pool2d_reference(const Tensor& x, int kind, std::vector<int64_t> k, std::vector<int64_t> s,
+                         std::vector<int64_t> d, std::vector<int64_t> pads, bool ceil_mode, bool include_pad) {
+  const int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
+  auto out_dim = [&](int64_t in, int i) {
+    int64_t span = d[i] * (k[i] - 1) + 1, padded = in + pads[i] + pads[i + 2];
+    int64_t o = ceil_mode ? (padded - span + s[i] - 1) / s[i] + 1 : (padded - span) / s[i] + 1;
+    if (ceil_mode && (o - 1) * s[i] >= in + pads[i]) --o;
+    return o;
+  };
+  const int64_t OH = out_dim(H, 0), OW = out_dim(W, 1);
+  PoolRef r;
+  r.shape = Shape{N, C, OH, OW};
+  for (int64_t nc = 0; nc < N * C; ++nc)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        double best = -std::numeric_limits<double>::infinity(), sum = 0;
+        int64_t arg = -1, inside = 0, padded = 0;
+        for (int64_t kh = 0; kh < k[0]; ++kh)
+          for (int64_t kw = 0; kw < k[1]; ++kw) {
+            int64_t ih = oh * s[0] - pads[0] + kh * d[0], iw = ow * s[1] - pads[1] + kw * d[1];
+            if (ih >= -pads[0] && ih < H + pads[2] && iw >= -pads[1] && iw < W + pads[3]) ++padded;
+            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+            int64_t flat = (nc * H + ih) * W + iw;
+            double v = at(x, flat);
+            ++inside;
+            sum += v;
+            if (v > best) {
+              best = v;
+              arg = flat;
+            }
+          }
+        r.y.push_back(kind == 0 ? best : sum / static_cast<double>(include_pad ? padded : inside));
+        r.argmax.push_back(arg);
+      }
+  return r;
+}
+
+}  // namespace
+
+TEST(OpsConv, MaxPoolWithIndicesMatchesReference) {
+  Tensor x = test::random_tensor<float>(Shape{2, 3, 10, 9});
+  for (bool ceil_mode : {false, true}) {
+    PoolRef ref = pool2d_reference(x, 0, {3, 2}, {2, 3}, {1, 2}, {1, 0, 1, 1}, ceil_mode, false);
+    auto out = test::run_op("MaxPool", {x},
+                            {test::attr_ints("kernel_shape", {3, 2}), test::attr_ints("strides", {2, 3}),
+                             test::attr_ints("dilations", {1, 2}), test::attr_ints("pads", {1, 0, 1, 1}),
+                             test::attr_int("ceil_mode", ceil_mode)},
+                            2);
+    ASSERT_EQ(out[0].shape(), ref.shape) << "ceil_mode " << ceil_mode;
+    ASSERT_EQ(out[1].dtype(), DType::kInt64);
+    expect_close(out[0], ref.y, 0);
+    for (int64_t i = 0; i < out[1].numel(); ++i) EXPECT_EQ(out[1].data<int64_t>()[i], ref.argmax[i]) << i;
+  }
+}
+
+TEST(OpsConv, AveragePoolCountIncludePadMatchesReference) {
+  Tensor x = test::random_tensor<float>(Shape{1, 4, 8, 7});
+  for (int include : {0, 1})
+    for (bool ceil_mode : {false, true}) {
+      PoolRef ref = pool2d_reference(x, 1, {3, 3}, {2, 2}, {1, 1}, {1, 1, 0, 1}, ceil_mode, include);
+      auto out = test::run_op("AveragePool", {x},
+                              {test::attr_ints("kernel_shape", {3, 3}), test::attr_ints("strides", {2, 2}),
+                               test::attr_ints("pads", {1, 1, 0, 1}), test::attr_int("count_include_pad", include),
+                               test::attr_int("ceil_mode", ceil_mode)});
+      ASSERT_EQ(out[0].shape(), ref.shape);
+      expect_close(out[0], ref.y, 1e-5);
+    }
+}
+
+TEST(OpsConv, ResizeLinearHalfPixelMatchesBilinearReference) {
+  Tensor x = test::random_tensor<float>(Shape{2, 3, 5, 7});
+  const std::vector<float> scales{1.f, 1.f, 1.8f, 0.6f};
+  Tensor sc = Tensor::from_vector<float>(scales, Shape{4});
+  auto out = test::run_op("Resize", {x, Tensor(), sc}, {test::attr_string("mode", "linear")}, 1, 19);
+  // Output sizes are floor(in * scale) with the float scale widened to double (5 * 1.8f < 9).
+  const int64_t H = 5, W = 7, OH = 8, OW = 4;
+  ASSERT_EQ(out[0].shape().str(), (Shape{2, 3, OH, OW}).str());
+  // Half-pixel source coordinate, clamped into the image, then bilinear.
+  auto src = [](int64_t o, double scale, int64_t in, int64_t& i0, int64_t& i1, double& f) {
+    double c = std::clamp((o + 0.5) / scale - 0.5, 0.0, static_cast<double>(in - 1));
+    i0 = static_cast<int64_t>(std::floor(c));
+    i1 = std::min(i0 + 1, in - 1);
+    f = c - static_cast<double>(i0);
+  };
+  std::vector<double> want;
+  for (int64_t p = 0; p < 6; ++p)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        int64_t h0, h1, w0, w1;
+        double fh, fw;
+        src(oh, static_cast<double>(scales[2]), H, h0, h1, fh);
+        src(ow, static_cast<double>(scales[3]), W, w0, w1, fw);
+        auto v = [&](int64_t h, int64_t w) { return at(x, (p * H + h) * W + w); };
+        want.push_back((1 - fh) * ((1 - fw) * v(h0, w0) + fw * v(h0, w1)) + fh * ((1 - fw) * v(h1, w0) + fw * v(h1, w1)));
+      }
+  expect_close(out[0], want, 1e-5);
+}
+
+TEST(OpsConv, BadShapesNameTheProblem) {
+  try {
+    test::run_op("Conv", {test::random_tensor<float>(Shape{1, 3, 5, 5}), test::random_tensor<float>(Shape{2, 4, 3, 3})});
+    FAIL() << "expected a channel mismatch error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("channels"), std::string::npos) << e.what();
+  }
+  try {
+    test::run_op("MaxPool", {test::random_tensor<float>(Shape{1, 1, 2, 2})}, {test::attr_ints("kernel_shape", {5, 5})});
+    FAIL() << "expected a window-does-not-fit error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace onyx
+
+namespace onyx {
+
+TEST(OpsConv, InferenceKeepsKnownDimsWhenPlanningWithoutValues) {
+  auto infer = [](const std::string& op, std::vector<ValueType> in, std::vector<Attribute> attrs, int opset = 19) {
+    Node n;
+    n.name = "planned";
+    n.op_type = op;
+    n.opset = opset;
+    n.attributes = std::move(attrs);
+    for (size_t i = 0; i < in.size(); ++i) n.inputs.push_back(static_cast<int>(i));
+    n.outputs = {static_cast<int>(in.size())};
+    const OpDef* def = OpRegistry::global().find("", op, opset);
+    EXPECT_TRUE(def);
+    InferContext ctx(n, in, std::vector<const Tensor*>(in.size(), nullptr));
+    def->infer(ctx);
+    return ctx.outputs()[0].shape;
+  };
+  PartialShape x = PartialShape::of_rank(4);
+  x.dims = {-1, 3, 32, -1};
+  // Conv: batch and width unknown, height (32 + 2 - 3) / 2 + 1 = 16.
+  PartialShape y = infer("Conv", {{DType::kFloat32, x}, {DType::kFloat32, Shape{8, 3, 3, 3}}},
+                         {test::attr_ints("pads", {1, 1, 1, 1}), test::attr_ints("strides", {2, 2})});
+  EXPECT_EQ(y.dims, (std::vector<int64_t>{-1, 8, 16, -1}));
+  y = infer("MaxPool", {{DType::kFloat32, x}}, {test::attr_ints("kernel_shape", {2, 2}), test::attr_ints("strides", {2, 2})});
+  EXPECT_EQ(y.dims, (std::vector<int64_t>{-1, 3, 16, -1}));
+  // Resize with scales whose values are not known yet: rank only.
+  y = infer("Resize", {{DType::kFloat32, Shape{1, 3, 8, 8}}, {DType::kFloat32, Shape{0}}, {DType::kFloat32, Shape{4}}}, {});
+  EXPECT_TRUE(y.rank_known);
+  EXPECT_EQ(y.dims, (std::vector<int64_t>{-1, -1, -1, -1}));
+}
+
+}  // namespace onyx
