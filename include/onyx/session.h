@@ -12,12 +12,55 @@
 
 namespace onyx {
 
+// How a run holds its intermediate values.
+enum class MemoryMode {
+  kPlanned,  // one arena per input-shape signature, every intermediate at a planned offset (default)
+  kRelease,  // allocate each value when produced, free it right after its last reader
+  kKeepAll,  // allocate each value when produced, keep everything until the run ends (debugging)
+};
+
 struct SessionOptions {
   // Where the model runs: "cpu" (the only device in this build).
   std::string device = "cpu";
-  // Return each intermediate to the allocator right after its last reader
-  // (default). Off keeps every intermediate until the run ends.
-  bool release_dead_values = true;
+  MemoryMode memory = MemoryMode::kPlanned;
+  // Plans (each with its arena) kept for recent input-shape signatures; the least
+  // recently used is dropped beyond this.
+  size_t plan_cache_capacity = 8;
+};
+
+// What the planner decided for one input-shape signature (see `onyx plan`).
+struct PlanSummary {
+  struct Value {
+    std::string name;
+    std::string type;    // "float32[1,128,64]"
+    std::string kind;    // arena, output, dynamic, constant, external
+    size_t bytes = 0;
+    size_t offset = 0;   // arena offset (kind "arena")
+    int first = -1, last = -1;
+    bool in_place = false;
+    std::string alias_of;  // the value whose storage it shares, if not its own
+  };
+  struct Boundary {
+    int step;
+    std::string node, reason;
+  };
+  int steps = 0;
+  int folded_steps = 0;        // computed while planning (shape arithmetic, constants)
+  int in_place = 0;
+  size_t arena_bytes = 0;
+  size_t lower_bound_bytes = 0;
+  size_t no_reuse_bytes = 0;
+  int peak_step = -1;
+  std::string peak_node;
+  std::string algorithm;
+  size_t alignment = 0;
+  std::vector<Boundary> dynamic_boundaries;
+  std::vector<Value> values;   // every value the plan places or allocates
+  double ratio() const { return lower_bound_bytes ? double(arena_bytes) / double(lower_bound_bytes) : 1.0; }
+};
+
+struct PlanCacheReport {
+  size_t hits = 0, misses = 0, evictions = 0, entries = 0, arena_bytes = 0;
 };
 
 // A model input or output as the model declares it.
@@ -73,8 +116,13 @@ class Session {
   // model's output order and stay valid after the session is gone. Bad feeds
   // (unknown name, missing input, wrong dtype or shape) throw onyx::Error and
   // leave the session usable.
+  // Runs are serialized: the plan arenas of a session serve one run at a time.
   NamedTensors run(const NamedTensors& feeds);
   const RunStats& last_run_stats() const;
+
+  // The plan a run with inputs of these shapes would use (inputs with defaults may be left out).
+  PlanSummary plan(const std::map<std::string, std::vector<int64_t>>& input_shapes);
+  PlanCacheReport plan_cache() const;
 
  private:
   Session();

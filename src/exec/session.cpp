@@ -1,6 +1,8 @@
 #include "onyx/session.h"
 
+#include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <set>
 #include <unordered_map>
 
@@ -30,6 +32,7 @@ struct Session::Impl {
   std::vector<ValueDesc> inputs, outputs;
   std::vector<int> input_ids;  // graph.inputs position for each entry of `inputs`
   RunStats stats;
+  std::mutex run_mutex;
 
   void check_feed(const ValueDesc& d, const Tensor& t, std::unordered_map<std::string, int64_t>& symbols) const;
 };
@@ -58,7 +61,8 @@ std::unique_ptr<Session> Session::load(const std::string& path, const SessionOpt
   Graph& g = *m.model.graph;
   with_context(cat("preparing '", path, "'"), [&] {
     ExecutorOptions eo;
-    eo.release_dead_values = options.release_dead_values;
+    eo.memory = options.memory;
+    eo.plan_cache_capacity = options.plan_cache_capacity;
     m.executor = std::make_unique<GraphExecutor>(g, OpRegistry::global(), m.alloc, eo);
   });
   for (size_t i = 0; i < g.inputs.size(); ++i) {
@@ -131,6 +135,7 @@ void Session::Impl::check_feed(const ValueDesc& d, const Tensor& t,
 
 NamedTensors Session::run(const NamedTensors& feeds) {
   Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.run_mutex);
   return with_context(cat("running '", m.model.path, "'"), [&] {
     const Graph& g = *m.model.graph;
     std::vector<Tensor> ordered(g.inputs.size());
@@ -165,6 +170,69 @@ NamedTensors Session::run(const NamedTensors& feeds) {
     for (size_t i = 0; i < outs.size(); ++i) result.emplace_back(m.outputs[i].name, std::move(outs[i]));
     return result;
   });
+}
+
+PlanSummary Session::plan(const std::map<std::string, std::vector<int64_t>>& input_shapes) {
+  Impl& m = *impl_;
+  return with_context(cat("planning '", m.model.path, "'"), [&] {
+    const Graph& g = *m.model.graph;
+    std::vector<ValueType> types(g.inputs.size());
+    for (const auto& [name, dims] : input_shapes) {
+      int id = g.find_value(name);
+      auto pos = std::find(g.inputs.begin(), g.inputs.end(), id);
+      ONYX_CHECK(id >= 0 && pos != g.inputs.end(), "'", name, "' is not an input of the model");
+      for (int64_t d : dims) ONYX_CHECK(d >= 0, "input '", name, "': dimension ", d, " is not a size");
+      types[pos - g.inputs.begin()] = ValueType{g.values[id].declared.dtype, Shape(dims)};
+    }
+    for (size_t i = 0; i < g.inputs.size(); ++i) {
+      const Value& v = g.values[g.inputs[i]];
+      if (types[i].dtype != DType::kUndefined || types[i].shape.rank_known) continue;
+      auto init = g.initializers.find(g.inputs[i]);
+      if (init != g.initializers.end()) {
+        types[i] = ValueType{init->second.dtype(), init->second.shape()};
+        continue;
+      }
+      bool fixed = v.declared.rank_known;
+      for (int64_t d : v.declared.dims) fixed &= d >= 0;
+      ONYX_CHECK(fixed, "input '", v.name, "' has shape ", v.declared.str(), ": give its shape");
+      types[i] = ValueType{v.declared.dtype, Shape(v.declared.dims)};
+    }
+    ExecutorOptions eo;
+    ExecutionPlan p = GraphExecutor::make_plan(g, types, eo.plan, m.executor.get());
+    PlanSummary s;
+    s.steps = static_cast<int>(p.schedule.size());
+    s.folded_steps = p.folded_nodes;
+    s.in_place = p.in_place_count;
+    s.arena_bytes = p.arena_bytes;
+    s.lower_bound_bytes = p.lower_bound_bytes;
+    s.no_reuse_bytes = p.no_reuse_bytes;
+    s.peak_step = p.peak_step;
+    if (p.peak_step >= 0 && p.peak_step < s.steps) s.peak_node = g.nodes[p.peak_step].describe();
+    s.algorithm = p.algorithm;
+    s.alignment = p.alignment;
+    for (const auto& b : p.dynamic_boundaries) s.dynamic_boundaries.push_back({b.step, b.node, b.reason});
+    for (size_t id = 0; id < p.values.size(); ++id) {
+      const ValuePlan& vp = p.values[id];
+      if (vp.kind == ValueKind::kAbsent || vp.kind == ValueKind::kExternal) continue;
+      PlanSummary::Value v;
+      v.name = g.values[id].name;
+      v.type = cat(dtype_name(vp.type.dtype), vp.type.shape.str());
+      v.kind = std::string(value_kind_name(vp.kind));
+      v.bytes = vp.bytes;
+      v.offset = vp.offset;
+      v.first = vp.first;
+      v.last = vp.last;
+      v.in_place = vp.in_place;
+      if (vp.root != static_cast<int>(id)) v.alias_of = g.values[vp.root].name;
+      s.values.push_back(std::move(v));
+    }
+    return s;
+  });
+}
+
+PlanCacheReport Session::plan_cache() const {
+  PlanCacheStats c = impl_->executor->plan_cache_stats();
+  return {c.hits, c.misses, c.evictions, c.entries, c.arena_bytes};
 }
 
 }  // namespace onyx

@@ -41,6 +41,8 @@ const OpRegistry& OpRegistry::global() {
     register_elementwise_ops(r);
     register_unary_ops(r);
     register_tensor_ops(r);
+    register_layout_ops(r);
+    register_slice_pad_ops(r);
     register_reduce_ops(r);
     register_nn_ops(r);
     register_control_flow_ops(r);

@@ -33,6 +33,8 @@ void resolve_op(Node& node, const OpRegistry& registry);
 void register_elementwise_ops(OpRegistry& r);
 void register_unary_ops(OpRegistry& r);
 void register_tensor_ops(OpRegistry& r);
+void register_layout_ops(OpRegistry& r);     // layout_ops.cpp
+void register_slice_pad_ops(OpRegistry& r);  // slice_pad.cpp
 void register_reduce_ops(OpRegistry& r);
 void register_nn_ops(OpRegistry& r);
 void register_control_flow_ops(OpRegistry& r);

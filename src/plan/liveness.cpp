@@ -8,6 +8,7 @@ std::string_view guard_reason_name(GuardReason r) {
     case GuardReason::kGraphInput: return "graph input";
     case GuardReason::kGraphOutput: return "graph output";
     case GuardReason::kOuterScope: return "outer scope";
+    case GuardReason::kMemoized: return "memoized";
   }
   return "?";
 }

@@ -16,6 +16,7 @@ enum class GuardReason {
   kGraphInput,   // the caller's buffer: borrowed, never ours to free or overwrite
   kGraphOutput,  // handed to the caller at the end of the run
   kOuterScope,   // a subgraph's borrowed view of an enclosing graph's value
+  kMemoized,     // computed once when planning and served again on every run of the plan
 };
 std::string_view guard_reason_name(GuardReason r);
 
@@ -26,6 +27,7 @@ class GuardList {
  public:
   explicit GuardList(const Graph& g);
   bool guarded(int value) const { return reasons_[value].has_value(); }
+  void add(int value, GuardReason reason) { reasons_[value] = reason; }
   std::optional<GuardReason> reason(int value) const { return reasons_[value]; }
 
  private:

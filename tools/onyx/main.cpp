@@ -22,6 +22,13 @@ using onyx::Tensor;
 constexpr const char* kUsage = R"(usage:
   onyx run MODEL [options]     run a model and print its outputs and timing
   onyx info MODEL              print inputs, outputs, opsets, initializer bytes, op histogram
+  onyx plan MODEL [options]    print the memory plan for given input shapes
+
+plan options:
+  --shape NAME=1x128           shape of input NAME (repeatable); inputs with fixed shapes may be left out
+  --dim NAME=N                 size of symbolic dimension NAME, for inputs without --shape
+  --json                       print the plan as JSON
+  --values N                   list the N largest values (default 10)
 
 run options:
   --input NAME=FILE.npy        feed input NAME from a .npy file (repeatable)
@@ -31,7 +38,11 @@ run options:
   --seed N                     seed for random inputs (default: drawn at random, printed)
   --repeat N                   run N more times after the first and report timing (default 0)
   --save-outputs DIR           write each output as DIR/NAME.npy (NAME made file-system safe)
-  --keep-intermediates         keep every intermediate until the run ends (debugging)
+  --memory planned|release|keep
+                               planned (default): one arena per input-shape signature, every
+                               intermediate at a planned offset; release: allocate each value
+                               when produced and free it after its last reader; keep: keep every
+                               intermediate until the run ends (debugging)
 )";
 
 struct UsageError : std::runtime_error {
@@ -136,6 +147,126 @@ int cmd_info(const std::string& path) {
   return 0;
 }
 
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\', o += c;
+    else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      o += buf;
+    } else o += c;
+  }
+  return o;
+}
+
+int cmd_plan(const std::string& path, const std::vector<std::string>& args) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  std::map<std::string, int64_t> dims;
+  bool json = false;
+  size_t top = 10;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw UsageError(cat(args[i], " needs a value"));
+      return args[++i];
+    };
+    auto split = [&](const std::string& kv) {
+      size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) throw UsageError(cat("expected NAME=VALUE, got '", kv, "'"));
+      return std::pair{kv.substr(0, eq), kv.substr(eq + 1)};
+    };
+    auto to_int = [&](const std::string& s) -> int64_t {
+      try {
+        size_t pos = 0;
+        int64_t v = std::stoll(s, &pos);
+        if (pos == s.size()) return v;
+      } catch (...) {}
+      throw UsageError(cat("'", s, "' is not an integer"));
+    };
+    if (args[i] == "--shape") {
+      auto [name, text] = split(value());
+      std::vector<int64_t> d;
+      size_t start = 0;
+      while (start <= text.size() && !text.empty()) {
+        size_t x = text.find('x', start);
+        d.push_back(to_int(text.substr(start, x == std::string::npos ? std::string::npos : x - start)));
+        if (x == std::string::npos) break;
+        start = x + 1;
+      }
+      shapes[name] = d;
+    } else if (args[i] == "--dim") {
+      auto [k, v] = split(value());
+      dims[k] = to_int(v);
+    } else if (args[i] == "--json") {
+      json = true;
+    } else if (args[i] == "--values") {
+      top = static_cast<size_t>(to_int(value()));
+    } else {
+      throw UsageError(cat("unknown option '", args[i], "'"));
+    }
+  }
+  auto session = onyx::Session::load(path);
+  for (const auto& d : session->inputs()) {
+    if (shapes.count(d.name) || d.has_default || !d.rank_known) continue;
+    std::vector<int64_t> s;
+    bool complete = true;
+    for (size_t i = 0; i < d.dims.size(); ++i) {
+      if (d.dims[i] >= 0) { s.push_back(d.dims[i]); continue; }
+      auto it = dims.find(i < d.dim_params.size() ? d.dim_params[i] : "");
+      complete &= it != dims.end();
+      s.push_back(it == dims.end() ? -1 : it->second);
+    }
+    ONYX_CHECK(complete, "input '", d.name, "' is ", d.type_str(), ": give --shape ", d.name, "=... or --dim for its symbols");
+    shapes[d.name] = s;
+  }
+  onyx::PlanSummary p = session->plan(shapes);
+  std::vector<const onyx::PlanSummary::Value*> largest;
+  for (const auto& v : p.values) largest.push_back(&v);
+  std::stable_sort(largest.begin(), largest.end(), [](auto* a, auto* b) { return a->bytes > b->bytes; });
+  if (largest.size() > top) largest.resize(top);
+  if (json) {
+    std::cout << "{\n  \"model\": \"" << json_escape(path) << "\",\n  \"steps\": " << p.steps
+              << ",\n  \"folded_steps\": " << p.folded_steps << ",\n  \"in_place\": " << p.in_place
+              << ",\n  \"arena_bytes\": " << p.arena_bytes << ",\n  \"lower_bound_bytes\": " << p.lower_bound_bytes
+              << ",\n  \"ratio\": " << p.ratio() << ",\n  \"no_reuse_bytes\": " << p.no_reuse_bytes
+              << ",\n  \"alignment\": " << p.alignment << ",\n  \"algorithm\": \"" << p.algorithm
+              << "\",\n  \"peak_step\": " << p.peak_step << ",\n  \"peak_node\": \"" << json_escape(p.peak_node)
+              << "\",\n  \"dynamic_boundaries\": [";
+    for (size_t i = 0; i < p.dynamic_boundaries.size(); ++i) {
+      const auto& b = p.dynamic_boundaries[i];
+      std::cout << (i ? ",\n    " : "\n    ") << "{\"step\": " << b.step << ", \"node\": \"" << json_escape(b.node)
+                << "\", \"reason\": \"" << json_escape(b.reason) << "\"}";
+    }
+    std::cout << (p.dynamic_boundaries.empty() ? "" : "\n  ") << "],\n  \"largest_values\": [";
+    for (size_t i = 0; i < largest.size(); ++i) {
+      const auto& v = *largest[i];
+      std::cout << (i ? ",\n    " : "\n    ") << "{\"name\": \"" << json_escape(v.name) << "\", \"type\": \""
+                << v.type << "\", \"kind\": \"" << v.kind << "\", \"bytes\": " << v.bytes
+                << ", \"offset\": " << v.offset << ", \"first\": " << v.first << ", \"last\": " << v.last << "}";
+    }
+    std::cout << (largest.empty() ? "" : "\n  ") << "]\n}\n";
+    return 0;
+  }
+  std::cout << "model: " << path << "\ninputs:";
+  for (const auto& [name, d] : shapes) std::cout << " " << name << "=" << onyx::Shape(d).str();
+  std::cout << "\nsteps: " << p.steps << " (" << p.folded_steps << " computed while planning, " << p.in_place
+            << " in place)\n";
+  std::cout << "arena: " << human_bytes(double(p.arena_bytes)) << " (" << p.arena_bytes << " B, " << p.algorithm
+            << ", alignment " << p.alignment << ")\n";
+  std::cout << "lower bound: " << human_bytes(double(p.lower_bound_bytes)) << " (" << p.lower_bound_bytes << " B)\n";
+  std::printf("R = arena / lower bound: %.4f\n", p.ratio());
+  std::cout << "no reuse: " << human_bytes(double(p.no_reuse_bytes)) << " (" << p.no_reuse_bytes << " B)\n";
+  std::cout << "most live at step " << p.peak_step << (p.peak_node.empty() ? "" : " (" + p.peak_node + ")") << "\n";
+  std::cout << "dynamic boundaries: " << p.dynamic_boundaries.size() << "\n";
+  for (const auto& b : p.dynamic_boundaries) std::cout << "  step " << b.step << " " << b.node << ": " << b.reason << "\n";
+  std::cout << "largest values:\n";
+  for (const auto* v : largest)
+    std::cout << "  " << v->name << "  " << v->type << "  " << human_bytes(double(v->bytes)) << "  " << v->kind
+              << (v->kind == "arena" ? cat(" @", v->offset) : "") << "  steps " << v->first << ".." << v->last
+              << (v->alias_of.empty() ? "" : "  shares " + v->alias_of) << (v->in_place ? " (in place)" : "") << "\n";
+  return 0;
+}
+
 int cmd_run(const std::string& path, const std::vector<std::string>& args) {
   std::vector<std::pair<std::string, std::string>> inputs;
   std::map<std::string, int64_t> dims;
@@ -167,7 +298,13 @@ int cmd_run(const std::string& path, const std::vector<std::string>& args) {
     else if (a == "--repeat") repeat = static_cast<int>(to_int(value()));
     else if (a == "--seed") seed = static_cast<uint64_t>(to_int(value()));
     else if (a == "--save-outputs") save_dir = value();
-    else if (a == "--keep-intermediates") options.release_dead_values = false;
+    else if (a == "--memory") {
+      std::string m = value();
+      if (m == "planned") options.memory = onyx::MemoryMode::kPlanned;
+      else if (m == "release") options.memory = onyx::MemoryMode::kRelease;
+      else if (m == "keep") options.memory = onyx::MemoryMode::kKeepAll;
+      else throw UsageError(cat("--memory takes planned, release or keep, not '", m, "'"));
+    }
     else throw UsageError(cat("unknown option '", a, "'"));
   }
   if (repeat < 0) throw UsageError("--repeat must be >= 0");
@@ -240,6 +377,7 @@ int main(int argc, char** argv) {
     if (args.size() < 2) throw UsageError(cat("'", args[0], "' needs a MODEL path"));
     std::vector<std::string> rest(args.begin() + 2, args.end());
     if (args[0] == "run") return cmd_run(args[1], rest);
+    if (args[0] == "plan") return cmd_plan(args[1], rest);
     if (args[0] == "info") {
       if (!rest.empty()) throw UsageError(cat("info takes no options, got '", rest[0], "'"));
       return cmd_info(args[1]);

@@ -1,0 +1,120 @@
+// Helpers for the data-movement ops (tensor_ops, layout_ops, slice_pad, gather_scatter).
+#pragma once
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ops/common.h"
+
+namespace onyx {
+
+// An ai.onnx OpDef; spelled out so that every field is initialized.
+inline OpDef onnx_op(std::string name, int since, InferFn infer, KernelFn kernel,
+                     std::vector<std::pair<int, int>> views = {}) {
+  return OpDef{"", std::move(name), since, std::move(infer), std::move(kernel), std::move(views)};
+}
+
+// Data movement does not care what the bits mean, only how wide an element is:
+// dispatching on width keeps one instantiation per width instead of per dtype.
+// Calls fn(std::type_identity<U>{}) with U = uint8_t/uint16_t/uint32_t/uint64_t or std::string.
+template <class Fn>
+void dispatch_storage(DType dt, std::string_view what, Fn&& fn) {
+  if (dt == DType::kString) return fn(std::type_identity<std::string>{});
+  switch (dt == DType::kUndefined ? 0 : dtype_size(dt)) {
+    case 1:
+      return fn(std::type_identity<uint8_t>{});
+    case 2:
+      return fn(std::type_identity<uint16_t>{});
+    case 4:
+      return fn(std::type_identity<uint32_t>{});
+    case 8:
+      return fn(std::type_identity<uint64_t>{});
+    default:
+      throw Error(cat(what, ": element type ", dtype_name(dt), " is not supported"));
+  }
+}
+
+// Copies `count` elements of src starting at element `src_off` to dst at `dst_off`.
+inline void copy_elements(const Tensor& src, int64_t src_off, Tensor& dst, int64_t dst_off, int64_t count) {
+  if (count <= 0) return;
+  if (src.dtype() == DType::kString) {
+    const std::string* s = src.data<std::string>() + src_off;
+    std::string* d = dst.data<std::string>() + dst_off;
+    for (int64_t i = 0; i < count; ++i) d[i] = s[i];
+    return;
+  }
+  const size_t w = dtype_size(src.dtype());
+  std::memcpy(static_cast<char*>(dst.raw()) + dst_off * w, static_cast<const char*>(src.raw()) + src_off * w,
+              static_cast<size_t>(count) * w);
+}
+
+// out[i0..ik] = in[base + sum_a i_a * strides[a]] over an output of `dims`, row-major.
+// Strides may be zero (broadcast) or negative (reversal); the caller guarantees bounds.
+template <class T>
+void strided_copy(const T* in, int64_t base, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
+                  T* out) {
+  const size_t r = dims.size();
+  int64_t total = 1;
+  for (int64_t d : dims) total *= d;
+  if (total == 0) return;
+  if (r == 0) {
+    out[0] = in[base];
+    return;
+  }
+  const int64_t inner = dims[r - 1], step = strides[r - 1];
+  std::vector<int64_t> counter(r, 0);
+  int64_t off = base;
+  for (int64_t o = 0; o < total; o += inner) {
+    const T* p = in + off;
+    if (step == 1) {
+      for (int64_t j = 0; j < inner; ++j) out[o + j] = p[j];
+    } else {
+      for (int64_t j = 0; j < inner; ++j) out[o + j] = p[j * step];
+    }
+    for (size_t a = r - 1; a-- > 0;) {
+      off += strides[a];
+      if (++counter[a] < dims[a]) break;
+      off -= strides[a] * counter[a];
+      counter[a] = 0;
+    }
+  }
+}
+
+// strided_copy on whole tensors of any dtype.
+inline void strided_copy(const Tensor& in, int64_t base, const std::vector<int64_t>& dims,
+                         const std::vector<int64_t>& strides, Tensor& out, std::string_view what) {
+  dispatch_storage(in.dtype(), what, [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    strided_copy<U>(in.data<U>(), base, dims, strides, out.data<U>());
+  });
+}
+
+// An int64/int32 input's values when known, nullopt otherwise (planning without data).
+inline std::optional<std::vector<int64_t>> known_ints(const InferContext& ctx, size_t i) {
+  if (!ctx.input_value(i)) return std::nullopt;
+  return input_ints(ctx, i);
+}
+
+// Whether input i's shape is fully known.
+inline bool shape_known(const InferContext& ctx, size_t i) { return ctx.input_shape(i).fully_known(); }
+
+// Reads a tensor's element i as an index (int32 or int64 tensors).
+inline int64_t index_at(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::kInt32 ? t.data<int32_t>()[i] : t.data<int64_t>()[i];
+}
+
+// Checks an index tensor's dtype (int32 or int64).
+inline void check_index_dtype(DType dt, std::string_view what) {
+  ONYX_CHECK(dt == DType::kInt32 || dt == DType::kInt64, what, " must be int32 or int64, got ", dtype_name(dt));
+}
+
+// Normalizes index `idx` into [0, size) (negative counts from the end); throws naming the value.
+inline int64_t checked_index(int64_t idx, int64_t size, int64_t axis, std::string_view what = "index") {
+  ONYX_CHECK(idx >= -size && idx < size, what, " ", idx, " is out of range for axis ", axis, " of size ", size,
+             " (valid: [", -size, ", ", size - 1, "])");
+  return idx < 0 ? idx + size : idx;
+}
+
+}  // namespace onyx

@@ -1,0 +1,233 @@
+// The static memory planner: random graphs, guard cases, and plan invariants.
+#include <gtest/gtest.h>
+
+#include "op_test_util.h"
+
+namespace onyx {
+
+namespace {
+
+struct RandomGraph {
+  Graph g;
+  std::vector<Tensor> inputs;
+};
+
+// A random DAG over [rows, cols]-shaped values: elementwise ops (some broadcasting),
+// MatMul with square weights, Reshape and Identity views. Several outputs.
+RandomGraph make_random_graph(std::mt19937_64& rng, int nodes) {
+  RandomGraph rg;
+  Graph& g = rg.g;
+  g.name = "random";
+  const int64_t n = 8 + rng() % 8;  // values are [n, n] or [n*n]
+  auto add_init = [&](const std::string& name, Tensor t) {
+    int id = g.value_id(name);
+    g.values[id].is_initializer = true;
+    g.initializers[id] = std::move(t);
+    return id;
+  };
+  int w = add_init("W", test::random_tensor<float>(Shape{n, n}, -0.3, 0.3));
+  int row = add_init("row", test::random_tensor<float>(Shape{1, n}));
+  int flat = add_init("flat_shape", Tensor::from_vector<int64_t>({n * n}, Shape{1}));
+  int square = add_init("square_shape", Tensor::from_vector<int64_t>({n, n}, Shape{2}));
+  std::vector<int> square_values, flat_values;
+  for (int i = 0; i < 2; ++i) {
+    int x = g.value_id("x" + std::to_string(i));
+    g.values[x].is_input = true;
+    g.inputs.push_back(x);
+    rg.inputs.push_back(test::random_tensor<float>(Shape{n, n}));
+    square_values.push_back(x);
+  }
+  auto pick = [&](const std::vector<int>& v) { return v[rng() % v.size()]; };
+  // Prefer recent values so that lifetimes are short and reuse matters.
+  auto recent = [&](const std::vector<int>& v) { return v[v.size() - 1 - rng() % std::min<size_t>(v.size(), 4)]; };
+  for (int i = 0; i < nodes; ++i) {
+    Node node;
+    node.name = "n" + std::to_string(i);
+    node.opset = 18;
+    int out = g.value_id("v" + std::to_string(i));
+    bool to_flat = false;
+    int kind = rng() % 8;
+    if (kind == 7 && !flat_values.empty()) {
+      node.op_type = "Reshape";
+      node.inputs = {recent(flat_values), square};
+    } else if (kind == 6) {
+      node.op_type = "Reshape";
+      node.inputs = {recent(square_values), flat};
+      to_flat = true;
+    } else if (kind == 5) {
+      node.op_type = "Identity";
+      node.inputs = {recent(square_values)};
+    } else if (kind == 4) {
+      node.op_type = "MatMul";
+      node.inputs = {recent(square_values), w};
+    } else if (kind == 3) {
+      node.op_type = "Relu";
+      node.inputs = {recent(square_values)};
+    } else {
+      const char* ops[] = {"Add", "Mul", "Sub"};
+      node.op_type = ops[rng() % 3];
+      node.inputs = {recent(square_values), rng() % 3 == 0 ? row : pick(square_values)};
+    }
+    node.outputs = {out};
+    g.values[out].producer = static_cast<int>(g.nodes.size());
+    g.nodes.push_back(std::move(node));
+    (to_flat ? flat_values : square_values).push_back(out);
+  }
+  g.outputs.push_back(square_values.back());
+  for (int k = 0; k < 2; ++k) {
+    int o = pick(square_values);
+    if (!g.values[o].is_input && std::find(g.outputs.begin(), g.outputs.end(), o) == g.outputs.end())
+      g.outputs.push_back(o);
+  }
+  return rg;
+}
+
+std::vector<Tensor> run_mode(Graph& g, const std::vector<Tensor>& in, MemoryMode mode,
+                             std::shared_ptr<const ExecutionPlan>* plan = nullptr) {
+  ExecutorOptions opt;
+  opt.memory = mode;
+  GraphExecutor exec(g, OpRegistry::global(), make_cpu_allocator(), opt);
+  if (plan) *plan = exec.plan_for(in);
+  auto first = exec.run(in);
+  auto second = exec.run(in);  // the same plan and arena, run again
+  for (size_t o = 0; o < first.size(); ++o)
+    for (int64_t i = 0; i < first[o].numel(); ++i)
+      EXPECT_EQ(first[o].data<float>()[i], second[o].data<float>()[i]);
+  return first;
+}
+
+// No two arena values live at the same step share a byte unless they share storage on purpose.
+void check_no_overlap(const ExecutionPlan& p) {
+  for (size_t a = 0; a < p.values.size(); ++a) {
+    const ValuePlan& va = p.values[a];
+    if (va.kind != ValueKind::kArena || !va.bytes) continue;
+    for (size_t b = a + 1; b < p.values.size(); ++b) {
+      const ValuePlan& vb = p.values[b];
+      if (vb.kind != ValueKind::kArena || !vb.bytes || va.root == vb.root) continue;
+      bool time = va.first <= std::max(vb.last, vb.first) && vb.first <= std::max(va.last, va.first);
+      bool space = va.offset < vb.offset + vb.bytes && vb.offset < va.offset + va.bytes;
+      ASSERT_FALSE(time && space) << "values " << a << " and " << b << " overlap";
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Planner, RandomGraphsMatchReleaseModeAndNeverOverlap) {
+  std::mt19937_64 rng(std::random_device{}());
+  int in_place = 0, views = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    RandomGraph rg = make_random_graph(rng, 5 + rng() % 40);
+    std::shared_ptr<const ExecutionPlan> plan;
+    auto planned = run_mode(rg.g, rg.inputs, MemoryMode::kPlanned, &plan);
+    auto released = run_mode(rg.g, rg.inputs, MemoryMode::kRelease);
+    check_no_overlap(*plan);
+    EXPECT_LE(plan->arena_bytes, plan->no_reuse_bytes);
+    EXPECT_GE(plan->arena_bytes, plan->lower_bound_bytes);
+    in_place += plan->in_place_count;
+    for (const auto& v : plan->values) views += v.kind == ValueKind::kArena && v.root >= 0 && !v.in_place &&
+                                                 &v != &plan->values[v.root];
+    ASSERT_EQ(planned.size(), released.size());
+    for (size_t o = 0; o < planned.size(); ++o) {
+      ASSERT_EQ(planned[o].shape(), released[o].shape());
+      for (int64_t i = 0; i < planned[o].numel(); ++i)
+        ASSERT_EQ(planned[o].data<float>()[i], released[o].data<float>()[i]) << "trial " << trial << " output " << o;
+    }
+  }
+  // The trials exercised both kinds of shared storage.
+  EXPECT_GT(in_place, 0);
+  EXPECT_GT(views, 0);
+}
+
+TEST(Planner, GuardListCoversInputsInitializersOutputsAndMemoized) {
+  std::mt19937_64 rng(std::random_device{}());
+  RandomGraph rg = make_random_graph(rng, 20);
+  ExecutorOptions opt;
+  GraphExecutor exec(rg.g, OpRegistry::global(), make_cpu_allocator(), opt);
+  auto plan = exec.plan_for(rg.inputs);
+  const Graph& g = rg.g;
+  for (int id : g.inputs) EXPECT_EQ(plan->guards.reason(id), GuardReason::kGraphInput);
+  for (const auto& [id, t] : g.initializers) EXPECT_EQ(plan->guards.reason(id), GuardReason::kInitializer);
+  for (int id : g.outputs) {
+    EXPECT_EQ(plan->guards.reason(id), GuardReason::kGraphOutput);
+    EXPECT_NE(plan->values[id].kind, ValueKind::kArena) << "outputs are handed out, never arena bytes";
+  }
+  // Nothing guarded is released or written in place.
+  for (const auto& step : plan->release_after)
+    for (int v : step) EXPECT_FALSE(plan->guards.guarded(v));
+  for (size_t id = 0; id < plan->values.size(); ++id)
+    if (plan->values[id].in_place) {
+      EXPECT_FALSE(plan->guards.guarded(plan->values[id].root));
+    }
+}
+
+TEST(Planner, InputsAreNeverWrittenInPlace) {
+  // Relu(x) where x is a graph input dying at its only reader: must not take x's bytes.
+  Tensor x = test::random_tensor<float>(Shape{64});
+  Tensor before = x.clone();
+  auto out = test::run_op("Relu", {x});
+  for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(x.data<float>()[i], before.data<float>()[i]);
+  EXPECT_FALSE(out[0].shares_storage_with(x));
+}
+
+TEST(Planner, OutputsNeverPointIntoTheArena) {
+  std::mt19937_64 rng(std::random_device{}());
+  RandomGraph rg = make_random_graph(rng, 30);
+  ExecutorOptions opt;
+  GraphExecutor exec(rg.g, OpRegistry::global(), make_cpu_allocator(), opt);
+  auto first = exec.run(rg.inputs);
+  std::vector<Tensor> kept;
+  for (const auto& t : first) kept.push_back(t.clone());
+  // A second run with other inputs reuses the arena; the first outputs must not change.
+  std::vector<Tensor> other;
+  for (const auto& t : rg.inputs) other.push_back(test::random_tensor<float>(t.shape()));
+  exec.run(other);
+  for (size_t o = 0; o < first.size(); ++o)
+    for (int64_t i = 0; i < first[o].numel(); ++i) ASSERT_EQ(first[o].data<float>()[i], kept[o].data<float>()[i]);
+}
+
+TEST(Planner, ShapeArithmeticIsEvaluatedWhilePlanning) {
+  // y = Reshape(x, Concat(Gather(Shape(x), 0), [-1])) : the target shape is computed while planning.
+  Graph g;
+  g.name = "shape_arith";
+  int x = g.value_id("x");
+  g.values[x].is_input = true;
+  g.inputs.push_back(x);
+  auto init = [&](const std::string& name, Tensor t) {
+    int id = g.value_id(name);
+    g.values[id].is_initializer = true;
+    g.initializers[id] = std::move(t);
+    return id;
+  };
+  int minus1 = init("minus1", Tensor::from_vector<int64_t>({-1}, Shape{1}));
+  int zero = init("zero", Tensor::from_vector<int64_t>({0}, Shape{1}));
+  auto node = [&](const std::string& op, std::vector<int> in, std::vector<Attribute> attrs = {}) {
+    Node n;
+    n.name = op;
+    n.op_type = op;
+    n.opset = 18;
+    n.inputs = std::move(in);
+    n.attributes = std::move(attrs);
+    int out = g.value_id(op + "_out");
+    g.values[out].producer = static_cast<int>(g.nodes.size());
+    n.outputs = {out};
+    g.nodes.push_back(std::move(n));
+    return out;
+  };
+  int shape = node("Shape", {x});
+  int first = node("Gather", {shape, zero}, {test::attr_int("axis", 0)});
+  int target = node("Concat", {first, minus1}, {test::attr_int("axis", 0)});
+  int y = node("Reshape", {x, target});
+  int z = node("Relu", {y});
+  g.outputs.push_back(z);
+  Tensor in = test::random_tensor<float>(Shape{3, 4, 5});
+  GraphExecutor exec(g, OpRegistry::global(), make_cpu_allocator());
+  auto plan = exec.plan_for({in});
+  EXPECT_TRUE(plan->dynamic_boundaries.empty());
+  EXPECT_EQ(plan->folded_nodes, 3);
+  EXPECT_EQ(plan->values[y].type.shape.dims, (std::vector<int64_t>{3, 20}));
+  auto out = exec.run({in});
+  EXPECT_EQ(out[0].shape(), (Shape{3, 20}));
+}
+
+}  // namespace onyx
