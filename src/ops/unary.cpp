@@ -31,12 +31,11 @@ void add_float_unary(OpRegistry& r, const char* name, int since, Fn fn) {
   add_unary<FloatTypes>(r, name, since, [fn](const KernelContext&) { return fn; });
 }
 
-// float -> float element functions with a numerically safe form.
+// 1 / (1 + e^-x) needs no branch: e^-x overflows to inf for very negative x,
+// giving 0, and the quotient keeps its relative accuracy elsewhere.
 template <class V>
 V sigmoid(V x) {
-  if (x >= V(0)) return V(1) / (V(1) + std::exp(-x));
-  V e = std::exp(x);
-  return e / (V(1) + e);
+  return V(1) / (V(1) + std::exp(-x));
 }
 template <class V>
 V softplus(V x) {
