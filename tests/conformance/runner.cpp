@@ -37,6 +37,7 @@ struct Options {
   std::string baseline_file;
   int timeout_s = 30;
   bool verbose = false;
+  onyx::MemoryMode memory = onyx::MemoryMode::kPlanned;
 };
 
 enum class Status { kPass, kFail, kSkip };
@@ -175,9 +176,11 @@ std::string compare(const Tensor& got, const Tensor& want) {
 }
 
 // Runs one test in this (child) process; returns "PASS", "SKIP reason" or "FAIL reason".
-std::string run_test(const fs::path& dir) {
+std::string run_test(const fs::path& dir, onyx::MemoryMode memory) {
   try {
-    auto session = onyx::Session::load((dir / "model.onnx").string());
+    onyx::SessionOptions so;
+    so.memory = memory;
+    auto session = onyx::Session::load((dir / "model.onnx").string(), so);
     int sets = 0;
     for (const auto& entry : fs::directory_iterator(dir)) {
       if (!entry.is_directory() || entry.path().filename().string().rfind("test_data_set_", 0) != 0) continue;
@@ -206,7 +209,7 @@ std::string run_test(const fs::path& dir) {
   }
 }
 
-Result run_isolated(const fs::path& dir, int timeout_s) {
+Result run_isolated(const fs::path& dir, int timeout_s, onyx::MemoryMode memory) {
   Result r;
   int fds[2];
   if (pipe(fds) != 0) throw onyx::Error("pipe() failed");
@@ -214,7 +217,7 @@ Result run_isolated(const fs::path& dir, int timeout_s) {
   if (pid == 0) {
     close(fds[0]);
     alarm(static_cast<unsigned>(timeout_s));
-    std::string out = run_test(dir);
+    std::string out = run_test(dir, memory);
     (void)!write(fds[1], out.data(), out.size());
     close(fds[1]);
     _exit(0);
@@ -292,7 +295,7 @@ int main_impl(const Options& opt) {
       r.status = Status::kSkip;
       r.reason = reason;
     } else {
-      r = run_isolated(dir, opt.timeout_s);
+      r = run_isolated(dir, opt.timeout_s, opt.memory);
     }
     r.test = test;
     r.op = op_label(test, m, dir);
@@ -337,9 +340,16 @@ int main(int argc, char** argv) {
     else if (args[i] == "--baseline") opt.baseline_file = next();
     else if (args[i] == "--timeout") opt.timeout_s = std::stoi(next());
     else if (args[i] == "-v" || args[i] == "--verbose") opt.verbose = true;
+    else if (args[i] == "--memory") {
+      std::string m = next();
+      if (m == "planned") opt.memory = onyx::MemoryMode::kPlanned;
+      else if (m == "release") opt.memory = onyx::MemoryMode::kRelease;
+      else if (m == "keep") opt.memory = onyx::MemoryMode::kKeepAll;
+      else { std::cerr << "--memory takes planned, release or keep\n"; return 2; }
+    }
     else {
       std::cerr << "usage: onyx_conformance --data DIR [--filter REGEX] [--skips FILE] [--report FILE.md]\n"
-                   "                        [--baseline FILE] [--timeout SECONDS] [-v]\n";
+                   "                        [--baseline FILE] [--timeout SECONDS] [--memory planned|release|keep] [-v]\n";
       return 2;
     }
   }

@@ -231,3 +231,113 @@ TEST(Planner, ShapeArithmeticIsEvaluatedWhilePlanning) {
 }
 
 }  // namespace onyx
+
+namespace onyx {
+
+// A branch graph whose only node is Constant(value) -> out.
+static std::shared_ptr<Graph> constant_branch(const Tensor& value) {
+  auto g = std::make_shared<Graph>();
+  g->name = "branch";
+  Node n;
+  n.name = "c";
+  n.op_type = "Constant";
+  n.opset = 18;
+  Attribute a;
+  a.name = "value";
+  a.kind = Attribute::Kind::kTensor;
+  a.t = value;
+  n.attributes.push_back(a);
+  int out = g->value_id("branch_out");
+  g->values[out].producer = 0;
+  n.outputs = {out};
+  g->nodes.push_back(std::move(n));
+  g->outputs.push_back(out);
+  return g;
+}
+
+TEST(Planner, LoopInvariantIfIsServedFromThePlanAndNeverOverwritten) {
+  // y = Add(If(true){c1}else{c2}, x): the If depends on nothing that changes between
+  // runs, so the plan computes it once; the Add may not write over it in place.
+  Tensor c1 = test::random_tensor<float>(Shape{4, 8});
+  Tensor c2 = test::random_tensor<float>(Shape{4, 8});
+  Graph g;
+  g.name = "memo";
+  int x = g.value_id("x");
+  g.values[x].is_input = true;
+  g.inputs.push_back(x);
+  int cond = g.value_id("cond");
+  g.values[cond].is_initializer = true;
+  g.initializers[cond] = Tensor::scalar<bool>(true);
+  Node iff;
+  iff.name = "if";
+  iff.op_type = "If";
+  iff.opset = 18;
+  iff.inputs = {cond};
+  Attribute then_a, else_a;
+  then_a.name = "then_branch";
+  then_a.kind = Attribute::Kind::kGraph;
+  then_a.g = constant_branch(c1);
+  else_a.name = "else_branch";
+  else_a.kind = Attribute::Kind::kGraph;
+  else_a.g = constant_branch(c2);
+  iff.attributes = {then_a, else_a};
+  int memo = g.value_id("memo");
+  g.values[memo].producer = 0;
+  iff.outputs = {memo};
+  g.nodes.push_back(std::move(iff));
+  Node add;
+  add.name = "add";
+  add.op_type = "Add";
+  add.opset = 18;
+  add.inputs = {memo, x};
+  int y = g.value_id("y");
+  g.values[y].producer = 1;
+  add.outputs = {y};
+  g.nodes.push_back(std::move(add));
+  g.outputs.push_back(y);
+
+  GraphExecutor exec(g, OpRegistry::global(), make_cpu_allocator());
+  Tensor x0 = test::random_tensor<float>(Shape{4, 8});
+  auto plan = exec.plan_for({x0});
+  EXPECT_TRUE(plan->skip[0]) << "the If is computed while planning";
+  EXPECT_EQ(plan->guards.reason(memo), GuardReason::kMemoized);
+  EXPECT_EQ(plan->values[memo].kind, ValueKind::kConstant);
+  for (int run = 0; run < 3; ++run) {
+    Tensor xr = test::random_tensor<float>(Shape{4, 8});
+    auto out = exec.run({xr});
+    for (int64_t i = 0; i < 32; ++i)
+      ASSERT_EQ(out[0].data<float>()[i], c1.data<float>()[i] + xr.data<float>()[i]) << "run " << run;
+  }
+  EXPECT_EQ(exec.plan_cache_stats().misses, 1u);
+  EXPECT_EQ(exec.plan_cache_stats().hits, 3u);
+}
+
+TEST(Planner, PlanCacheIsBoundedLeastRecentlyUsed) {
+  std::mt19937_64 rng(std::random_device{}());
+  Graph g;
+  g.name = "relu";
+  int x = g.value_id("x");
+  g.values[x].is_input = true;
+  g.inputs.push_back(x);
+  Node n;
+  n.name = "relu";
+  n.op_type = "Relu";
+  n.opset = 18;
+  n.inputs = {x};
+  int y = g.value_id("y");
+  g.values[y].producer = 0;
+  n.outputs = {y};
+  g.nodes.push_back(n);
+  g.outputs.push_back(y);
+  ExecutorOptions opt;
+  opt.plan_cache_capacity = 2;
+  GraphExecutor exec(g, OpRegistry::global(), make_cpu_allocator(), opt);
+  for (int64_t len : {3, 4, 3, 5, 4}) exec.run({test::random_tensor<float>(Shape{len})});
+  PlanCacheStats s = exec.plan_cache_stats();
+  EXPECT_EQ(s.entries, 2u);
+  EXPECT_EQ(s.hits, 1u);       // the second [3]
+  EXPECT_EQ(s.misses, 4u);     // [3], [4], [5], and [4] again after it was evicted
+  EXPECT_EQ(s.evictions, 2u);
+}
+
+}  // namespace onyx

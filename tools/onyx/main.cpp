@@ -221,7 +221,8 @@ int cmd_plan(const std::string& path, const std::vector<std::string>& args) {
   }
   onyx::PlanSummary p = session->plan(shapes);
   std::vector<const onyx::PlanSummary::Value*> largest;
-  for (const auto& v : p.values) largest.push_back(&v);
+  for (const auto& v : p.values)
+    if (v.alias_of.empty()) largest.push_back(&v);  // one entry per storage
   std::stable_sort(largest.begin(), largest.end(), [](auto* a, auto* b) { return a->bytes > b->bytes; });
   if (largest.size() > top) largest.resize(top);
   if (json) {
