@@ -8,10 +8,16 @@ Weights come from a fixed-seed RNG, so every run produces identical files.
 
 Usage:
     python tools/gen_models.py [--out DIR] [--only NAME ...] [--chain50 PATH]
+                               [--planner-set DIR]
 
-Without --chain50 the bundled models (mlp, bert_layer, llama_layer) are written
-to --out (default: models/). With --chain50 only chain50.onnx is written,
-unless --out or --only is also given.
+Without --chain50 / --planner-set the bundled models (mlp, bert_layer,
+llama_layer) are written to --out (default: models/). With --chain50 and/or
+--planner-set only those are written, unless --out or --only is also given.
+
+--planner-set DIR writes the six memory-planner benchmark models (PLANNER_SET):
+an MLP, a 24-layer BERT-style encoder and a Llama-style decoder with past/present
+KV tensors, each at a small and a large size. They use the same builders as the
+bundled models, only with other dimensions.
 """
 
 from __future__ import annotations
@@ -38,6 +44,19 @@ MLP = dict(in_dim=64, hidden=128, out_dim=16)
 BERT = dict(vocab=100, hidden=64, heads=4, ffn=128, layers=2, max_pos=64)
 LLAMA = dict(vocab=128, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128,
              layers=2, max_pos=64, rope_theta=10000.0, rms_eps=1e-6)
+
+# Memory-planner benchmark sizes (--planner-set). Each large model stays under
+# ~55 MB of float32 weights (all six together ~75 MB): the planner only sees
+# activations, whose size is set by the input shapes, so wider weights would
+# add file size without changing what is measured. Encoders and decoders allow
+# long enough inputs (512 / 1024 positions) for prefill and decode benchmarks.
+MLP_SMALL = dict(in_dim=256, hidden=256, out_dim=16, layers=4)
+MLP_LARGE = dict(in_dim=512, hidden=512, out_dim=16, layers=8)
+ENCODER24_SMALL = dict(vocab=1000, hidden=64, heads=4, ffn=256, layers=24, max_pos=512)
+ENCODER24_LARGE = dict(vocab=1000, hidden=256, heads=8, ffn=512, layers=24, max_pos=512)
+DECODER_SMALL = dict(LLAMA, vocab=512, max_pos=1024)
+DECODER_LARGE = dict(LLAMA, vocab=1024, hidden=256, heads=8, kv_heads=4, head_dim=32,
+                     ffn=688, layers=4, max_pos=1024)
 
 
 class GraphBuilder:
@@ -167,33 +186,48 @@ class GraphBuilder:
 # ---------------------------------------------------------------------------
 # mlp.onnx
 # ---------------------------------------------------------------------------
-def make_mlp() -> onnx.ModelProto:
-    b = GraphBuilder(SEED + 1)
-    d_in, h, d_out = MLP["in_dim"], MLP["hidden"], MLP["out_dim"]
+def make_mlp(c=MLP, name="mlp", seed=SEED + 1) -> onnx.ModelProto:
+    """Hidden layers cycle MatMul+Add+Relu, MatMul+Add+GELU, Gemm+Relu; then a head.
+
+    c["layers"] (default 3) hidden layers; the first maps in_dim -> hidden.
+    """
+    b = GraphBuilder(seed)
+    d_in, h, d_out = c["in_dim"], c["hidden"], c["out_dim"]
+    n_layers = c.get("layers", 3)
     x = b.input("x", TensorProto.FLOAT, ["batch", d_in])
 
-    b.scope = "/fc1"
-    t = b.op("Relu", [b.linear(x, d_in, h, "fc1")])
-    b.scope = "/fc2"
-    t = b.gelu_erf(b.linear(t, h, h, "fc2"))
-    # Gemm with transB=1 and non-trivial alpha/beta, as exported nn.Linear
-    # used to look (weight stored [out, in]).
-    b.scope = "/fc3"
-    w3 = b.weight("fc3.weight", [h, h], std=1.0 / math.sqrt(h))
-    b3 = b.weight("fc3.bias", [h], std=0.1)
-    t = b.op("Gemm", [t, w3, b3], transB=1, alpha=0.9, beta=1.1)
-    t = b.op("Relu", [t])
+    t, t_dim = x, d_in
+    for i in range(n_layers):
+        p = f"fc{i + 1}"
+        b.scope = f"/{p}"
+        kind = i % 3
+        if kind == 0:
+            t = b.op("Relu", [b.linear(t, t_dim, h, p)])
+        elif kind == 1:
+            t = b.gelu_erf(b.linear(t, t_dim, h, p))
+        else:
+            # Gemm with transB=1 and non-trivial alpha/beta, as exported
+            # nn.Linear used to look (weight stored [out, in]).
+            w = b.weight(f"{p}.weight", [h, t_dim], std=1.0 / math.sqrt(t_dim))
+            bias = b.weight(f"{p}.bias", [h], std=0.1)
+            t = b.op("Gemm", [t, w, bias], transB=1, alpha=0.9, beta=1.1)
+            t = b.op("Relu", [t])
+        t_dim = h
     b.scope = "/head"
     y = b.linear(t, h, d_out, "head")
     b.output(y, "y", TensorProto.FLOAT, ["batch", d_out])
-    return b.build("mlp", "3-layer MLP (MatMul+Add+Relu, MatMul+Add+GELU, Gemm+Relu) + head")
+    kinds = ["MatMul+Add+Relu", "MatMul+Add+GELU", "Gemm+Relu"]
+    if n_layers <= 3:
+        what = ", ".join(kinds[:n_layers])
+    else:
+        what = f"{h} wide, cycling " + ", ".join(kinds)
+    return b.build(name, f"{n_layers}-layer MLP ({what}) + head")
 
 
 # ---------------------------------------------------------------------------
 # bert_layer.onnx
 # ---------------------------------------------------------------------------
-def _bert_attention(b, x, mask_add, prefix):
-    c = BERT
+def _bert_attention(b, c, x, mask_add, prefix):
     heads, hd = c["heads"], c["hidden"] // c["heads"]
     batch, seq = b.dim(x, 0), b.dim(x, 1)
     split_shape = b.shape_of(batch, seq, heads, hd)
@@ -216,9 +250,9 @@ def _bert_attention(b, x, mask_add, prefix):
     return b.linear(ctx, c["hidden"], c["hidden"], f"{prefix}.output.dense")
 
 
-def make_bert_layer() -> onnx.ModelProto:
-    c = BERT
-    b = GraphBuilder(SEED + 2)
+def make_bert_layer(c=BERT, name="bert_layer", seed=SEED + 2) -> onnx.ModelProto:
+    """BERT-style encoder: embeddings + c["layers"] post-LN transformer layers."""
+    b = GraphBuilder(seed)
     ids = b.input("input_ids", TensorProto.INT64, ["batch", "sequence"])
     mask = b.input("attention_mask", TensorProto.INT64, ["batch", "sequence"])
 
@@ -247,7 +281,7 @@ def make_bert_layer() -> onnx.ModelProto:
     for i in range(c["layers"]):
         p = f"encoder.layer.{i}"
         b.scope = f"/{p}/attention"
-        a = _bert_attention(b, h, mask_add, f"{p}.attention")
+        a = _bert_attention(b, c, h, mask_add, f"{p}.attention")
         h = b.layer_norm(b.op("Add", [a, h]), c["hidden"], f"{p}.attention.LayerNorm")
         b.scope = f"/{p}/ffn"
         f = b.gelu_erf(b.linear(h, c["hidden"], c["ffn"], f"{p}.intermediate.dense"))
@@ -255,7 +289,8 @@ def make_bert_layer() -> onnx.ModelProto:
         h = b.layer_norm(b.op("Add", [f, h]), c["hidden"], f"{p}.output.LayerNorm")
 
     b.output(h, "last_hidden_state", TensorProto.FLOAT, ["batch", "sequence", c["hidden"]])
-    return b.build("bert_layer", "2-layer BERT-style encoder, hidden 64, 4 heads")
+    return b.build(name, f"{c['layers']}-layer BERT-style encoder, hidden {c['hidden']}, "
+                         f"{c['heads']} heads")
 
 
 # ---------------------------------------------------------------------------
@@ -290,10 +325,10 @@ def _repeat_kv(b, x, batch, total, n_rep, c):
     return b.op("Reshape", [t, b.shape_of(batch, kv * n_rep, total, hd)])
 
 
-def make_llama_layer() -> onnx.ModelProto:
-    c = LLAMA
+def make_llama_layer(c=LLAMA, name="llama_layer", seed=SEED + 3) -> onnx.ModelProto:
+    """Llama-style decoder with GQA, RoPE and past/present KV tensors."""
     hid, nh, nkv, hd = c["hidden"], c["heads"], c["kv_heads"], c["head_dim"]
-    b = GraphBuilder(SEED + 3)
+    b = GraphBuilder(seed)
     ids = b.input("input_ids", TensorProto.INT64, ["batch", "sequence"])
     attn = b.input("attention_mask", TensorProto.INT64, ["batch", "total_sequence"])
     pos_ids = b.input("position_ids", TensorProto.INT64, ["batch", "sequence"])
@@ -383,7 +418,7 @@ def make_llama_layer() -> onnx.ModelProto:
     for i, (k, v) in enumerate(presents):
         b.output(k, f"present.{i}.key", TensorProto.FLOAT, ["batch", nkv, "total_sequence", hd])
         b.output(v, f"present.{i}.value", TensorProto.FLOAT, ["batch", nkv, "total_sequence", hd])
-    return b.build("llama_layer", "2-layer Llama-style decoder with GQA, RoPE and KV cache")
+    return b.build(name, f"{c['layers']}-layer Llama-style decoder with GQA, RoPE and KV cache")
 
 
 # ---------------------------------------------------------------------------
@@ -431,6 +466,17 @@ MODELS = {
     "mlp": make_mlp,
     "bert_layer": make_bert_layer,
     "llama_layer": make_llama_layer,
+}
+
+# Memory-planner benchmark set (bench/planner_report.py). Seeds differ from the
+# bundled models' so no two files share weights by accident.
+PLANNER_SET = {
+    "mlp_small": lambda: make_mlp(MLP_SMALL, "mlp_small", SEED + 11),
+    "mlp_large": lambda: make_mlp(MLP_LARGE, "mlp_large", SEED + 12),
+    "encoder24_small": lambda: make_bert_layer(ENCODER24_SMALL, "encoder24_small", SEED + 13),
+    "encoder24_large": lambda: make_bert_layer(ENCODER24_LARGE, "encoder24_large", SEED + 14),
+    "decoder_small": lambda: make_llama_layer(DECODER_SMALL, "decoder_small", SEED + 15),
+    "decoder_large": lambda: make_llama_layer(DECODER_LARGE, "decoder_large", SEED + 16),
 }
 
 
@@ -493,16 +539,27 @@ def write_chain50(path: str, quiet=False) -> str:
     return save(make_chain50(), path, quiet)
 
 
+def generate_planner_set(out_dir: str, names=None, quiet=False) -> dict:
+    """Write the memory-planner benchmark models into out_dir; returns {name: path}."""
+    names = names or list(PLANNER_SET)
+    return {n: save(PLANNER_SET[n](), os.path.join(out_dir, f"{n}.onnx"), quiet) for n in names}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="output directory for the bundled models (default: models/)")
     ap.add_argument("--only", nargs="+", choices=sorted(MODELS), help="subset of models")
     ap.add_argument("--chain50", metavar="PATH", help="write the 50-op memory-test chain to PATH")
+    ap.add_argument("--planner-set", metavar="DIR",
+                    help="write the six memory-planner benchmark models (" +
+                         ", ".join(PLANNER_SET) + ") to DIR")
     args = ap.parse_args(argv)
 
     if args.chain50:
         write_chain50(args.chain50)
-    if not args.chain50 or args.out or args.only:
+    if args.planner_set:
+        generate_planner_set(args.planner_set)
+    if not (args.chain50 or args.planner_set) or args.out or args.only:
         generate(args.out or "models", args.only)
     return 0
 
