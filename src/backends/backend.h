@@ -1,0 +1,44 @@
+// What the core asks of an accelerator backend. The core never names CUDA: a build
+// without it links a stub whose factory explains why there is no such device.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "onyx/device.h"
+#include "ops/op.h"
+
+namespace onyx {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  // Memory for values on this device (plan arenas and run-time values).
+  virtual Allocator& allocator() = 0;
+  virtual size_t alignment() const = 0;
+  // "" when this backend can run `node` on inputs of these types, else why not.
+  virtual std::string unsupported_reason(const Node& node, const std::vector<ValueType>& inputs) const = 0;
+  // Runs (enqueues) the node's kernel; outputs are allocated on this device.
+  virtual void run(KernelContext& ctx) = 0;
+  // Host -> device through the backend's staging path; the host bytes may be reused on return.
+  virtual void copy_from_host(void* device_dst, const void* host_src, size_t bytes) = 0;
+  // Device -> host; returns when the bytes are on the host.
+  virtual void copy_to_host(void* host_dst, const void* device_src, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+  // A table of the memory this backend holds, by holder.
+  virtual std::string memory_report() const = 0;
+};
+
+struct CudaOptions {
+  // Budget of device memory for this session: 0 means a fraction of what is free at first use.
+  size_t memory_budget_bytes = 0;
+  double memory_fraction = 0.9;
+};
+
+// How many CUDA devices this process can use; when none, `why` says why.
+int cuda_device_count(std::string* why);
+std::unique_ptr<Backend> make_cuda_backend(int index, const CudaOptions& options);
+
+}  // namespace onyx

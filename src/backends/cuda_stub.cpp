@@ -1,0 +1,16 @@
+// Linked when onyx is built without the CUDA backend.
+#include "backends/backend.h"
+#include "onyx/error.h"
+
+namespace onyx {
+
+int cuda_device_count(std::string* why) {
+  if (why) *why = "this build of onyx has no CUDA backend (configure with -DONYX_CUDA=ON)";
+  return 0;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int index, const CudaOptions&) {
+  throw Error(cat("cuda:", index, " is not available: this build of onyx has no CUDA backend"));
+}
+
+}  // namespace onyx
