@@ -134,8 +134,12 @@ def write_inputs(gm, model_path: Path, dims: dict, out_dir: Path) -> list[str]:
     return specs
 
 
-def write_trivial_model(path: Path) -> None:
-    """One Relu on a 1-element tensor: what each runtime costs with no model to speak of."""
+def write_trivial_model(tmp: Path) -> tuple[Path, str]:
+    """One Relu on a 1-element tensor: what each runtime costs with no model to speak of.
+
+    Returns (model path, NAME=FILE.npy spec of its input).
+    """
+    import numpy as np
     import onnx
     from onnx import TensorProto, helper
 
@@ -144,7 +148,10 @@ def write_trivial_model(path: Path) -> None:
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     m.ir_version = 10
+    path, x = tmp / "trivial.onnx", tmp / "trivial_x.npy"
     onnx.save_model(m, str(path))
+    np.save(x, np.ones([1], np.float32))
+    return path, f"x={x}"
 
 
 def onyx_peak_intermediates(out: str) -> str:
@@ -189,15 +196,15 @@ def main(argv=None) -> int:
             tmp = Path(tmp)
             models = planner_models(Path(args.models) if args.models else tmp / "models",
                                     [m for m, _, _ in CASES])
-            trivial = tmp / "trivial.onnx"
-            write_trivial_model(trivial)
+            models_bytes = {m: p.stat().st_size for m, p in models.items()}
+            trivial, trivial_in = write_trivial_model(tmp)
 
             print(f"measuring with {meter.method}, median of {args.repeat}", file=sys.stderr)
             measure(("baseline", "measurement floor (/bin/true)"), ["true"])
             measure(("baseline", "onyx run, one-op model"),
-                    [onyx, "run", trivial, "--input", "x=random", "--seed", "1"])
+                    [onyx, "run", trivial, "--input", trivial_in])
             measure(("baseline", "python + onnxruntime, one-op model"),
-                    [py, "-c", ORT_CHILD, trivial, "run", "default", "x=" + str(_tiny_input(tmp))])
+                    [py, "-c", ORT_CHILD, trivial, "run", "default", trivial_in])
 
             for model, _, dims in CASES:
                 in_dir = tmp / f"inputs_{model}"
@@ -246,6 +253,22 @@ def main(argv=None) -> int:
     table = md_table(header, rows, "llrrrrrl")
     print(table)
 
+    # Where each onyx peak comes from: if the load-only peak matches the run's,
+    # loading (not the plan) sets the process peak.
+    notes = []
+    for model, _, _ in CASES:
+        run_kb = results[(model, "onyx run --memory planned")][0]
+        load_kb = results[(model, "onyx info (load only)")][0]
+        ort_run = results[(model, "ort run, default options")][0]
+        ort_load = results[(model, "ort load only (default options)")][0]
+        weights = models_bytes[model] / 2**20
+        notes.append(f"- {model}: model file {weights:.1f} MiB. onyx: load-only peak {mib(load_kb)} MiB, "
+                     f"planned run {mib(run_kb)} MiB (run adds {mib(run_kb - load_kb)}); "
+                     f"ort: session {mib(ort_load)} MiB, run {mib(ort_run)} MiB "
+                     f"(run adds {mib(ort_run - ort_load)}).")
+    notes = "\n".join(notes)
+    print("\n" + notes)
+
     if not args.no_write:
         ort_version = subprocess.run([py, "-c", "import onnxruntime; print(onnxruntime.__version__)"],
                                      capture_output=True, text=True).stdout.strip()
@@ -274,18 +297,12 @@ with {meter.method} and the median of {args.repeat} runs is reported.
 - command: `.venv/bin/python bench/peak_memory_vs_ort.py`
 
 {table}
+
+{notes}
 """
         write_doc_section("peak_memory_vs_ort", body)
         print(f"\nwrote {DOC_PATH.relative_to(REPO_ROOT)}")
     return 0
-
-
-def _tiny_input(tmp: Path) -> Path:
-    import numpy as np
-
-    path = tmp / "trivial_x.npy"
-    np.save(path, np.ones([1], np.float32))
-    return path
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "onyx/device.h"
+
 namespace onyx {
 
 struct AllocatorStats {
@@ -25,6 +27,8 @@ class Allocator : public std::enable_shared_from_this<Allocator> {
   // Returns memory obtained from allocate() with the same byte count.
   virtual void deallocate(void* ptr, size_t bytes) = 0;
   virtual std::string name() const = 0;
+  // Where the memory lives; kernels of other devices must not touch it.
+  virtual Device device() const { return Device::cpu(); }
   virtual AllocatorStats stats() const = 0;
   // Starts a new high-water measurement at the current in-use level.
   virtual void reset_high_water() = 0;

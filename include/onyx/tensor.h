@@ -21,7 +21,7 @@ class Storage {
   // Owning: allocates `bytes` from `alloc`. For kString, constructs `count` empty strings.
   Storage(Allocator& alloc, size_t bytes, DType dtype, size_t count);
   // Borrowed: no allocator; `keepalive` may be null when the caller guarantees lifetime.
-  Storage(void* data, size_t bytes, std::shared_ptr<const void> keepalive);
+  Storage(void* data, size_t bytes, std::shared_ptr<const void> keepalive, Device device = Device::cpu());
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -30,6 +30,7 @@ class Storage {
   size_t bytes() const { return bytes_; }
   bool owning() const { return alloc_ != nullptr; }
   Allocator* allocator() const { return alloc_; }
+  Device device() const { return device_; }
 
  private:
   void* data_ = nullptr;
@@ -38,6 +39,7 @@ class Storage {
   std::shared_ptr<Allocator> alloc_owner_;  // set when the allocator is shared-owned
   size_t string_count_ = 0;
   std::shared_ptr<const void> keepalive_;
+  Device device_;
 };
 
 class Tensor {
@@ -46,7 +48,8 @@ class Tensor {
   // Allocates an uninitialized tensor (strings start empty).
   Tensor(DType dtype, Shape shape, Allocator& alloc = cpu_allocator());
   // Wraps memory owned elsewhere; `keepalive` holds its owner, if any.
-  static Tensor borrow(DType dtype, Shape shape, void* data, std::shared_ptr<const void> keepalive = nullptr);
+  static Tensor borrow(DType dtype, Shape shape, void* data, std::shared_ptr<const void> keepalive = nullptr,
+                       Device device = Device::cpu());
   // A tensor sharing this one's storage with another shape of the same element count (a view).
   Tensor view(Shape shape) const;
 
@@ -65,6 +68,9 @@ class Tensor {
   }
 
   bool defined() const { return dtype_ != DType::kUndefined; }
+  // Where the bytes are. Host code may read only tensors on the CPU.
+  Device device() const { return storage_ ? storage_->device() : Device::cpu(); }
+  bool on_host() const { return device().is_cpu(); }
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   size_t rank() const { return shape_.rank(); }

@@ -6,16 +6,18 @@
 namespace onyx {
 
 Storage::Storage(Allocator& alloc, size_t bytes, DType dtype, size_t count)
-    : data_(alloc.allocate(bytes)), bytes_(bytes), alloc_(&alloc), alloc_owner_(alloc.weak_from_this().lock()) {
+    : data_(alloc.allocate(bytes)), bytes_(bytes), alloc_(&alloc), alloc_owner_(alloc.weak_from_this().lock()),
+      device_(alloc.device()) {
   if (dtype == DType::kString) {
+    ONYX_CHECK(device_.is_cpu(), "string tensors live on the CPU only");
     auto* s = static_cast<std::string*>(data_);
     for (size_t i = 0; i < count; ++i) new (s + i) std::string();
     string_count_ = count;
   }
 }
 
-Storage::Storage(void* data, size_t bytes, std::shared_ptr<const void> keepalive)
-    : data_(data), bytes_(bytes), keepalive_(std::move(keepalive)) {}
+Storage::Storage(void* data, size_t bytes, std::shared_ptr<const void> keepalive, Device device)
+    : data_(data), bytes_(bytes), keepalive_(std::move(keepalive)), device_(device) {}
 
 Storage::~Storage() {
   if (!alloc_) return;
@@ -31,11 +33,11 @@ Tensor::Tensor(DType dtype, Shape shape, Allocator& alloc) : dtype_(dtype), shap
   storage_ = std::make_shared<Storage>(alloc, n * dtype_size(dtype), dtype, n);
 }
 
-Tensor Tensor::borrow(DType dtype, Shape shape, void* data, std::shared_ptr<const void> keepalive) {
+Tensor Tensor::borrow(DType dtype, Shape shape, void* data, std::shared_ptr<const void> keepalive, Device device) {
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
-  t.storage_ = std::make_shared<Storage>(data, t.bytes(), std::move(keepalive));
+  t.storage_ = std::make_shared<Storage>(data, t.bytes(), std::move(keepalive), device);
   return t;
 }
 
@@ -67,6 +69,7 @@ static auto visit_numeric(DType dt, Fn&& fn) {
 }
 
 double Tensor::get_as_double(int64_t i) const {
+  ONYX_ASSERT(on_host(), "reading a ", device().str(), " tensor on the host");
   return visit_numeric(dtype_, [&](auto tag) {
     using T = decltype(tag);
     return static_cast<double>(static_cast<const T*>(raw())[i]);
@@ -74,6 +77,7 @@ double Tensor::get_as_double(int64_t i) const {
 }
 
 int64_t Tensor::get_as_int64(int64_t i) const {
+  ONYX_ASSERT(on_host(), "reading a ", device().str(), " tensor on the host");
   return visit_numeric(dtype_, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>)
@@ -90,6 +94,7 @@ std::vector<int64_t> Tensor::to_int64_vector() const {
 }
 
 Tensor Tensor::clone(Allocator& alloc) const {
+  ONYX_ASSERT(on_host() && alloc.device().is_cpu(), "clone copies host tensors; use the backend for device copies");
   Tensor t(dtype_, shape_, alloc);
   if (dtype_ == DType::kString) {
     const auto* src = static_cast<const std::string*>(raw());
