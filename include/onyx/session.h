@@ -20,8 +20,16 @@ enum class MemoryMode {
 };
 
 struct SessionOptions {
-  // Where the model runs: "cpu" (the only device in this build).
+  // Where the model runs: "cpu", "cuda" (= "cuda:0") or "cuda:N". Resolved once by
+  // resolve_device(); a device that does not exist is an error naming those that do.
   std::string device = "cpu";
+  // On a GPU: let a node with no GPU kernel run on the CPU (reported once per node).
+  // Off turns any such fallback into an error.
+  bool allow_cpu_fallback = true;
+  // On a GPU: this session's device-memory budget in bytes; 0 takes a fraction
+  // (memory_fraction) of the memory free when the session starts.
+  size_t memory_budget_bytes = 0;
+  double memory_fraction = 0.9;
   MemoryMode memory = MemoryMode::kPlanned;
   // Plans (each with its arena) kept for recent input-shape signatures; the least
   // recently used is dropped beyond this.
@@ -39,11 +47,14 @@ struct PlanSummary {
     int first = -1, last = -1;
     bool in_place = false;
     std::string alias_of;  // the value whose storage it shares, if not its own
+    std::string device;    // "cpu" or "cuda:N"
   };
   struct Boundary {
     int step;
     std::string node, reason;
   };
+  std::string device;          // where the arena below lives ("cpu" or "cuda:N")
+  size_t host_arena_bytes = 0; // on a GPU session: the host arena for nodes that fell back
   int steps = 0;
   int folded_steps = 0;        // computed while planning (shape arithmetic, constants)
   int in_place = 0;
@@ -123,6 +134,15 @@ class Session {
   // The plan a run with inputs of these shapes would use (inputs with defaults may be left out).
   PlanSummary plan(const std::map<std::string, std::vector<int64_t>>& input_shapes);
   PlanCacheReport plan_cache() const;
+
+  // The device the session runs on.
+  std::string device() const;
+  // Nodes that ran on the CPU in a GPU session, each with the reason.
+  std::vector<std::pair<std::string, std::string>> cpu_fallbacks() const;
+  // The device memory governor's holders and their bytes (empty on the CPU).
+  std::string memory_report() const;
+  // Changes the device budget (GPU sessions); later leases are checked against it.
+  void set_memory_budget(size_t bytes);
 
  private:
   Session();

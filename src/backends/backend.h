@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "onyx/device.h"
+#include "onyx/governor.h"
 #include "ops/op.h"
 
 namespace onyx {
@@ -17,7 +18,13 @@ class Backend {
   virtual Device device() const = 0;
   // Memory for values on this device (plan arenas and run-time values).
   virtual Allocator& allocator() = 0;
+  // Memory for weights, uploaded once per session.
+  virtual Allocator& weights_allocator() = 0;
+  // The device's budget, from which every standing pool of this backend leases.
+  virtual MemoryGovernor& governor() = 0;
   virtual size_t alignment() const = 0;
+  // Whether the backend has a kernel for the node's op at all (types aside).
+  virtual bool has_kernel(const Node& node) const = 0;
   // "" when this backend can run `node` on inputs of these types, else why not.
   virtual std::string unsupported_reason(const Node& node, const std::vector<ValueType>& inputs) const = 0;
   // Runs (enqueues) the node's kernel; outputs are allocated on this device.
@@ -35,6 +42,8 @@ struct CudaOptions {
   // Budget of device memory for this session: 0 means a fraction of what is free at first use.
   size_t memory_budget_bytes = 0;
   double memory_fraction = 0.9;
+  // Budget of page-locked host memory for staging.
+  size_t pinned_budget_bytes = 1ull << 30;
 };
 
 // How many CUDA devices this process can use; when none, `why` says why.

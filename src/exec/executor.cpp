@@ -1,6 +1,9 @@
 #include "exec/executor.h"
 
+#include <iostream>
+
 #include "ops/compute.h"
+#include "ops/value_inputs.h"
 
 namespace onyx {
 
@@ -15,9 +18,10 @@ const Tensor* Scope::lookup(const std::string& name) const {
 GraphExecutor::GraphExecutor(Graph& graph, const OpRegistry& registry, std::shared_ptr<Allocator> alloc,
                              ExecutorOptions options)
     : graph_(graph), alloc_(std::move(alloc)), options_(options), guards_(graph), liveness_(compute_liveness(graph, guards_)) {
-  // Subgraph bodies run once per call with shapes that change between calls: they
-  // use the run-time release path rather than plans.
+  // Subgraph bodies run once per call with shapes that change between calls, on
+  // the CPU: they use the run-time release path rather than plans.
   ExecutorOptions sub = options_;
+  sub.backend = nullptr;
   if (sub.memory == MemoryMode::kPlanned) sub.memory = MemoryMode::kRelease;
   for (auto& node : graph_.nodes) {
     resolve_op(node, registry);
@@ -31,12 +35,65 @@ GraphExecutor::GraphExecutor(Graph& graph, const OpRegistry& registry, std::shar
       for (const auto& g : attr.graphs) add(g);
     }
   }
+  if (options_.backend) {
+    Backend* b = options_.backend;
+    options_.plan.accel_alignment = b->alignment();
+    options_.plan.on_accel = [this](const Node& n, const std::vector<ValueType>& types) {
+      return decide_place(n, types) == StepPlace::kAccel;
+    };
+    upload_weights();
+  }
+}
+
+// Weights that a backend kernel may read go to the device once, here (not per run).
+void GraphExecutor::upload_weights() {
+  Backend& b = *options_.backend;
+  for (const auto& node : graph_.nodes) {
+    if (!b.has_kernel(node)) continue;
+    std::vector<int> by_value = value_inputs(node);
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      int id = node.inputs[i];
+      if (id < 0 || accel_weights_.count(id) || std::count(by_value.begin(), by_value.end(), static_cast<int>(i))) continue;
+      auto it = graph_.initializers.find(id);
+      if (it == graph_.initializers.end() || graph_.values[id].is_input || it->second.dtype() == DType::kString) continue;
+      const Tensor& w = it->second;
+      Tensor d(w.dtype(), w.shape(), b.weights_allocator());
+      b.copy_from_host(d.raw(), w.raw(), w.bytes());
+      accel_weights_[id] = std::move(d);
+    }
+  }
+  b.synchronize();
+}
+
+StepPlace GraphExecutor::decide_place(const Node& node, const std::vector<ValueType>& types) const {
+  bool is_view = !node.def->views.empty() && node.def->views.size() == node.outputs.size();
+  if (is_view || reads_only_metadata(node)) return StepPlace::kNone;
+  if (!options_.backend) return StepPlace::kHost;
+  std::string why = options_.backend->unsupported_reason(node, types);
+  if (why.empty()) return StepPlace::kAccel;
+  std::lock_guard<std::mutex> lock(fallback_mutex_);
+  for (const auto& f : fallbacks_)
+    if (f.node == node.describe()) return StepPlace::kHost;
+  ONYX_CHECK(options_.allow_cpu_fallback, node.describe(), " cannot run on ", options_.backend->device().str(), ": ",
+             why, " (CPU fallback is disabled)");
+  fallbacks_.push_back({node.describe(), why});
+  std::string msg = cat("onyx: ", node.describe(), " runs on the CPU, not ", options_.backend->device().str(), ": ", why);
+  if (options_.log) options_.log(msg);
+  else std::cerr << msg << "\n";
+  return StepPlace::kHost;
+}
+
+std::vector<Fallback> GraphExecutor::fallbacks() const {
+  std::lock_guard<std::mutex> lock(fallback_mutex_);
+  return fallbacks_;
 }
 
 std::vector<Tensor> GraphExecutor::run(const std::vector<Tensor>& inputs, const Scope* outer) const {
   ONYX_ASSERT(inputs.size() <= graph_.inputs.size(), "graph '", graph_.name, "' takes ", graph_.inputs.size(),
               " inputs, got ", inputs.size());
-  std::vector<Tensor> env(graph_.values.size());
+  RunState st;
+  std::vector<Tensor>& env = st.env;
+  env.resize(graph_.values.size());
   for (const auto& [id, t] : graph_.initializers) env[id] = t;
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i].defined()) env[graph_.inputs[i]] = inputs[i];
@@ -51,42 +108,71 @@ std::vector<Tensor> GraphExecutor::run(const std::vector<Tensor>& inputs, const 
 
   if (options_.memory == MemoryMode::kPlanned) {
     std::shared_ptr<CachedPlan> entry = cached_plan(inputs);
-    return run_planned(*entry, env, scope);
+    const ExecutionPlan& plan = *entry->plan;
+    for (size_t id = 0; id < plan.constants.size(); ++id)
+      if (plan.constants[id].defined()) env[id] = plan.constants[id];
+    for (int step : plan.schedule) {
+      if (plan.skip[step]) continue;
+      run_node(step, st, scope, entry.get());
+      for (int id : plan.release_after[step]) release(st, id);
+    }
+    return finish(st, &plan);
   }
   for (int step = 0; step < static_cast<int>(graph_.nodes.size()); ++step) {
-    run_node(step, env, scope, nullptr);
+    run_node(step, st, scope, nullptr);
     if (options_.memory == MemoryMode::kRelease)
-      for (int id : liveness_.release_after[step]) env[id] = Tensor();
+      for (int id : liveness_.release_after[step]) release(st, id);
   }
+  return finish(st, nullptr);
+}
+
+void GraphExecutor::release(RunState& st, int id) const {
+  st.env[id] = Tensor();
+  st.on_accel.erase(id);
+  st.on_host.erase(id);
+}
+
+// Outputs go to the caller on the host; a memoized one is copied, so the plan keeps its own.
+std::vector<Tensor> GraphExecutor::finish(RunState& st, const ExecutionPlan* plan) const {
   std::vector<Tensor> outputs;
   for (int id : graph_.outputs) {
-    ONYX_CHECK(env[id].defined(), "output '", graph_.values[id].name, "' was not produced");
-    outputs.push_back(env[id]);
+    const Tensor& t = st.env[id];
+    ONYX_CHECK(t.defined(), "output '", graph_.values[id].name, "' was not produced");
+    if (!t.on_host()) outputs.push_back(input_on(st, id, false));
+    else if (plan && plan->values[id].kind == ValueKind::kConstant) outputs.push_back(t.clone(*alloc_));
+    else outputs.push_back(t);
   }
+  if (options_.backend) options_.backend->synchronize();
   return outputs;
 }
 
-std::vector<Tensor> GraphExecutor::run_planned(const CachedPlan& entry, std::vector<Tensor>& env,
-                                               const Scope& scope) const {
-  const ExecutionPlan& plan = *entry.plan;
-  for (size_t id = 0; id < plan.constants.size(); ++id)
-    if (plan.constants[id].defined()) env[id] = plan.constants[id];
-  for (int step : plan.schedule) {
-    if (plan.skip[step]) continue;
-    run_node(step, env, scope, &entry);
-    for (int id : plan.release_after[step]) env[id] = Tensor();
+// Value `id` on the accelerator (accel = true) or the host, copied there once per run if needed.
+const Tensor& GraphExecutor::input_on(RunState& st, int id, bool accel) const {
+  const Tensor& t = st.env[id];
+  if (t.on_host() != accel) return t;
+  Backend& b = *options_.backend;
+  if (accel) {
+    auto w = accel_weights_.find(id);
+    if (w != accel_weights_.end() && t.raw() == graph_.initializers.at(id).raw()) return w->second;
+    auto [it, fresh] = st.on_accel.try_emplace(id);
+    if (fresh) {
+      ONYX_CHECK(t.dtype() != DType::kString, "string tensors cannot move to ", b.device().str());
+      it->second = Tensor(t.dtype(), t.shape(), b.allocator());
+      b.copy_from_host(it->second.raw(), t.raw(), t.bytes());
+    }
+    return it->second;
   }
-  std::vector<Tensor> outputs;
-  for (int id : graph_.outputs) {
-    ONYX_CHECK(env[id].defined(), "output '", graph_.values[id].name, "' was not produced");
-    // A memoized output is the plan's own tensor: the caller gets a copy to keep.
-    outputs.push_back(plan.values[id].kind == ValueKind::kConstant ? env[id].clone(*alloc_) : env[id]);
+  auto [it, fresh] = st.on_host.try_emplace(id);
+  if (fresh) {
+    it->second = Tensor(t.dtype(), t.shape(), *alloc_);
+    b.copy_to_host(it->second.raw(), t.raw(), t.bytes());
   }
-  return outputs;
+  return it->second;
 }
 
-void GraphExecutor::run_node(int step, std::vector<Tensor>& env, const Scope& scope, const CachedPlan* planned) const {
+void GraphExecutor::run_node(int step, RunState& st, const Scope& scope, const CachedPlan* planned) const {
   const Node& node = graph_.nodes[step];
+  std::vector<Tensor>& env = st.env;
   with_context(node.describe(), [&] {
     std::vector<const Tensor*> values(node.inputs.size(), nullptr);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
@@ -94,6 +180,29 @@ void GraphExecutor::run_node(int step, std::vector<Tensor>& env, const Scope& sc
       if (id < 0) continue;
       ONYX_ASSERT(env[id].defined(), "input ", i, " ('", graph_.values[id].name, "') has no value at step ", step);
       values[i] = &env[id];
+    }
+    StepPlace place = StepPlace::kHost;
+    if (options_.backend) {
+      place = planned ? planned->plan->place[step] : StepPlace::kRunTime;
+      if (place == StepPlace::kRunTime) {
+        std::vector<ValueType> types(values.size());
+        for (size_t i = 0; i < values.size(); ++i)
+          if (values[i]) types[i] = ValueType{values[i]->dtype(), values[i]->shape()};
+        place = decide_place(node, types);
+      }
+    }
+    // Kernel inputs on the kernel's device (views and metadata reads move nothing);
+    // inference reads by value only host tensors.
+    std::vector<const Tensor*> infer_values = values;
+    if (options_.backend) {
+      std::vector<int> by_value = value_inputs(node);
+      for (size_t i = 0; i < values.size(); ++i) {
+        if (!values[i]) continue;
+        int id = node.inputs[i];
+        bool needs_value = std::count(by_value.begin(), by_value.end(), static_cast<int>(i)) > 0;
+        if (place != StepPlace::kNone) values[i] = &input_on(st, id, place == StepPlace::kAccel);
+        infer_values[i] = values[i]->on_host() ? values[i] : needs_value ? &input_on(st, id, false) : nullptr;
+      }
     }
     SubgraphRunner runner = [&](const Graph& g, const std::vector<Tensor>& in) {
       auto it = subgraphs_.find(&g);
@@ -107,10 +216,14 @@ void GraphExecutor::run_node(int step, std::vector<Tensor>& env, const Scope& sc
       ONYX_ASSERT(t.dtype == vp.type.dtype && t.shape.dims == vp.type.shape.dims, "output ", o, " is ",
                   dtype_name(t.dtype), t.shape.str(), " but the plan has ", dtype_name(vp.type.dtype),
                   vp.type.shape.str());
-      char* base = static_cast<char*>(planned->arena.raw());
-      return Tensor::borrow(t.dtype, t.shape.to_shape(), base + vp.offset, planned->arena.storage());
+      const Tensor& arena = vp.on_accel ? planned->accel_arena : planned->host_arena;
+      char* base = static_cast<char*>(arena.raw());
+      return Tensor::borrow(t.dtype, t.shape.to_shape(), base + vp.offset, arena.storage(), arena.device());
     };
-    std::vector<Tensor> outputs = compute_node(node, values, *alloc_, &runner, planned ? &bind : nullptr);
+    Allocator& alloc = place == StepPlace::kAccel ? options_.backend->allocator() : *alloc_;
+    KernelFn accel_kernel = [this](KernelContext& ctx) { options_.backend->run(ctx); };
+    std::vector<Tensor> outputs = compute_node(node, values, alloc, &runner, planned ? &bind : nullptr, &infer_values,
+                                               place == StepPlace::kAccel ? &accel_kernel : nullptr);
     for (size_t o = 0; o < node.outputs.size(); ++o)
       if (node.outputs[o] >= 0) env[node.outputs[o]] = std::move(outputs[o]);
   });
@@ -133,7 +246,7 @@ ExecutionPlan GraphExecutor::make_plan(const Graph& graph, const std::vector<Val
   NodeEvaluator eval = [executor](const Node& n, const std::vector<const Tensor*>& in) {
     return executor->evaluate_while_planning(n, in);
   };
-  return plan_graph(graph, inputs, options, eval);
+  return plan_graph(graph, inputs, executor->options_.plan, eval);
 }
 
 static std::string signature_of(const std::vector<Tensor>& inputs) {
@@ -165,8 +278,9 @@ std::shared_ptr<GraphExecutor::CachedPlan> GraphExecutor::cached_plan(const std:
   auto entry = std::make_shared<CachedPlan>();
   entry->signature = sig;
   entry->plan = std::make_shared<const ExecutionPlan>(make_plan(graph_, types, options_.plan, this));
-  if (entry->plan->arena_bytes)
-    entry->arena = Tensor(DType::kUInt8, Shape{static_cast<int64_t>(entry->plan->arena_bytes)}, *alloc_);
+  if (size_t n = entry->plan->host_arena.bytes) entry->host_arena = Tensor(DType::kUInt8, Shape{int64_t(n)}, *alloc_);
+  if (size_t n = entry->plan->accel_arena.bytes)
+    entry->accel_arena = Tensor(DType::kUInt8, Shape{int64_t(n)}, options_.backend->allocator());
   cache_.push_front(entry);
   while (cache_.size() > std::max<size_t>(options_.plan_cache_capacity, 1)) {
     cache_.pop_back();
@@ -184,7 +298,7 @@ PlanCacheStats GraphExecutor::plan_cache_stats() const {
   PlanCacheStats s = cache_stats_;
   s.entries = cache_.size();
   s.arena_bytes = 0;
-  for (const auto& e : cache_) s.arena_bytes += e->plan->arena_bytes;
+  for (const auto& e : cache_) s.arena_bytes += e->plan->host_arena.bytes + e->plan->accel_arena.bytes;
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include "backends/backend.h"
 #include "model/ir.h"
 #include "onyx/session.h"
 #include "ops/registry.h"
@@ -31,6 +32,17 @@ struct ExecutorOptions {
   MemoryMode memory = MemoryMode::kPlanned;
   size_t plan_cache_capacity = 8;  // plans (and their arenas) kept, least recently used evicted
   PlanOptions plan;
+  // The accelerator that runs every node it supports; null runs everything on the CPU.
+  Backend* backend = nullptr;
+  // With a backend: whether a node it cannot run may run on the CPU instead.
+  bool allow_cpu_fallback = true;
+  // Where the one-time fallback notices go (stderr when null).
+  std::function<void(const std::string&)> log;
+};
+
+struct Fallback {
+  std::string node;
+  std::string reason;
 };
 
 struct PlanCacheStats {
@@ -54,6 +66,8 @@ class GraphExecutor {
   static ExecutionPlan make_plan(const Graph& graph, const std::vector<ValueType>& inputs, const PlanOptions& options,
                                  const GraphExecutor* executor);
   PlanCacheStats plan_cache_stats() const;
+  // Nodes that ran on the CPU although a backend was given, with the reason (each once).
+  std::vector<Fallback> fallbacks() const;
 
   const Graph& graph() const { return graph_; }
   const GuardList& guards() const { return guards_; }
@@ -63,11 +77,21 @@ class GraphExecutor {
   struct CachedPlan {
     std::string signature;
     std::shared_ptr<const ExecutionPlan> plan;
-    Tensor arena;  // arena_bytes of the allocator's memory, owned while the plan is cached
+    Tensor host_arena;   // the plan's host arena, owned while the plan is cached
+    Tensor accel_arena;  // the plan's accelerator arena
+  };
+  // Per run: copies of values on the other device, made when a node there first needs them.
+  struct RunState {
+    std::vector<Tensor> env;
+    std::map<int, Tensor> on_accel, on_host;
   };
   std::shared_ptr<CachedPlan> cached_plan(const std::vector<Tensor>& inputs) const;
-  std::vector<Tensor> run_planned(const CachedPlan& entry, std::vector<Tensor>& env, const Scope& scope) const;
-  void run_node(int step, std::vector<Tensor>& env, const Scope& scope, const CachedPlan* planned) const;
+  std::vector<Tensor> finish(RunState& st, const ExecutionPlan* plan) const;
+  void run_node(int step, RunState& st, const Scope& scope, const CachedPlan* planned) const;
+  StepPlace decide_place(const Node& node, const std::vector<ValueType>& types) const;
+  const Tensor& input_on(RunState& st, int id, bool accel) const;
+  void release(RunState& st, int id) const;
+  void upload_weights();
   std::vector<Tensor> evaluate_while_planning(const Node& node, const std::vector<const Tensor*>& inputs) const;
 
   Graph& graph_;
@@ -76,6 +100,9 @@ class GraphExecutor {
   GuardList guards_;
   Liveness liveness_;
   std::map<const Graph*, std::unique_ptr<GraphExecutor>> subgraphs_;
+  std::map<int, Tensor> accel_weights_;  // initializers uploaded once at load
+  mutable std::mutex fallback_mutex_;
+  mutable std::vector<Fallback> fallbacks_;
   mutable std::mutex cache_mutex_;
   mutable std::list<std::shared_ptr<CachedPlan>> cache_;  // most recently used first
   mutable PlanCacheStats cache_stats_;

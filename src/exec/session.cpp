@@ -26,6 +26,8 @@ std::string ValueDesc::type_str() const {
 
 struct Session::Impl {
   SessionOptions options;
+  Device device;
+  std::unique_ptr<Backend> backend;  // destroyed after the executor (declared before it)
   Model model;
   std::shared_ptr<CpuAllocator> alloc = make_cpu_allocator();
   std::unique_ptr<GraphExecutor> executor;
@@ -56,13 +58,21 @@ std::unique_ptr<Session> Session::load(const std::string& path, const SessionOpt
   std::unique_ptr<Session> s(new Session());
   Impl& m = *s->impl_;
   m.options = options;
-  ONYX_CHECK(options.device == "cpu", "device '", options.device, "' is not available: this build of onyx has only 'cpu'");
+  m.device = resolve_device(options.device);
   m.model = load_model(path);
   Graph& g = *m.model.graph;
   with_context(cat("preparing '", path, "'"), [&] {
     ExecutorOptions eo;
     eo.memory = options.memory;
     eo.plan_cache_capacity = options.plan_cache_capacity;
+    if (!m.device.is_cpu()) {
+      CudaOptions co;
+      co.memory_budget_bytes = options.memory_budget_bytes;
+      co.memory_fraction = options.memory_fraction;
+      m.backend = make_cuda_backend(m.device.index, co);
+      eo.backend = m.backend.get();
+      eo.allow_cpu_fallback = options.allow_cpu_fallback;
+    }
     m.executor = std::make_unique<GraphExecutor>(g, OpRegistry::global(), m.alloc, eo);
   });
   for (size_t i = 0; i < g.inputs.size(); ++i) {
@@ -199,17 +209,20 @@ PlanSummary Session::plan(const std::map<std::string, std::vector<int64_t>>& inp
     }
     ExecutorOptions eo;
     ExecutionPlan p = GraphExecutor::make_plan(g, types, eo.plan, m.executor.get());
+    const ArenaPlan& a = p.main_arena();
     PlanSummary s;
+    s.device = p.uses_accel ? m.device.str() : "cpu";
+    s.host_arena_bytes = p.uses_accel ? p.host_arena.bytes : 0;
     s.steps = static_cast<int>(p.schedule.size());
     s.folded_steps = p.folded_nodes;
     s.in_place = p.in_place_count;
-    s.arena_bytes = p.arena_bytes;
-    s.lower_bound_bytes = p.lower_bound_bytes;
-    s.no_reuse_bytes = p.no_reuse_bytes;
-    s.peak_step = p.peak_step;
-    if (p.peak_step >= 0 && p.peak_step < s.steps) s.peak_node = g.nodes[p.peak_step].describe();
-    s.algorithm = p.algorithm;
-    s.alignment = p.alignment;
+    s.arena_bytes = a.bytes;
+    s.lower_bound_bytes = a.lower_bound_bytes;
+    s.no_reuse_bytes = a.no_reuse_bytes;
+    s.peak_step = a.peak_step;
+    if (a.peak_step >= 0 && a.peak_step < s.steps) s.peak_node = g.nodes[a.peak_step].describe();
+    s.algorithm = a.algorithm;
+    s.alignment = a.alignment;
     for (const auto& b : p.dynamic_boundaries) s.dynamic_boundaries.push_back({b.step, b.node, b.reason});
     for (size_t id = 0; id < p.values.size(); ++id) {
       const ValuePlan& vp = p.values[id];
@@ -224,10 +237,26 @@ PlanSummary Session::plan(const std::map<std::string, std::vector<int64_t>>& inp
       v.last = vp.last;
       v.in_place = vp.in_place;
       if (vp.root != static_cast<int>(id)) v.alias_of = g.values[vp.root].name;
+      v.device = vp.on_accel ? m.device.str() : "cpu";
       s.values.push_back(std::move(v));
     }
     return s;
   });
+}
+
+std::string Session::device() const { return impl_->device.str(); }
+
+std::vector<std::pair<std::string, std::string>> Session::cpu_fallbacks() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& f : impl_->executor->fallbacks()) out.emplace_back(f.node, f.reason);
+  return out;
+}
+
+std::string Session::memory_report() const { return impl_->backend ? impl_->backend->memory_report() : ""; }
+
+void Session::set_memory_budget(size_t bytes) {
+  ONYX_CHECK(impl_->backend, "set_memory_budget: the session runs on the CPU, which has no governed budget");
+  impl_->backend->governor().set_budget(bytes);
 }
 
 PlanCacheReport Session::plan_cache() const {

@@ -3,12 +3,13 @@
 namespace onyx {
 
 std::vector<Tensor> compute_node(const Node& node, const std::vector<const Tensor*>& inputs, Allocator& alloc,
-                                 const SubgraphRunner* subgraphs, const OutputBinder* bind) {
+                                 const SubgraphRunner* subgraphs, const OutputBinder* bind,
+                                 const std::vector<const Tensor*>* infer_values, const KernelFn* kernel) {
   const OpDef& def = *node.def;
   std::vector<ValueType> types(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i]) types[i] = ValueType{inputs[i]->dtype(), inputs[i]->shape()};
-  InferContext ictx(node, types, inputs);
+  InferContext ictx(node, types, infer_values ? *infer_values : inputs);
   def.infer(ictx);
 
   std::vector<Tensor> outputs(node.outputs.size());
@@ -29,9 +30,10 @@ std::vector<Tensor> compute_node(const Node& node, const std::vector<const Tenso
     if (!outputs[o].defined()) outputs[o] = Tensor(vt.dtype, vt.shape.to_shape(), alloc);
   }
   if (needs_kernel) {
-    ONYX_ASSERT(def.kernel, "op ", def.name, " has no CPU kernel");
+    const KernelFn& run = kernel ? *kernel : def.kernel;
+    ONYX_ASSERT(run, "op ", def.name, " has no CPU kernel");
     KernelContext kctx(node, inputs, outputs, alloc, subgraphs);
-    def.kernel(kctx);
+    run(kctx);
   }
   for (size_t o = 0; o < node.outputs.size(); ++o)
     if (node.outputs[o] >= 0) ONYX_ASSERT(outputs[o].defined(), "output ", o, " was not produced");

@@ -17,7 +17,12 @@ using OutputBinder = std::function<Tensor(size_t o, const ValueType& t)>;
 // from the inputs, makes view outputs share their input's storage, binds or
 // allocates the rest, and runs the kernel. Throws onyx::Error (no node context:
 // the caller adds it).
+// `infer_values` (when given) are what inference may read by value (host tensors
+// or null), for kernels whose inputs live on a device; `kernel` replaces the op's
+// CPU kernel (a backend's launcher).
 std::vector<Tensor> compute_node(const Node& node, const std::vector<const Tensor*>& inputs, Allocator& alloc,
-                                 const SubgraphRunner* subgraphs = nullptr, const OutputBinder* bind = nullptr);
+                                 const SubgraphRunner* subgraphs = nullptr, const OutputBinder* bind = nullptr,
+                                 const std::vector<const Tensor*>* infer_values = nullptr,
+                                 const KernelFn* kernel = nullptr);
 
 }  // namespace onyx

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "ops/compute.h"
+#include "ops/value_inputs.h"
 
 namespace onyx {
 
@@ -64,7 +65,7 @@ ExecutionPlan plan_graph(const Graph& g, const std::vector<ValueType>& inputs, c
   p.values.assign(nv, ValuePlan{});
   p.constants.assign(nv, Tensor());
   p.skip.assign(ns, false);
-  p.alignment = options.alignment;
+  p.place.assign(ns, StepPlace::kHost);
   for (int s = 0; s < ns; ++s) p.schedule.push_back(s);
   ONYX_CHECK(inputs.size() == g.inputs.size(), "the plan needs ", g.inputs.size(), " input types, got ", inputs.size());
 
@@ -114,6 +115,7 @@ ExecutionPlan plan_graph(const Graph& g, const std::vector<ValueType>& inputs, c
         if (boundary) p.dynamic_boundaries.push_back({s, n.describe(), reason});
       };
       if (!shapes_known) {
+        p.place[s] = StepPlace::kRunTime;
         mark_dynamic("", false);  // inside a dynamic region: shapes come at run time
         for (size_t o = 0; o < n.outputs.size(); ++o)
           if (n.outputs[o] >= 0) p.values[n.outputs[o]].type.shape = PartialShape();
@@ -171,6 +173,10 @@ ExecutionPlan plan_graph(const Graph& g, const std::vector<ValueType>& inputs, c
           return;
         }
       }
+      bool is_view = !n.def->views.empty() && n.def->views.size() == n.outputs.size();
+      if (is_view || reads_only_metadata(n)) p.place[s] = StepPlace::kNone;
+      else if (!outputs_known) p.place[s] = StepPlace::kRunTime;
+      else if (options.on_accel && options.on_accel(n, types)) p.place[s] = StepPlace::kAccel;
       if (!outputs_known)
         mark_dynamic(n.implicit_inputs.empty() ? "its output shape depends on the values of its inputs"
                                                : "its outputs come from a subgraph, known only when it runs",
@@ -194,6 +200,13 @@ ExecutionPlan plan_graph(const Graph& g, const std::vector<ValueType>& inputs, c
     if (v.first >= 0 && v.last < v.first) v.last = v.first;  // produced, never read
     if (v.kind == ValueKind::kConstant) p.guards.add(static_cast<int>(id), GuardReason::kMemoized);
   }
+
+  for (int s = 0; s < ns; ++s)
+    if (p.place[s] == StepPlace::kAccel) {
+      p.uses_accel = true;
+      for (int out : g.nodes[s].outputs)
+        if (out >= 0) p.values[out].on_accel = true;
+    }
 
   // 3. Aliases (views) and in-place reuse, in schedule order. A root's group is
   // every value sharing its storage; the group lives from its first to its last member.
@@ -225,6 +238,7 @@ ExecutionPlan plan_graph(const Graph& g, const std::vector<ValueType>& inputs, c
         int root = p.values[n.inputs[i]].root;
         const ValuePlan& r = p.values[root];
         if (r.kind != ValueKind::kArena || p.guards.guarded(root) || group_last[root] != s) continue;
+        if (r.on_accel != p.values[out].on_accel) continue;  // storage stays on its device
         if (r.bytes != p.values[out].bytes || r.bytes == 0) continue;
         join(out, root);
         p.values[out].in_place = true;
@@ -247,25 +261,30 @@ ExecutionPlan plan_graph(const Graph& g, const std::vector<ValueType>& inputs, c
   }
   for (int id : g.outputs) p.guards.add(id, GuardReason::kGraphOutput);
 
-  // 4. Placement of arena groups.
-  std::vector<int> roots;
-  std::vector<BufferLife> lives;
-  for (size_t id = 0; id < nv; ++id) {
-    const ValuePlan& v = p.values[id];
-    if (v.root != static_cast<int>(id) || v.kind != ValueKind::kArena || v.bytes == 0) continue;
-    roots.push_back(static_cast<int>(id));
-    lives.push_back({group_first[id], std::max(group_last[id], group_first[id]), align_up(v.bytes, options.alignment)});
+  // 4. Placement of arena groups, one arena per device.
+  for (bool accel : {false, true}) {
+    std::vector<int> roots;
+    std::vector<BufferLife> lives;
+    size_t alignment = accel ? options.accel_alignment : options.alignment;
+    for (size_t id = 0; id < nv; ++id) {
+      const ValuePlan& v = p.values[id];
+      if (v.root != static_cast<int>(id) || v.kind != ValueKind::kArena || v.bytes == 0 || v.on_accel != accel) continue;
+      roots.push_back(static_cast<int>(id));
+      lives.push_back({group_first[id], std::max(group_last[id], group_first[id]), align_up(v.bytes, alignment)});
+    }
+    Placement placement = place_best(lives);
+    ArenaPlan& a = accel ? p.accel_arena : p.host_arena;
+    a.bytes = placement.arena_bytes;
+    a.algorithm = placement.algorithm;
+    a.alignment = alignment;
+    a.lower_bound_bytes = lower_bound_bytes(lives, &a.peak_step);
+    for (const auto& l : lives) a.no_reuse_bytes += l.bytes;
+    for (size_t k = 0; k < roots.size(); ++k) p.values[roots[k]].offset = placement.offsets[k];
+    std::string bad = verify_placement(lives, placement);
+    ONYX_ASSERT(bad.empty(), "placement check failed: ", bad);
   }
-  Placement placement = place_best(lives);
-  p.arena_bytes = placement.arena_bytes;
-  p.algorithm = placement.algorithm;
-  p.lower_bound_bytes = lower_bound_bytes(lives, &p.peak_step);
-  for (const auto& l : lives) p.no_reuse_bytes += l.bytes;
-  for (size_t k = 0; k < roots.size(); ++k) p.values[roots[k]].offset = placement.offsets[k];
   for (size_t id = 0; id < nv; ++id)
     if (p.values[id].kind == ValueKind::kArena) p.values[id].offset = p.values[p.values[id].root].offset;
-  std::string bad = verify_placement(lives, placement);
-  ONYX_ASSERT(bad.empty(), "placement check failed: ", bad);
 
   // 5. Release after the last reader: everything unguarded, arena values included
   // (dropping them costs nothing; dynamic ones go back to the allocator).

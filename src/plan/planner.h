@@ -15,8 +15,19 @@
 
 namespace onyx {
 
+// Where a step runs.
+enum class StepPlace : uint8_t {
+  kHost,     // the op's CPU kernel
+  kAccel,    // the accelerator backend's kernel
+  kNone,     // no kernel: a view or a metadata read, on whatever device its input is
+  kRunTime,  // decided when it runs (its input shapes are known only then)
+};
+
 struct PlanOptions {
-  size_t alignment = 64;                  // per device: 64 on the CPU, 256 for CUDA
+  size_t alignment = 64;                  // host arena alignment
+  size_t accel_alignment = 256;           // accelerator arena alignment (CUDA)
+  // Whether a node runs on the accelerator, given its input types. Null: no accelerator.
+  std::function<bool(const Node&, const std::vector<ValueType>&)> on_accel;
   size_t fold_limit_bytes = 64 * 1024;    // outputs up to this size may be computed while planning
   bool in_place = true;                   // let elementwise/normalization ops write over a dying input
 };
@@ -41,6 +52,18 @@ struct ValuePlan {
   size_t offset = 0;      // arena offset of its root (kArena)
   size_t bytes = 0;       // its own bytes (when the shape is known)
   bool in_place = false;  // written over its input's storage
+  bool on_accel = false;  // its storage is on the accelerator (arena values: the accelerator's arena)
+};
+
+// One arena: the intermediates of one device.
+struct ArenaPlan {
+  size_t bytes = 0;
+  size_t lower_bound_bytes = 0;  // bytes live at the busiest step
+  size_t no_reuse_bytes = 0;     // every value in its own bytes
+  size_t alignment = 0;
+  int peak_step = -1;
+  std::string algorithm;
+  double ratio() const { return lower_bound_bytes ? double(bytes) / double(lower_bound_bytes) : 1.0; }
 };
 
 struct DynamicBoundary {
@@ -54,20 +77,18 @@ struct ExecutionPlan {
   std::vector<ValuePlan> values;            // per value id
   std::vector<Tensor> constants;            // per value id; defined for kConstant
   std::vector<bool> skip;                   // per step: every output is a constant, nothing to run
+  std::vector<StepPlace> place;             // per step
+  ArenaPlan host_arena, accel_arena;
   GuardList guards;                         // what neither release nor in-place may touch (L5)
   std::vector<std::vector<int>> release_after;  // per step: values to drop after it runs
   std::vector<DynamicBoundary> dynamic_boundaries;
-  size_t alignment = 64;
-  size_t arena_bytes = 0;
-  size_t lower_bound_bytes = 0;  // bytes live at the busiest step (arena values)
-  size_t no_reuse_bytes = 0;     // every arena value in its own bytes
-  int peak_step = -1;
   int in_place_count = 0;
   int folded_nodes = 0;
-  std::string algorithm;
+  bool uses_accel = false;
 
   explicit ExecutionPlan(const Graph& g) : guards(g) {}
-  double ratio() const { return lower_bound_bytes ? double(arena_bytes) / double(lower_bound_bytes) : 1.0; }
+  // The arena where the work runs: the accelerator's when there is one.
+  const ArenaPlan& main_arena() const { return uses_accel ? accel_arena : host_arena; }
 };
 
 // Runs one node on known inputs while planning (constant folding). The default

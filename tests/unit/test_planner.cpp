@@ -122,8 +122,8 @@ TEST(Planner, RandomGraphsMatchReleaseModeAndNeverOverlap) {
     auto planned = run_mode(rg.g, rg.inputs, MemoryMode::kPlanned, &plan);
     auto released = run_mode(rg.g, rg.inputs, MemoryMode::kRelease);
     check_no_overlap(*plan);
-    EXPECT_LE(plan->arena_bytes, plan->no_reuse_bytes);
-    EXPECT_GE(plan->arena_bytes, plan->lower_bound_bytes);
+    EXPECT_LE(plan->host_arena.bytes, plan->host_arena.no_reuse_bytes);
+    EXPECT_GE(plan->host_arena.bytes, plan->host_arena.lower_bound_bytes);
     in_place += plan->in_place_count;
     for (const auto& v : plan->values) views += v.kind == ValueKind::kArena && v.root >= 0 && !v.in_place &&
                                                  &v != &plan->values[v.root];

@@ -38,6 +38,10 @@ run options:
   --seed N                     seed for random inputs (default: drawn at random, printed)
   --repeat N                   run N more times after the first and report timing (default 0)
   --save-outputs DIR           write each output as DIR/NAME.npy (NAME made file-system safe)
+  --device DEVICE              cpu (default), cuda or cuda:N
+  --no-cpu-fallback            on a GPU, fail instead of running a node without a GPU kernel on the CPU
+  --memory-budget BYTES        on a GPU, the session's device-memory budget (default: 90% of free memory)
+  --memory-report              print the memory governor's holders after the runs
   --memory planned|release|keep
                                planned (default): one arena per input-shape signature, every
                                intermediate at a planned offset; release: allocate each value
@@ -165,6 +169,7 @@ int cmd_plan(const std::string& path, const std::vector<std::string>& args) {
   std::map<std::string, int64_t> dims;
   bool json = false;
   size_t top = 10;
+  onyx::SessionOptions plan_options;
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&]() -> std::string {
       if (i + 1 >= args.size()) throw UsageError(cat(args[i], " needs a value"));
@@ -199,13 +204,15 @@ int cmd_plan(const std::string& path, const std::vector<std::string>& args) {
       dims[k] = to_int(v);
     } else if (args[i] == "--json") {
       json = true;
+    } else if (args[i] == "--device") {
+      plan_options.device = value();
     } else if (args[i] == "--values") {
       top = static_cast<size_t>(to_int(value()));
     } else {
       throw UsageError(cat("unknown option '", args[i], "'"));
     }
   }
-  auto session = onyx::Session::load(path);
+  auto session = onyx::Session::load(path, plan_options);
   for (const auto& d : session->inputs()) {
     if (shapes.count(d.name) || d.has_default || !d.rank_known) continue;
     std::vector<int64_t> s;
@@ -226,7 +233,8 @@ int cmd_plan(const std::string& path, const std::vector<std::string>& args) {
   std::stable_sort(largest.begin(), largest.end(), [](auto* a, auto* b) { return a->bytes > b->bytes; });
   if (largest.size() > top) largest.resize(top);
   if (json) {
-    std::cout << "{\n  \"model\": \"" << json_escape(path) << "\",\n  \"steps\": " << p.steps
+    std::cout << "{\n  \"model\": \"" << json_escape(path) << "\",\n  \"device\": \"" << p.device
+              << "\",\n  \"steps\": " << p.steps
               << ",\n  \"folded_steps\": " << p.folded_steps << ",\n  \"in_place\": " << p.in_place
               << ",\n  \"arena_bytes\": " << p.arena_bytes << ",\n  \"lower_bound_bytes\": " << p.lower_bound_bytes
               << ",\n  \"ratio\": " << p.ratio() << ",\n  \"no_reuse_bytes\": " << p.no_reuse_bytes
@@ -252,8 +260,9 @@ int cmd_plan(const std::string& path, const std::vector<std::string>& args) {
   for (const auto& [name, d] : shapes) std::cout << " " << name << "=" << onyx::Shape(d).str();
   std::cout << "\nsteps: " << p.steps << " (" << p.folded_steps << " computed while planning, " << p.in_place
             << " in place)\n";
-  std::cout << "arena: " << human_bytes(double(p.arena_bytes)) << " (" << p.arena_bytes << " B, " << p.algorithm
-            << ", alignment " << p.alignment << ")\n";
+  std::cout << "arena (" << p.device << "): " << human_bytes(double(p.arena_bytes)) << " (" << p.arena_bytes << " B, "
+            << p.algorithm << ", alignment " << p.alignment << ")\n";
+  if (p.host_arena_bytes) std::cout << "host arena for CPU fallbacks: " << p.host_arena_bytes << " B\n";
   std::cout << "lower bound: " << human_bytes(double(p.lower_bound_bytes)) << " (" << p.lower_bound_bytes << " B)\n";
   std::printf("R = arena / lower bound: %.4f\n", p.ratio());
   std::cout << "no reuse: " << human_bytes(double(p.no_reuse_bytes)) << " (" << p.no_reuse_bytes << " B)\n";
@@ -263,6 +272,7 @@ int cmd_plan(const std::string& path, const std::vector<std::string>& args) {
   std::cout << "largest values:\n";
   for (const auto* v : largest)
     std::cout << "  " << v->name << "  " << v->type << "  " << human_bytes(double(v->bytes)) << "  " << v->kind
+              << (v->device == "cpu" ? "" : " on " + v->device)
               << (v->kind == "arena" ? cat(" @", v->offset) : "") << "  steps " << v->first << ".." << v->last
               << (v->alias_of.empty() ? "" : "  shares " + v->alias_of) << (v->in_place ? " (in place)" : "") << "\n";
   return 0;
@@ -274,6 +284,7 @@ int cmd_run(const std::string& path, const std::vector<std::string>& args) {
   int repeat = 0;
   std::string save_dir;
   onyx::SessionOptions options;
+  bool memory_report = false;
   uint64_t seed = std::random_device{}();
   for (size_t i = 0; i < args.size(); ++i) {
     auto value = [&]() -> std::string {
@@ -299,6 +310,10 @@ int cmd_run(const std::string& path, const std::vector<std::string>& args) {
     else if (a == "--repeat") repeat = static_cast<int>(to_int(value()));
     else if (a == "--seed") seed = static_cast<uint64_t>(to_int(value()));
     else if (a == "--save-outputs") save_dir = value();
+    else if (a == "--device") options.device = value();
+    else if (a == "--no-cpu-fallback") options.allow_cpu_fallback = false;
+    else if (a == "--memory-budget") options.memory_budget_bytes = static_cast<size_t>(to_int(value()));
+    else if (a == "--memory-report") memory_report = true;
     else if (a == "--memory") {
       std::string m = value();
       if (m == "planned") options.memory = onyx::MemoryMode::kPlanned;
@@ -355,6 +370,9 @@ int cmd_run(const std::string& path, const std::vector<std::string>& args) {
   }
   std::cout << "peak intermediate memory: " << human_bytes(double(first.peak_bytes)) << " (" << first.peak_bytes
             << " bytes, " << first.allocations << " allocations)\n";
+  std::cout << "device: " << session->device() << "\n";
+  for (const auto& [node, why] : session->cpu_fallbacks()) std::cout << "cpu fallback: " << node << ": " << why << "\n";
+  if (memory_report) std::cout << "memory report:\n" << session->memory_report();
   if (!save_dir.empty()) {
     std::filesystem::create_directories(save_dir);
     for (const auto& [name, t] : outputs) {

@@ -1,0 +1,124 @@
+// The CUDA backend: one device, one non-blocking stream, governed memory pools,
+// the staging path, and the kernel table.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include "backends/backend.h"
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/device_allocator.h"
+#include "backends/cuda/staging.h"
+
+namespace onyx {
+
+int cuda_device_count(std::string* why) {
+  int n = 0;
+  cudaError_t st = cudaGetDeviceCount(&n);
+  if (st != cudaSuccess) {
+    if (why) *why = cat("no usable CUDA device (", cudaGetErrorString(st), ")");
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return 0;
+  }
+  if (n == 0 && why) *why = "no CUDA device found";
+  return n;
+}
+
+namespace cuda {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = 32ull << 20;
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int index, const CudaOptions& options) : index_(index) {
+    ONYX_CUDA_CHECK(cudaSetDevice(index));
+    size_t free = 0, total = 0;
+    ONYX_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    size_t budget = options.memory_budget_bytes
+                        ? options.memory_budget_bytes
+                        : static_cast<size_t>(static_cast<double>(free) * options.memory_fraction);
+    device_gov_ = MemoryGovernor::create(cat("cuda:", index), budget);
+    host_gov_ = MemoryGovernor::create("host (pinned)", options.pinned_budget_bytes);
+    ONYX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    cublasLtHandle_t lt = nullptr;
+    if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) throw Error("cuBLASLt could not be initialized");
+    lt_ = lt;
+    weights_ = std::make_shared<DeviceAllocator>(index, "weights", device_gov_);
+    values_ = std::make_shared<DeviceAllocator>(index, "plan arenas and values", device_gov_);
+    workspace_alloc_ = std::make_shared<DeviceAllocator>(index, "library workspace", device_gov_, kWorkspaceBytes);
+    workspace_ = workspace_alloc_->allocate(kWorkspaceBytes);
+    pinned_ = std::make_shared<PinnedAllocator>("staging", host_gov_);
+    staging_ = std::make_unique<Staging>(*pinned_, stream_);
+  }
+
+  ~CudaBackend() override {
+    cudaSetDevice(index_);
+    if (stream_) cudaStreamSynchronize(stream_);
+    staging_.reset();
+    if (workspace_) workspace_alloc_->deallocate(workspace_, kWorkspaceBytes);
+    if (lt_) cublasLtDestroy(reinterpret_cast<cublasLtHandle_t>(lt_));
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  Device device() const override { return Device::cuda(index_); }
+  Allocator& allocator() override { return *values_; }
+  Allocator& weights_allocator() override { return *weights_; }
+  MemoryGovernor& governor() override { return *device_gov_; }
+  size_t alignment() const override { return DeviceAllocator::kAlignment; }
+
+  bool has_kernel(const Node& node) const override {
+    return CudaKernelRegistry::global().find(node.domain, node.op_type) != nullptr;
+  }
+
+  std::string unsupported_reason(const Node& node, const std::vector<ValueType>& inputs) const override {
+    const CudaKernelDef* k = CudaKernelRegistry::global().find(node.domain, node.op_type);
+    if (!k) return cat("no CUDA kernel for ", node.domain.empty() ? "" : node.domain + "::", node.op_type);
+    return k->supports ? k->supports(node, inputs) : "";
+  }
+
+  void run(KernelContext& ctx) override {
+    const Node& node = ctx.node();
+    const CudaKernelDef* k = CudaKernelRegistry::global().find(node.domain, node.op_type);
+    ONYX_ASSERT(k, "no CUDA kernel for ", node.op_type);
+    CudaContext cu;
+    cu.stream = stream_;
+    cu.lt = reinterpret_cast<cublasLtContext*>(lt_);
+    cu.workspace = workspace_;
+    cu.workspace_bytes = kWorkspaceBytes;
+    cu.device = index_;
+    with_context(cat("on cuda:", index_), [&] { k->run(ctx, cu); });
+  }
+
+  void copy_from_host(void* device_dst, const void* host_src, size_t bytes) override {
+    staging_->copy_to_device(device_dst, host_src, bytes);
+  }
+  void copy_to_host(void* host_dst, const void* device_src, size_t bytes) override {
+    staging_->copy_to_host(host_dst, device_src, bytes);
+  }
+  void synchronize() override { ONYX_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  std::string memory_report() const override {
+    return cat("cuda:", index_, " governor:\n", device_gov_->report(), "\nhost governor:\n", host_gov_->report(), "\n");
+  }
+
+ private:
+  int index_;
+  cudaStream_t stream_ = nullptr;
+  void* lt_ = nullptr;
+  std::shared_ptr<MemoryGovernor> device_gov_, host_gov_;
+  std::shared_ptr<DeviceAllocator> weights_, values_, workspace_alloc_;
+  void* workspace_ = nullptr;
+  std::shared_ptr<PinnedAllocator> pinned_;
+  std::unique_ptr<Staging> staging_;
+};
+
+}  // namespace
+}  // namespace cuda
+
+std::unique_ptr<Backend> make_cuda_backend(int index, const CudaOptions& options) {
+  return with_context(cat("starting cuda:", index), [&]() -> std::unique_ptr<Backend> {
+    return std::make_unique<cuda::CudaBackend>(index, options);
+  });
+}
+
+}  // namespace onyx
