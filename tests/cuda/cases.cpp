@@ -1,0 +1,279 @@
+// The table of CUDA kernel cases: every op with a CUDA kernel, at every dtype the
+// kernel is meant to support. A case whose op has no CUDA kernel fails ("no CUDA
+// kernel for OP"); one the kernel's supports() declines fails too, unless the case
+// says the kernel may (kMayFall) or must (kDecline) decline it.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "harness.h"
+#include "ops/registry.h"
+
+namespace onyx::cuda::test {
+namespace {
+
+using D = DType;
+bool is_float_like(DType d) { return d == D::kFloat32 || d == D::kFloat16 || d == D::kBFloat16; }
+const int64_t kBig = (int64_t{1} << 20) + 3;  // odd: exercises grid-stride loops and vector tails
+
+void elementwise(std::vector<Case>& v) {
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    v.push_back({"same", op, kFloatsInts, {X({3, 4, 5}), X({3, 4, 5})}});
+    v.push_back({"bcast", op, kFloatsInts, {X({4, 1, 8}), X({3, 1})}});
+    v.push_back({"scalar", op, kFloatsInts, {X({6, 7}), X({})}});
+    v.push_back({"scalar_lhs", op, kFloats, {X({}), X({5, 3})}});
+  }
+  v.push_back({"big", "Add", kFloats, {X({kBig}), X({kBig})}});
+  v.push_back({"big_bcast", "Mul", {D::kFloat32}, {X({1027, 1021}), X({1021})}});
+  v.push_back({"big", "Add", kInts, {X({kBig}), X({1})}});
+  v.push_back({"same", "Pow", kFloats, {Pos({4, 9}, 0.5, 2), Uni({4, 9}, -2, 2)}});
+  v.push_back({"bcast", "Pow", kFloats, {Pos({2, 3, 5}), Uni({5}, -2, 2)}});
+  v.push_back({"square", "Pow", kFloats, {X({7, 5}), Scalar(2)}});
+  for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) {
+    // Small integers, so that equal pairs occur for every dtype.
+    v.push_back({"same", op, kFloatsInts, {Ints({5, 6}, -2, 2), Ints({5, 6}, -2, 2)}});
+    v.push_back({"bcast", op, kFloatsInts, {Ints({4, 1, 8}, -2, 2), Ints({3, 1}, -2, 2)}});
+  }
+  v.push_back({"bool", "Equal", {D::kBool}, {Bools({4, 6}), Bools({6})}});
+  v.push_back({"same", "Where", kAll, {Bools({4, 5}), X({4, 5}), X({4, 5})}});
+  v.push_back({"bcast", "Where", kAll, {Bools({3, 1, 5}), X({4, 1}), X({})}});
+  v.push_back({"big", "Where", {D::kFloat32}, {Bools({kBig}), X({kBig}), X({1})}});
+  for (const char* op : {"Max", "Min"}) {
+    v.push_back({"two", op, kFloatsInts, {X({4, 6}), X({4, 6})}});
+    v.push_back({"three_bcast", op, kFloatsInts, {X({2, 3, 4}), X({4}), X({3, 1})}});
+    v.push_back({"one", op, kFloats, {X({5, 2})}});
+  }
+}
+
+void unary(std::vector<Case>& v) {
+  for (const char* op : {"Neg", "Abs", "Reciprocal", "Exp", "Tanh", "Erf", "Sigmoid", "Relu", "Softplus"})
+    v.push_back({"basic", op, kFloats, {X({3, 33})}});
+  for (const char* op : {"Sqrt", "Log"}) v.push_back({"basic", op, kFloats, {Pos({3, 33})}});
+  for (const char* op : {"Neg", "Abs"}) v.push_back({"basic", op, kInts, {X({3, 33})}, {}, 1, 18, "", Expect::kMayFall});
+  v.push_back({"big", "Exp", kFloats, {X({kBig})}});
+  v.push_back({"big", "Relu", {D::kFloat32}, {X({kBig})}});
+  v.push_back({"exact", "Gelu", kFloats, {X({4, 65})}, {}, 1, 20});
+  v.push_back({"tanh", "Gelu", kFloats, {X({4, 65})}, {attr_s("approximate", "tanh")}, 1, 20});
+  v.push_back({"default", "LeakyRelu", kFloats, {X({4, 17})}});
+  v.push_back({"alpha", "LeakyRelu", kFloats, {X({4, 17})}, {attr_f("alpha", 0.3f)}});
+  v.push_back({"both", "Clip", kFloats, {X({5, 9}), Scalar(-1), Scalar(1.5)}, {}, 1, 13});
+  v.push_back({"max_only", "Clip", kFloats, {X({5, 9}), None(), Scalar(0.5)}, {}, 1, 13});
+  v.push_back({"none", "Clip", kFloats, {X({5, 9})}, {}, 1, 13});
+  v.push_back({"ints", "Clip", kInts, {X({5, 9}), Scalar(-3), Scalar(4)}, {}, 1, 13, "", Expect::kMayFall});
+  v.push_back({"attrs", "Clip", kFloats, {X({5, 9})}, {attr_f("min", -0.5f), attr_f("max", 2.f)}, 1, 6});
+}
+
+void casts(std::vector<Case>& v) {
+  for (D from : kAll)
+    for (D to : kAll) {
+      std::string name = cat("to_", dtype_name(to));
+      // Values every type holds (bf16 rounds them, identically on both sides).
+      // Floats carry fractions (truncation toward zero); integers include zeros (false).
+      In x = from == D::kBool ? Bools({7, 13}) : is_float_like(from) ? Uni({7, 13}, -100, 100) : Uni({7, 13}, -1000, 1000);
+      v.push_back({name, "Cast", {from}, {x}, {attr_i("to", static_cast<int64_t>(to))}, 1, 19});
+    }
+  v.push_back({"big_to_float16", "Cast", {D::kFloat32}, {X({kBig})}, {attr_i("to", static_cast<int64_t>(D::kFloat16))}, 1,
+               19});
+}
+
+void shapes(std::vector<Case>& v) {
+  v.push_back({"bcast", "Expand", kAll, {X({3, 1}), I64({2, 3, 4})}});
+  v.push_back({"rank_up", "Expand", kAll, {X({1, 5}), I64({4, 3, 1, 5})}});
+  v.push_back({"smaller_shape", "Expand", {D::kFloat32}, {X({2, 3, 4}), I64({3, 1})}});
+  v.push_back({"up", "Range", {D::kFloat32}, {Scalar(-3.25), Scalar(40), Scalar(0.5)}, {}, 1, 11});
+  v.push_back({"down", "Range", {D::kFloat32}, {Scalar(10), Scalar(-7), Scalar(-1.5)}, {}, 1, 11});
+  v.push_back({"up", "Range", kInts, {Scalar(-7), Scalar(300), Scalar(3)}, {}, 1, 11});
+  v.push_back({"down", "Range", kInts, {Scalar(5), Scalar(-20), Scalar(-4)}, {}, 1, 11});
+  v.push_back({"big", "Range", {D::kInt64}, {Scalar(0), Scalar(static_cast<double>(kBig)), Scalar(1)}, {}, 1, 11});
+}
+
+void reductions(std::vector<Case>& v) {
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"}) {
+    for (int keep : {1, 0}) {
+      std::string k = cat("keep", keep);
+      v.push_back({"attr_mid_" + k, op, kFloats, {X({4, 5, 6})}, {attr_is("axes", {1}), attr_i("keepdims", keep)}, 1, 11});
+      v.push_back({"attr_outer_" + k, op, kFloats, {X({4, 5, 6})}, {attr_is("axes", {0, -1}), attr_i("keepdims", keep)},
+                   1, 11});
+      v.push_back({"attr_all_" + k, op, kFloats, {X({4, 5, 6})}, {attr_i("keepdims", keep)}, 1, 11});
+      // With axes as an input their values live on the device: a kernel may decline keepdims=0.
+      v.push_back({"input_last_" + k, op, kFloats, {X({3, 4, 50}), I64({-1})}, {attr_i("keepdims", keep)}, 1, 18, "",
+                   keep ? Expect::kRun : Expect::kMayFall});
+      v.push_back({"input_mid_" + k, op, kFloats, {X({3, 4, 50}), I64({1})}, {attr_i("keepdims", keep)}, 1, 18, "",
+                   keep ? Expect::kRun : Expect::kMayFall});
+    }
+    v.push_back({"long_rows", op, kFloats, {X({8, 4096})}, {attr_is("axes", {-1})}, 1, 11});
+    v.push_back({"long_cols", op, {D::kFloat32}, {X({3000, 7})}, {attr_is("axes", {0})}, 1, 11});
+  }
+}
+
+void softmax(std::vector<Case>& v) {
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    v.push_back({"last", op, kFloats, {X({6, 33})}, {}, 1, 13});
+    v.push_back({"middle", op, kFloats, {X({2, 5, 7})}, {attr_i("axis", 1)}, 1, 13});
+    v.push_back({"first", op, kFloats, {X({9, 4, 3})}, {attr_i("axis", -3)}, 1, 13});
+    v.push_back({"row4096", op, kFloats, {Uni({16, 4096}, -8, 8)}, {}, 1, 13});
+  }
+}
+
+void norms(std::vector<Case>& v) {
+  const std::string ms = "com.microsoft";
+  v.push_back({"bias", "LayerNormalization", kFloats, {X({4, 6, 64}), X({64}), X({64})}, {}, 1, 17});
+  v.push_back({"no_bias", "LayerNormalization", kFloats, {X({4, 6, 64}), X({64})}, {}, 1, 17});
+  v.push_back({"stats", "LayerNormalization", kFloats, {X({4, 6, 64}), X({64}), X({64})}, {}, 3, 17});
+  v.push_back({"axis1_stats", "LayerNormalization", kFloats, {X({3, 5, 40}), X({5, 40}), X({5, 40})},
+               {attr_i("axis", 1), attr_f("epsilon", 1e-3f)}, 3, 17});
+  v.push_back({"wide", "LayerNormalization", kFloats, {X({8, 4096}), X({4096}), X({4096})}, {}, 1, 17});
+  v.push_back({"basic", "SimplifiedLayerNormalization", kFloats, {X({4, 6, 64}), X({64})}, {}, 1, 17});
+  v.push_back({"inv_std", "SimplifiedLayerNormalization", kFloats, {X({4, 96}), X({96})}, {attr_f("epsilon", 1e-6f)},
+               2, 17});
+  v.push_back({"basic", "SimplifiedLayerNormalization", kFloats, {X({4, 6, 64}), X({64})}, {}, 1, 1, ms});
+  v.push_back({"basic", "RMSNormalization", kFloats, {X({3, 5, 128}), X({128})}, {}, 1, 23});
+  v.push_back({"axis1", "RMSNormalization", kFloats, {X({3, 5, 16}), X({5, 16})}, {attr_i("axis", 1)}, 1, 23});
+  v.push_back({"full", "SkipLayerNormalization", kFloats, {X({2, 5, 64}), X({2, 5, 64}), X({64}), X({64}), X({64})},
+               {}, 4, 1, ms});
+  v.push_back({"no_bias", "SkipLayerNormalization", kFloats, {X({2, 5, 64}), X({2, 5, 64}), X({64}), X({64})}, {}, 1,
+               1, ms});
+  v.push_back({"bcast_skip", "SkipLayerNormalization", kFloats, {X({2, 5, 64}), X({5, 64}), X({64}), X({64})}, {}, 1,
+               1, ms, Expect::kMayFall});
+  v.push_back({"full", "SkipSimplifiedLayerNormalization", kFloats, {X({2, 5, 64}), X({2, 5, 64}), X({64}), X({64})},
+               {}, 4, 1, ms});
+  v.push_back({"no_bias", "SkipSimplifiedLayerNormalization", kFloats, {X({2, 5, 64}), X({2, 5, 64}), X({64})}, {}, 1,
+               1, ms});
+}
+
+void data(std::vector<Case>& v) {
+  v.push_back({"axis0_i64", "Gather", kAll, {X({5, 4, 3}), Ints({2, 3}, -5, 4, D::kInt64)}});
+  v.push_back({"axis1_i32", "Gather", kAll, {X({5, 4, 3}), Ints({7}, -4, 3, D::kInt32)}, {attr_i("axis", 1)}});
+  v.push_back({"scalar_index", "Gather", {D::kFloat32}, {X({6, 9}), Vals(D::kInt64, {}, {-2})}, {attr_i("axis", 1)}});
+  v.push_back({"rows", "Gather", kFloats, {X({1000, 256}), Ints({64}, -1000, 999, D::kInt64)}});
+  v.push_back({"two", "Concat", kAll, {X({2, 3, 4}), X({2, 5, 4})}, {attr_i("axis", 1)}});
+  v.push_back({"three_last", "Concat", kAll, {X({3, 2}), X({3, 1}), X({3, 7})}, {attr_i("axis", -1)}});
+  {
+    std::vector<In> twenty;
+    for (int i = 0; i < 20; ++i) twenty.push_back(X({1 + i % 3, 6}));
+    v.push_back({"twenty", "Concat", kAll, twenty, {attr_i("axis", 0)}});
+  }
+  v.push_back({"equal", "Split", kAll, {X({6, 4})}, {attr_i("axis", 0)}, 3, 13});
+  v.push_back({"uneven_input", "Split", kAll, {X({4, 6}), I64({1, 2, 3})}, {attr_i("axis", 1)}, 3, 13});
+  v.push_back({"num_outputs", "Split", kAll, {X({2, 7, 3})}, {attr_i("axis", 1), attr_i("num_outputs", 3)}, 3, 18});
+  v.push_back({"simple", "Slice", kAll, {X({5, 8}), I64({1}), I64({4}), I64({1})}, {}, 1, 13});
+  v.push_back({"neg_steps", "Slice", kAll,
+               {X({6, 8, 5}), I64({-1, 0}), I64({-100, 5}), I64({0, 2}), I64({-2, 2})}, {}, 1, 13});
+  v.push_back({"neg_axes", "Slice", kAll, {X({4, 6, 8}), I64({1, -3}), I64({100, -1}), I64({-2, -1})}, {}, 1, 13});
+  v.push_back({"perm0213", "Transpose", kAll, {X({2, 3, 4, 5})}, {attr_is("perm", {0, 2, 1, 3})}});
+  v.push_back({"perm10", "Transpose", kAll, {X({64, 33})}, {attr_is("perm", {1, 0})}});
+  v.push_back({"perm3102", "Transpose", kAll, {X({2, 3, 4, 5})}, {attr_is("perm", {3, 1, 0, 2})}});
+  v.push_back({"default", "Transpose", {D::kFloat32}, {X({3, 4, 5})}});
+  v.push_back({"big", "Transpose", {D::kFloat32}, {X({1024, 1027})}, {attr_is("perm", {1, 0})}});
+}
+
+void rotary(std::vector<Case>& v) {
+  const std::string ms = "com.microsoft";
+  // ONNX-23: X [B, H, S, D] with position_ids; 3-D X with num_heads, partial rotation,
+  // interleaved; caches per (batch, position) without position_ids.
+  v.push_back({"pos_ids", "RotaryEmbedding", kFloats,
+               {X({2, 4, 6, 16}), Uni({10, 8}, -1, 1), Uni({10, 8}, -1, 1), Ints({2, 6}, 0, 9, D::kInt64)}, {}, 1,
+               23});
+  v.push_back({"3d_partial_interleaved", "RotaryEmbedding", kFloats,
+               {X({2, 6, 64}), Uni({10, 4}, -1, 1), Uni({10, 4}, -1, 1), Ints({2, 6}, 0, 9, D::kInt64)},
+               {attr_i("num_heads", 4), attr_i("rotary_embedding_dim", 8), attr_i("interleaved", 1)}, 1, 23});
+  v.push_back({"no_pos_ids", "RotaryEmbedding", kFloats,
+               {X({2, 3, 5, 8}), Uni({2, 5, 4}, -1, 1), Uni({2, 5, 4}, -1, 1)}, {}, 1, 23});
+  v.push_back({"ms_pos_ids", "RotaryEmbedding", kFloats,
+               {X({2, 6, 64}), Ints({2, 6}, 0, 15, D::kInt64), Uni({16, 8}, -1, 1), Uni({16, 8}, -1, 1)},
+               {attr_i("num_heads", 4)}, 1, 1, ms});
+  v.push_back({"ms_offset_interleaved", "RotaryEmbedding", kFloats,
+               {X({1, 5, 2, 16}), Vals(D::kInt64, {1}, {3}), Uni({16, 8}, -1, 1), Uni({16, 8}, -1, 1)},
+               {attr_i("interleaved", 1)}, 1, 1, ms});
+}
+
+void matmul(std::vector<Case>& v) {
+  v.push_back({"2d", "MatMul", kFloats, {X({33, 17}), X({17, 29})}});
+  v.push_back({"big", "MatMul", kFloats, {X({256, 512}), X({512, 384})}});
+  v.push_back({"batched", "MatMul", kFloats, {X({2, 3, 64, 32}), X({2, 3, 32, 48})}});
+  v.push_back({"bcast_b2d", "MatMul", kFloats, {X({2, 3, 64, 32}), X({32, 48})}});
+  v.push_back({"b_batch1", "MatMul", kFloats, {X({5, 64, 32}), X({1, 32, 16})}});
+  v.push_back({"a2d_b_batched", "MatMul", kFloats, {X({64, 32}), X({4, 32, 16})}});
+  v.push_back({"bcast_both", "MatMul", kFloats, {X({2, 1, 8, 12}), X({1, 3, 12, 5})}});
+  v.push_back({"bcast_mixed", "MatMul", kFloats, {X({3, 1, 4, 8, 12}), X({2, 1, 12, 6})}});
+  v.push_back({"vec_vec", "MatMul", kFloats, {X({37}), X({37})}});
+  v.push_back({"vec_mat", "MatMul", kFloats, {X({32}), X({32, 24})}});
+  v.push_back({"mat_vec", "MatMul", kFloats, {X({24, 32}), X({32})}});
+  v.push_back({"vec_batched", "MatMul", kFloats, {X({32}), X({3, 32, 24})}});
+  v.push_back({"batched_vec", "MatMul", kFloats, {X({3, 5, 32}), X({32})}});
+  v.push_back({"odd", "MatMul", kFloats, {X({7, 3}), X({3, 5})}});
+  v.push_back({"int32", "MatMul", {D::kInt32}, {X({4, 3}), X({3, 5})}, {}, 1, 18, "", Expect::kDecline});
+
+  for (int ta : {0, 1})
+    for (int tb : {0, 1}) {
+      Shape a = ta ? Shape{40, 24} : Shape{24, 40};
+      Shape b = tb ? Shape{36, 40} : Shape{40, 36};
+      std::string t = cat("t", ta, tb);
+      std::vector<Attribute> tr = {attr_i("transA", ta), attr_i("transB", tb)};
+      v.push_back({t + "_noc", "Gemm", kFloats, {X(a), X(b)}, tr, 1, 13});
+      v.push_back({t + "_row_c", "Gemm", kFloats, {X(a), X(b), X({36})}, tr, 1, 13});
+      std::vector<Attribute> ab = tr;
+      ab.push_back(attr_f("alpha", 0.75f));
+      ab.push_back(attr_f("beta", -1.5f));
+      v.push_back({t + "_full_c_alpha_beta", "Gemm", kFloats, {X(a), X(b), X({24, 36})}, ab, 1, 13});
+    }
+  v.push_back({"row_c_1n_alpha", "Gemm", kFloats, {X({24, 40}), X({40, 36}), X({1, 36})}, {attr_f("alpha", 2.f)}, 1, 13});
+  v.push_back({"big_row_c", "Gemm", kFloats, {X({256, 512}), X({384, 512}), X({384})}, {attr_i("transB", 1)}, 1, 13});
+  v.push_back({"beta0_any_c", "Gemm", kFloats, {X({8, 16}), X({16, 12}), X({})}, {attr_f("beta", 0.f)}, 1, 13});
+  v.push_back({"m1_row_c_beta", "Gemm", kFloats, {X({1, 16}), X({16, 12}), X({12})}, {attr_f("beta", 0.5f)}, 1, 13});
+  // Forms cuBLASLt has no epilogue for: the kernel declines, the CPU runs them.
+  v.push_back({"scalar_c", "Gemm", {D::kFloat32}, {X({8, 16}), X({16, 12}), X({})}, {}, 1, 13, "", Expect::kDecline});
+  v.push_back({"col_c", "Gemm", {D::kFloat32}, {X({8, 16}), X({16, 12}), X({8, 1})}, {}, 1, 13, "", Expect::kDecline});
+  v.push_back({"row_c_beta", "Gemm", {D::kFloat32}, {X({8, 16}), X({16, 12}), X({12})}, {attr_f("beta", 0.5f)}, 1, 13,
+               "", Expect::kDecline});
+}
+
+std::vector<TestCase> all_cases() {
+  std::vector<Case> v;
+  elementwise(v);
+  unary(v);
+  casts(v);
+  shapes(v);
+  reductions(v);
+  softmax(v);
+  norms(v);
+  data(v);
+  rotary(v);
+  matmul(v);
+  return expand(v);
+}
+
+const std::vector<TestCase>& cases() {
+  static const std::vector<TestCase> c = all_cases();
+  return c;
+}
+
+class CudaKernel : public testing::TestWithParam<TestCase> {};
+
+TEST_P(CudaKernel, MatchesCpu) { run_case(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(Ops, CudaKernel, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<TestCase>& info) { return info.param.id; });
+
+// Every op with a CUDA kernel has cases here (ops come from the CPU registry, which
+// every CUDA kernel must also be in: shape inference lives there).
+TEST(CudaKernelCoverage, EveryKernelHasCases) {
+  const auto& reg = CudaKernelRegistry::global();
+  std::set<std::pair<std::string, std::string>> tested;
+  for (const TestCase& tc : cases()) tested.insert({tc.c.domain, tc.c.op});
+  size_t found = 0;
+  std::string missing;
+  for (const std::string& full : OpRegistry::global().op_names()) {
+    const size_t sep = full.find("::");
+    const std::string dom = sep == std::string::npos ? "" : full.substr(0, sep);
+    const std::string name = sep == std::string::npos ? full : full.substr(sep + 2);
+    if (!reg.find(dom, name)) continue;
+    ++found;
+    if (!tested.count({dom, name})) missing += " " + full;
+  }
+  EXPECT_TRUE(missing.empty()) << "CUDA kernels without a test case:" << missing;
+  EXPECT_EQ(found, reg.size()) << "CUDA kernels for ops the CPU registry does not know";
+}
+
+}  // namespace
+}  // namespace onyx::cuda::test
