@@ -1,0 +1,215 @@
+// GPU microbenchmarks for onyx's CUDA kernels, each beside its ceiling in the same
+// run: device-to-device copy bandwidth (the memory ceiling), and cuBLASLt's best
+// algorithm for the same GEMM (the matrix ceiling). Timing: CUDA events around
+// repeated launches on one stream after warm-up; the median of the repeats.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "backends/cuda/cuda_kernels.h"
+#include "ops/registry.h"
+
+using namespace onyx;
+
+namespace {
+
+#define CHECK(x) cuda::check_cuda((x), #x)
+
+struct Gpu {
+  cudaStream_t stream;
+  cublasLtHandle_t lt;
+  void* workspace;
+  size_t workspace_bytes = 32ull << 20;
+  Gpu() {
+    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cublasLtCreate(&lt);
+    CHECK(cudaMalloc(&workspace, workspace_bytes));
+  }
+  cuda::CudaContext ctx() {
+    cuda::CudaContext c;
+    c.stream = stream;
+    c.lt = reinterpret_cast<cublasLtContext*>(lt);
+    c.workspace = workspace;
+    c.workspace_bytes = workspace_bytes;
+    return c;
+  }
+};
+
+// Median milliseconds of `fn` over `reps` timed launches after `warm` untimed ones.
+double time_ms(Gpu& g, const std::function<void()>& fn, int warm = 5, int reps = 30) {
+  for (int i = 0; i < warm; ++i) fn();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(a, g.stream);
+    fn();
+    cudaEventRecord(b, g.stream);
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+Tensor device_tensor(DType dt, Shape s, bool random_fill = true) {
+  size_t bytes = static_cast<size_t>(s.numel()) * dtype_size(dt);
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 1)));
+  auto owner = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+  if (random_fill) {
+    std::vector<uint8_t> host(bytes);
+    std::mt19937 rng(std::random_device{}());
+    if (dt == DType::kFloat32) {
+      std::normal_distribution<float> n;
+      for (size_t i = 0; i < bytes / 4; ++i) reinterpret_cast<float*>(host.data())[i] = n(rng);
+    } else {  // 16-bit floats: random normal as bf16/f16 bits of small magnitude
+      std::normal_distribution<float> n;
+      for (size_t i = 0; i < bytes / 2; ++i) {
+        uint16_t v = dt == DType::kBFloat16 ? BFloat16(n(rng)).bits : Float16(n(rng)).bits;
+        reinterpret_cast<uint16_t*>(host.data())[i] = v;
+      }
+    }
+    CHECK(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice));
+  }
+  return Tensor::borrow(dt, std::move(s), p, owner, Device::cuda(0));
+}
+
+// Launches one op's CUDA kernel on device tensors.
+struct OpLaunch {
+  Node node;
+  std::vector<Tensor> inputs, outputs;
+  OpLaunch(const std::string& domain, const std::string& op, std::vector<Tensor> in, std::vector<Tensor> out,
+           std::vector<Attribute> attrs = {}, int opset = 18) {
+    node.name = op;
+    node.op_type = op;
+    node.domain = domain;
+    node.opset = opset;
+    node.attributes = std::move(attrs);
+    for (size_t i = 0; i < in.size(); ++i) node.inputs.push_back(static_cast<int>(i));
+    for (size_t o = 0; o < out.size(); ++o) node.outputs.push_back(static_cast<int>(in.size() + o));
+    resolve_op(node, OpRegistry::global());
+    inputs = std::move(in);
+    outputs = std::move(out);
+  }
+  void run(Gpu& g) {
+    const cuda::CudaKernelDef* k = cuda::CudaKernelRegistry::global().find(node.domain, node.op_type);
+    if (!k) throw Error(cat("no CUDA kernel for ", node.op_type));
+    std::vector<const Tensor*> in;
+    for (auto& t : inputs) in.push_back(&t);
+    KernelContext ctx(node, in, outputs, cpu_allocator(), nullptr);
+    cuda::CudaContext cu = g.ctx();
+    k->run(ctx, cu);
+  }
+};
+
+double copy_bandwidth(Gpu& g) {
+  size_t bytes = 2ull << 30;
+  void *a, *b;
+  CHECK(cudaMalloc(&a, bytes));
+  CHECK(cudaMalloc(&b, bytes));
+  CHECK(cudaMemset(a, 1, bytes));
+  double ms = time_ms(g, [&] { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, g.stream); }, 3, 10);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes / (ms * 1e-3) / 1e12;  // read + write, TB/s
+}
+
+// The fastest of cuBLASLt's top heuristic algorithms for a row-major bf16 GEMM (C = A B).
+double cublas_best_bf16_ms(Gpu& g, int64_t m, int64_t n, int64_t k, const Tensor& a, const Tensor& b, Tensor& c) {
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  cublasLtMatrixLayout_t la, lb, lc;  // column-major view: C^T = B^T A^T
+  cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, n, k, n);
+  cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, k, m, k);
+  cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, m, n);
+  cublasLtMatmulPreference_t pref;
+  cublasLtMatmulPreferenceCreate(&pref);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g.workspace_bytes,
+                                       sizeof(g.workspace_bytes));
+  cublasLtMatmulHeuristicResult_t results[16];
+  int found = 0;
+  cublasLtMatmulAlgoGetHeuristic(g.lt, desc, lb, la, lc, lc, pref, 16, results, &found);
+  float alpha = 1, beta = 0;
+  double best = 1e30;
+  for (int i = 0; i < found; ++i) {
+    auto launch = [&] {
+      cublasLtMatmul(g.lt, desc, &alpha, b.raw(), lb, a.raw(), la, &beta, c.raw(), lc, c.raw(), lc, &results[i].algo,
+                     g.workspace, g.workspace_bytes, g.stream);
+    };
+    best = std::min(best, time_ms(g, launch, 3, 20));
+  }
+  std::printf("  cuBLASLt: %d heuristic algorithms timed\n", found);
+  return best;
+}
+
+Attribute int_attr(const char* name, int64_t v) {
+  Attribute a;
+  a.name = name;
+  a.kind = Attribute::Kind::kInt;
+  a.i = v;
+  return a;
+}
+
+}  // namespace
+
+int main() {
+  try {
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    Gpu g;
+    double bw = copy_bandwidth(g);
+    std::printf("| measurement | time | achieved | ceiling | fraction |\n|---|---:|---:|---:|---:|\n");
+    std::printf("| D2D copy 2 GiB (read+write) | | %.2f TB/s | | |\n", bw);
+
+    const int64_t n = 4096;
+    Tensor a = device_tensor(DType::kBFloat16, Shape{n, n});
+    Tensor b = device_tensor(DType::kBFloat16, Shape{n, n});
+    Tensor c = device_tensor(DType::kBFloat16, Shape{n, n}, false);
+    OpLaunch mm("", "MatMul", {a, b}, {c});
+    double onyx_ms = time_ms(g, [&] { mm.run(g); }, 5, 30);
+    double best_ms = cublas_best_bf16_ms(g, n, n, n, a, b, c);
+    double flops = 2.0 * n * n * n;
+    std::printf("| bf16 GEMM 4096^3, onyx MatMul | %.3f ms | %.0f TFLOP/s | %.0f TFLOP/s (cuBLASLt best, %.3f ms) | %.3f |\n",
+                onyx_ms, flops / (onyx_ms * 1e-3) / 1e12, flops / (best_ms * 1e-3) / 1e12, best_ms, best_ms / onyx_ms);
+
+    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+      const int64_t rows = 16384, cols = 4096;
+      Tensor x = device_tensor(dt, Shape{rows, cols});
+      Tensor y = device_tensor(dt, Shape{rows, cols});
+      Tensor scale = device_tensor(dt, Shape{cols});
+      Tensor out = device_tensor(dt, Shape{rows, cols}, false);
+      OpLaunch add("", "Add", {x, y}, {out});
+      double add_ms = time_ms(g, [&] { add.run(g); });
+      double add_bytes = 3.0 * x.bytes();
+      std::printf("| Add %s [16384,4096] | %.3f ms | %.2f TB/s | %.2f TB/s (copy) | %.3f |\n",
+                  std::string(dtype_name(dt)).c_str(), add_ms, add_bytes / (add_ms * 1e-3) / 1e12, bw,
+                  add_bytes / (add_ms * 1e-3) / 1e12 / bw);
+      Attribute eps;
+      eps.name = "epsilon";
+      eps.kind = Attribute::Kind::kFloat;
+      eps.f = 1e-6f;
+      OpLaunch rms("", "SimplifiedLayerNormalization", {x, scale}, {out}, {int_attr("axis", -1), eps}, 18);
+      double rms_ms = time_ms(g, [&] { rms.run(g); });
+      double rms_bytes = 2.0 * x.bytes() + scale.bytes();
+      std::printf("| RMSNorm %s [16384,4096] | %.3f ms | %.2f TB/s | %.2f TB/s (copy) | %.3f |\n",
+                  std::string(dtype_name(dt)).c_str(), rms_ms, rms_bytes / (rms_ms * 1e-3) / 1e12, bw,
+                  rms_bytes / (rms_ms * 1e-3) / 1e12 / bw);
+    }
+    CHECK(cudaDeviceSynchronize());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_bench: error: %s\n", e.what());
+    return 1;
+  }
+}
