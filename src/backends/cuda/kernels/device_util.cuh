@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -111,16 +112,15 @@ constexpr int kThreads = 256;
 // Streaming multiprocessors of `device`, asked once per device (not a stream
 // operation, so it is harmless during graph capture).
 inline int sm_count(int device) {
-  static int cache[64] = {};
+  static std::atomic<int> cache[64] = {};
   if (device < 0 || device >= 64) return 132;
-  int& c = cache[device];
+  int c = cache[device].load(std::memory_order_relaxed);
   if (c == 0) {
-    int v = 0;
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || v <= 0) {
+    if (cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || c <= 0) {
       (void)cudaGetLastError();  // clear it so that the next launch check does not report it
-      v = 132;
+      c = 132;
     }
-    c = v;
+    cache[device].store(c, std::memory_order_relaxed);
   }
   return c;
 }
@@ -194,7 +194,7 @@ Broadcast<K> make_broadcast(const Shape& out, const std::array<const Shape*, K>&
 // Element offsets of each input for flat output index i. I is uint32_t when
 // the output has at most 2^31 - 1 elements (cheap division), else int64_t.
 template <class I, int K>
-__device__ __forceinline__ void broadcast_offsets(const Broadcast<K>& g, I i, I (&off)[K]) {
+__host__ __device__ __forceinline__ void broadcast_offsets(const Broadcast<K>& g, I i, I (&off)[K]) {
 #pragma unroll
   for (int k = 0; k < K; ++k) off[k] = 0;
 #pragma unroll
