@@ -191,23 +191,30 @@ Broadcast<K> make_broadcast(const Shape& out, const std::array<const Shape*, K>&
   return g;
 }
 
+// "#pragma unroll" in functions also compiled for the host (where GCC would warn about it).
+#ifdef __CUDA_ARCH__
+#define ONYX_UNROLL _Pragma("unroll")
+#else
+#define ONYX_UNROLL
+#endif
+
 // Element offsets of each input for flat output index i. I is uint32_t when
 // the output has at most 2^31 - 1 elements (cheap division), else int64_t.
 template <class I, int K>
 __host__ __device__ __forceinline__ void broadcast_offsets(const Broadcast<K>& g, I i, I (&off)[K]) {
-#pragma unroll
+  ONYX_UNROLL
   for (int k = 0; k < K; ++k) off[k] = 0;
-#pragma unroll
+  ONYX_UNROLL
   for (int d = 0; d < kMaxRank; ++d) {
     if (d == g.rank - 1) {  // outermost axis: what remains of i is its index
-#pragma unroll
+      ONYX_UNROLL
       for (int k = 0; k < K; ++k) off[k] += i * static_cast<I>(g.strides[k][d]);
       break;
     }
     const I dim = static_cast<I>(g.dims[d]);
     const I q = i / dim;
     const I rem = i - q * dim;
-#pragma unroll
+    ONYX_UNROLL
     for (int k = 0; k < K; ++k) off[k] += rem * static_cast<I>(g.strides[k][d]);
     i = q;
   }
