@@ -235,6 +235,8 @@ void add_binary(CudaKernelRegistry& r, const char* name, int code) {
         } else {
           if (!dtype_in(a, kArithTypes)) return cat(name, " on CUDA supports float32/float16/bfloat16/int32/int64");
           if (b != a) return cat(name, " on CUDA needs inputs of one type");
+          // A kernel cannot raise the CPU's "integer division by zero" error: keep integer Div there.
+          if (code == kDiv && !dtype_in(a, kFloatTypes)) return "integer Div runs on the CPU, which reports division by zero";
         }
         return rank_reason(in, name);
       }});
