@@ -327,7 +327,13 @@ void register_norm_kernels(CudaKernelRegistry& r) {
   }
   add(r, "", "LayerNormalization",
       [](KernelContext& ctx, CudaContext& cu) { run_layer_norm(ctx, cu, true, true, 1, 2); },
-      float_inputs("LayerNormalization"));
+      [base = float_inputs("LayerNormalization")](const Node& node, const std::vector<ValueType>& inputs) {
+        // The statistics outputs take stash_type's dtype; float64 has no CUDA store here.
+        const int64_t stash = NodeView(node).attr_int("stash_type", 1);
+        if (stash != 1 && stash != 10 && stash != 16)
+          return std::string("LayerNormalization on CUDA supports stash_type float32/float16/bfloat16");
+        return base(node, inputs);
+      });
   add(r, "", "RMSNormalization",
       [](KernelContext& ctx, CudaContext& cu) { run_layer_norm(ctx, cu, false, false, -1, -1); },
       float_inputs("RMSNormalization"));
