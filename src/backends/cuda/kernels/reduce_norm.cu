@@ -1,8 +1,268 @@
-// Reductions and normalizations: Reduce*, Softmax, LayerNormalization, RMS norms, Skip*Norm.
-#include "backends/cuda/cuda_kernels.h"
+// Reductions and normalizations: Reduce*, Softmax, LayerNorm, RMSNorm, Skip*Norm.
+// Reduce{Sum,Mean,Max,Min} live here; Softmax/LogSoftmax and the layer norms are
+// in norm.cu (registered from this file's register function).
+#include <algorithm>
+#include <limits>
+
+#include "backends/cuda/kernels/norm_util.cuh"
 
 namespace onyx::cuda {
 
-void register_reduce_norm_kernels(CudaKernelRegistry& r) {}
+void register_norm_kernels(CudaKernelRegistry& r);  // norm.cu
+
+namespace {
+
+using namespace nk;
+
+enum ReduceOp : int { kSum = 0, kMean = 1, kMax = 2, kMin = 3 };
+
+// Accumulation: float for the float types, int64 for the integers (as the CPU,
+// which sums int32 in int64 and narrows the result).
+template <class T>
+struct RTraits {
+  using Acc = float;
+  __device__ static float load(T v) { return to_f(v); }
+  __device__ static T store(float v) { return from_f<T>(v); }
+  __device__ static float lowest() { return -__int_as_float(0x7f800000); }
+  __device__ static float highest() { return __int_as_float(0x7f800000); }
+};
+template <class I>
+struct RIntTraits {
+  using Acc = int64_t;
+  __device__ static int64_t load(I v) { return static_cast<int64_t>(v); }
+  __device__ static I store(int64_t v) { return static_cast<I>(v); }
+  __device__ static int64_t lowest() { return static_cast<int64_t>(std::numeric_limits<I>::lowest()); }
+  __device__ static int64_t highest() { return static_cast<int64_t>(std::numeric_limits<I>::max()); }
+};
+template <>
+struct RTraits<int32_t> : RIntTraits<int32_t> {};
+template <>
+struct RTraits<int64_t> : RIntTraits<int64_t> {};
+
+template <class A>
+struct Combine {
+  int op;
+  __device__ A operator()(A a, A b) const {
+    if (op == kSum || op == kMean) return a + b;
+    // b != b: a NaN wins (and, once held, stays: comparisons with NaN are false).
+    if (op == kMax) return (b > a || b != b) ? b : a;
+    return (b < a || b != b) ? b : a;
+  }
+};
+
+template <class T>
+__device__ typename RTraits<T>::Acc reduce_init(int op) {
+  using Tr = RTraits<T>;
+  if (op == kMax) return Tr::lowest();
+  if (op == kMin) return Tr::highest();
+  return typename Tr::Acc(0);
+}
+
+template <class T>
+__device__ T reduce_finish(int op, typename RTraits<T>::Acc a, int64_t count) {
+  using A = typename RTraits<T>::Acc;
+  if (op == kMean) {
+    if constexpr (std::is_same_v<A, float>) {
+      a = a / static_cast<float>(count);  // 0/0: NaN, as the CPU
+    } else {
+      a = count == 0 ? A(0) : a / count;
+    }
+  }
+  return RTraits<T>::store(a);
+}
+
+// Rows of `cols` contiguous values, one output each. `group` threads (32: a warp,
+// or the whole block) share a row.
+template <class T>
+__global__ void reduce_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols, int op,
+                                   int group) {
+  using A = typename RTraits<T>::Acc;
+  __shared__ A scratch[32];
+  const Combine<A> comb{op};
+  const int rows_per_block = blockDim.x / group;
+  const int lane = threadIdx.x % group;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / group;
+  const int64_t row_stride = static_cast<int64_t>(gridDim.x) * rows_per_block;
+  // Every thread of the block runs the same number of iterations (block_reduce syncs).
+  const int64_t iters = (rows + row_stride - 1) / row_stride;
+  for (int64_t it = 0; it < iters; ++it) {
+    const int64_t row = first + it * row_stride;
+    A acc = reduce_init<T>(op);
+    if (row < rows) {
+      const T* p = x + row * cols;
+      for (int64_t j = lane; j < cols; j += group) acc = comb(acc, RTraits<T>::load(p[j]));
+    }
+    if (group == 32) acc = warp_reduce(acc, comb);
+    else acc = block_reduce(acc, comb, scratch);
+    if (lane == 0 && row < rows) y[row] = reduce_finish<T>(op, acc, cols);
+  }
+}
+
+// General layout: one thread per output; the kept dims give the output's base
+// offset in the input, the reduced dims are walked per element.
+struct StridedReduce {
+  int kept_rank = 0, red_rank = 0;
+  int64_t kept_dims[kMaxRank], kept_strides[kMaxRank];
+  int64_t red_dims[kMaxRank], red_strides[kMaxRank];
+  int64_t outputs = 0, count = 0;
+};
+
+template <class T>
+__global__ void reduce_strided_kernel(const T* __restrict__ x, T* __restrict__ y, StridedReduce s, int op) {
+  using A = typename RTraits<T>::Acc;
+  const Combine<A> comb{op};
+  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < s.outputs;
+       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t base = 0, rem = o;
+    for (int a = s.kept_rank - 1; a >= 0; --a) {
+      base += (rem % s.kept_dims[a]) * s.kept_strides[a];
+      rem /= s.kept_dims[a];
+    }
+    A acc = reduce_init<T>(op);
+    if (s.red_rank == 1) {
+      const int64_t st = s.red_strides[0];
+      for (int64_t r = 0; r < s.count; ++r) acc = comb(acc, RTraits<T>::load(x[base + r * st]));
+    } else {
+      for (int64_t r = 0; r < s.count; ++r) {
+        int64_t off = base, q = r;
+        for (int a = s.red_rank - 1; a >= 0; --a) {
+          off += (q % s.red_dims[a]) * s.red_strides[a];
+          q /= s.red_dims[a];
+        }
+        acc = comb(acc, RTraits<T>::load(x[off]));
+      }
+    }
+    y[o] = reduce_finish<T>(op, acc, s.count);
+  }
+}
+
+// The opset from which `axes` is an input rather than an attribute (as the CPU op).
+int axes_input_opset(const std::string& name) { return name == "ReduceSum" ? 13 : 18; }
+
+template <class T>
+void launch_reduce(KernelContext& ctx, CudaContext& cu, const std::vector<bool>& reduced, int op) {
+  const Tensor& xin = ctx.input(0);
+  Tensor& out = ctx.output(0);
+  if (out.numel() == 0) return;
+  const auto& d = xin.shape().dims();
+  // Coalesce: drop ones, merge neighbours of the same kind (keeping zeros: an
+  // empty reduction still writes its initial value).
+  std::vector<int64_t> dims, strides;
+  std::vector<bool> red;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (d[i] == 1) continue;
+    if (!red.empty() && red.back() == reduced[i]) {
+      dims.back() *= d[i];
+    } else {
+      dims.push_back(d[i]);
+      red.push_back(reduced[i]);
+    }
+  }
+  const T* x = static_cast<const T*>(xin.raw());
+  T* y = static_cast<T*>(out.raw());
+  int64_t count = 1;
+  bool any_reduced = false;
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (red[i]) {
+      count *= dims[i];
+      any_reduced = true;
+    }
+  if (!any_reduced) {
+    // Nothing reduced (or only size-1 axes): the output is the input.
+    ONYX_CUDA_CHECK(cudaMemcpyAsync(y, x, out.bytes(), cudaMemcpyDeviceToDevice, cu.stream));
+    return;
+  }
+  const int64_t outputs = out.numel();
+  if (red.back() && std::count(red.begin(), red.end(), true) == 1) {
+    const int64_t cols = dims.back();
+    const int threads = 256;
+    const int group = cols <= 1024 ? 32 : threads;
+    const int64_t per_block = threads / group;
+    reduce_rows_kernel<T><<<grid_for(outputs, static_cast<int>(per_block)), threads, 0, cu.stream>>>(
+        x, y, outputs, cols, op, group);
+    ONYX_CUDA_CHECK_LAUNCH("Reduce (rows)");
+    return;
+  }
+  StridedReduce s;
+  s.outputs = outputs;
+  s.count = count;
+  int64_t stride = 1;
+  std::vector<int64_t> st(dims.size());
+  for (size_t i = dims.size(); i-- > 0;) {
+    st[i] = stride;
+    stride *= dims[i];
+  }
+  for (size_t i = 0; i < dims.size(); ++i) {
+    ONYX_CHECK(s.red_rank < kMaxRank && s.kept_rank < kMaxRank, "Reduce on CUDA: too many dimensions");
+    if (red[i]) {
+      s.red_dims[s.red_rank] = dims[i];
+      s.red_strides[s.red_rank++] = st[i];
+    } else {
+      s.kept_dims[s.kept_rank] = dims[i];
+      s.kept_strides[s.kept_rank++] = st[i];
+    }
+  }
+  reduce_strided_kernel<T><<<grid_for(outputs, 256), 256, 0, cu.stream>>>(x, y, s, op);
+  ONYX_CUDA_CHECK_LAUNCH("Reduce (strided)");
+}
+
+// Which input axes are reduced. With axes as an input (their values are on the
+// device), keepdims=1 lets the shapes tell: an axis of size != 1 that became 1.
+std::vector<bool> reduced_axes(KernelContext& ctx, const std::string& name) {
+  const Shape& in = ctx.input(0).shape();
+  const Shape& out = ctx.output(0).shape();
+  const int64_t rank = static_cast<int64_t>(in.rank());
+  const bool keep = ctx.attr_int("keepdims", 1) != 0;
+  std::vector<int64_t> axes;
+  if (ctx.opset() >= axes_input_opset(name)) {
+    if (ctx.has_input(1) && ctx.input(1).numel() > 0) {
+      ONYX_CHECK(keep && out.rank() == in.rank(), name, " on CUDA with an axes input needs keepdims=1");
+      std::vector<bool> r(rank, false);
+      for (int64_t i = 0; i < rank; ++i) r[i] = in[i] != out[i];
+      return r;
+    }
+    if (ctx.attr_int("noop_with_empty_axes", 0) != 0) return std::vector<bool>(rank, false);
+  } else {
+    axes = ctx.attr_ints("axes");
+  }
+  std::vector<bool> r(rank, axes.empty());
+  for (int64_t a : axes) r[norm_axis(a, rank)] = true;
+  return r;
+}
+
+void add_reduce(CudaKernelRegistry& r, const std::string& name, int op) {
+  CudaKernelDef def;
+  def.domain = "";
+  def.name = name;
+  def.run = [name, op](KernelContext& ctx, CudaContext& cu) {
+    const std::vector<bool> reduced = reduced_axes(ctx, name);
+    const DType dt = ctx.input(0).dtype();
+    if (dt == DType::kInt32) return launch_reduce<int32_t>(ctx, cu, reduced, op);
+    if (dt == DType::kInt64) return launch_reduce<int64_t>(ctx, cu, reduced, op);
+    dispatch_float(dt, name.c_str(), [&](auto tag) { launch_reduce<typename decltype(tag)::type>(ctx, cu, reduced, op); });
+  };
+  def.supports = [name](const Node& node, const std::vector<ValueType>& inputs) -> std::string {
+    const DType dt = inputs.empty() ? DType::kUndefined : inputs[0].dtype;
+    if (!is_cuda_float(dt) && dt != DType::kInt32 && dt != DType::kInt64)
+      return name + " on CUDA supports float32/float16/bfloat16/int32/int64";
+    NodeView n(node);
+    if (n.opset() >= axes_input_opset(name) && n.has_input(1) && n.attr_int("keepdims", 1) == 0)
+      return name + " on CUDA needs keepdims=1 when axes come as an input (their values stay on the device)";
+    if (inputs[0].shape.rank_known && inputs[0].shape.dims.size() > static_cast<size_t>(kMaxRank))
+      return name + " on CUDA supports rank <= 8";
+    return "";
+  };
+  r.add(std::move(def));
+}
+
+}  // namespace
+
+void register_reduce_norm_kernels(CudaKernelRegistry& r) {
+  add_reduce(r, "ReduceSum", kSum);
+  add_reduce(r, "ReduceMean", kMean);
+  add_reduce(r, "ReduceMax", kMax);
+  add_reduce(r, "ReduceMin", kMin);
+  register_norm_kernels(r);
+}
 
 }  // namespace onyx::cuda

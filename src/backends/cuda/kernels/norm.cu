@@ -1,0 +1,352 @@
+// Softmax, LogSoftmax and the row normalizations: LayerNormalization,
+// RMSNormalization, SimplifiedLayerNormalization, SkipLayerNormalization and
+// SkipSimplifiedLayerNormalization. Registered from reduce_norm.cu.
+//
+// Statistics are float32 (the CPU uses double; results are rounded to the
+// output type once either way).
+#include "backends/cuda/kernels/norm_util.cuh"
+
+namespace onyx::cuda {
+
+void register_norm_kernels(CudaKernelRegistry& r);
+
+namespace {
+
+using namespace nk;
+
+struct AddF {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+// ---- Softmax / LogSoftmax ----
+// One pass keeps a running maximum m and the sum s of exp(v - m); a second pass
+// writes exp(v - m) / s or v - m - log(s).
+
+__device__ __forceinline__ void online_add(float& m, float& s, float v) {
+  // exp(-inf - m) adds nothing (and -inf - -inf would make a NaN before a finite m shows up).
+  if (v == -__int_as_float(0x7f800000)) return;
+  if (v > m) {
+    s = s * expf(m - v) + 1.f;
+    m = v;
+  } else {
+    s += expf(v - m);  // NaN inputs make s NaN, as on the CPU
+  }
+}
+__device__ __forceinline__ void online_merge(float& m, float& s, float m2, float s2) {
+  const float mx = fmaxf(m, m2);
+  // The equal case avoids (inf - inf) when both maxima are infinite.
+  const float a = m == mx ? s : s * expf(m - mx);
+  const float b = m2 == mx ? s2 : s2 * expf(m2 - mx);
+  m = mx;
+  s = a + b;
+}
+
+// Rows of `cols` contiguous values; `group` threads (32 or the block) per row.
+template <class T>
+__global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols,
+                                    int group, int log_out) {
+  __shared__ float sm[32], ss[32];
+  const int rows_per_block = blockDim.x / group;
+  const int lane = threadIdx.x % group;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / group;
+  const int64_t row_stride = static_cast<int64_t>(gridDim.x) * rows_per_block;
+  const int64_t iters = (rows + row_stride - 1) / row_stride;  // uniform across the block
+  for (int64_t it = 0; it < iters; ++it) {
+    const int64_t row = first + it * row_stride;
+    const bool live = row < rows;
+    const T* p = x + (live ? row : 0) * cols;
+    float m = -__int_as_float(0x7f800000), s = 0.f;
+    if (live)
+      for (int64_t j = lane; j < cols; j += group) online_add(m, s, to_f(p[j]));
+    for (int o = 16; o > 0; o >>= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+      online_merge(m, s, m2, s2);
+    }
+    if (group != 32) {
+      __syncthreads();
+      if ((threadIdx.x & 31) == 0) {
+        sm[threadIdx.x >> 5] = m;
+        ss[threadIdx.x >> 5] = s;
+      }
+      __syncthreads();
+      m = sm[0];
+      s = ss[0];
+      for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) online_merge(m, s, sm[w], ss[w]);
+    }
+    if (!live) continue;
+    T* q = y + row * cols;
+    if (log_out) {
+      const float shift = m + logf(s);
+      for (int64_t j = lane; j < cols; j += group) q[j] = from_f<T>(to_f(p[j]) - shift);
+    } else {
+      const float inv = 1.f / s;
+      for (int64_t j = lane; j < cols; j += group) q[j] = from_f<T>(expf(to_f(p[j]) - m) * inv);
+    }
+  }
+}
+
+// The axis is not innermost: one thread per (outer, inner) column.
+template <class T>
+__global__ void softmax_cols_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t outer, int64_t n,
+                                    int64_t inner, int log_out) {
+  const int64_t total = outer * inner;
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < total;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t base = (c / inner) * n * inner + c % inner;
+    float m = -__int_as_float(0x7f800000), s = 0.f;
+    for (int64_t j = 0; j < n; ++j) online_add(m, s, to_f(x[base + j * inner]));
+    if (log_out) {
+      const float shift = m + logf(s);
+      for (int64_t j = 0; j < n; ++j) y[base + j * inner] = from_f<T>(to_f(x[base + j * inner]) - shift);
+    } else {
+      const float inv = 1.f / s;
+      for (int64_t j = 0; j < n; ++j) y[base + j * inner] = from_f<T>(expf(to_f(x[base + j * inner]) - m) * inv);
+    }
+  }
+}
+
+template <class T>
+void launch_softmax(KernelContext& ctx, CudaContext& cu, bool log_out) {
+  const Tensor& xt = ctx.input(0);
+  const auto& d = xt.shape().dims();
+  const int64_t rank = static_cast<int64_t>(d.size());
+  int64_t outer = 1, n = 1, inner = 1;
+  if (ctx.opset() < 13) {
+    // Before opset 13 the input is coerced to 2-D [prod(d[:axis]), prod(d[axis:])].
+    const int64_t axis = rank == 0 ? 0 : norm_axis(ctx.attr_int("axis", 1), rank);
+    for (int64_t i = 0; i < rank; ++i) (i < axis ? outer : n) *= d[i];
+  } else {
+    ONYX_CHECK(rank >= 1, "Softmax input must have rank >= 1");
+    const int64_t axis = norm_axis(ctx.attr_int("axis", -1), rank);
+    for (int64_t i = 0; i < rank; ++i) (i < axis ? outer : i == axis ? n : inner) *= d[i];
+  }
+  if (xt.numel() == 0) return;
+  const T* x = static_cast<const T*>(xt.raw());
+  T* y = static_cast<T*>(ctx.output(0).raw());
+  if (inner == 1) {
+    const int threads = n <= 1024 ? 256 : 1024;
+    const int group = n <= 1024 ? 32 : threads;
+    softmax_rows_kernel<T><<<grid_for(outer, threads / group), threads, 0, cu.stream>>>(x, y, outer, n, group,
+                                                                                          log_out ? 1 : 0);
+    ONYX_CUDA_CHECK_LAUNCH("Softmax (rows)");
+  } else {
+    softmax_cols_kernel<T><<<grid_for(outer * inner, 256), 256, 0, cu.stream>>>(x, y, outer, n, inner,
+                                                                                 log_out ? 1 : 0);
+    ONYX_CUDA_CHECK_LAUNCH("Softmax (columns)");
+  }
+}
+
+// ---- row normalizations ----
+
+struct NormArgs {
+  const void* x = nullptr;
+  const void* skip = nullptr;      // added to x (Skip*Norm), broadcast by skip_b over x's flat index
+  const void* pre_bias = nullptr;  // added to x before normalizing (Skip*Norm's bias), per column
+  const void* gamma = nullptr;     // per column
+  const void* beta = nullptr;      // per column, after scaling
+  void* y = nullptr;
+  void* sum_out = nullptr;   // x + skip + bias (input_skip_bias_sum)
+  void* mean_out = nullptr;  // per row
+  void* inv_out = nullptr;   // per row: 1 / sqrt(var + eps)
+  int skip_code = 0, pre_bias_code = 0, gamma_code = 0, beta_code = 0, sum_code = 0, mean_code = 0, inv_code = 0;
+  Bcast skip_b, pre_bias_b, gamma_b, beta_b;
+  int64_t rows = 0, cols = 0;
+  float eps = 0.f;
+  int center = 1;  // 0: RMS normalization (nothing subtracted)
+  int cached = 0;  // the row fits in dynamic shared memory
+};
+
+// One block per row. Two passes over the row (mean, then squared deviations),
+// read from shared memory when the row fits there; each thread only touches its
+// own columns of the cache, so the passes need no barrier between them.
+template <class T>
+__global__ void norm_rows_kernel(NormArgs a) {
+  extern __shared__ float rowbuf[];
+  __shared__ float scratch[32];
+  const T* x = static_cast<const T*>(a.x);
+  T* y = static_cast<T*>(a.y);
+  const float fcols = static_cast<float>(a.cols);
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const int64_t base = row * a.cols;
+    auto value = [&](int64_t j) {
+      float v = to_f(x[base + j]);
+      if (a.skip) v += load_f(a.skip, a.skip_code, bcast_index(a.skip_b, base + j));
+      if (a.pre_bias) v += load_f(a.pre_bias, a.pre_bias_code, bcast_index(a.pre_bias_b, j));
+      return v;
+    };
+    float sum = 0.f;
+    for (int64_t j = threadIdx.x; j < a.cols; j += blockDim.x) {
+      const float v = value(j);
+      if (a.cached) rowbuf[j] = v;
+      if (a.sum_out) store_f(a.sum_out, a.sum_code, base + j, v);
+      sum += v;
+    }
+    const float mean = block_reduce(sum, AddF{}, scratch) / fcols;
+    const float shift = a.center ? mean : 0.f;
+    float sq = 0.f;
+    for (int64_t j = threadIdx.x; j < a.cols; j += blockDim.x) {
+      const float dv = (a.cached ? rowbuf[j] : value(j)) - shift;
+      sq += dv * dv;
+    }
+    const float inv = 1.f / sqrtf(block_reduce(sq, AddF{}, scratch) / fcols + a.eps);
+    for (int64_t j = threadIdx.x; j < a.cols; j += blockDim.x) {
+      const float v = ((a.cached ? rowbuf[j] : value(j)) - shift) * inv;
+      float out = v * load_f(a.gamma, a.gamma_code, bcast_index(a.gamma_b, j));
+      if (a.beta) out += load_f(a.beta, a.beta_code, bcast_index(a.beta_b, j));
+      y[base + j] = from_f<T>(out);
+    }
+    if (threadIdx.x == 0) {
+      if (a.mean_out) store_f(a.mean_out, a.mean_code, row, mean);
+      if (a.inv_out) store_f(a.inv_out, a.inv_code, row, inv);
+    }
+  }
+}
+
+template <class T>
+void launch_norm(NormArgs& a, CudaContext& cu, const char* what) {
+  if (a.rows == 0 || a.cols == 0) return;
+  int64_t threads = ((a.cols + 3) / 4 + 31) / 32 * 32;
+  threads = std::min<int64_t>(1024, std::max<int64_t>(32, threads));
+  const size_t smem = static_cast<size_t>(a.cols) * sizeof(float);
+  a.cached = smem <= 48 * 1024 ? 1 : 0;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(a.rows, int64_t{1} << 20));
+  norm_rows_kernel<T><<<blocks, static_cast<unsigned>(threads), a.cached ? smem : 0, cu.stream>>>(a);
+  ONYX_CUDA_CHECK_LAUNCH(what);
+}
+
+// Optional statistics outputs, in whatever float dtype each output has.
+void set_stat(KernelContext& ctx, int index, void*& ptr, int& code) {
+  if (index < 0 || !ctx.has_output(static_cast<size_t>(index))) return;
+  Tensor& t = ctx.output(static_cast<size_t>(index));
+  if (t.numel() == 0) return;
+  ptr = t.raw();
+  code = fcode(t.dtype());
+}
+
+// LayerNormalization (center, bias input 2, stats 1 and 2), RMSNormalization
+// (no stats) and SimplifiedLayerNormalization (1/std at output 1).
+void run_layer_norm(KernelContext& ctx, CudaContext& cu, bool center, bool bias_input, int mean_out, int inv_out) {
+  const Tensor& x = ctx.input(0);
+  const auto& d = x.shape().dims();
+  const int64_t rank = static_cast<int64_t>(d.size());
+  const int64_t axis = norm_axis(ctx.attr_int("axis", -1), rank);
+  const Shape norm_shape(std::vector<int64_t>(d.begin() + axis, d.end()));
+  NormArgs a;
+  a.cols = norm_shape.numel();
+  a.rows = a.cols == 0 ? 0 : x.numel() / a.cols;
+  a.x = x.raw();
+  a.y = ctx.output(0).raw();
+  a.gamma = ctx.input(1).raw();
+  a.gamma_code = fcode(ctx.input(1).dtype());
+  a.gamma_b = make_bcast(ctx.input(1).shape(), norm_shape, "scale");
+  if (bias_input && ctx.has_input(2)) {
+    a.beta = ctx.input(2).raw();
+    a.beta_code = fcode(ctx.input(2).dtype());
+    a.beta_b = make_bcast(ctx.input(2).shape(), norm_shape, "bias");
+  }
+  a.eps = ctx.attr_float("epsilon", 1e-5f);
+  a.center = center ? 1 : 0;
+  set_stat(ctx, mean_out, a.mean_out, a.mean_code);
+  set_stat(ctx, inv_out, a.inv_out, a.inv_code);
+  dispatch_float(x.dtype(), "LayerNormalization",
+                 [&](auto tag) { launch_norm<typename decltype(tag)::type>(a, cu, "LayerNormalization"); });
+}
+
+// SkipLayerNormalization: input, skip, gamma, beta?, bias?. SkipSimplified: input,
+// skip, gamma, bias?. Outputs: output, mean?, inv_std_var?, input_skip_bias_sum?.
+void run_skip_norm(KernelContext& ctx, CudaContext& cu, bool center) {
+  const Tensor& x = ctx.input(0);
+  ONYX_CHECK(x.rank() >= 1, "input must have rank >= 1");
+  const int64_t cols = x.shape()[x.rank() - 1];
+  const Shape hidden{std::vector<int64_t>{cols}};
+  NormArgs a;
+  a.cols = cols;
+  a.rows = cols == 0 ? 0 : x.numel() / cols;
+  a.x = x.raw();
+  a.y = ctx.output(0).raw();
+  const Tensor& skip = ctx.input(1);
+  a.skip = skip.raw();
+  a.skip_code = fcode(skip.dtype());
+  a.skip_b = make_bcast(skip.shape(), x.shape(), "skip");
+  a.gamma = ctx.input(2).raw();
+  a.gamma_code = fcode(ctx.input(2).dtype());
+  a.gamma_b = make_bcast(ctx.input(2).shape(), hidden, "gamma");
+  if (center && ctx.has_input(3)) {
+    a.beta = ctx.input(3).raw();
+    a.beta_code = fcode(ctx.input(3).dtype());
+    a.beta_b = make_bcast(ctx.input(3).shape(), hidden, "beta");
+  }
+  const size_t bias_index = center ? 4 : 3;
+  if (ctx.has_input(bias_index)) {
+    const Tensor& b = ctx.input(bias_index);
+    a.pre_bias = b.raw();
+    a.pre_bias_code = fcode(b.dtype());
+    a.pre_bias_b = make_bcast(b.shape(), hidden, "bias");
+  }
+  a.eps = ctx.attr_float("epsilon", 1e-12f);
+  a.center = center ? 1 : 0;
+  set_stat(ctx, 1, a.mean_out, a.mean_code);
+  set_stat(ctx, 2, a.inv_out, a.inv_code);
+  set_stat(ctx, 3, a.sum_out, a.sum_code);
+  dispatch_float(x.dtype(), "SkipLayerNormalization",
+                 [&](auto tag) { launch_norm<typename decltype(tag)::type>(a, cu, "SkipLayerNormalization"); });
+}
+
+// Every present input is float32/float16/bfloat16 (each may differ from input 0).
+CudaSupportFn float_inputs(std::string name) {
+  return [name](const Node& node, const std::vector<ValueType>& inputs) -> std::string {
+    NodeView n(node);
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (n.has_input(i) && !is_cuda_float(inputs[i].dtype))
+        return name + " on CUDA supports float32/float16/bfloat16 inputs";
+    return "";
+  };
+}
+
+void add(CudaKernelRegistry& r, const std::string& domain, const std::string& name, CudaKernelFn fn,
+         CudaSupportFn sup) {
+  CudaKernelDef def;
+  def.domain = domain;
+  def.name = name;
+  def.run = std::move(fn);
+  def.supports = std::move(sup);
+  r.add(std::move(def));
+}
+
+}  // namespace
+
+void register_norm_kernels(CudaKernelRegistry& r) {
+  for (const char* name : {"Softmax", "LogSoftmax"}) {
+    const bool log_out = std::string(name) == "LogSoftmax";
+    add(r, "", name,
+        [log_out, name](KernelContext& ctx, CudaContext& cu) {
+          dispatch_float(ctx.input(0).dtype(), name,
+                         [&](auto tag) { launch_softmax<typename decltype(tag)::type>(ctx, cu, log_out); });
+        },
+        float_inputs(name));
+  }
+  add(r, "", "LayerNormalization",
+      [](KernelContext& ctx, CudaContext& cu) { run_layer_norm(ctx, cu, true, true, 1, 2); },
+      [base = float_inputs("LayerNormalization")](const Node& node, const std::vector<ValueType>& inputs) {
+        // The statistics outputs take stash_type's dtype; float64 has no CUDA store here.
+        const int64_t stash = NodeView(node).attr_int("stash_type", 1);
+        if (stash != 1 && stash != 10 && stash != 16)
+          return std::string("LayerNormalization on CUDA supports stash_type float32/float16/bfloat16");
+        return base(node, inputs);
+      });
+  add(r, "", "RMSNormalization",
+      [](KernelContext& ctx, CudaContext& cu) { run_layer_norm(ctx, cu, false, false, -1, -1); },
+      float_inputs("RMSNormalization"));
+  for (const char* domain : {"", "com.microsoft"}) {
+    add(r, domain, "SimplifiedLayerNormalization",
+        [](KernelContext& ctx, CudaContext& cu) { run_layer_norm(ctx, cu, false, false, -1, 1); },
+        float_inputs("SimplifiedLayerNormalization"));
+    add(r, domain, "SkipLayerNormalization", [](KernelContext& ctx, CudaContext& cu) { run_skip_norm(ctx, cu, true); },
+        float_inputs("SkipLayerNormalization"));
+    add(r, domain, "SkipSimplifiedLayerNormalization",
+        [](KernelContext& ctx, CudaContext& cu) { run_skip_norm(ctx, cu, false); },
+        float_inputs("SkipSimplifiedLayerNormalization"));
+  }
+}
+
+}  // namespace onyx::cuda
