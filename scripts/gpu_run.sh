@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The GPU suite, run on the GPU machine over the folder staged by scripts/gpu_stage.sh:
+# CUDA kernels against the CPU reference (every dtype), whole sessions, the generated
+# models on cuda:0 against the CPU, compute-sanitizer, and the benchmarks. Writes
+# gpu-results.md (the summary) and one log per part into $OUT.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-$here/out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}"
+bin=$here/bin
+res=$out/gpu-results.md
+fails=0
+note() { echo "$*" | tee -a "$res"; }
+part() { echo; echo "== $*"; }
+
+{
+  echo "# GPU suite results"
+  echo
+  echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "- commit: $(cat "$here/COMMIT" | tr '\n' ' ')"
+  echo "- GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
+  echo "- suite: scripts/gpu_stage.sh here, then gpu/run.sh on the GPU machine"
+  echo
+} > "$res"
+
+part "CUDA kernels against the CPU reference"
+timeout 300 "$bin/onyx_cuda_tests" > "$out/cuda_tests.log" 2>&1
+rc=$?
+summary=$(grep -E "cuda kernels:|PASSED|FAILED TEST" "$out/cuda_tests.log" | tail -3 | tr '\n' ' ')
+note "- CUDA kernels and GPU sessions (onyx_cuda_tests): exit $rc; $summary"
+[ $rc -eq 0 ] || { fails=$((fails+1)); grep -E "^\[  FAILED  \]" "$out/cuda_tests.log" | head -40 | sed 's/^/    /' | tee -a "$res"; }
+
+part "generated models: cuda:0 against cpu"
+: > "$out/models.log"
+for case_dir in "$here"/inputs/*; do
+  case=$(basename "$case_dir"); model=${case%%.*}
+  args=(); for f in "$case_dir"/*.npy; do n=$(basename "$f" .npy); args+=(--input "$n=$f"); done
+  for dev in cpu cuda:0; do
+    d=${dev/:/}
+    extra=(); [ "$dev" = cpu ] || extra=(--no-cpu-fallback)
+    log=$out/run/$case.$d.log; mkdir -p "$out/run"
+    timeout 120 "$bin/onyx" run "$here/models/$model.onnx" "${args[@]}" --device "$dev" "${extra[@]}" \
+      --save-outputs "$out/run/$case/$d" --repeat 20 > "$log" 2>&1 || echo "onyx run $case on $dev failed: $(tail -2 "$log")" >> "$out/timings.txt"
+    cat "$log" >> "$out/models.log"
+    grep -E "runs:" "$log" | sed "s|^|    $case $dev |" >> "$out/timings.txt"
+  done
+  python3 "$here/compare_npy.py" "$out/run/$case/cuda0" "$out/run/$case/cpu" --tol 1e-4 --label "$case" >> "$out/compare.txt" 2>&1 || fails=$((fails+1))
+done
+note "- models, cuda:0 vs cpu (float32, max relative difference, tolerance 1e-4, no CPU fallback allowed):"
+sed 's/^/    /' "$out/compare.txt" | tee -a "$res"
+note "- step latency (onyx run --repeat 20; median includes copying inputs in and outputs out):"
+tee -a "$res" < "$out/timings.txt"
+
+part "a device that does not exist"
+msg=$("$bin/onyx" run "$here/models/mlp.onnx" --device cuda:1 2>&1); rc=$?
+note "- onyx run --device cuda:1: exit $rc: $msg"
+[ $rc -eq 1 ] || fails=$((fails+1))
+
+part "compute-sanitizer memcheck"
+if command -v compute-sanitizer >/dev/null; then
+  timeout 420 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/onyx_cuda_tests" > "$out/memcheck_tests.log" 2>&1
+  rc=$?
+  note "- memcheck, onyx_cuda_tests: exit $rc; $(grep -E 'ERROR SUMMARY' "$out/memcheck_tests.log" | tail -1)"
+  [ $rc -eq 0 ] || fails=$((fails+1))
+  llama=(); for f in "$here"/inputs/llama_layer.decode/*.npy; do llama+=(--input "$(basename "$f" .npy)=$f"); done
+  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/onyx" run "$here/models/llama_layer.onnx" \
+    "${llama[@]}" --device cuda:0 > "$out/memcheck_llama.log" 2>&1
+  rc=$?
+  note "- memcheck, onyx run llama_layer on cuda:0: exit $rc; $(grep -E 'ERROR SUMMARY' "$out/memcheck_llama.log" | tail -1)"
+  [ $rc -eq 0 ] || fails=$((fails+1))
+else
+  note "- compute-sanitizer: not found on this machine"
+fi
+
+part "benchmarks"
+timeout 180 "$bin/onyx_cuda_bench" > "$out/bench.log" 2>&1 || fails=$((fails+1))
+note "- kernel benchmarks (onyx_cuda_bench; CUDA events, median of 30):"
+tee -a "$res" < "$out/bench.log"
+dec=$here/inputs/decoder_large.decode
+if [ -d "$out/run/decoder_large.decode/cuda0" ]; then
+  timeout 180 python3 "$here/torch_decoder.py" "$here/models/decoder_large.onnx" "$dec" \
+    --onyx-logits "$out/run/decoder_large.decode/cuda0/logits.npy" > "$out/torch.log" 2>&1 || fails=$((fails+1))
+  note "- decoder_large decode step (batch 1, 1 token, past 127), PyTorch eager on the same GPU:"
+  sed 's/^/    /' "$out/torch.log" | tail -3 | tee -a "$res"
+fi
+
+note ""
+note "suite: $fails failing part(s)"
+exit $fails

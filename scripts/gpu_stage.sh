@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds the CUDA backend here (sm_90, static cudart) and stages what the GPU suite
+# needs into gpu/: the binaries, their non-system libraries, the generated models and
+# inputs, and gpu/run.sh. Then run gpu/run.sh on the GPU machine (with gpu/ carried);
+# it writes gpu-results.md and logs into $OUT (or gpu/out when $OUT is unset).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+for p in patchelf libblas3; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || \
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$p" >/dev/null; }
+done
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DONYX_CUDA=ON >/dev/null
+ninja -C build -j"${ONYX_JOBS:-$(nproc)}" onyx_cli onyx_cuda_tests onyx_cuda_bench
+
+rm -rf gpu && mkdir -p gpu/bin gpu/lib gpu/models gpu/inputs
+cp build/onyx build/tests/onyx_cuda_tests build/onyx_cuda_bench gpu/bin/
+# OpenBLAS is 36 MB; the staged binaries only call cblas_sgemm/dgemm, which the small
+# reference BLAS also provides, so they load that instead.
+for b in gpu/bin/*; do patchelf --replace-needed libopenblas.so.0 libblas.so.3 "$b"; strip "$b"; done
+cp -L /usr/lib/x86_64-linux-gnu/blas/libblas.so.3 gpu/lib/
+cp scripts/gpu_run.sh gpu/run.sh
+cp bench/torch_decoder.py tools/compare_npy.py gpu/
+git rev-parse --short HEAD > gpu/COMMIT
+git diff --quiet HEAD -- src include tests bench scripts || echo "+ uncommitted changes" >> gpu/COMMIT
+
+.venv/bin/python tools/gen_models.py --out gpu/models --only mlp bert_layer llama_layer >/dev/null
+.venv/bin/python tools/gen_models.py --planner-set gpu/models.tmp >/dev/null
+mv gpu/models.tmp/decoder_large.onnx gpu/models.tmp/encoder24_small.onnx gpu/models/ && rm -rf gpu/models.tmp
+.venv/bin/python tools/make_inputs.py gpu/models gpu/inputs
+du -sh gpu
+echo "staged gpu/ (commit $(head -1 gpu/COMMIT)); run on the GPU machine: bash gpu/run.sh (carry gpu)"
