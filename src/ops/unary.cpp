@@ -257,7 +257,43 @@ void register_dropout(OpRegistry& r) {
 
 }  // namespace
 
+// com.microsoft Gelu (erf form), FastGelu (tanh form) and BiasGelu (erf form):
+// gelu(x + bias), with the bias input optional for FastGelu and broadcast over the last axis.
+void add_contrib_gelu(OpRegistry& r, const char* name, bool tanh_form) {
+  r.add(OpDef{"com.microsoft", name, 1,
+              [](InferContext& ctx) {
+                if (ctx.has_input(1))
+                  ONYX_CHECK(ctx.input_dtype(1) == ctx.input_dtype(0), "bias dtype ", dtype_name(ctx.input_dtype(1)),
+                             " differs from the input's ", dtype_name(ctx.input_dtype(0)));
+                infer_same_as_input(ctx);
+              },
+              [name, tanh_form](KernelContext& ctx) {
+                const Tensor& x = ctx.input(0);
+                const Tensor* bias = ctx.has_input(1) ? &ctx.input(1) : nullptr;
+                int64_t cols = x.rank() ? x.shape()[x.rank() - 1] : 1;
+                if (bias)
+                  ONYX_CHECK(bias->numel() == cols, "bias of ", bias->numel(), " values for a last axis of ", cols);
+                dispatch<FloatTypes>(x.dtype(), name, [&](auto tag) {
+                  using T = typename decltype(tag)::type;
+                  const T* in = x.data<T>();
+                  const T* b = bias ? bias->data<T>() : nullptr;
+                  T* out = ctx.output(0).data<T>();
+                  for (int64_t i = 0; i < x.numel(); ++i) {
+                    double v = static_cast<double>(static_cast<compute_t<T>>(in[i]));
+                    if (b) v += static_cast<double>(static_cast<compute_t<T>>(b[i % cols]));
+                    double g = tanh_form ? 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))
+                                         : 0.5 * v * (1 + std::erf(v * 0.7071067811865476));
+                    out[i] = static_cast<T>(static_cast<float>(g));
+                  }
+                });
+              },
+              {}});
+}
+
 void register_unary_ops(OpRegistry& r) {
+  add_contrib_gelu(r, "Gelu", false);
+  add_contrib_gelu(r, "FastGelu", true);
+  add_contrib_gelu(r, "BiasGelu", false);
   register_math(r);
   register_activations(r);
   register_clip(r);

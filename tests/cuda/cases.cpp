@@ -18,11 +18,17 @@ const int64_t kBig = (int64_t{1} << 20) + 3;  // odd: exercises grid-stride loop
 
 void elementwise(std::vector<Case>& v) {
   for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
-    v.push_back({"same", op, kFloatsInts, {X({3, 4, 5}), X({3, 4, 5})}});
-    v.push_back({"bcast", op, kFloatsInts, {X({4, 1, 8}), X({3, 1})}});
-    v.push_back({"scalar", op, kFloatsInts, {X({6, 7}), X({})}});
+    // Integer Div stays on the CPU, which reports a division by zero.
+    const auto& types = std::string(op) == "Div" ? kFloats : kFloatsInts;
+    v.push_back({"same", op, types, {X({3, 4, 5}), X({3, 4, 5})}});
+    v.push_back({"bcast", op, types, {X({4, 1, 8}), X({3, 1})}});
+    v.push_back({"scalar", op, types, {X({6, 7}), X({})}});
     v.push_back({"scalar_lhs", op, kFloats, {X({}), X({5, 3})}});
   }
+  v.push_back({"ints", "Div", kInts, {X({3, 4}), X({3, 4})}, {}, 1, 18, "", Expect::kDecline});
+  for (const char* op : {"And", "Or", "Xor"}) v.push_back({"bcast", op, {D::kBool}, {Bools({4, 1, 6}), Bools({5, 1})}});
+  v.push_back({"basic", "Not", {D::kBool}, {Bools({7, 9})}});
+  v.push_back({"two", "Sum", kFloatsInts, {X({4, 6}), X({6})}});
   v.push_back({"big", "Add", kFloats, {X({kBig}), X({kBig})}});
   v.push_back({"big_bcast", "Mul", {D::kFloat32}, {X({1027, 1021}), X({1021})}});
   v.push_back({"big", "Add", kInts, {X({kBig}), X({1})}});
@@ -40,14 +46,21 @@ void elementwise(std::vector<Case>& v) {
   v.push_back({"big", "Where", {D::kFloat32}, {Bools({kBig}), X({kBig}), X({1})}});
   for (const char* op : {"Max", "Min"}) {
     v.push_back({"two", op, kFloatsInts, {X({4, 6}), X({4, 6})}});
-    v.push_back({"three_bcast", op, kFloatsInts, {X({2, 3, 4}), X({4}), X({3, 1})}});
+    // Three or more inputs run on the CPU.
+    v.push_back({"three_bcast", op, kFloatsInts, {X({2, 3, 4}), X({4}), X({3, 1})}, {}, 1, 18, "", Expect::kDecline});
     v.push_back({"one", op, kFloats, {X({5, 2})}});
   }
 }
 
 void unary(std::vector<Case>& v) {
-  for (const char* op : {"Neg", "Abs", "Reciprocal", "Exp", "Tanh", "Erf", "Sigmoid", "Relu", "Softplus"})
+  for (const char* op : {"Neg", "Abs", "Reciprocal", "Exp", "Tanh", "Erf", "Sigmoid", "Relu", "Softplus", "Sin", "Cos",
+                         "Floor", "Ceil", "Round", "Softsign", "Elu", "HardSigmoid", "HardSwish"})
     v.push_back({"basic", op, kFloats, {X({3, 33})}});
+  const std::string ms = "com.microsoft";
+  v.push_back({"basic", "Gelu", kFloats, {X({4, 65})}, {}, 1, 1, ms});
+  v.push_back({"bias", "FastGelu", kFloats, {X({4, 65}), X({65})}, {}, 1, 1, ms});
+  v.push_back({"no_bias", "FastGelu", kFloats, {X({4, 65})}, {}, 1, 1, ms});
+  v.push_back({"bias", "BiasGelu", kFloats, {X({4, 65}), X({65})}, {}, 1, 1, ms});
   for (const char* op : {"Sqrt", "Log"}) v.push_back({"basic", op, kFloats, {Pos({3, 33})}});
   for (const char* op : {"Neg", "Abs"}) v.push_back({"basic", op, kInts, {X({3, 33})}, {}, 1, 18, "", Expect::kMayFall});
   v.push_back({"big", "Exp", kFloats, {X({kBig})}});
@@ -72,6 +85,8 @@ void casts(std::vector<Case>& v) {
       In x = from == D::kBool ? Bools({7, 13}) : is_float_like(from) ? Uni({7, 13}, -100, 100) : Uni({7, 13}, -1000, 1000);
       v.push_back({name, "Cast", {from}, {x}, {attr_i("to", static_cast<int64_t>(to))}, 1, 19});
     }
+  v.push_back({"to_float16", "CastLike", {D::kFloat32}, {X({5, 6}), X({1}, D::kFloat16)}, {}, 1, 19});
+  v.push_back({"to_int64", "CastLike", {D::kBFloat16}, {Uni({5, 6}, -50, 50), X({1}, D::kInt64)}, {}, 1, 19});
   v.push_back({"big_to_float16", "Cast", {D::kFloat32}, {X({kBig})}, {attr_i("to", static_cast<int64_t>(D::kFloat16))}, 1,
                19});
 }
@@ -128,6 +143,11 @@ void norms(std::vector<Case>& v) {
                2, 17});
   v.push_back({"basic", "SimplifiedLayerNormalization", kFloats, {X({4, 6, 64}), X({64})}, {}, 1, 1, ms});
   v.push_back({"basic", "RMSNormalization", kFloats, {X({3, 5, 128}), X({128})}, {}, 1, 23});
+  // The skip norms are registered in the default domain too (as exporters name them).
+  v.push_back({"default_domain", "SkipLayerNormalization", kFloats, {X({2, 5, 64}), X({2, 5, 64}), X({64}), X({64})},
+               {}, 1, 1});
+  v.push_back({"default_domain", "SkipSimplifiedLayerNormalization", kFloats, {X({2, 5, 64}), X({2, 5, 64}), X({64})},
+               {}, 1, 1});
   v.push_back({"axis1", "RMSNormalization", kFloats, {X({3, 5, 16}), X({5, 16})}, {attr_i("axis", 1)}, 1, 23});
   v.push_back({"full", "SkipLayerNormalization", kFloats, {X({2, 5, 64}), X({2, 5, 64}), X({64}), X({64}), X({64})},
                {}, 4, 1, ms});
@@ -221,11 +241,12 @@ void matmul(std::vector<Case>& v) {
   v.push_back({"big_row_c", "Gemm", kFloats, {X({256, 512}), X({384, 512}), X({384})}, {attr_i("transB", 1)}, 1, 13});
   v.push_back({"beta0_any_c", "Gemm", kFloats, {X({8, 16}), X({16, 12}), X({})}, {attr_f("beta", 0.f)}, 1, 13});
   v.push_back({"m1_row_c_beta", "Gemm", kFloats, {X({1, 16}), X({16, 12}), X({12})}, {attr_f("beta", 0.5f)}, 1, 13});
-  // Forms cuBLASLt has no epilogue for: the kernel declines, the CPU runs them.
-  v.push_back({"scalar_c", "Gemm", {D::kFloat32}, {X({8, 16}), X({16, 12}), X({})}, {}, 1, 13, "", Expect::kDecline});
-  v.push_back({"col_c", "Gemm", {D::kFloat32}, {X({8, 16}), X({16, 12}), X({8, 1})}, {}, 1, 13, "", Expect::kDecline});
-  v.push_back({"row_c_beta", "Gemm", {D::kFloat32}, {X({8, 16}), X({16, 12}), X({12})}, {attr_f("beta", 0.5f)}, 1, 13,
-               "", Expect::kDecline});
+  // Forms cuBLASLt has no epilogue for: beta * C is broadcast into the output first.
+  v.push_back({"scalar_c", "Gemm", kFloats, {X({8, 16}), X({16, 12}), X({})}, {attr_f("beta", 1.5f)}, 1, 13});
+  v.push_back({"col_c", "Gemm", kFloats, {X({8, 16}), X({16, 12}), X({8, 1})}, {}, 1, 13});
+  v.push_back({"row_c_beta", "Gemm", kFloats, {X({8, 16}), X({16, 12}), X({12})}, {attr_f("beta", 0.5f)}, 1, 13});
+  v.push_back({"row_c_beta_transposed", "Gemm", kFloats, {X({16, 24}), X({40, 16}), X({40})},
+               {attr_f("beta", 1.1f), attr_f("alpha", 0.9f), attr_i("transA", 1), attr_i("transB", 1)}, 1, 13});
 }
 
 std::vector<TestCase> all_cases() {

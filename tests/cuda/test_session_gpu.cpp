@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 
+#include "backends/backend.h"
 #include "onnx/onnx.pb.h"
 #include "onyx/session.h"
 
@@ -75,6 +76,13 @@ std::string write_model(const std::string& name, int64_t k, bool with_det) {
   return path;
 }
 
+// These tests need a GPU; under --cpu_reference_only (no device) they are skipped, and say why.
+#define REQUIRE_GPU()                                                   \
+  do {                                                                  \
+    std::string why;                                                    \
+    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "needs a CUDA device: " << why; \
+  } while (0)
+
 Tensor random_input(int64_t k) {
   Tensor t(DType::kFloat32, Shape{16, k});
   std::mt19937 rng(std::random_device{}());
@@ -95,6 +103,7 @@ double max_rel_error(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 TEST(GpuSession, MatchesTheCpuAndUploadsWeightsOnce) {
+  REQUIRE_GPU();
   std::string path = write_model("gpu_mlp", 256, false);
   auto cpu = Session::load(path);
   SessionOptions opt;
@@ -115,6 +124,7 @@ TEST(GpuSession, MatchesTheCpuAndUploadsWeightsOnce) {
 }
 
 TEST(GpuSession, AMissingDeviceIsAClearError) {
+  REQUIRE_GPU();
   SessionOptions opt;
   opt.device = "cuda:64";
   try {
@@ -128,6 +138,7 @@ TEST(GpuSession, AMissingDeviceIsAClearError) {
 }
 
 TEST(GpuSession, FallbackIsReportedOnceOrRefused) {
+  REQUIRE_GPU();
   std::string path = write_model("gpu_det", 64, true);
   auto cpu = Session::load(path);
   SessionOptions opt;
@@ -157,6 +168,7 @@ TEST(GpuSession, FallbackIsReportedOnceOrRefused) {
 }
 
 TEST(GpuSession, GovernorRefusesWithTheHolderTableThenRecovers) {
+  REQUIRE_GPU();
   std::string path = write_model("gpu_budget", 256, false);
   SessionOptions opt;
   opt.device = "cuda:0";

@@ -56,6 +56,11 @@ void check_cuda(cudaError_t status, const char* what);
 #define ONYX_CUDA_CHECK(expr) ::onyx::cuda::check_cuda((expr), #expr)
 #define ONYX_CUDA_CHECK_LAUNCH(what) ::onyx::cuda::check_cuda(cudaGetLastError(), what)
 
+// D[M, N] = beta * C broadcast from [c0, c1] (each 1 or the full size); for Gemm's C forms
+// that cuBLASLt does not take directly.
+void write_scaled_broadcast(const Tensor& c, int64_t c0, int64_t c1, int64_t m, int64_t n, float beta, void* d,
+                            cudaStream_t stream);
+
 // Family registration, one per kernels/*.cu file.
 void register_elementwise_kernels(CudaKernelRegistry& r);  // unary, binary (broadcast), Where, Cast, Expand, Range
 void register_reduce_norm_kernels(CudaKernelRegistry& r);  // Reduce*, Softmax, LayerNorm, RMSNorm, Skip*Norm

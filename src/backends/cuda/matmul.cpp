@@ -313,18 +313,17 @@ void matmul_run(KernelContext& ctx, CudaContext& cu) {
 // ---- Gemm ----
 
 // How C enters: not at all, as a full [M, N] matrix (beta * C through cuBLASLt's C),
-// or as a row vector [N] / [1, N] broadcast over rows (the BIAS epilogue, which adds
-// it unscaled, so only with beta == 1).
-enum class CForm { kNone, kFull, kRow, kUnsupported };
+// as a row vector [N] / [1, N] broadcast over rows (the BIAS epilogue, which adds it
+// unscaled, so only with beta == 1), or any other broadcast (beta * C written into D
+// first, which the GEMM then reads as C with beta = 1).
+enum class CForm { kNone, kFull, kRow, kBroadcast, kUnsupported };
 
 // dims are C's dims padded to rank 2 (unknown: -1); m, n the output's (unknown: -1).
 CForm classify_c(int64_t c0, int64_t c1, int64_t m, int64_t n, float beta) {
-  if (c1 < 0) return CForm::kUnsupported;
-  if (c1 == 1 && n != 1) return CForm::kUnsupported;  // broadcast along N: no cuBLASLt form
-  if (c0 >= 0 && c0 == m) return CForm::kFull;
-  if (c0 == 1) return beta == 1.f ? CForm::kRow : CForm::kUnsupported;
-  if (c0 > 1) return CForm::kFull;  // a valid model has c0 == M
-  return beta == 1.f ? CForm::kFull : CForm::kUnsupported;  // c0 unknown: full or row, both fine with beta 1
+  if (c1 < 0 || c0 < 0) return CForm::kUnsupported;
+  if (c1 == n && c0 == m) return CForm::kFull;
+  if (c0 == 1 && c1 == n && beta == 1.f) return CForm::kRow;
+  return CForm::kBroadcast;
 }
 
 bool pad_c(const PartialShape& s, int64_t& c0, int64_t& c1) {
@@ -371,13 +370,16 @@ void gemm_run(KernelContext& ctx, CudaContext& cu) {
     ONYX_CHECK(pad_c(PartialShape(c.shape()), c0, c1), "Gemm C must have rank <= 2: ", where);
     ONYX_CHECK((c0 == 1 || c0 == m) && (c1 == 1 || c1 == n), "Gemm C does not broadcast to the output: ", where);
     form = classify_c(c0, c1, m, n, beta);
-    ONYX_CHECK(form != CForm::kUnsupported, "Gemm on CUDA takes C as [M, N], or as [N] / [1, N] with beta = 1: ",
-               where);
+    ONYX_CHECK(form != CForm::kUnsupported, "Gemm on CUDA needs C of a known shape: ", where);
     if (form == CForm::kFull) {
       g.c = c.raw();
       g.beta = beta;
-    } else {
+    } else if (form == CForm::kRow) {
       g.bias = c.raw();
+    } else if (out.numel() > 0) {
+      write_scaled_broadcast(c, c0, c1, m, n, beta, out.raw(), cu.stream);
+      g.c = out.raw();
+      g.beta = 1.f;
     }
   }
   if (out.numel() == 0) return;
@@ -387,10 +389,9 @@ void gemm_run(KernelContext& ctx, CudaContext& cu) {
       ONYX_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.bytes(), cu.stream));
       return;
     }
-    ONYX_CHECK(form == CForm::kFull && beta == 1.f, "Gemm on CUDA with K = 0 needs C as [M, N] with beta = 1: ",
-               where);
-    ONYX_CUDA_CHECK(cudaMemcpyAsync(out.raw(), g.c, out.bytes(), cudaMemcpyDeviceToDevice, cu.stream));
-    return;
+    if (form == CForm::kRow) write_scaled_broadcast(ctx.input(2), 1, n, m, n, 1.f, out.raw(), cu.stream);
+    else if (form == CForm::kFull) write_scaled_broadcast(ctx.input(2), m, n, m, n, beta, out.raw(), cu.stream);
+    return;  // kBroadcast: already written
   }
   run_gemm(g, cu, where);
 }
@@ -413,13 +414,7 @@ std::string gemm_supports(const Node& node, const std::vector<ValueType>& in) {
   if (in.size() < 3 || in[2].dtype != in[0].dtype) return "Gemm on CUDA needs C of A's dtype";
   int64_t c0 = 0, c1 = 0;
   if (!pad_c(in[2].shape, c0, c1)) return "Gemm on CUDA needs C of known rank <= 2";
-  const bool ta = v.attr_int("transA", 0) != 0, tb = v.attr_int("transB", 0) != 0;
-  int64_t m = -1, n = -1;
-  if (in[0].shape.rank_known && in[0].shape.dims.size() == 2) m = in[0].shape.dims[ta ? 1 : 0];
-  if (in[1].shape.rank_known && in[1].shape.dims.size() == 2) n = in[1].shape.dims[tb ? 0 : 1];
-  if (classify_c(c0, c1, m, n, beta) == CForm::kUnsupported)
-    return cat("Gemm on CUDA takes C as [M, N], or as [N] / [1, N] with beta = 1; got C ", in[2].shape.str(),
-               " with beta = ", beta);
+  if (c0 < 0 || c1 < 0) return cat("Gemm on CUDA needs C of a known shape; got C ", in[2].shape.str());
   return "";
 }
 
