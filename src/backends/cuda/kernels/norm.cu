@@ -202,9 +202,98 @@ __global__ void norm_rows_kernel(NormArgs a) {
   }
 }
 
+// The common case, memory-bound: x rows contiguous, scale (and bias) one value per
+// column of x's own dtype, nothing added first. Each thread holds its slice of the
+// row in registers (16-byte loads), so the row is read once and written once.
+template <class T, int kVec>
+struct alignas(16) Pack {
+  T v[kVec];
+};
+
+template <class T, int kVec, int kMaxPacks>
+__global__ void norm_rows_fast_kernel(NormArgs a) {
+  __shared__ float scratch[32];
+  using P = Pack<T, kVec>;
+  const int packs = static_cast<int>(a.cols / kVec);
+  const float fcols = static_cast<float>(a.cols);
+  const P* gamma = static_cast<const P*>(a.gamma);
+  const P* beta = static_cast<const P*>(a.beta);
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const P* x = static_cast<const P*>(a.x) + row * packs;
+    P* y = static_cast<P*>(a.y) + row * packs;
+    float v[kMaxPacks][kVec];
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < kMaxPacks; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j < packs) {
+        const P p = x[j];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          v[k][e] = to_f(p.v[e]);
+          sum += v[k][e];
+        }
+      }
+    }
+    // RMS norms skip the mean unless a statistics output asks for it.
+    const float mean = (a.center || a.mean_out) ? block_reduce(sum, AddF{}, scratch) / fcols : 0.f;
+    const float shift = a.center ? mean : 0.f;
+    float sq = 0.f;
+#pragma unroll
+    for (int k = 0; k < kMaxPacks; ++k)
+      if (threadIdx.x + k * blockDim.x < packs)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) sq += (v[k][e] - shift) * (v[k][e] - shift);
+    const float inv = rsqrtf(block_reduce(sq, AddF{}, scratch) / fcols + a.eps);
+#pragma unroll
+    for (int k = 0; k < kMaxPacks; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j < packs) {
+        const P g = gamma[j];
+        P out;
+        if (beta) {
+          const P b = beta[j];
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) out.v[e] = from_f<T>((v[k][e] - shift) * inv * to_f(g.v[e]) + to_f(b.v[e]));
+        } else {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) out.v[e] = from_f<T>((v[k][e] - shift) * inv * to_f(g.v[e]));
+        }
+        y[j] = out;
+      }
+    }
+    if (threadIdx.x == 0) {
+      if (a.mean_out) store_f(a.mean_out, a.mean_code, row, mean);
+      if (a.inv_out) store_f(a.inv_out, a.inv_code, row, inv);
+    }
+  }
+}
+
+// Launches the fast kernel when the arguments fit it; returns false otherwise.
+template <class T>
+bool launch_norm_fast(const NormArgs& a, CudaContext& cu, const char* what) {
+  constexpr int kVec = 16 / sizeof(T);
+  constexpr int kMaxPacks = 4;
+  const int code = fcode(dtype_of<std::conditional_t<std::is_same_v<T, float>, float,
+                                                      std::conditional_t<std::is_same_v<T, __half>, Float16, BFloat16>>>);
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (a.skip || a.pre_bias || a.sum_out || a.gamma_b.mode != 0 || a.gamma_code != code) return false;
+  if (a.beta && (a.beta_b.mode != 0 || a.beta_code != code || !aligned(a.beta))) return false;
+  if (a.cols % kVec != 0 || a.cols / kVec > int64_t{1024} * kMaxPacks) return false;
+  if (!aligned(a.x) || !aligned(a.y) || !aligned(a.gamma)) return false;
+  const int64_t packs = a.cols / kVec;
+  int64_t threads = ((packs + kMaxPacks - 1) / kMaxPacks + 31) / 32 * 32;
+  threads = std::min<int64_t>(1024, std::max<int64_t>(64, threads));
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(a.rows, int64_t{1} << 20));
+  norm_rows_fast_kernel<T, kVec, kMaxPacks><<<blocks, static_cast<unsigned>(threads), 0, cu.stream>>>(a);
+  ONYX_CUDA_CHECK_LAUNCH(what);
+  return true;
+}
+
 template <class T>
 void launch_norm(NormArgs& a, CudaContext& cu, const char* what) {
   if (a.rows == 0 || a.cols == 0) return;
+  if (launch_norm_fast<T>(a, cu, what)) return;
   int64_t threads = ((a.cols + 3) / 4 + 31) / 32 * 32;
   threads = std::min<int64_t>(1024, std::max<int64_t>(32, threads));
   const size_t smem = static_cast<size_t>(a.cols) * sizeof(float);
