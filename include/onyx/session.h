@@ -19,6 +19,14 @@ enum class MemoryMode {
   kKeepAll,  // allocate each value when produced, keep everything until the run ends (debugging)
 };
 
+// CUDA Graphs for repeated input shapes (GPU sessions).
+enum class CaptureMode {
+  kOff,      // every run is eager (default)
+  kAuto,     // per input-shape signature: run 1 eager (warm-up), run 2 captures, later runs replay;
+             // a signature that cannot be captured runs eagerly, and the session says why once
+  kRequire,  // as kAuto, but a signature that cannot be captured is an error
+};
+
 struct SessionOptions {
   // Where the model runs: "cpu", "cuda" (= "cuda:0") or "cuda:N". Resolved once by
   // resolve_device(); a device that does not exist is an error naming those that do.
@@ -30,6 +38,7 @@ struct SessionOptions {
   // (memory_fraction) of the memory free when the session starts.
   size_t memory_budget_bytes = 0;
   double memory_fraction = 0.9;
+  CaptureMode capture = CaptureMode::kOff;
   MemoryMode memory = MemoryMode::kPlanned;
   // Plans (each with its arena) kept for recent input-shape signatures; the least
   // recently used is dropped beyond this.
@@ -68,6 +77,18 @@ struct PlanSummary {
   std::vector<Boundary> dynamic_boundaries;
   std::vector<Value> values;   // every value the plan places or allocates
   double ratio() const { return lower_bound_bytes ? double(arena_bytes) / double(lower_bound_bytes) : 1.0; }
+};
+
+struct CaptureReport {
+  size_t captures = 0;          // graphs captured (recaptures included)
+  size_t recaptures = 0;        // after a broken replay contract
+  size_t replays = 0;
+  size_t eager_runs = 0;        // planned runs that did not replay
+  size_t graphs = 0;            // captured graphs alive now
+  double capture_seconds = 0;   // total time spent capturing and instantiating
+  size_t shared_arena_bytes = 0;     // the one device arena all signatures share
+  size_t sum_of_plan_arena_bytes = 0;  // what one arena per cached signature would take
+  size_t retained_staging_bytes = 0;   // host staging owned by captured graphs
 };
 
 struct PlanCacheReport {
@@ -143,6 +164,21 @@ class Session {
   std::string memory_report() const;
   // Changes the device budget (GPU sessions); later leases are checked against it.
   void set_memory_budget(size_t bytes);
+
+  // CUDA Graphs (capture != kOff): what happened so far, and releasing the graphs
+  // (each with its slots and retained staging); later runs capture again.
+  CaptureReport capture_report() const;
+  void release_captured_graphs();
+  // Zero-copy inputs: the device slots a captured signature reads, ready for the
+  // caller to write into on `stream` (a cudaStream_t) before calling run() with the
+  // same tensors as feeds (then nothing is copied in). Plans and warms the signature up.
+  struct InputBinding {
+    NamedTensors slots;
+    void* stream = nullptr;
+  };
+  InputBinding bind_inputs(const NamedTensors& example_feeds);
+  // Test-only: staging buffers used under capture go back to the pool like eager ones (seed 000).
+  void set_release_staging_under_capture_for_testing(bool release);
 
  private:
   Session();

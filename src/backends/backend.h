@@ -2,6 +2,7 @@
 // without it links a stub whose factory explains why there is no such device.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,19 @@
 #include "ops/op.h"
 
 namespace onyx {
+
+// Work recorded once from a backend's stream and replayed there. It owns every host
+// staging buffer its copies read (L1): they live exactly as long as it does.
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+  // Enqueues the recorded work on the backend's stream.
+  virtual void replay() = 0;
+  // "" while every host buffer a recorded copy reads still holds what it held at capture.
+  virtual std::string check_staging() const = 0;
+  virtual size_t retained_staging_bytes() const = 0;
+  virtual size_t retained_staging_buffers() const = 0;
+};
 
 class Backend {
  public:
@@ -34,8 +48,21 @@ class Backend {
   // Device -> host; returns when the bytes are on the host.
   virtual void copy_to_host(void* host_dst, const void* device_src, size_t bytes) = 0;
   virtual void synchronize() = 0;
+  // The backend's stream (a cudaStream_t for CUDA), for callers that order their own work on it.
+  virtual void* stream_handle() = 0;
   // A table of the memory this backend holds, by holder.
   virtual std::string memory_report() const = 0;
+
+  // Runs `record` with the stream capturing, and returns the instantiated graph.
+  // While it runs, allocating from the backend's pools throws, and a free or a
+  // synchronizing copy is recorded as a violation (see take_capture_violation).
+  virtual std::unique_ptr<CapturedWork> capture(const std::function<void()>& record) = 0;
+  // What went wrong during the current capture that could not throw where it
+  // happened (a free in a destructor); "" when nothing did. Clears it.
+  virtual std::string take_capture_violation() = 0;
+  // Test-only: staging buffers used under capture go back to the pool as eager ones
+  // do, instead of to the captured graph (the failure of seed 000, for its test).
+  virtual void set_release_staging_under_capture(bool release) = 0;
 };
 
 struct CudaOptions {

@@ -1,5 +1,6 @@
 #include "exec/executor.h"
 
+#include <chrono>
 #include <iostream>
 
 #include "ops/compute.h"
@@ -108,14 +109,24 @@ std::vector<Tensor> GraphExecutor::run(const std::vector<Tensor>& inputs, const 
 
   if (options_.memory == MemoryMode::kPlanned) {
     std::shared_ptr<CachedPlan> entry = cached_plan(inputs);
+    st.entry = entry.get();
     const ExecutionPlan& plan = *entry->plan;
     for (size_t id = 0; id < plan.constants.size(); ++id)
       if (plan.constants[id].defined()) env[id] = plan.constants[id];
-    for (int step : plan.schedule) {
-      if (plan.skip[step]) continue;
-      run_node(step, st, scope, entry.get());
-      for (int id : plan.release_after[step]) release(st, id);
+    if (options_.backend && !outer && options_.capture != CaptureMode::kOff) {
+      if (entry->not_capturable.empty()) return run_captured(*entry, inputs, st, scope);
+      ONYX_CHECK(options_.capture != CaptureMode::kRequire, "capture=require: inputs ", entry->signature,
+                 " cannot be captured: ", entry->not_capturable);
+      if (!entry->reported) {
+        entry->reported = true;
+        std::string msg = cat("onyx: inputs ", entry->signature, " run eagerly, not from a CUDA graph: ",
+                              entry->not_capturable);
+        if (options_.log) options_.log(msg);
+        else std::cerr << msg << "\n";
+      }
     }
+    ++capture_stats_.eager_runs;
+    run_steps(*entry, st, scope);
     return finish(st, &plan);
   }
   for (int step = 0; step < static_cast<int>(graph_.nodes.size()); ++step) {
@@ -124,6 +135,169 @@ std::vector<Tensor> GraphExecutor::run(const std::vector<Tensor>& inputs, const 
       for (int id : liveness_.release_after[step]) release(st, id);
   }
   return finish(st, nullptr);
+}
+
+void GraphExecutor::run_steps(const CachedPlan& entry, RunState& st, const Scope& scope) const {
+  const ExecutionPlan& plan = *entry.plan;
+  for (int step : plan.schedule) {
+    if (plan.skip[step]) continue;
+    run_node(step, st, scope, &entry);
+    for (int id : plan.release_after[step]) release(st, id);
+    if (st.capturing) {
+      std::string v = options_.backend->take_capture_violation();
+      ONYX_CHECK(v.empty(), graph_.nodes[step].describe(), ": ", v);
+    }
+  }
+}
+
+// Why a signature's plan cannot become a CUDA graph, or "".
+std::string GraphExecutor::capturability(const CachedPlan& entry) const {
+  const ExecutionPlan& plan = *entry.plan;
+  if (!plan.dynamic_boundaries.empty())
+    return cat(plan.dynamic_boundaries[0].node, " has shapes known only at run time (", plan.dynamic_boundaries[0].reason, ")");
+  for (int step : plan.schedule) {
+    if (plan.skip[step]) continue;
+    if (plan.place[step] == StepPlace::kHost) return cat(graph_.nodes[step].describe(), " runs on the CPU");
+    if (plan.place[step] == StepPlace::kRunTime) return cat(graph_.nodes[step].describe(), " is placed at run time");
+  }
+  for (int id : graph_.outputs) {
+    const ValuePlan& v = plan.values[id];
+    if (v.kind == ValueKind::kConstant) continue;
+    if (v.kind != ValueKind::kOutput || !v.on_accel)
+      return cat("output '", graph_.values[id].name, "' is not produced on ", options_.backend->device().str());
+  }
+  for (int id : graph_.inputs)
+    if (plan.values[id].type.dtype == DType::kString) return cat("input '", graph_.values[id].name, "' holds strings");
+  return "";
+}
+
+// Grows the shared device arena when a plan needs more; captured graphs made against
+// the old one then fail their replay check and are captured again.
+void GraphExecutor::ensure_accel_arena(size_t bytes) const {
+  if (bytes == 0 || (accel_arena_.defined() && accel_arena_.bytes() >= bytes)) return;
+  accel_arena_ = Tensor();
+  accel_arena_ = Tensor(DType::kUInt8, Shape{static_cast<int64_t>(bytes)}, options_.backend->allocator());
+  ++arena_generation_;
+}
+
+void GraphExecutor::ensure_input_slots(CachedPlan& entry, const std::vector<Tensor>& inputs) const {
+  if (!entry.input_slots.empty()) return;
+  for (size_t i = 0; i < graph_.inputs.size(); ++i) {
+    ONYX_CHECK(i < inputs.size() && inputs[i].defined(), "a captured run needs every input fed; '",
+               graph_.values[graph_.inputs[i]].name, "' was not");
+    const Tensor& t = inputs[i];
+    entry.input_slots.push_back(Tensor(t.dtype(), t.shape(), options_.backend->allocator()));
+  }
+}
+
+std::vector<Tensor> GraphExecutor::input_slots(const std::vector<Tensor>& inputs) const {
+  ONYX_CHECK(options_.backend && options_.memory == MemoryMode::kPlanned, "input slots need a GPU session in planned mode");
+  std::shared_ptr<CachedPlan> entry = cached_plan(inputs);
+  ensure_input_slots(*entry, inputs);
+  return entry->input_slots;
+}
+
+// Run 1 of a signature warms up (library handles, lazy module loading); run 2 captures
+// and replays; later runs check the replay contract and replay. Feeds are copied into
+// the input slots on the stream (skipped when a feed is the slot itself).
+std::vector<Tensor> GraphExecutor::run_captured(CachedPlan& entry, const std::vector<Tensor>& inputs, RunState& st,
+                                                const Scope& scope) const {
+  Backend& b = *options_.backend;
+  const ExecutionPlan& plan = *entry.plan;
+  if (entry.eager_runs == 0) {
+    ++entry.eager_runs;
+    ++capture_stats_.eager_runs;
+    run_steps(entry, st, scope);
+    return finish(st, &plan);
+  }
+  if (entry.capture) {
+    std::string broken;
+    if (entry.capture->arena_base != accel_arena_.raw() || entry.capture->arena_generation != arena_generation_)
+      broken = "the shared device arena moved since capture";
+    else
+      broken = entry.capture->work->check_staging();
+    if (!broken.empty()) {
+      std::string msg = cat("onyx: replay contract broken for inputs ", entry.signature, ": ", broken,
+                            "; the graph is dropped and captured again");
+      if (options_.log) options_.log(msg);
+      else std::cerr << msg << "\n";
+      entry.capture.reset();
+      ++capture_stats_.recaptures;
+      ONYX_CHECK(options_.capture != CaptureMode::kRequire, "capture=require: ", broken);
+    }
+  }
+  ensure_input_slots(entry, inputs);
+  for (size_t i = 0; i < graph_.inputs.size(); ++i) {
+    const Tensor& feed = inputs[i];
+    const Tensor& slot = entry.input_slots[i];
+    ONYX_ASSERT(feed.shape() == slot.shape() && feed.dtype() == slot.dtype(), "feed does not fit its slot");
+    if (feed.raw() == slot.raw()) continue;
+    if (feed.on_host()) b.copy_from_host(slot.raw(), feed.raw(), feed.bytes());
+    else ONYX_CHECK(false, "device feeds other than the bound input slots are not supported in capture mode");
+  }
+  if (!entry.capture) {
+    auto cap = std::make_unique<Capture>();
+    for (size_t id = 0; id < plan.values.size(); ++id) {
+      const ValuePlan& v = plan.values[id];
+      if (v.kind == ValueKind::kOutput && v.on_accel && v.root == static_cast<int>(id) && v.bytes)
+        cap->output_slots[static_cast<int>(id)] = Tensor(DType::kUInt8, Shape{static_cast<int64_t>(v.bytes)}, b.allocator());
+    }
+    cap->arena_base = accel_arena_.raw();
+    cap->arena_generation = arena_generation_;
+    entry.capture = std::move(cap);
+    RunState cst;
+    cst.env = st.env;
+    for (size_t i = 0; i < graph_.inputs.size(); ++i) cst.env[graph_.inputs[i]] = entry.input_slots[i];
+    cst.entry = &entry;
+    cst.capturing = true;
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+      entry.capture->work = b.capture([&] { run_steps(entry, cst, scope); });
+    } catch (...) {
+      entry.capture.reset();
+      throw;
+    }
+    capture_stats_.capture_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++capture_stats_.captures;
+  }
+  entry.capture->work->replay();
+  ++capture_stats_.replays;
+  // The outputs, from their slots to the host.
+  std::vector<Tensor> outputs;
+  for (int id : graph_.outputs) {
+    const ValuePlan& v = plan.values[id];
+    if (v.kind == ValueKind::kConstant) {
+      outputs.push_back(plan.constants[id].clone(*alloc_));
+      continue;
+    }
+    const Tensor& slot = entry.capture->output_slots.at(v.root);
+    Tensor host(v.type.dtype, v.type.shape.to_shape(), *alloc_);
+    b.copy_to_host(host.raw(), slot.raw(), host.bytes());
+    outputs.push_back(std::move(host));
+  }
+  return outputs;
+}
+
+CaptureReport GraphExecutor::capture_report() const {
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  CaptureReport r = capture_stats_;
+  r.graphs = 0;
+  r.shared_arena_bytes = accel_arena_.defined() ? accel_arena_.bytes() : 0;
+  r.sum_of_plan_arena_bytes = 0;
+  r.retained_staging_bytes = 0;
+  for (const auto& e : cache_) {
+    r.sum_of_plan_arena_bytes += e->plan->accel_arena.bytes;
+    if (e->capture && e->capture->work) {
+      ++r.graphs;
+      r.retained_staging_bytes += e->capture->work->retained_staging_bytes();
+    }
+  }
+  return r;
+}
+
+void GraphExecutor::release_captured_graphs() {
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  for (auto& e : cache_) e->capture.reset();
 }
 
 void GraphExecutor::release(RunState& st, int id) const {
@@ -154,6 +328,10 @@ const Tensor& GraphExecutor::input_on(RunState& st, int id, bool accel) const {
   if (accel) {
     auto w = accel_weights_.find(id);
     if (w != accel_weights_.end() && t.raw() == graph_.initializers.at(id).raw()) return w->second;
+    if (st.entry) {
+      auto c = st.entry->accel_constants.find(id);
+      if (c != st.entry->accel_constants.end()) return c->second;
+    }
     auto [it, fresh] = st.on_accel.try_emplace(id);
     if (fresh) {
       ONYX_CHECK(t.dtype() != DType::kString, "string tensors cannot move to ", b.device().str());
@@ -212,11 +390,17 @@ void GraphExecutor::run_node(int step, RunState& st, const Scope& scope, const C
     // In planned mode, arena values take their planned place; the rest is allocated.
     OutputBinder bind = [&](size_t o, const ValueType& t) -> Tensor {
       const ValuePlan& vp = planned->plan->values[node.outputs[o]];
+      if (st.capturing && vp.kind == ValueKind::kOutput) {
+        auto slot = planned->capture->output_slots.find(vp.root);
+        if (slot != planned->capture->output_slots.end())
+          return Tensor::borrow(t.dtype, t.shape.to_shape(), slot->second.raw(), slot->second.storage(),
+                                slot->second.device());
+      }
       if (vp.kind != ValueKind::kArena) return Tensor();
       ONYX_ASSERT(t.dtype == vp.type.dtype && t.shape.dims == vp.type.shape.dims, "output ", o, " is ",
                   dtype_name(t.dtype), t.shape.str(), " but the plan has ", dtype_name(vp.type.dtype),
                   vp.type.shape.str());
-      const Tensor& arena = vp.on_accel ? planned->accel_arena : planned->host_arena;
+      const Tensor& arena = vp.on_accel ? accel_arena_ : planned->host_arena;
       char* base = static_cast<char*>(arena.raw());
       return Tensor::borrow(t.dtype, t.shape.to_shape(), base + vp.offset, arena.storage(), arena.device());
     };
@@ -279,8 +463,28 @@ std::shared_ptr<GraphExecutor::CachedPlan> GraphExecutor::cached_plan(const std:
   entry->signature = sig;
   entry->plan = std::make_shared<const ExecutionPlan>(make_plan(graph_, types, options_.plan, this));
   if (size_t n = entry->plan->host_arena.bytes) entry->host_arena = Tensor(DType::kUInt8, Shape{int64_t(n)}, *alloc_);
-  if (size_t n = entry->plan->accel_arena.bytes)
-    entry->accel_arena = Tensor(DType::kUInt8, Shape{int64_t(n)}, options_.backend->allocator());
+  if (options_.backend) {
+    ensure_accel_arena(entry->plan->accel_arena.bytes);
+    // Memoized values that device kernels read go to the device once per plan.
+    const ExecutionPlan& p = *entry->plan;
+    for (int step : p.schedule) {
+      if (p.skip[step] || p.place[step] != StepPlace::kAccel) continue;
+      const Node& n = graph_.nodes[step];
+      std::vector<int> by_value = value_inputs(n);
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        int id = n.inputs[i];
+        if (id < 0 || !p.constants[id].defined() || entry->accel_constants.count(id) ||
+            std::count(by_value.begin(), by_value.end(), static_cast<int>(i)))
+          continue;
+        const Tensor& c = p.constants[id];
+        if (c.dtype() == DType::kString) continue;
+        Tensor d(c.dtype(), c.shape(), options_.backend->allocator());
+        options_.backend->copy_from_host(d.raw(), c.raw(), c.bytes());
+        entry->accel_constants[id] = std::move(d);
+      }
+    }
+    entry->not_capturable = capturability(*entry);
+  }
   cache_.push_front(entry);
   while (cache_.size() > std::max<size_t>(options_.plan_cache_capacity, 1)) {
     cache_.pop_back();

@@ -38,6 +38,8 @@ struct ExecutorOptions {
   bool allow_cpu_fallback = true;
   // Where the one-time fallback notices go (stderr when null).
   std::function<void(const std::string&)> log;
+  // With a backend: CUDA Graph capture of planned signatures.
+  CaptureMode capture = CaptureMode::kOff;
 };
 
 struct Fallback {
@@ -68,23 +70,50 @@ class GraphExecutor {
   PlanCacheStats plan_cache_stats() const;
   // Nodes that ran on the CPU although a backend was given, with the reason (each once).
   std::vector<Fallback> fallbacks() const;
+  CaptureReport capture_report() const;
+  void release_captured_graphs();
+  // The device input slots of the signature of `inputs` (capture sessions).
+  std::vector<Tensor> input_slots(const std::vector<Tensor>& inputs) const;
 
   const Graph& graph() const { return graph_; }
   const GuardList& guards() const { return guards_; }
   const Liveness& liveness() const { return liveness_; }
 
  private:
+  // A captured signature owns its world: the graph (with the host staging its copies
+  // read), the input and output slots it reads and writes, and the arena it was
+  // captured against (checked before every replay).
+  struct Capture {
+    std::unique_ptr<CapturedWork> work;
+    std::vector<Tensor> input_slots;       // per graph input
+    std::map<int, Tensor> output_slots;    // per output storage root
+    const void* arena_base = nullptr;
+    uint64_t arena_generation = 0;
+  };
   struct CachedPlan {
     std::string signature;
     std::shared_ptr<const ExecutionPlan> plan;
-    Tensor host_arena;   // the plan's host arena, owned while the plan is cached
-    Tensor accel_arena;  // the plan's accelerator arena
+    Tensor host_arena;                     // the plan's host arena, owned while the plan is cached
+    std::map<int, Tensor> accel_constants;  // memoized values that device kernels read, uploaded once
+    size_t eager_runs = 0;
+    std::string not_capturable;            // why this signature cannot be captured ("" if it can)
+    bool reported = false;
+    std::unique_ptr<Capture> capture;
+    std::vector<Tensor> input_slots;       // allocated on first need, kept for the binding API
   };
   // Per run: copies of values on the other device, made when a node there first needs them.
   struct RunState {
     std::vector<Tensor> env;
     std::map<int, Tensor> on_accel, on_host;
+    const CachedPlan* entry = nullptr;
+    bool capturing = false;  // outputs go to the capture's slots
   };
+  std::vector<Tensor> run_captured(CachedPlan& entry, const std::vector<Tensor>& inputs, RunState& st,
+                                   const Scope& scope) const;
+  void run_steps(const CachedPlan& entry, RunState& st, const Scope& scope) const;
+  std::string capturability(const CachedPlan& entry) const;
+  void ensure_accel_arena(size_t bytes) const;
+  void ensure_input_slots(CachedPlan& entry, const std::vector<Tensor>& inputs) const;
   std::shared_ptr<CachedPlan> cached_plan(const std::vector<Tensor>& inputs) const;
   std::vector<Tensor> finish(RunState& st, const ExecutionPlan* plan) const;
   void run_node(int step, RunState& st, const Scope& scope, const CachedPlan* planned) const;
@@ -103,6 +132,10 @@ class GraphExecutor {
   std::map<int, Tensor> accel_weights_;  // initializers uploaded once at load
   mutable std::mutex fallback_mutex_;
   mutable std::vector<Fallback> fallbacks_;
+  // One device arena for every signature: they run one at a time on one stream (L2).
+  mutable Tensor accel_arena_;
+  mutable uint64_t arena_generation_ = 0;
+  mutable CaptureReport capture_stats_;
   mutable std::mutex cache_mutex_;
   mutable std::list<std::shared_ptr<CachedPlan>> cache_;  // most recently used first
   mutable PlanCacheStats cache_stats_;

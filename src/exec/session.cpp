@@ -72,6 +72,10 @@ std::unique_ptr<Session> Session::load(const std::string& path, const SessionOpt
       m.backend = make_cuda_backend(m.device.index, co);
       eo.backend = m.backend.get();
       eo.allow_cpu_fallback = options.allow_cpu_fallback;
+      eo.capture = options.capture;
+    } else {
+      ONYX_CHECK(options.capture == CaptureMode::kOff || options.capture == CaptureMode::kAuto,
+                 "capture=require needs a CUDA device; this session runs on ", m.device.str());
     }
     m.executor = std::make_unique<GraphExecutor>(g, OpRegistry::global(), m.alloc, eo);
   });
@@ -257,6 +261,39 @@ std::string Session::memory_report() const { return impl_->backend ? impl_->back
 void Session::set_memory_budget(size_t bytes) {
   ONYX_CHECK(impl_->backend, "set_memory_budget: the session runs on the CPU, which has no governed budget");
   impl_->backend->governor().set_budget(bytes);
+}
+
+CaptureReport Session::capture_report() const { return impl_->executor->capture_report(); }
+
+void Session::release_captured_graphs() {
+  std::lock_guard<std::mutex> lock(impl_->run_mutex);
+  impl_->executor->release_captured_graphs();
+}
+
+Session::InputBinding Session::bind_inputs(const NamedTensors& example_feeds) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.run_mutex);
+  return with_context(cat("binding inputs of '", m.model.path, "'"), [&] {
+    ONYX_CHECK(m.backend && m.options.capture != CaptureMode::kOff, "input binding needs a GPU session with capture on");
+    const Graph& g = *m.model.graph;
+    std::vector<Tensor> ordered(g.inputs.size());
+    for (const auto& [name, t] : example_feeds) {
+      size_t k = 0;
+      while (k < m.inputs.size() && m.inputs[k].name != name) ++k;
+      ONYX_CHECK(k < m.inputs.size(), "'", name, "' is not an input of the model");
+      ordered[k] = t;
+    }
+    std::vector<Tensor> slots = m.executor->input_slots(ordered);
+    InputBinding b;
+    for (size_t k = 0; k < slots.size(); ++k) b.slots.emplace_back(m.inputs[k].name, slots[k]);
+    b.stream = m.backend->stream_handle();
+    return b;
+  });
+}
+
+void Session::set_release_staging_under_capture_for_testing(bool release) {
+  ONYX_CHECK(impl_->backend, "the session runs on the CPU");
+  impl_->backend->set_release_staging_under_capture(release);
 }
 
 PlanCacheReport Session::plan_cache() const {

@@ -53,6 +53,7 @@ const OpRegistry& OpRegistry::global() {
     register_loss_ops(r);
     register_conv_pool_ops(r);
     register_resize_ops(r);
+    register_test_ops(r);
     return r;
   }();
   return registry;

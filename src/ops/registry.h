@@ -45,5 +45,6 @@ void register_attention_ops(OpRegistry& r);
 void register_loss_ops(OpRegistry& r);
 void register_conv_pool_ops(OpRegistry& r);
 void register_resize_ops(OpRegistry& r);
+void register_test_ops(OpRegistry& r);  // onyx.test diagnostic ops
 
 }  // namespace onyx

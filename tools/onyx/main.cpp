@@ -42,6 +42,7 @@ run options:
   --no-cpu-fallback            on a GPU, fail instead of running a node without a GPU kernel on the CPU
   --memory-budget BYTES        on a GPU, the session's device-memory budget (default: 90% of free memory)
   --memory-report              print the memory governor's holders after the runs
+  --capture off|auto|require   on a GPU, replay repeated input shapes from CUDA graphs (default off)
   --memory planned|release|keep
                                planned (default): one arena per input-shape signature, every
                                intermediate at a planned offset; release: allocate each value
@@ -314,6 +315,13 @@ int cmd_run(const std::string& path, const std::vector<std::string>& args) {
     else if (a == "--no-cpu-fallback") options.allow_cpu_fallback = false;
     else if (a == "--memory-budget") options.memory_budget_bytes = static_cast<size_t>(to_int(value()));
     else if (a == "--memory-report") memory_report = true;
+    else if (a == "--capture") {
+      std::string m = value();
+      if (m == "off") options.capture = onyx::CaptureMode::kOff;
+      else if (m == "auto") options.capture = onyx::CaptureMode::kAuto;
+      else if (m == "require") options.capture = onyx::CaptureMode::kRequire;
+      else throw UsageError(cat("--capture takes off, auto or require, not '", m, "'"));
+    }
     else if (a == "--memory") {
       std::string m = value();
       if (m == "planned") options.memory = onyx::MemoryMode::kPlanned;
@@ -373,6 +381,11 @@ int cmd_run(const std::string& path, const std::vector<std::string>& args) {
   std::cout << "device: " << session->device() << "\n";
   for (const auto& [node, why] : session->cpu_fallbacks()) std::cout << "cpu fallback: " << node << ": " << why << "\n";
   if (memory_report) std::cout << "memory report:\n" << session->memory_report();
+  if (options.capture != onyx::CaptureMode::kOff) {
+    onyx::CaptureReport c = session->capture_report();
+    std::printf("cuda graphs: %zu captured (%.3f ms capturing), %zu replays, %zu eager runs; shared arena %zu B\n",
+                c.captures, c.capture_seconds * 1e3, c.replays, c.eager_runs, c.shared_arena_bytes);
+  }
   if (!save_dir.empty()) {
     std::filesystem::create_directories(save_dir);
     for (const auto& [name, t] : outputs) {

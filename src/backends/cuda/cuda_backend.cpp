@@ -27,6 +27,33 @@ namespace cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32ull << 20;
+constexpr size_t kParamScratchBytes = 64 << 10;
+
+class CudaGraphWork final : public CapturedWork {
+ public:
+  CudaGraphWork(cudaGraphExec_t exec, cudaStream_t stream, std::unique_ptr<Staging::CaptureRecord> record,
+                Staging* staging)
+      : exec_(exec), stream_(stream), record_(std::move(record)), staging_(staging) {}
+  ~CudaGraphWork() override {
+    cudaStreamSynchronize(stream_);  // a replay in flight may still read the retained buffers
+    cudaGraphExecDestroy(exec_);
+    staging_->free_record(*record_);
+  }
+  void replay() override { ONYX_CUDA_CHECK(cudaGraphLaunch(exec_, stream_)); }
+  std::string check_staging() const override { return Staging::check_record(*record_); }
+  size_t retained_staging_bytes() const override {
+    size_t n = 0;
+    for (const auto& b : record_->owned) n += b->bytes;
+    return n;
+  }
+  size_t retained_staging_buffers() const override { return record_->owned.size(); }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+  std::unique_ptr<Staging::CaptureRecord> record_;
+  Staging* staging_;
+};
 
 class CudaBackend final : public Backend {
  public:
@@ -47,6 +74,7 @@ class CudaBackend final : public Backend {
     values_ = std::make_shared<DeviceAllocator>(index, "plan arenas and values", device_gov_);
     workspace_alloc_ = std::make_shared<DeviceAllocator>(index, "library workspace", device_gov_, kWorkspaceBytes);
     workspace_ = workspace_alloc_->allocate(kWorkspaceBytes);
+    param_scratch_ = values_->allocate(kParamScratchBytes);
     pinned_ = std::make_shared<PinnedAllocator>("staging", host_gov_);
     staging_ = std::make_unique<Staging>(*pinned_, stream_);
   }
@@ -56,6 +84,7 @@ class CudaBackend final : public Backend {
     if (stream_) cudaStreamSynchronize(stream_);
     staging_.reset();
     if (workspace_) workspace_alloc_->deallocate(workspace_, kWorkspaceBytes);
+    if (param_scratch_) values_->deallocate(param_scratch_, kParamScratchBytes);
     if (lt_) cublasLtDestroy(reinterpret_cast<cublasLtHandle_t>(lt_));
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -86,6 +115,9 @@ class CudaBackend final : public Backend {
     cu.workspace = workspace_;
     cu.workspace_bytes = kWorkspaceBytes;
     cu.device = index_;
+    cu.staging = staging_.get();
+    cu.param_scratch = param_scratch_;
+    cu.param_scratch_bytes = kParamScratchBytes;
     with_context(cat("on cuda:", index_), [&] { k->run(ctx, cu); });
   }
 
@@ -96,6 +128,56 @@ class CudaBackend final : public Backend {
     staging_->copy_to_host(host_dst, device_src, bytes);
   }
   void synchronize() override { ONYX_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void* stream_handle() override { return stream_; }
+
+  std::unique_ptr<CapturedWork> capture(const std::function<void()>& record) override {
+    ONYX_CUDA_CHECK(cudaSetDevice(index_));
+    staging_->reserve_idle(4);
+    auto rec = std::make_unique<Staging::CaptureRecord>();
+    auto guard = [&](bool on) {
+      values_->set_capturing(on);
+      weights_->set_capturing(on);
+      if (on) staging_->begin_capture(rec.get(), release_staging_under_capture_);
+      else staging_->end_capture();
+    };
+    guard(true);
+    ONYX_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    cudaGraph_t graph = nullptr;
+    try {
+      record();
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      guard(false);
+      staging_->free_record(*rec);
+      throw;
+    }
+    cudaError_t st = cudaStreamEndCapture(stream_, &graph);
+    guard(false);
+    std::string violation = take_capture_violation();
+    if (st != cudaSuccess || !violation.empty()) {
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      staging_->free_record(*rec);
+      ONYX_CHECK(violation.empty(), violation);
+      check_cuda(st, "cudaStreamEndCapture");
+    }
+    cudaGraphExec_t exec = nullptr;
+    st = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (st != cudaSuccess) staging_->free_record(*rec);
+    check_cuda(st, "cudaGraphInstantiate");
+    return std::make_unique<CudaGraphWork>(exec, stream_, std::move(rec), staging_.get());
+  }
+
+  std::string take_capture_violation() override {
+    std::string v = values_->take_violation();
+    if (v.empty()) v = weights_->take_violation();
+    return v;
+  }
+
+  void set_release_staging_under_capture(bool release) override { release_staging_under_capture_ = release; }
 
   std::string memory_report() const override {
     return cat("cuda:", index_, " governor:\n", device_gov_->report(), "\nhost governor:\n", host_gov_->report(), "\n");
@@ -108,8 +190,10 @@ class CudaBackend final : public Backend {
   std::shared_ptr<MemoryGovernor> device_gov_, host_gov_;
   std::shared_ptr<DeviceAllocator> weights_, values_, workspace_alloc_;
   void* workspace_ = nullptr;
+  void* param_scratch_ = nullptr;
   std::shared_ptr<PinnedAllocator> pinned_;
   std::unique_ptr<Staging> staging_;
+  bool release_staging_under_capture_ = false;
 };
 
 }  // namespace

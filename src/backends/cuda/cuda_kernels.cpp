@@ -16,6 +16,7 @@ const CudaKernelRegistry& CudaKernelRegistry::global() {
     register_reduce_norm_kernels(r);
     register_data_kernels(r);
     register_matmul_kernels(r);
+    register_test_kernels(r);
     return r;
   }();
   return registry;

@@ -18,12 +18,19 @@ struct cublasLtContext;
 
 namespace onyx::cuda {
 
+class Staging;
+
 struct CudaContext {
   cudaStream_t stream = nullptr;
   cublasLtContext* lt = nullptr;     // cuBLASLt handle (cublasLtHandle_t)
   void* workspace = nullptr;         // cuBLASLt workspace on the device
   size_t workspace_bytes = 0;
   int device = 0;
+  // The session's host -> device staging path, for a kernel that must send a
+  // parameter block through host memory; and a small device scratch to send it to.
+  Staging* staging = nullptr;
+  void* param_scratch = nullptr;
+  size_t param_scratch_bytes = 0;
 };
 
 using CudaKernelFn = std::function<void(KernelContext& ctx, CudaContext& cu)>;
@@ -66,5 +73,6 @@ void register_elementwise_kernels(CudaKernelRegistry& r);  // unary, binary (bro
 void register_reduce_norm_kernels(CudaKernelRegistry& r);  // Reduce*, Softmax, LayerNorm, RMSNorm, Skip*Norm
 void register_data_kernels(CudaKernelRegistry& r);         // Gather, Concat, Split, Slice, Transpose, RotaryEmbedding
 void register_matmul_kernels(CudaKernelRegistry& r);       // MatMul, Gemm (cuBLASLt)
+void register_test_kernels(CudaKernelRegistry& r);         // onyx.test::StagedAdd
 
 }  // namespace onyx::cuda

@@ -36,6 +36,8 @@ void* DeviceAllocator::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
   size_t need = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   std::lock_guard<std::mutex> lock(mutex_);
+  ONYX_CHECK(!capturing_, "allocating ", format_bytes(bytes), " from '", holder_,
+             "' during CUDA graph capture: a captured kernel would keep an address the pool may hand out again");
   void* p = nullptr;
   for (auto& b : blocks_)
     if ((p = carve(*b, need))) {
@@ -69,6 +71,13 @@ void DeviceAllocator::deallocate(void* ptr, size_t bytes) {
   if (!ptr) return;
   size_t need = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   std::lock_guard<std::mutex> lock(mutex_);
+  if (capturing_) {
+    if (violation_.empty())
+      violation_ = cat("freeing ", format_bytes(bytes), " to '", holder_,
+                       "' during CUDA graph capture (the graph may still read it)");
+    held_frees_.emplace_back(ptr, bytes);
+    return;
+  }
   auto it = owner_.find(static_cast<char*>(ptr));
   ONYX_ASSERT(it != owner_.end(), "device pointer returned to an allocator that did not give it");
   Block& b = *it->second;
@@ -122,6 +131,23 @@ void DeviceAllocator::release_unused_blocks() {
       ++it;
     }
   }
+}
+
+void DeviceAllocator::set_capturing(bool capturing) {
+  std::vector<std::pair<void*, size_t>> frees;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    capturing_ = capturing;
+    if (!capturing) frees.swap(held_frees_);
+  }
+  for (auto [p, n] : frees) deallocate(p, n);
+}
+
+std::string DeviceAllocator::take_violation() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string v;
+  v.swap(violation_);
+  return v;
 }
 
 PinnedAllocator::PinnedAllocator(std::string holder, std::shared_ptr<MemoryGovernor> governor)

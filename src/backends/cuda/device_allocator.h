@@ -29,6 +29,11 @@ class DeviceAllocator final : public Allocator {
   size_t reserved_bytes() const;
   // Returns blocks with nothing allocated in them to the driver (and the governor).
   void release_unused_blocks();
+  // While a CUDA graph is being captured nothing may come from or go back to the pool:
+  // an allocation throws; a free (from a destructor, which cannot throw) is held back
+  // and reported by take_violation().
+  void set_capturing(bool capturing);
+  std::string take_violation();
 
  private:
   struct Block {
@@ -48,6 +53,9 @@ class DeviceAllocator final : public Allocator {
   std::vector<std::unique_ptr<Block>> blocks_;
   std::map<char*, Block*> owner_;  // allocation -> its block
   AllocatorStats stats_;
+  bool capturing_ = false;
+  std::vector<std::pair<void*, size_t>> held_frees_;
+  std::string violation_;
 };
 
 // Page-locked host memory for staging copies, under a governor lease of its own.

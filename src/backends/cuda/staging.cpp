@@ -6,29 +6,49 @@
 
 namespace onyx::cuda {
 
+namespace {
+constexpr size_t kSmallestClass = 64 << 10;  // size classes: powers of two from 64 KiB
+}
+
 Staging::~Staging() {
   for (auto& b : buffers_) {
-    if (b.in_flight) cudaEventSynchronize(b.done);
-    cudaEventDestroy(b.done);
-    pinned_.deallocate(b.host, b.bytes);
+    if (b->in_flight) cudaEventSynchronize(b->done);
+    cudaEventDestroy(b->done);
+    pinned_.deallocate(b->host, b->bytes);
   }
+}
+
+std::unique_ptr<Staging::Buffer> Staging::make_buffer(size_t bytes) {
+  size_t size = kSmallestClass;
+  while (size < bytes) size <<= 1;
+  auto b = std::make_unique<Buffer>();
+  b->host = pinned_.allocate(size);
+  b->bytes = size;
+  ONYX_CUDA_CHECK(cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming));
+  return b;
 }
 
 Staging::Buffer& Staging::acquire(size_t bytes) {
   Buffer* best = nullptr;
   for (auto& b : buffers_) {
-    if (b.in_flight && cudaEventQuery(b.done) == cudaSuccess) b.in_flight = false;
-    if (!b.in_flight && b.bytes >= bytes && (!best || b.bytes < best->bytes)) best = &b;
+    if (b->in_flight && cudaEventQuery(b->done) == cudaSuccess) b->in_flight = false;
+    if (!b->in_flight && b->bytes >= bytes && (!best || b->bytes < best->bytes)) best = b.get();
   }
-  if (best) return *best;
-  size_t size = 64 << 10;  // size classes of powers of two from 64 KiB keep the pool small
-  while (size < bytes) size <<= 1;
-  Buffer b;
-  b.host = pinned_.allocate(size);
-  b.bytes = size;
-  ONYX_CUDA_CHECK(cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming));
-  buffers_.push_back(b);
-  return buffers_.back();
+  if (!best) {
+    buffers_.push_back(make_buffer(bytes));
+    best = buffers_.back().get();
+  }
+  ++best->generation;
+  return *best;
+}
+
+void Staging::reserve_idle(size_t count) {
+  size_t idle = 0;
+  for (auto& b : buffers_) {
+    if (b->in_flight && cudaEventQuery(b->done) == cudaSuccess) b->in_flight = false;
+    idle += !b->in_flight && b->bytes == kSmallestClass;
+  }
+  for (; idle < count; ++idle) buffers_.push_back(make_buffer(kSmallestClass));
 }
 
 void Staging::copy_to_device(void* device_dst, const void* host_src, size_t bytes) {
@@ -36,27 +56,67 @@ void Staging::copy_to_device(void* device_dst, const void* host_src, size_t byte
   Buffer& b = acquire(bytes);
   std::memcpy(b.host, host_src, bytes);
   ONYX_CUDA_CHECK(cudaMemcpyAsync(device_dst, b.host, bytes, cudaMemcpyHostToDevice, stream_));
-  ONYX_CUDA_CHECK(cudaEventRecord(b.done, stream_));
-  b.in_flight = true;
+  if (!capture_) {
+    ONYX_CUDA_CHECK(cudaEventRecord(b.done, stream_));
+    b.in_flight = true;
+    return;
+  }
+  if (release_like_eager_) {
+    // The bug this project exists to prevent: the buffer stays in the pool, free for the next copy.
+    capture_->borrowed.emplace_back(&b, b.generation);
+    return;
+  }
+  // The recorded copy reads this buffer at every replay: it leaves the pool with the graph.
+  for (auto it = buffers_.begin(); it != buffers_.end(); ++it)
+    if (it->get() == &b) {
+      capture_->owned.push_back(std::move(*it));
+      buffers_.erase(it);
+      break;
+    }
 }
 
 void Staging::copy_to_host(void* host_dst, const void* device_src, size_t bytes) {
   if (bytes == 0) return;
+  ONYX_CHECK(!capture_, "copying device memory to the host synchronizes, which a CUDA graph capture cannot record");
   Buffer& b = acquire(bytes);
   ONYX_CUDA_CHECK(cudaMemcpyAsync(b.host, device_src, bytes, cudaMemcpyDeviceToHost, stream_));
   ONYX_CUDA_CHECK(cudaStreamSynchronize(stream_));
   std::memcpy(host_dst, b.host, bytes);
 }
 
+void Staging::begin_capture(CaptureRecord* record, bool release_like_eager) {
+  capture_ = record;
+  release_like_eager_ = release_like_eager;
+}
+
+void Staging::end_capture() { capture_ = nullptr; }
+
+void Staging::free_record(CaptureRecord& record) {
+  for (auto& b : record.owned) {
+    cudaEventDestroy(b->done);
+    pinned_.deallocate(b->host, b->bytes);
+  }
+  record.owned.clear();
+  record.borrowed.clear();
+}
+
+std::string Staging::check_record(const CaptureRecord& record) {
+  for (const auto& [b, generation] : record.borrowed)
+    if (b->generation != generation)
+      return cat("a host staging buffer that the graph's copy reads (", b->bytes, " bytes at ", b->host,
+                 ") was reused since capture (generation ", generation, " -> ", b->generation, ")");
+  return "";
+}
+
 size_t Staging::pooled_bytes() const {
   size_t total = 0;
-  for (const auto& b : buffers_) total += b.bytes;
+  for (const auto& b : buffers_) total += b->bytes;
   return total;
 }
 
 size_t Staging::in_flight() const {
   size_t n = 0;
-  for (const auto& b : buffers_) n += b.in_flight && cudaEventQuery(b.done) != cudaSuccess;
+  for (const auto& b : buffers_) n += b->in_flight && cudaEventQuery(b->done) != cudaSuccess;
   return n;
 }
 
