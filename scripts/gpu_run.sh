@@ -73,6 +73,33 @@ else
   note "- compute-sanitizer: not found on this machine"
 fi
 
+part "capture under compute-sanitizer"
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck initcheck synccheck; do
+    ONYX_STRESS_STEPS=300 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 "$bin/onyx_cuda_tests" \
+      --gtest_filter='Capture.Seed000*:Capture.Interleaved*' > "$out/capture_$tool.log" 2>&1
+    rc=$?
+    note "- $tool on capture tests (seed 000 sequence; stress shortened to 300 steps): exit $rc; $(grep -E 'ERROR SUMMARY' "$out/capture_$tool.log" | tail -1)"
+    [ $rc -eq 0 ] || fails=$((fails+1))
+  done
+fi
+
+part "replay against eager"
+note "- decoder_large decode step (1 token over a past of 127), onyx run --repeat 100, median ms:"
+note "    | batch | eager | replay | eager / replay | capture |"
+note "    |---:|---:|---:|---:|---:|"
+for c in decode:1 decode_b4:4 decode_b16:16; do
+  case=${c%%:*}; batch=${c##*:}; dir=$here/inputs/decoder_large.$case
+  args=(); for f in "$dir"/*.npy; do args+=(--input "$(basename "$f" .npy)=$f"); done
+  e=$("$bin/onyx" run "$here/models/decoder_large.onnx" "${args[@]}" --device cuda:0 --repeat 100 2>&1 | grep -oE "median [0-9.]+" | grep -oE "[0-9.]+")
+  rlog=$("$bin/onyx" run "$here/models/decoder_large.onnx" "${args[@]}" --device cuda:0 --capture require --repeat 100 2>&1)
+  r=$(echo "$rlog" | grep -oE "median [0-9.]+" | grep -oE "[0-9.]+")
+  cap=$(echo "$rlog" | grep -oE "\([0-9.]+ ms capturing\)" | grep -oE "[0-9.]+")
+  ratio=$(python3 -c "print(f'{$e/$r:.2f}')" 2>/dev/null || echo "?")
+  note "    | $batch | $e | $r | $ratio | $cap ms |"
+  echo "$rlog" >> "$out/replay.log"
+done
+
 part "benchmarks"
 timeout 180 "$bin/onyx_cuda_bench" > "$out/bench.log" 2>&1 || fails=$((fails+1))
 note "- kernel benchmarks (onyx_cuda_bench; CUDA events, median of 30):"

@@ -19,6 +19,8 @@ CASES = {
     ("llama_layer", "decode"): dict(batch=1, sequence=1, past_sequence=7),
     ("decoder_large", "prefill"): dict(batch=1, sequence=128, past_sequence=0),
     ("decoder_large", "decode"): dict(batch=1, sequence=1, past_sequence=127),
+    ("decoder_large", "decode_b4"): dict(batch=4, sequence=1, past_sequence=127),
+    ("decoder_large", "decode_b16"): dict(batch=16, sequence=1, past_sequence=127),
     ("encoder24_small", "b1s128"): dict(batch=1, sequence=128),
 }
 

@@ -1,6 +1,7 @@
 // The public entry point: load a model once, run it many times.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,6 +40,9 @@ struct SessionOptions {
   size_t memory_budget_bytes = 0;
   double memory_fraction = 0.9;
   CaptureMode capture = CaptureMode::kOff;
+  // Where one-time notices go (CPU fallbacks, signatures run eagerly, broken replay
+  // contracts); stderr when empty.
+  std::function<void(const std::string&)> log;
   MemoryMode memory = MemoryMode::kPlanned;
   // Plans (each with its arena) kept for recent input-shape signatures; the least
   // recently used is dropped beyond this.

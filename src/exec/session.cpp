@@ -65,6 +65,7 @@ std::unique_ptr<Session> Session::load(const std::string& path, const SessionOpt
     ExecutorOptions eo;
     eo.memory = options.memory;
     eo.plan_cache_capacity = options.plan_cache_capacity;
+    eo.log = options.log;
     if (!m.device.is_cpu()) {
       CudaOptions co;
       co.memory_budget_bytes = options.memory_budget_bytes;
