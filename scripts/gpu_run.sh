@@ -93,6 +93,7 @@ for c in decode:1 decode_b4:4 decode_b16:16; do
   args=(); for f in "$dir"/*.npy; do args+=(--input "$(basename "$f" .npy)=$f"); done
   e=$("$bin/onyx" run "$here/models/decoder_large.onnx" "${args[@]}" --device cuda:0 --repeat 100 2>&1 | grep -oE "median [0-9.]+" | grep -oE "[0-9.]+")
   rlog=$("$bin/onyx" run "$here/models/decoder_large.onnx" "${args[@]}" --device cuda:0 --capture require --repeat 100 2>&1)
+  echo "$rlog" | grep -q "median" || note "    batch $batch replay failed: $(echo "$rlog" | tail -2)"
   r=$(echo "$rlog" | grep -oE "median [0-9.]+" | grep -oE "[0-9.]+")
   cap=$(echo "$rlog" | grep -oE "\([0-9.]+ ms capturing\)" | grep -oE "[0-9.]+")
   ratio=$(python3 -c "print(f'{$e/$r:.2f}')" 2>/dev/null || echo "?")
@@ -114,4 +115,7 @@ fi
 
 note ""
 note "suite: $fails failing part(s)"
+# At most 8 files come back from the GPU machine: the rest travel in one archive.
+(cd "$out" && tar czf logs.tgz --exclude=logs.tgz --exclude=gpu-results.md --exclude=cuda_tests.log . && \
+  find . -mindepth 1 -maxdepth 1 ! -name logs.tgz ! -name gpu-results.md ! -name cuda_tests.log -exec rm -rf {} +)
 exit $fails

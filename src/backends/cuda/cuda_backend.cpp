@@ -72,9 +72,11 @@ class CudaBackend final : public Backend {
     lt_ = lt;
     weights_ = std::make_shared<DeviceAllocator>(index, "weights", device_gov_);
     values_ = std::make_shared<DeviceAllocator>(index, "plan arenas and values", device_gov_);
-    workspace_alloc_ = std::make_shared<DeviceAllocator>(index, "library workspace", device_gov_, kWorkspaceBytes);
+    // The cuBLASLt workspace and the kernels' parameter scratch: one block, one holder.
+    workspace_alloc_ = std::make_shared<DeviceAllocator>(index, "library workspace", device_gov_,
+                                                         kWorkspaceBytes + kParamScratchBytes);
     workspace_ = workspace_alloc_->allocate(kWorkspaceBytes);
-    param_scratch_ = values_->allocate(kParamScratchBytes);
+    param_scratch_ = workspace_alloc_->allocate(kParamScratchBytes);
     pinned_ = std::make_shared<PinnedAllocator>("staging", host_gov_);
     staging_ = std::make_unique<Staging>(*pinned_, stream_);
   }
@@ -84,7 +86,7 @@ class CudaBackend final : public Backend {
     if (stream_) cudaStreamSynchronize(stream_);
     staging_.reset();
     if (workspace_) workspace_alloc_->deallocate(workspace_, kWorkspaceBytes);
-    if (param_scratch_) values_->deallocate(param_scratch_, kParamScratchBytes);
+    if (param_scratch_) workspace_alloc_->deallocate(param_scratch_, kParamScratchBytes);
     if (lt_) cublasLtDestroy(reinterpret_cast<cublasLtHandle_t>(lt_));
     if (stream_) cudaStreamDestroy(stream_);
   }
