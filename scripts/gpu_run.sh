@@ -92,7 +92,10 @@ for c in decode:1 decode_b4:4 decode_b16:16; do
   case=${c%%:*}; batch=${c##*:}; dir=$here/inputs/decoder_large.$case
   args=(); for f in "$dir"/*.npy; do args+=(--input "$(basename "$f" .npy)=$f"); done
   e=$("$bin/onyx" run "$here/models/decoder_large.onnx" "${args[@]}" --device cuda:0 --repeat 100 2>&1 | grep -oE "median [0-9.]+" | grep -oE "[0-9.]+")
-  rlog=$("$bin/onyx" run "$here/models/decoder_large.onnx" "${args[@]}" --device cuda:0 --capture require --repeat 100 2>&1)
+  rlog=$("$bin/onyx" run "$here/models/decoder_large.onnx" "${args[@]}" --device cuda:0 --capture require --repeat 100 \
+    --save-outputs "$out/replay/$case" 2>&1)
+  python3 "$here/compare_npy.py" "$out/replay/$case" "$out/run/decoder_large.$case/cuda0" --tol 1e-5 \
+    --label "replayed outputs, batch $batch, against eager on cuda:0" >> "$out/replay_compare.txt" 2>&1 || fails=$((fails+1))
   echo "$rlog" | grep -q "median" || note "    batch $batch replay failed: $(echo "$rlog" | tail -2)"
   r=$(echo "$rlog" | grep -oE "median [0-9.]+" | grep -oE "[0-9.]+")
   cap=$(echo "$rlog" | grep -oE "\([0-9.]+ ms capturing\)" | grep -oE "[0-9.]+")
@@ -100,6 +103,9 @@ for c in decode:1 decode_b4:4 decode_b16:16; do
   note "    | $batch | $e | $r | $ratio | $cap ms |"
   echo "$rlog" >> "$out/replay.log"
 done
+
+note "- replayed outputs against eager outputs:"
+sed 's/^/    /' "$out/replay_compare.txt" | tee -a "$res"
 
 part "benchmarks"
 timeout 180 "$bin/onyx_cuda_bench" > "$out/bench.log" 2>&1 || fails=$((fails+1))
@@ -116,6 +122,6 @@ fi
 note ""
 note "suite: $fails failing part(s)"
 # At most 8 files come back from the GPU machine: the rest travel in one archive.
-(cd "$out" && tar czf logs.tgz --exclude=logs.tgz --exclude=gpu-results.md --exclude=cuda_tests.log . && \
+(cd "$out" && tar czf logs.tgz --exclude=logs.tgz --exclude=gpu-results.md --exclude=cuda_tests.log --exclude='*.npy' . && \
   find . -mindepth 1 -maxdepth 1 ! -name logs.tgz ! -name gpu-results.md ! -name cuda_tests.log -exec rm -rf {} +)
 exit $fails

@@ -51,10 +51,9 @@ void GraphExecutor::upload_weights() {
   Backend& b = *options_.backend;
   for (const auto& node : graph_.nodes) {
     if (!b.has_kernel(node)) continue;
-    std::vector<int> by_value = value_inputs(node);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       int id = node.inputs[i];
-      if (id < 0 || accel_weights_.count(id) || std::count(by_value.begin(), by_value.end(), static_cast<int>(i))) continue;
+      if (id < 0 || accel_weights_.count(id)) continue;
       auto it = graph_.initializers.find(id);
       if (it == graph_.initializers.end() || graph_.values[id].is_input || it->second.dtype() == DType::kString) continue;
       const Tensor& w = it->second;
@@ -467,12 +466,11 @@ std::shared_ptr<GraphExecutor::CachedPlan> GraphExecutor::cached_plan(const std:
     for (int step : p.schedule) {
       if (p.skip[step] || p.place[step] != StepPlace::kAccel) continue;
       const Node& n = graph_.nodes[step];
-      std::vector<int> by_value = value_inputs(n);
+      // Inputs read by value for shapes are sent too: kernels read them on the device
+      // (a Slice's starts, a Range's start and step).
       for (size_t i = 0; i < n.inputs.size(); ++i) {
         int id = n.inputs[i];
-        if (id < 0 || !p.constants[id].defined() || entry->accel_constants.count(id) ||
-            std::count(by_value.begin(), by_value.end(), static_cast<int>(i)))
-          continue;
+        if (id < 0 || !p.constants[id].defined() || entry->accel_constants.count(id)) continue;
         const Tensor& c = p.constants[id];
         if (c.dtype() == DType::kString) continue;
         Tensor d(c.dtype(), c.shape(), options_.backend->allocator());

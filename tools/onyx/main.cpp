@@ -36,7 +36,8 @@ run options:
                                (with no --input at all, every input is random)
   --dim NAME=N                 size of symbolic dimension NAME for random inputs (default 1)
   --seed N                     seed for random inputs (default: drawn at random, printed)
-  --repeat N                   run N more times after the first and report timing (default 0)
+  --repeat N                   run N more times after the first and report timing (default 0);
+                               the outputs shown and saved are the last run's
   --save-outputs DIR           write each output as DIR/NAME.npy (NAME made file-system safe)
   --device DEVICE              cpu (default), cuda or cuda:N
   --no-cpu-fallback            on a GPU, fail instead of running a node without a GPU kernel on the CPU
@@ -361,7 +362,7 @@ int cmd_run(const std::string& path, const std::vector<std::string>& args) {
   onyx::RunStats first = session->last_run_stats();
   std::vector<double> times;
   for (int r = 0; r < repeat; ++r) {
-    session->run(feeds);
+    outputs = session->run(feeds);  // the last run's outputs are printed and saved (a replay, when capturing)
     times.push_back(session->last_run_stats().seconds);
   }
   for (const auto& [name, t] : outputs)
