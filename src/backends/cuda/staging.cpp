@@ -31,7 +31,9 @@ std::unique_ptr<Staging::Buffer> Staging::make_buffer(size_t bytes) {
 Staging::Buffer& Staging::acquire(size_t bytes) {
   Buffer* best = nullptr;
   for (auto& b : buffers_) {
-    if (b->in_flight && cudaEventQuery(b->done) == cudaSuccess) b->in_flight = false;
+    // Querying an event while the stream captures would invalidate the capture: then
+    // only buffers already known idle are taken (reserve_idle made some before it began).
+    if (!capture_ && b->in_flight && cudaEventQuery(b->done) == cudaSuccess) b->in_flight = false;
     if (!b->in_flight && b->bytes >= bytes && (!best || b->bytes < best->bytes)) best = b.get();
   }
   if (!best) {
