@@ -40,6 +40,10 @@ struct SessionOptions {
   size_t memory_budget_bytes = 0;
   double memory_fraction = 0.9;
   CaptureMode capture = CaptureMode::kOff;
+  // Validation mode for replays (slower; off by default): before each replay, the host
+  // staging bytes a graph reads are checked against their hash at capture, and the
+  // device arena is poisoned (every byte 0xFF, NaN for floats).
+  bool validate_replays = false;
   // Where one-time notices go (CPU fallbacks, signatures run eagerly, broken replay
   // contracts); stderr when empty.
   std::function<void(const std::string&)> log;

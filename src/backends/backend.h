@@ -23,6 +23,8 @@ class CapturedWork {
   // "" while every host buffer a recorded copy reads still holds what it held at capture.
   virtual std::string check_staging() const = 0;
   virtual size_t retained_staging_bytes() const = 0;
+  // Validation mode: "" while the retained buffers' bytes hash as they did at capture.
+  virtual std::string verify_staging_checksums() const = 0;
   virtual size_t retained_staging_buffers() const = 0;
 };
 
@@ -63,6 +65,11 @@ class Backend {
   // Test-only: staging buffers used under capture go back to the pool as eager ones
   // do, instead of to the captured graph (the failure of seed 000, for its test).
   virtual void set_release_staging_under_capture(bool release) = 0;
+  // Reads and clears the device error word (synchronizes): "" or which op families
+  // met an out-of-range index since the last call.
+  virtual std::string take_device_errors() = 0;
+  // Fills `bytes` of device memory at `ptr` with a pattern that reads as NaN (validation mode).
+  virtual void poison(void* ptr, size_t bytes) = 0;
 };
 
 struct CudaOptions {

@@ -256,6 +256,16 @@ std::vector<Tensor> GraphExecutor::run_captured(CachedPlan& entry, const std::ve
     capture_stats_.capture_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++capture_stats_.captures;
   }
+  if (options_.validate_replays) {
+    // Validation mode: the staged bytes hash as at capture, and every intermediate
+    // starts as NaN, so a kernel reading what no earlier step wrote shows up.
+    if (std::string changed = entry.capture->work->verify_staging_checksums(); !changed.empty()) {
+      entry.capture.reset();
+      throw Error(cat("replay contract broken for inputs ", entry.signature, ": ", changed,
+                      "; the graph was dropped and the next run captures it again"));
+    }
+    if (accel_arena_.defined()) b.poison(accel_arena_.raw(), accel_arena_.bytes());
+  }
   entry.capture->work->replay();
   ++capture_stats_.replays;
   // The outputs, from their slots to the host.
@@ -271,6 +281,8 @@ std::vector<Tensor> GraphExecutor::run_captured(CachedPlan& entry, const std::ve
     b.copy_to_host(host.raw(), slot.raw(), host.bytes());
     outputs.push_back(std::move(host));
   }
+  std::string errors = b.take_device_errors();
+  ONYX_CHECK(errors.empty(), "the device reported: ", errors);
   return outputs;
 }
 
@@ -312,7 +324,11 @@ std::vector<Tensor> GraphExecutor::finish(RunState& st, const ExecutionPlan* pla
     else if (plan && plan->values[id].kind == ValueKind::kConstant) outputs.push_back(t.clone(*alloc_));
     else outputs.push_back(t);
   }
-  if (options_.backend) options_.backend->synchronize();
+  if (options_.backend) {
+    options_.backend->synchronize();
+    std::string errors = options_.backend->take_device_errors();
+    ONYX_CHECK(errors.empty(), "the device reported: ", errors);
+  }
   return outputs;
 }
 

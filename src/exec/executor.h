@@ -40,6 +40,9 @@ struct ExecutorOptions {
   std::function<void(const std::string&)> log;
   // With a backend: CUDA Graph capture of planned signatures.
   CaptureMode capture = CaptureMode::kOff;
+  // Checks retained staging bytes against their capture-time hash and poisons the
+  // device arena before every replay.
+  bool validate_replays = false;
 };
 
 struct Fallback {

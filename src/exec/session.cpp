@@ -74,6 +74,7 @@ std::unique_ptr<Session> Session::load(const std::string& path, const SessionOpt
       eo.backend = m.backend.get();
       eo.allow_cpu_fallback = options.allow_cpu_fallback;
       eo.capture = options.capture;
+      eo.validate_replays = options.validate_replays;
     } else {
       ONYX_CHECK(options.capture == CaptureMode::kOff || options.capture == CaptureMode::kAuto,
                  "capture=require needs a CUDA device; this session runs on ", m.device.str());

@@ -300,3 +300,65 @@ TEST(Capture, UncapturableSignaturesAreReportedOrRefused) {
 }
 
 }  // namespace onyx
+
+namespace onyx {
+
+// The device error word: an out-of-range Gather index on the GPU is an error naming the
+// op family (eagerly and after a replay), and the session stays usable.
+TEST(Capture, DeviceErrorWordReportsBadIndices) {
+  REQUIRE_GPU();
+  ModelWriter w("gather_ids");
+  auto* in = w.g->mutable_input()->Add();
+  in->set_name("ids");
+  auto* t = in->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(onnx::TensorProto::INT64);
+  t->mutable_shape()->add_dim()->set_dim_param("n");
+  w.weight("table", {50, 16}, 1.f);
+  w.node("Gather", {"table", "ids"}, "rows");
+  w.node("Relu", {"rows"}, "y");
+  w.value(w.g->mutable_output(), "y", {"n", "16"});
+  std::string path = w.save();
+  for (CaptureMode mode : {CaptureMode::kOff, CaptureMode::kAuto}) {
+    SessionOptions opt;
+    opt.device = "cuda:0";
+    opt.capture = mode;
+    auto gpu = Session::load(path, opt);
+    auto cpu = Session::load(path);
+    Tensor good = Tensor::from_vector<int64_t>({3, 7, 49, 0}, Shape{4});
+    Tensor bad = Tensor::from_vector<int64_t>({3, 70, 49, 0}, Shape{4});
+    for (int i = 0; i < 3; ++i) gpu->run({{"ids", good}});  // warm-up, capture, replay
+    try {
+      gpu->run({{"ids", bad}});
+      FAIL() << "an out-of-range index must be reported";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("Gather: an index was out of range"), std::string::npos) << e.what();
+    }
+    auto got = gpu->run({{"ids", good}})[0].second;
+    auto want = cpu->run({{"ids", good}})[0].second;
+    EXPECT_EQ(max_diff(got, want), 0.0);
+  }
+}
+
+// Validation mode: replays check the retained staging bytes and start from a poisoned
+// arena, and still match the eager results.
+TEST(Capture, ValidationModeReplaysMatch) {
+  REQUIRE_GPU();
+  std::mt19937 rng(std::random_device{}());
+  for (const std::string& path : {staged_model(), probe_model()}) {
+    auto cpu = Session::load(path);
+    SessionOptions opt;
+    opt.device = "cuda:0";
+    opt.capture = CaptureMode::kRequire;
+    opt.validate_replays = true;
+    auto gpu = Session::load(path, opt);
+    for (int step = 0; step < 20; ++step) {
+      Tensor x = random_rows(step % 2 ? 3 : 8, rng);
+      auto got = gpu->run({{"x", x}});
+      auto want = cpu->run({{"x", x}});
+      for (size_t o = 0; o < got.size(); ++o) EXPECT_LE(max_diff(got[o].second, want[o].second), 1e-4) << path;
+    }
+    EXPECT_GE(gpu->capture_report().replays, 16u);
+  }
+}
+
+}  // namespace onyx

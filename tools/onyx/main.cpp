@@ -44,6 +44,7 @@ run options:
   --memory-budget BYTES        on a GPU, the session's device-memory budget (default: 90% of free memory)
   --memory-report              print the memory governor's holders after the runs
   --capture off|auto|require   on a GPU, replay repeated input shapes from CUDA graphs (default off)
+  --validate-replays           check staged bytes and poison the arena before each replay (slower)
   --memory planned|release|keep
                                planned (default): one arena per input-shape signature, every
                                intermediate at a planned offset; release: allocate each value
@@ -316,6 +317,7 @@ int cmd_run(const std::string& path, const std::vector<std::string>& args) {
     else if (a == "--no-cpu-fallback") options.allow_cpu_fallback = false;
     else if (a == "--memory-budget") options.memory_budget_bytes = static_cast<size_t>(to_int(value()));
     else if (a == "--memory-report") memory_report = true;
+    else if (a == "--validate-replays") options.validate_replays = true;
     else if (a == "--capture") {
       std::string m = value();
       if (m == "off") options.capture = onyx::CaptureMode::kOff;

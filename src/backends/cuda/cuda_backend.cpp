@@ -47,6 +47,7 @@ class CudaGraphWork final : public CapturedWork {
     return n;
   }
   size_t retained_staging_buffers() const override { return record_->owned.size(); }
+  std::string verify_staging_checksums() const override { return Staging::verify_checksums(*record_); }
 
  private:
   cudaGraphExec_t exec_;
@@ -74,9 +75,11 @@ class CudaBackend final : public Backend {
     values_ = std::make_shared<DeviceAllocator>(index, "plan arenas and values", device_gov_);
     // The cuBLASLt workspace and the kernels' parameter scratch: one block, one holder.
     workspace_alloc_ = std::make_shared<DeviceAllocator>(index, "library workspace", device_gov_,
-                                                         kWorkspaceBytes + kParamScratchBytes);
+                                                         kWorkspaceBytes + kParamScratchBytes + 256);
     workspace_ = workspace_alloc_->allocate(kWorkspaceBytes);
     param_scratch_ = workspace_alloc_->allocate(kParamScratchBytes);
+    error_word_ = static_cast<unsigned int*>(workspace_alloc_->allocate(sizeof(unsigned int)));
+    ONYX_CUDA_CHECK(cudaMemsetAsync(error_word_, 0, sizeof(unsigned int), stream_));
     pinned_ = std::make_shared<PinnedAllocator>("staging", host_gov_);
     staging_ = std::make_unique<Staging>(*pinned_, stream_);
   }
@@ -87,6 +90,7 @@ class CudaBackend final : public Backend {
     staging_.reset();
     if (workspace_) workspace_alloc_->deallocate(workspace_, kWorkspaceBytes);
     if (param_scratch_) workspace_alloc_->deallocate(param_scratch_, kParamScratchBytes);
+    if (error_word_) workspace_alloc_->deallocate(error_word_, sizeof(unsigned int));
     if (lt_) cublasLtDestroy(reinterpret_cast<cublasLtHandle_t>(lt_));
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -120,6 +124,7 @@ class CudaBackend final : public Backend {
     cu.staging = staging_.get();
     cu.param_scratch = param_scratch_;
     cu.param_scratch_bytes = kParamScratchBytes;
+    cu.error_word = error_word_;
     with_context(cat("on cuda:", index_), [&] { k->run(ctx, cu); });
   }
 
@@ -165,6 +170,7 @@ class CudaBackend final : public Backend {
       ONYX_CHECK(violation.empty(), violation);
       check_cuda(st, "cudaStreamEndCapture");
     }
+    Staging::take_checksums(*rec);
     cudaGraphExec_t exec = nullptr;
     st = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
@@ -181,6 +187,20 @@ class CudaBackend final : public Backend {
 
   void set_release_staging_under_capture(bool release) override { release_staging_under_capture_ = release; }
 
+  std::string take_device_errors() override {
+    unsigned int word = 0;
+    staging_->copy_to_host(&word, error_word_, sizeof word);
+    if (!word) return "";
+    ONYX_CUDA_CHECK(cudaMemsetAsync(error_word_, 0, sizeof word, stream_));
+    std::string what;
+    if (word & kDeviceErrorGatherIndex) what += "Gather: an index was out of range";
+    if (word & kDeviceErrorRotaryPosition)
+      what += cat(what.empty() ? "" : "; ", "RotaryEmbedding: a position id was outside the cos/sin cache");
+    return what;
+  }
+
+  void poison(void* ptr, size_t bytes) override { ONYX_CUDA_CHECK(cudaMemsetAsync(ptr, 0xFF, bytes, stream_)); }
+
   std::string memory_report() const override {
     return cat("cuda:", index_, " governor:\n", device_gov_->report(), "\nhost governor:\n", host_gov_->report(), "\n");
   }
@@ -193,6 +213,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<DeviceAllocator> weights_, values_, workspace_alloc_;
   void* workspace_ = nullptr;
   void* param_scratch_ = nullptr;
+  unsigned int* error_word_ = nullptr;
   std::shared_ptr<PinnedAllocator> pinned_;
   std::unique_ptr<Staging> staging_;
   bool release_staging_under_capture_ = false;

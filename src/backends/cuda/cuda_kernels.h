@@ -31,7 +31,14 @@ struct CudaContext {
   Staging* staging = nullptr;
   void* param_scratch = nullptr;
   size_t param_scratch_bytes = 0;
+  // The device error word: kernels that take indices set a bit (kDeviceError*) on an
+  // out-of-range index instead of reading out of bounds; the executor checks it after
+  // each run and replay, and names the op family.
+  unsigned int* error_word = nullptr;
 };
+
+constexpr unsigned int kDeviceErrorGatherIndex = 1u;
+constexpr unsigned int kDeviceErrorRotaryPosition = 2u;
 
 using CudaKernelFn = std::function<void(KernelContext& ctx, CudaContext& cu)>;
 // "" when the kernel handles these input types and attributes, else why not.

@@ -72,6 +72,7 @@ void Staging::copy_to_device(void* device_dst, const void* host_src, size_t byte
   for (auto it = buffers_.begin(); it != buffers_.end(); ++it)
     if (it->get() == &b) {
       capture_->owned.push_back(std::move(*it));
+      capture_->used.push_back(bytes);
       buffers_.erase(it);
       break;
     }
@@ -99,7 +100,30 @@ void Staging::free_record(CaptureRecord& record) {
     pinned_.deallocate(b->host, b->bytes);
   }
   record.owned.clear();
+  record.used.clear();
+  record.checksums.clear();
   record.borrowed.clear();
+}
+
+static uint64_t fnv1a(const void* p, size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+void Staging::take_checksums(CaptureRecord& record) {
+  record.checksums.clear();
+  for (size_t i = 0; i < record.owned.size(); ++i)
+    record.checksums.push_back(fnv1a(record.owned[i]->host, record.used[i]));
+}
+
+std::string Staging::verify_checksums(const CaptureRecord& record) {
+  for (size_t i = 0; i < record.owned.size() && i < record.checksums.size(); ++i)
+    if (fnv1a(record.owned[i]->host, record.used[i]) != record.checksums[i])
+      return cat("the bytes of a retained host staging buffer (", record.used[i], " bytes at ", record.owned[i]->host,
+                 ") changed since capture");
+  return "";
 }
 
 std::string Staging::check_record(const CaptureRecord& record) {

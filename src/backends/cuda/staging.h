@@ -28,6 +28,8 @@ class Staging {
   // pool buffers it merely read, with their generation at capture.
   struct CaptureRecord {
     std::vector<std::unique_ptr<Buffer>> owned;
+    std::vector<size_t> used;             // bytes of each owned buffer that a copy reads
+    std::vector<uint64_t> checksums;      // their hash at the end of capture
     std::vector<std::pair<const Buffer*, uint64_t>> borrowed;
   };
 
@@ -51,6 +53,8 @@ class Staging {
   // Returns a capture's buffers to pinned memory (the graph is gone).
   void free_record(CaptureRecord& record);
   static std::string check_record(const CaptureRecord& record);
+  static void take_checksums(CaptureRecord& record);
+  static std::string verify_checksums(const CaptureRecord& record);
 
  private:
   Buffer& acquire(size_t bytes);

@@ -65,7 +65,7 @@ void add(CudaKernelRegistry& r, const std::string& name, CudaKernelFn fn, CudaSu
 
 template <class U>
 __global__ void gather_kernel(const U* __restrict__ src, U* __restrict__ dst, const void* idx, int idx64,
-                              int64_t outer, int64_t n, int64_t size, int64_t inner) {
+                              int64_t outer, int64_t n, int64_t size, int64_t inner, unsigned int* err) {
   const int64_t total = outer * n * inner;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -73,9 +73,11 @@ __global__ void gather_kernel(const U* __restrict__ src, U* __restrict__ dst, co
     const int64_t i = t % n, o = t / n;
     int64_t k = load_index(idx, idx64 != 0, i);
     if (k < 0) k += size;
-    // Out of range: nothing is written. The CPU op validates and throws; on CUDA,
-    // reporting it waits for the device error word.
-    if (k < 0 || k >= size) continue;
+    // Out of range: nothing is read or written, and the device error word says so.
+    if (k < 0 || k >= size) {
+      if (err) atomicOr(err, kDeviceErrorGatherIndex);
+      continue;
+    }
     dst[e] = src[(o * size + k) * inner + j];
   }
 }
@@ -97,7 +99,7 @@ void run_gather(KernelContext& ctx, CudaContext& cu) {
     using U = typename decltype(tag)::type;
     gather_kernel<U><<<grid_for(outer * n * inner_u, kThreads), kThreads, 0, cu.stream>>>(
         static_cast<const U*>(data.raw()), static_cast<U*>(out.raw()), ind.raw(), ind.dtype() == DType::kInt64,
-        outer, n, size, inner_u);
+        outer, n, size, inner_u, cu.error_word);
   });
   ONYX_CUDA_CHECK_LAUNCH("Gather");
 }

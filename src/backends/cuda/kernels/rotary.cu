@@ -12,6 +12,7 @@ namespace {
 using namespace nk;
 
 struct RotaryArgs {
+  unsigned int* err = nullptr;  // the device error word
   const void* cosc = nullptr;
   const void* sinc = nullptr;
   int cache_code = 0;
@@ -51,8 +52,8 @@ __global__ void rotary_kernel(const T* __restrict__ x, T* __restrict__ y, Rotary
     else if (a.pos_offset) row = load_index(a.pos, a.pos64 != 0, 0) + s;
     else row = load_index(a.pos, a.pos64 != 0, b * a.S + s);
     if (row < 0 || row >= a.cache_rows) {
-      // The CPU op rejects such positions; here the value passes through
-      // unrotated until CUDA kernels can report errors.
+      // The CPU op rejects such positions: here the device error word reports it.
+      if (a.err) atomicOr(a.err, kDeviceErrorRotaryPosition);
       y[e] = x[e];
       continue;
     }
@@ -100,6 +101,7 @@ void run_onnx_rotary(KernelContext& ctx, CudaContext& cu) {
   ONYX_CHECK(cosc.shape() == sinc.shape() && cosc.dtype() == sinc.dtype(), "cos_cache ", cosc.type_str(),
              " and sin_cache ", sinc.type_str(), " differ");
   RotaryArgs a;
+  a.err = cu.error_word;
   a.B = xs[0];
   if (xs.rank() == 4) {
     a.H = xs[1];
@@ -152,6 +154,7 @@ void run_ms_rotary(KernelContext& ctx, CudaContext& cu) {
   ONYX_CHECK(cosc.rank() == 2 && cosc.shape() == sinc.shape() && cosc.dtype() == sinc.dtype(),
              "cos_cache and sin_cache must be equal 2-D tensors, got ", cosc.type_str(), " and ", sinc.type_str());
   RotaryArgs a;
+  a.err = cu.error_word;
   a.B = xs[0];
   a.S = xs[1];
   a.half = cosc.shape()[1];
