@@ -131,3 +131,47 @@ def test_parity(model_name, make_inputs, past, models_dir, run_onyx, tmp_path):
     report = "\n".join(lines)
     print(f"{model_name} (past={past}):\n{report}")
     assert ok, f"parity failure for {model_name} (past={past}, seed={seed}):\n{report}"
+
+
+def run_and_compare(model, feeds, run_onyx, tmp_path, extra_args=(), label=""):
+    """Runs `model` in onyx (with extra CLI args) and onnxruntime on `feeds`; asserts parity."""
+    in_dir, out_dir = tmp_path / "inputs", tmp_path / "outputs"
+    in_dir.mkdir(exist_ok=True)
+    args = ["run", model]
+    for name, arr in feeds.items():
+        path = in_dir / f"{safe_name(name)}.npy"
+        np.save(path, arr)
+        args += ["--input", f"{name}={path}"]
+    args += ["--save-outputs", out_dir, *extra_args]
+    proc = run_onyx(*args)
+    assert proc.returncode == 0, f"onyx failed ({label}):\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    lines, ok = [], True
+    for name, ref in zip(names, sess.run(names, feeds)):
+        good, line = compare(name, np.load(out_dir / f"{safe_name(name)}.npy"), ref)
+        ok &= good
+        lines.append(("ok   " if good else "FAIL ") + line)
+    report = "\n".join(lines)
+    print(f"{label}:\n{report}")
+    assert ok, f"parity failure ({label}):\n{report}"
+
+
+def test_external_data_weights(models_dir, run_onyx, tmp_path):
+    """The MLP with its weights in an external data file (memory-mapped by onyx)."""
+    import onnx
+    rng, seed = fresh_rng()
+    m = onnx.load(str(models_dir / "mlp.onnx"))
+    path = tmp_path / "mlp_external.onnx"
+    onnx.save_model(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="mlp_external.weights", size_threshold=0)
+    assert (tmp_path / "mlp_external.weights").stat().st_size > 100_000
+    run_and_compare(path, mlp_inputs(rng, 0), run_onyx, tmp_path, label=f"mlp, external data (seed {seed})")
+
+
+@pytest.mark.parametrize("memory", ["release", "keep"])
+def test_memory_modes_match(memory, models_dir, run_onyx, tmp_path):
+    """The run-time release and keep-everything modes give the planned mode's results."""
+    rng, seed = fresh_rng()
+    run_and_compare(models_dir / "llama_layer.onnx", llama_inputs(rng, 5), run_onyx, tmp_path,
+                    extra_args=("--memory", memory, "--repeat", "2"), label=f"llama, --memory {memory} (seed {seed})")

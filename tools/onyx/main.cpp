@@ -382,6 +382,11 @@ int cmd_run(const std::string& path, const std::vector<std::string>& args) {
   std::cout << "peak intermediate memory: " << human_bytes(double(first.peak_bytes)) << " (" << first.peak_bytes
             << " bytes, " << first.allocations << " allocations)\n";
   std::cout << "device: " << session->device() << "\n";
+  if (options.memory == onyx::MemoryMode::kPlanned) {
+    onyx::PlanCacheReport pc = session->plan_cache();
+    std::cout << "plan cache: " << pc.entries << " plan(s), " << pc.hits << " hits, " << pc.misses << " misses, "
+              << pc.evictions << " evictions, arenas " << human_bytes(double(pc.arena_bytes)) << "\n";
+  }
   for (const auto& [node, why] : session->cpu_fallbacks()) std::cout << "cpu fallback: " << node << ": " << why << "\n";
   if (memory_report) std::cout << "memory report:\n" << session->memory_report();
   if (options.capture != onyx::CaptureMode::kOff) {
