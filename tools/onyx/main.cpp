@@ -56,6 +56,23 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// NAME=VALUE, as --input, --dim and --shape take them.
+std::pair<std::string, std::string> split(const std::string& kv) {
+  size_t eq = kv.find('=');
+  if (eq == std::string::npos || eq == 0) throw UsageError(cat("expected NAME=VALUE, got '", kv, "'"));
+  return {kv.substr(0, eq), kv.substr(eq + 1)};
+}
+
+int64_t to_int(const std::string& s) {
+  try {
+    size_t pos = 0;
+    int64_t v = std::stoll(s, &pos);
+    if (pos == s.size()) return v;
+  } catch (...) {
+  }
+  throw UsageError(cat("'", s, "' is not an integer"));
+}
+
 std::string safe_file_name(const std::string& name) {
   std::string s = name;
   for (char& c : s)
@@ -178,19 +195,6 @@ int cmd_plan(const std::string& path, const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw UsageError(cat(args[i], " needs a value"));
       return args[++i];
     };
-    auto split = [&](const std::string& kv) {
-      size_t eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0) throw UsageError(cat("expected NAME=VALUE, got '", kv, "'"));
-      return std::pair{kv.substr(0, eq), kv.substr(eq + 1)};
-    };
-    auto to_int = [&](const std::string& s) -> int64_t {
-      try {
-        size_t pos = 0;
-        int64_t v = std::stoll(s, &pos);
-        if (pos == s.size()) return v;
-      } catch (...) {}
-      throw UsageError(cat("'", s, "' is not an integer"));
-    };
     if (args[i] == "--shape") {
       auto [name, text] = split(value());
       std::vector<int64_t> d;
@@ -293,19 +297,6 @@ int cmd_run(const std::string& path, const std::vector<std::string>& args) {
     auto value = [&]() -> std::string {
       if (i + 1 >= args.size()) throw UsageError(cat(args[i], " needs a value"));
       return args[++i];
-    };
-    auto split = [&](const std::string& kv) {
-      size_t eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0) throw UsageError(cat("expected NAME=VALUE, got '", kv, "'"));
-      return std::pair{kv.substr(0, eq), kv.substr(eq + 1)};
-    };
-    auto to_int = [&](const std::string& s) -> int64_t {
-      try {
-        size_t pos = 0;
-        int64_t v = std::stoll(s, &pos);
-        if (pos == s.size()) return v;
-      } catch (...) {}
-      throw UsageError(cat("'", s, "' is not an integer"));
     };
     const std::string& a = args[i];
     if (a == "--input") inputs.push_back(split(value()));
