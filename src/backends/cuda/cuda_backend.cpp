@@ -24,6 +24,8 @@ int cuda_device_count(std::string* why) {
 
 namespace cuda {
 
+std::string cublaslt_unavailable_reason();
+
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32ull << 20;
@@ -68,6 +70,8 @@ class CudaBackend final : public Backend {
     device_gov_ = MemoryGovernor::create(cat("cuda:", index), budget);
     host_gov_ = MemoryGovernor::create("host (pinned)", options.pinned_budget_bytes);
     ONYX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    std::string no_lt = cublaslt_unavailable_reason();
+    ONYX_CHECK(no_lt.empty(), "cuBLASLt could not be loaded: ", no_lt);
     cublasLtHandle_t lt = nullptr;
     if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) throw Error("cuBLASLt could not be initialized");
     lt_ = lt;
