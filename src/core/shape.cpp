@@ -6,7 +6,8 @@ namespace onyx {
 
 int64_t Shape::numel() const {
   int64_t n = 1;
-  for (int64_t d : dims_) n *= d;
+  for (int64_t d : dims_)
+    if (__builtin_mul_overflow(n, d, &n)) throw Error(cat("shape ", str(), " has more elements than fit in 64 bits"));
   return n;
 }
 

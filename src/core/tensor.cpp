@@ -30,6 +30,9 @@ Tensor::Tensor(DType dtype, Shape shape, Allocator& alloc) : dtype_(dtype), shap
   ONYX_CHECK(dtype_supported(dtype), "cannot create a tensor of ", dtype_name(dtype));
   for (int64_t d : shape_.dims()) ONYX_CHECK(d >= 0, "cannot create a tensor of negative shape ", shape_.str());
   size_t n = static_cast<size_t>(shape_.numel());
+  size_t bytes = 0;
+  ONYX_CHECK(!__builtin_mul_overflow(n, dtype_size(dtype), &bytes), "a tensor of ", dtype_name(dtype), shape_.str(),
+             " needs more bytes than an address space holds");
   storage_ = std::make_shared<Storage>(alloc, n * dtype_size(dtype), dtype, n);
 }
 

@@ -11,7 +11,12 @@ namespace onyx {
 const Tensor* Scope::lookup(const std::string& name) const {
   for (const Scope* s = this; s; s = s->parent) {
     int id = s->graph->find_value(name);
-    if (id >= 0 && (*s->env)[id].defined()) return &(*s->env)[id];
+    if (id < 0) continue;
+    if (s->overrides) {
+      auto it = s->overrides->find(id);
+      if (it != s->overrides->end()) return &it->second;
+    }
+    if ((*s->env)[id].defined()) return &(*s->env)[id];
   }
   return nullptr;
 }
@@ -249,9 +254,18 @@ std::vector<Tensor> GraphExecutor::run_captured(CachedPlan& entry, const std::ve
     auto t0 = std::chrono::steady_clock::now();
     try {
       entry.capture->work = b.capture([&] { run_steps(entry, cst, scope); });
-    } catch (...) {
+    } catch (const Error& e) {
       entry.capture.reset();
-      throw;
+      if (options_.capture == CaptureMode::kRequire) throw;
+      // Under auto a signature whose capture fails runs eagerly from now on, said once.
+      entry.not_capturable = cat("its capture failed: ", e.what());
+      entry.reported = true;
+      std::string msg = cat("onyx: inputs ", entry.signature, " run eagerly, not from a CUDA graph: ", entry.not_capturable);
+      if (options_.log) options_.log(msg);
+      else std::cerr << msg << "\n";
+      ++capture_stats_.eager_runs;
+      run_steps(entry, st, scope);
+      return finish(st, &plan);
     }
     capture_stats_.capture_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++capture_stats_.captures;
@@ -276,8 +290,12 @@ std::vector<Tensor> GraphExecutor::run_captured(CachedPlan& entry, const std::ve
       outputs.push_back(plan.constants[id].clone(*alloc_));
       continue;
     }
-    const Tensor& slot = entry.capture->output_slots.at(v.root);
     Tensor host(v.type.dtype, v.type.shape.to_shape(), *alloc_);
+    if (host.bytes() == 0) {
+      outputs.push_back(std::move(host));
+      continue;
+    }
+    const Tensor& slot = entry.capture->output_slots.at(v.root);
     b.copy_to_host(host.raw(), slot.raw(), host.bytes());
     outputs.push_back(std::move(host));
   }
@@ -320,9 +338,12 @@ std::vector<Tensor> GraphExecutor::finish(RunState& st, const ExecutionPlan* pla
   for (int id : graph_.outputs) {
     const Tensor& t = st.env[id];
     ONYX_CHECK(t.defined(), "output '", graph_.values[id].name, "' was not produced");
-    if (!t.on_host()) outputs.push_back(input_on(st, id, false));
-    else if (plan && plan->values[id].kind == ValueKind::kConstant) outputs.push_back(t.clone(*alloc_));
-    else outputs.push_back(t);
+    // The caller owns what it gets: a tensor this run allocated is handed over; anything
+    // else (a weight, a feed, a memoized constant, arena bytes) is copied.
+    const Tensor& host = t.on_host() ? t : input_on(st, id, false);
+    bool ours = host.storage() && host.storage()->owning() && host.storage()->allocator() == alloc_.get() &&
+                !(plan && plan->values[id].kind == ValueKind::kConstant);
+    outputs.push_back(ours ? host : host.clone(*alloc_));
   }
   if (options_.backend) {
     options_.backend->synchronize();
@@ -394,10 +415,16 @@ void GraphExecutor::run_node(int step, RunState& st, const Scope& scope, const C
         infer_values[i] = values[i]->on_host() ? values[i] : needs_value ? &input_on(st, id, false) : nullptr;
       }
     }
+    // Subgraphs run on the CPU: the outer values they read must be host tensors.
+    std::map<int, Tensor> host_outer;
+    for (int id : node.implicit_inputs)
+      if (env[id].defined() && !env[id].on_host()) host_outer[id] = input_on(st, id, false);
+    Scope node_scope = scope;
+    if (!host_outer.empty()) node_scope.overrides = &host_outer;
     SubgraphRunner runner = [&](const Graph& g, const std::vector<Tensor>& in) {
       auto it = subgraphs_.find(&g);
       ONYX_ASSERT(it != subgraphs_.end(), "unknown subgraph");
-      return it->second->run(in, &scope);
+      return it->second->run(in, &node_scope);
     };
     // In planned mode, arena values take their planned place; the rest is allocated.
     OutputBinder bind = [&](size_t o, const ValueType& t) -> Tensor {
@@ -420,8 +447,16 @@ void GraphExecutor::run_node(int step, RunState& st, const Scope& scope, const C
     KernelFn accel_kernel = [this](KernelContext& ctx) { options_.backend->run(ctx); };
     std::vector<Tensor> outputs = compute_node(node, values, alloc, &runner, planned ? &bind : nullptr, &infer_values,
                                                place == StepPlace::kAccel ? &accel_kernel : nullptr);
-    for (size_t o = 0; o < node.outputs.size(); ++o)
-      if (node.outputs[o] >= 0) env[node.outputs[o]] = std::move(outputs[o]);
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      if (node.outputs[o] < 0) continue;
+      // A subgraph may return a value of this graph as is; if that value's bytes are the
+      // arena's, they are reused after its own last reader: the output gets its own copy.
+      if (planned && outputs[o].on_host() && planned->host_arena.defined() &&
+          outputs[o].shares_storage_with(planned->host_arena) &&
+          planned->plan->values[node.outputs[o]].kind != ValueKind::kArena)
+        outputs[o] = outputs[o].clone(*alloc_);
+      env[node.outputs[o]] = std::move(outputs[o]);
+    }
   });
 }
 

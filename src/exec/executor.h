@@ -25,6 +25,8 @@ struct Scope {
   const Graph* graph = nullptr;
   const std::vector<Tensor>* env = nullptr;
   const Scope* parent = nullptr;
+  // Values of this graph to read instead of env's (host copies of device values).
+  const std::map<int, Tensor>* overrides = nullptr;
   const Tensor* lookup(const std::string& name) const;
 };
 

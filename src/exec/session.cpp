@@ -34,7 +34,7 @@ struct Session::Impl {
   std::vector<ValueDesc> inputs, outputs;
   std::vector<int> input_ids;  // graph.inputs position for each entry of `inputs`
   RunStats stats;
-  std::mutex run_mutex;
+  mutable std::mutex run_mutex;
 
   void check_feed(const ValueDesc& d, const Tensor& t, std::unordered_map<std::string, int64_t>& symbols) const;
 };
@@ -265,7 +265,10 @@ void Session::set_memory_budget(size_t bytes) {
   impl_->backend->governor().set_budget(bytes);
 }
 
-CaptureReport Session::capture_report() const { return impl_->executor->capture_report(); }
+CaptureReport Session::capture_report() const {
+  std::lock_guard<std::mutex> lock(impl_->run_mutex);  // a run may be replacing graphs
+  return impl_->executor->capture_report();
+}
 
 void Session::release_captured_graphs() {
   std::lock_guard<std::mutex> lock(impl_->run_mutex);

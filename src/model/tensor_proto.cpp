@@ -1,5 +1,6 @@
 #include "model/tensor_proto.h"
 
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 
@@ -41,13 +42,22 @@ size_t typed_count(const onnx::TensorProto& p, DType dt) {
   }
 }
 
+int64_t parse_count(const std::string& key, const std::string& text) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  ONYX_CHECK(ec == std::errc() && end == text.data() + text.size() && v >= 0, "external data ", key, " '", text,
+             "' is not a non-negative integer");
+  return v;
+}
+
 Tensor from_external(const onnx::TensorProto& p, DType dt, const Shape& shape, TensorLoadContext& ctx) {
+  ONYX_CHECK(dt != DType::kString, "string tensors cannot be stored as external data");
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& kv : p.external_data()) {
     if (kv.key() == "location") location = kv.value();
-    else if (kv.key() == "offset") offset = std::stoll(kv.value());
-    else if (kv.key() == "length") length = std::stoll(kv.value());
+    else if (kv.key() == "offset") offset = parse_count("offset", kv.value());
+    else if (kv.key() == "length") length = parse_count("length", kv.value());
   }
   ONYX_CHECK(!location.empty(), "external data has no 'location'");
   std::filesystem::path rel(location);
@@ -63,8 +73,9 @@ Tensor from_external(const onnx::TensorProto& p, DType dt, const Shape& shape, T
   if (length < 0) length = static_cast<int64_t>(need);
   ONYX_CHECK(static_cast<size_t>(length) == need, "external data length ", length, " does not match ", need,
              " bytes of ", dtype_name(dt), shape.str());
-  ONYX_CHECK(offset >= 0 && static_cast<size_t>(offset + length) <= mapped->size(), "external data [", offset, ", ",
-             offset + length, ") lies outside '", full, "' (", mapped->size(), " bytes)");
+  ONYX_CHECK(static_cast<size_t>(offset) <= mapped->size() && static_cast<size_t>(length) <= mapped->size() - offset,
+             "external data at offset ", offset, " of length ", length, " lies outside '", full, "' (",
+             mapped->size(), " bytes)");
   const char* src = mapped->data() + offset;
   if (reinterpret_cast<uintptr_t>(src) % dtype_size(dt) == 0)
     return Tensor::borrow(dt, shape, const_cast<char*>(src), mapped);  // read-only: kernels never write inputs
@@ -81,6 +92,9 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, TensorLoadContext& ctx) {
   for (int64_t d : dims) ONYX_CHECK(d >= 0, "negative dimension in shape");
   Shape shape(dims);
   size_t n = static_cast<size_t>(shape.numel());
+  size_t need = 0;
+  ONYX_CHECK(!__builtin_mul_overflow(n, dtype_size(dt), &need), "shape ", shape.str(), " of ", dtype_name(dt),
+             " needs more bytes than an address space holds");
 
   if (p.has_data_location() && p.data_location() == onnx::TensorProto::EXTERNAL)
     return from_external(p, dt, shape, ctx);

@@ -123,6 +123,8 @@ ExecutionPlan plan_graph(const Graph& g, const std::vector<ValueType>& inputs, c
       }
       // Shape and Size read only their input's shape: their values are known now.
       if ((n.op_type == "Shape" || n.op_type == "Size") && n.domain.empty()) {
+        ONYX_CHECK(!n.inputs.empty() && n.inputs[0] >= 0, n.op_type, " needs its input");
+        ONYX_CHECK(!n.outputs.empty() && n.outputs[0] >= 0, n.op_type, " needs its output");
         Tensor dummy = Tensor::borrow(types[0].dtype, types[0].shape.to_shape(), nullptr);
         std::vector<const Tensor*> in{&dummy};
         auto outs = compute_node(n, in, cpu_allocator());
@@ -215,9 +217,15 @@ ExecutionPlan plan_graph(const Graph& g, const std::vector<ValueType>& inputs, c
     group_last[id] = p.values[id].last;
     group_first[id] = p.values[id].first;
   }
+  // Whether a group holds a graph output: then it is handed to the caller, and no
+  // in-place write may land in it.
+  std::vector<bool> group_has_output(nv, false);
+  for (int id : g.outputs) group_has_output[id] = true;
   auto join = [&](int out, int root) {
     p.values[out].root = root;
+    p.values[out].on_accel = p.values[root].on_accel;
     group_last[root] = std::max(group_last[root], p.values[out].last);
+    if (group_has_output[out]) group_has_output[root] = true;
   };
   for (int s = 0; s < ns; ++s) {
     if (p.skip[s]) continue;
@@ -238,6 +246,7 @@ ExecutionPlan plan_graph(const Graph& g, const std::vector<ValueType>& inputs, c
         int root = p.values[n.inputs[i]].root;
         const ValuePlan& r = p.values[root];
         if (r.kind != ValueKind::kArena || p.guards.guarded(root) || group_last[root] != s) continue;
+        if (group_has_output[root]) continue;
         if (r.on_accel != p.values[out].on_accel) continue;  // storage stays on its device
         if (r.bytes != p.values[out].bytes || r.bytes == 0) continue;
         join(out, root);

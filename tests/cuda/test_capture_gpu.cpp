@@ -362,3 +362,55 @@ TEST(Capture, ValidationModeReplaysMatch) {
 }
 
 }  // namespace onyx
+
+namespace onyx {
+
+// An If runs on the CPU while the value its branch reads lives on the GPU; and a signature
+// with empty outputs captures and replays.
+TEST(Capture, HostSubgraphsReadDeviceValuesAndEmptyOutputsReplay) {
+  REQUIRE_GPU();
+  ModelWriter w("if_on_host");
+  w.value(w.g->mutable_input(), "x", {"rows", "64"});
+  auto* c = w.g->mutable_input()->Add();
+  c->set_name("c");
+  c->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::BOOL);
+  c->mutable_type()->mutable_tensor_type()->mutable_shape();
+  w.node("Relu", {"x"}, "r");
+  auto* n = w.node("If", {"c"}, "y");
+  for (const char* branch : {"then_branch", "else_branch"}) {
+    auto* a = n->add_attribute();
+    a->set_name(branch);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    auto* g = a->mutable_g();
+    g->set_name(branch);
+    auto* b = g->add_node();
+    b->set_op_type(std::string(branch) == "then_branch" ? "Neg" : "Sigmoid");
+    b->add_input("r");
+    b->add_output(std::string(branch) + "_out");
+    auto* o = g->add_output();
+    o->set_name(std::string(branch) + "_out");
+    o->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  }
+  w.value(w.g->mutable_output(), "y", {"rows", "64"});
+  std::string path = w.save();
+  std::mt19937 rng(std::random_device{}());
+  auto cpu = Session::load(path);
+  SessionOptions opt;
+  opt.device = "cuda:0";
+  auto gpu = Session::load(path, opt);
+  for (bool cond : {true, false}) {
+    Tensor x = random_rows(5, rng);
+    NamedTensors feeds{{"x", x}, {"c", Tensor::scalar<bool>(cond)}};
+    EXPECT_LE(max_diff(gpu->run(feeds)[0].second, cpu->run(feeds)[0].second), 1e-6);
+  }
+  SessionOptions cap = opt;
+  cap.capture = CaptureMode::kRequire;
+  auto replayer = Session::load(probe_model(), cap);
+  for (int i = 0; i < 3; ++i) {
+    auto out = replayer->run({{"x", random_rows(0, rng)}});
+    EXPECT_EQ(out[0].second.shape(), (Shape{0, 32}));
+    EXPECT_EQ(out[1].second.shape(), (Shape{0, 64}));
+  }
+}
+
+}  // namespace onyx

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "exec/executor.h"
+#include "ops/compute.h"
 #include "model/ir.h"
 
 namespace onyx::test {
@@ -73,6 +74,27 @@ inline std::vector<Tensor> run_op(const std::string& op_type, const std::vector<
   g.nodes.push_back(std::move(n));
   GraphExecutor exec(g, OpRegistry::global(), make_cpu_allocator());
   return exec.run(feeds);
+}
+
+// Runs one node's inference and kernel directly (no graph, no planner), so that what
+// the op itself returns can be seen: a view op's output shares its input's storage.
+inline std::vector<Tensor> compute_op(const std::string& op_type, const std::vector<Tensor>& inputs,
+                                      std::vector<Attribute> attrs = {}, size_t num_outputs = 1, int opset = 18,
+                                      const std::string& domain = "") {
+  Node n;
+  n.name = "node_under_test";
+  n.op_type = op_type;
+  n.domain = domain;
+  n.opset = opset;
+  n.attributes = std::move(attrs);
+  std::vector<const Tensor*> in;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    n.inputs.push_back(inputs[i].defined() ? static_cast<int>(i) : -1);
+    in.push_back(inputs[i].defined() ? &inputs[i] : nullptr);
+  }
+  for (size_t o = 0; o < num_outputs; ++o) n.outputs.push_back(static_cast<int>(inputs.size() + o));
+  resolve_op(n, OpRegistry::global());
+  return compute_node(n, in, cpu_allocator());
 }
 
 // Fresh random values every call (never zeros): normal(0, scale) for floats,

@@ -16,6 +16,7 @@ using test::attr_int;
 using test::attr_ints;
 using test::attr_string;
 using test::run_op;
+using test::compute_op;
 
 // Random tensor of any element type; strings are short random words.
 template <class T>
@@ -78,14 +79,14 @@ TEST(TensorOps, ReshapeSqueezeUnsqueezeFlattenShareStorage) {
     EXPECT_TRUE(out.shares_storage_with(x));
     for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(out.data<float>()[i], x.data<float>()[i]);
   };
-  check(run_op("Reshape", {x, i64({3, 0, -1})})[0], Shape{3, 1, 2});
-  check(run_op("Squeeze", {x, i64({1, -1})}, {}, 1, 13)[0], Shape{2, 3});
-  check(run_op("Squeeze", {x}, {}, 1, 13)[0], Shape{2, 3});
-  check(run_op("Squeeze", {x}, {attr_ints("axes", {3})}, 1, 11)[0], Shape{2, 1, 3});
-  check(run_op("Unsqueeze", {x, i64({0, -1})}, {}, 1, 13)[0], Shape{1, 2, 1, 3, 1, 1});
-  check(run_op("Unsqueeze", {x}, {attr_ints("axes", {2})}, 1, 11)[0], Shape{2, 1, 1, 3, 1});
-  check(run_op("Flatten", {x}, {attr_int("axis", 2)})[0], Shape{2, 3});
-  check(run_op("Identity", {x})[0], Shape{2, 1, 3, 1});
+  check(compute_op("Reshape", {x, i64({3, 0, -1})})[0], Shape{3, 1, 2});
+  check(compute_op("Squeeze", {x, i64({1, -1})}, {}, 1, 13)[0], Shape{2, 3});
+  check(compute_op("Squeeze", {x}, {}, 1, 13)[0], Shape{2, 3});
+  check(compute_op("Squeeze", {x}, {attr_ints("axes", {3})}, 1, 11)[0], Shape{2, 1, 3});
+  check(compute_op("Unsqueeze", {x, i64({0, -1})}, {}, 1, 13)[0], Shape{1, 2, 1, 3, 1, 1});
+  check(compute_op("Unsqueeze", {x}, {attr_ints("axes", {2})}, 1, 11)[0], Shape{2, 1, 1, 3, 1});
+  check(compute_op("Flatten", {x}, {attr_int("axis", 2)})[0], Shape{2, 3});
+  check(compute_op("Identity", {x})[0], Shape{2, 1, 3, 1});
 }
 
 TEST(TensorOps, SqueezeOfNonUnitAxisIsAnError) {
