@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "backends/backend.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "model/ir.h"
 
@@ -99,3 +102,11 @@ inline const std::vector<DType> kAll = {DType::kFloat32, DType::kFloat16, DType:
                                         DType::kInt32,   DType::kInt64,   DType::kBool};
 
 }  // namespace onyx::cuda::test
+
+// Tests that need a GPU: skipped, saying why, where there is none (--cpu_reference_only).
+#define REQUIRE_GPU()                                                                  \
+  do {                                                                                 \
+    std::string why_no_gpu;                                                            \
+    if (::onyx::cuda_device_count(&why_no_gpu) == 0)                                   \
+      GTEST_SKIP() << "needs a CUDA device: " << why_no_gpu;                           \
+  } while (0)

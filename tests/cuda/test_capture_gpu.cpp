@@ -10,6 +10,7 @@
 #include <random>
 
 #include "backends/backend.h"
+#include "harness.h"
 #include "onnx/onnx.pb.h"
 #include "onyx/session.h"
 
@@ -17,11 +18,6 @@ namespace onyx {
 
 namespace {
 
-#define REQUIRE_GPU()                                                                  \
-  do {                                                                                 \
-    std::string why;                                                                   \
-    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "needs a CUDA device: " << why; \
-  } while (0)
 
 struct ModelWriter {
   onnx::ModelProto m;

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "backends/backend.h"
+#include "harness.h"
 #include "onnx/onnx.pb.h"
 #include "onyx/session.h"
 
@@ -76,12 +77,6 @@ std::string write_model(const std::string& name, int64_t k, bool with_det) {
   return path;
 }
 
-// These tests need a GPU; under --cpu_reference_only (no device) they are skipped, and say why.
-#define REQUIRE_GPU()                                                   \
-  do {                                                                  \
-    std::string why;                                                    \
-    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "needs a CUDA device: " << why; \
-  } while (0)
 
 Tensor random_input(int64_t k) {
   Tensor t(DType::kFloat32, Shape{16, k});
