@@ -177,6 +177,9 @@ class Session {
   // (each with its slots and retained staging); later runs capture again.
   CaptureReport capture_report() const;
   void release_captured_graphs();
+  // Releases the graph of one input-shape signature (feeds of those shapes); false when
+  // that signature has no captured graph.
+  bool release_captured_graph(const NamedTensors& example_feeds);
   // Zero-copy inputs: the device slots a captured signature reads, ready for the
   // caller to write into on `stream` (a cudaStream_t) before calling run() with the
   // same tensors as feeds (then nothing is copied in). Plans and warms the signature up.

@@ -8,6 +8,12 @@
 
 namespace onyx {
 
+static std::string signature_of(const std::vector<Tensor>& inputs) {
+  std::string sig;
+  for (const auto& t : inputs) sig += t.defined() ? t.type_str() + ";" : "default;";
+  return sig;
+}
+
 const Tensor* Scope::lookup(const std::string& name) const {
   for (const Scope* s = this; s; s = s->parent) {
     int id = s->graph->find_value(name);
@@ -321,6 +327,17 @@ CaptureReport GraphExecutor::capture_report() const {
   return r;
 }
 
+bool GraphExecutor::release_captured_graph(const std::vector<Tensor>& inputs) {
+  std::string sig = signature_of(inputs);
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  for (auto& e : cache_)
+    if (e->signature == sig && e->capture) {
+      e->capture.reset();
+      return true;
+    }
+  return false;
+}
+
 void GraphExecutor::release_captured_graphs() {
   std::lock_guard<std::mutex> lock(cache_mutex_);
   for (auto& e : cache_) e->capture.reset();
@@ -480,11 +497,6 @@ ExecutionPlan GraphExecutor::make_plan(const Graph& graph, const std::vector<Val
   return plan_graph(graph, inputs, executor->options_.plan, eval);
 }
 
-static std::string signature_of(const std::vector<Tensor>& inputs) {
-  std::string sig;
-  for (const auto& t : inputs) sig += t.defined() ? t.type_str() + ";" : "default;";
-  return sig;
-}
 
 std::shared_ptr<GraphExecutor::CachedPlan> GraphExecutor::cached_plan(const std::vector<Tensor>& inputs) const {
   std::string sig = signature_of(inputs);

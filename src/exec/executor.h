@@ -77,6 +77,7 @@ class GraphExecutor {
   std::vector<Fallback> fallbacks() const;
   CaptureReport capture_report() const;
   void release_captured_graphs();
+  bool release_captured_graph(const std::vector<Tensor>& inputs);
   // The device input slots of the signature of `inputs` (capture sessions).
   std::vector<Tensor> input_slots(const std::vector<Tensor>& inputs) const;
 

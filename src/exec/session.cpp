@@ -275,6 +275,19 @@ void Session::release_captured_graphs() {
   impl_->executor->release_captured_graphs();
 }
 
+bool Session::release_captured_graph(const NamedTensors& example_feeds) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.run_mutex);
+  std::vector<Tensor> ordered(m.inputs.size());
+  for (const auto& [name, t] : example_feeds) {
+    size_t k = 0;
+    while (k < m.inputs.size() && m.inputs[k].name != name) ++k;
+    ONYX_CHECK(k < m.inputs.size(), "'", name, "' is not an input of the model");
+    ordered[k] = t;
+  }
+  return m.executor->release_captured_graph(ordered);
+}
+
 Session::InputBinding Session::bind_inputs(const NamedTensors& example_feeds) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.run_mutex);

@@ -410,3 +410,31 @@ TEST(Capture, HostSubgraphsReadDeviceValuesAndEmptyOutputsReplay) {
 }
 
 }  // namespace onyx
+
+namespace onyx {
+
+// One signature's graph released alone: it is captured again on its next run; the other stays.
+TEST(Capture, ReleasingOneSignatureKeepsTheOthers) {
+  REQUIRE_GPU();
+  std::mt19937 rng(std::random_device{}());
+  SessionOptions opt;
+  opt.device = "cuda:0";
+  opt.capture = CaptureMode::kRequire;
+  auto gpu = Session::load(probe_model(), opt);
+  Tensor a = random_rows(2, rng), b = random_rows(3, rng);
+  for (int i = 0; i < 3; ++i) {
+    gpu->run({{"x", a}});
+    gpu->run({{"x", b}});
+  }
+  EXPECT_EQ(gpu->capture_report().graphs, 2u);
+  EXPECT_TRUE(gpu->release_captured_graph({{"x", a}}));
+  EXPECT_FALSE(gpu->release_captured_graph({{"x", a}}));
+  EXPECT_EQ(gpu->capture_report().graphs, 1u);
+  size_t captures = gpu->capture_report().captures;
+  auto out = gpu->run({{"x", a}});
+  EXPECT_EQ(max_diff(out[1].second, a), 0.0);
+  EXPECT_EQ(gpu->capture_report().captures, captures + 1);
+  EXPECT_EQ(gpu->capture_report().graphs, 2u);
+}
+
+}  // namespace onyx
