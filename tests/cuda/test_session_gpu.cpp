@@ -8,6 +8,7 @@
 
 #include "backends/backend.h"
 #include "harness.h"
+#include "model_writer.h"
 #include "onnx/onnx.pb.h"
 #include "onyx/session.h"
 
@@ -15,66 +16,28 @@ namespace onyx {
 
 namespace {
 
-// y = Det(Reshape(MatMul(x, W) + b, [n, 4, 4]))... kept small: MatMul + Add + Relu, and
-// optionally an op with no CUDA kernel (Det) at the end.
+// x[16, k] -> MatMul -> Add -> Relu, and optionally Reshape -> Det (which has no CUDA kernel).
 std::string write_model(const std::string& name, int64_t k, bool with_det) {
-  onnx::ModelProto m;
-  m.set_ir_version(9);
-  m.add_opset_import()->set_version(18);
-  auto* g = m.mutable_graph();
-  g->set_name(name);
-  auto add_value = [](google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list, const std::string& n,
-                      std::vector<int64_t> dims) {
-    auto* v = list->Add();
-    v->set_name(n);
-    auto* t = v->mutable_type()->mutable_tensor_type();
-    t->set_elem_type(onnx::TensorProto::FLOAT);
-    for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
-  };
-  add_value(g->mutable_input(), "x", {16, k});
-  std::mt19937 rng(std::random_device{}());
-  std::normal_distribution<float> normal(0.f, 0.05f);
-  auto init = [&](const std::string& n, std::vector<int64_t> dims) {
-    auto* t = g->add_initializer();
-    t->set_name(n);
-    t->set_data_type(onnx::TensorProto::FLOAT);
-    int64_t count = 1;
-    for (int64_t d : dims) {
-      t->add_dims(d);
-      count *= d;
-    }
-    for (int64_t i = 0; i < count; ++i) t->add_float_data(normal(rng));
-  };
-  init("W", {k, 16});
-  init("b", {16});
-  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
-    auto* n = g->add_node();
-    n->set_op_type(op);
-    n->set_name(op + "_node");
-    for (auto& s : in) n->add_input(s);
-    n->add_output(out);
-  };
-  node("MatMul", {"x", "W"}, "mm");
-  node("Add", {"mm", "b"}, "sum");
-  node("Relu", {"sum"}, "act");
-  std::string out = "act";
-  if (with_det) {
-    auto* shape = g->add_initializer();
-    shape->set_name("shape");
-    shape->set_data_type(onnx::TensorProto::INT64);
-    shape->add_dims(3);
-    for (int64_t d : {16, 4, 4}) shape->add_int64_data(d);
-    node("Reshape", {"act", "shape"}, "squares");
-    node("Det", {"squares"}, "det");
-    out = "det";
-    add_value(g->mutable_output(), out, {16});
-  } else {
-    add_value(g->mutable_output(), out, {16, 16});
+  cuda::test::ModelWriter w(name);
+  w.value(w.g->mutable_input(), "x", {"16", std::to_string(k)});
+  w.weight("W", {k, 16}, 0.05f);
+  w.weight("b", {16}, 0.05f);
+  w.node("MatMul", {"x", "W"}, "mm");
+  w.node("Add", {"mm", "b"}, "sum");
+  w.node("Relu", {"sum"}, "act");
+  if (!with_det) {
+    w.value(w.g->mutable_output(), "act", {"16", "16"});
+    return w.save();
   }
-  std::string path = (std::filesystem::temp_directory_path() / (name + ".onnx")).string();
-  std::ofstream f(path, std::ios::binary);
-  m.SerializeToOstream(&f);
-  return path;
+  auto* shape = w.g->add_initializer();
+  shape->set_name("shape");
+  shape->set_data_type(onnx::TensorProto::INT64);
+  shape->add_dims(3);
+  for (int64_t d : {16, 4, 4}) shape->add_int64_data(d);
+  w.node("Reshape", {"act", "shape"}, "squares");
+  w.node("Det", {"squares"}, "det");
+  w.value(w.g->mutable_output(), "det", {"16"});
+  return w.save();
 }
 
 
@@ -157,7 +120,7 @@ TEST(GpuSession, FallbackIsReportedOnceOrRefused) {
     FAIL();
   } catch (const Error& e) {
     std::string m = e.what();
-    EXPECT_NE(m.find("Det_node"), std::string::npos) << m;
+    EXPECT_NE(m.find("Det_det"), std::string::npos) << m;
     EXPECT_NE(m.find("CPU fallback is disabled"), std::string::npos) << m;
   }
 }
