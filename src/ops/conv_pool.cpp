@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backends/cpu/gemm.h"
+#include "ops/gemm.h"
 #include "ops/conv_util.h"
 
 namespace onyx {
@@ -16,12 +16,8 @@ template <class C>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const C* a, int64_t lda, const C* b, int64_t ldb, C* c,
           int64_t ldc) {
   if (m == 0 || n == 0) return;
-  if constexpr (std::is_same_v<C, float>)
-    cpu::gemm_f32(ta, tb, m, n, k, 1.f, a, std::max<int64_t>(lda, 1), b, std::max<int64_t>(ldb, 1), 0.f, c,
-                  std::max<int64_t>(ldc, 1));
-  else
-    cpu::gemm_f64(ta, tb, m, n, k, 1.0, a, std::max<int64_t>(lda, 1), b, std::max<int64_t>(ldb, 1), 0.0, c,
-                  std::max<int64_t>(ldc, 1));
+  cpu::gemm_blas(ta, tb, m, n, k, C(1), a, std::max<int64_t>(lda, 1), b, std::max<int64_t>(ldb, 1), C(0), c,
+                 std::max<int64_t>(ldc, 1));
 }
 
 std::vector<int64_t> spatial(const std::vector<int64_t>& dims) { return {dims.begin() + 2, dims.end()}; }

@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "backends/cpu/gemm.h"
+#include "ops/gemm.h"
 #include "ops/broadcast.h"
 #include "ops/common.h"
 
@@ -107,10 +107,8 @@ void matmul_kernel(KernelContext& ctx) {
   const int64_t lda = std::max<int64_t>(k, 1), ldb = std::max<int64_t>(n, 1);
   for (size_t t = 0; t < p.off_a.size(); ++t) {
     T* c = po + static_cast<int64_t>(t) * m * n;
-    if constexpr (std::is_same_v<T, float>)
-      cpu::gemm_f32(false, false, m, n, k, 1.f, pa + p.off_a[t], lda, pb + p.off_b[t], ldb, 0.f, c, ldb);
-    else if constexpr (std::is_same_v<T, double>)
-      cpu::gemm_f64(false, false, m, n, k, 1.0, pa + p.off_a[t], lda, pb + p.off_b[t], ldb, 0.0, c, ldb);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+      cpu::gemm_blas(false, false, m, n, k, T(1), pa + p.off_a[t], lda, pb + p.off_b[t], ldb, T(0), c, ldb);
     else
       cpu::gemm_reference<T, compute_t<T>>(false, false, m, n, k, 1, pa + p.off_a[t], k, pb + p.off_b[t], n, 0, c, n);
   }
@@ -225,10 +223,7 @@ void gemm_kernel(KernelContext& ctx) {
       });
     if (m * n == 0) return;
     T cbeta = has_c ? T(1) : T(0);
-    if constexpr (std::is_same_v<T, float>)
-      cpu::gemm_f32(ta, tb, m, n, k, alpha, pa, lda, pb, ldb, cbeta, po, std::max<int64_t>(n, 1));
-    else
-      cpu::gemm_f64(ta, tb, m, n, k, alpha, pa, lda, pb, ldb, cbeta, po, std::max<int64_t>(n, 1));
+    cpu::gemm_blas(ta, tb, m, n, k, static_cast<T>(alpha), pa, lda, pb, ldb, cbeta, po, std::max<int64_t>(n, 1));
   } else {
     // Integers and 16-bit floats: accumulate in double, round once.
     std::vector<double> acc(static_cast<size_t>(m * n), 0.0);

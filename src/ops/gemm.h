@@ -6,11 +6,11 @@
 
 namespace onyx::cpu {
 
-// C[m,n] = alpha * op(A) * op(B) + beta * C, row-major, with leading dimensions.
-void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-              const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
-void gemm_f64(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
-              const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+// C[m,n] = alpha * op(A) * op(B) + beta * C, row-major, with leading dimensions (BLAS).
+void gemm_blas(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm_blas(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+               int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
 
 // The obviously-right version: accumulates in C (float for 16-bit floats).
 template <class T, class C>
