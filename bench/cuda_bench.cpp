@@ -102,7 +102,7 @@ struct OpLaunch {
     outputs = std::move(out);
   }
   void run(Gpu& g) {
-    const cuda::CudaKernelDef* k = cuda::CudaKernelRegistry::global().find(node.domain, node.op_type);
+    const cuda::CudaKernelDef* k = cuda::CudaKernelRegistry::global().find(node);
     if (!k) throw Error(cat("no CUDA kernel for ", node.op_type));
     std::vector<const Tensor*> in;
     for (auto& t : inputs) in.push_back(&t);

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build ccache pkg-config protobuf-compiler libprotobuf-dev libonnx-dev
-          libopenblas-dev libgtest-dev python3-venv)
+          libopenblas-dev libgtest-dev nlohmann-json3-dev python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

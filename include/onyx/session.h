@@ -9,49 +9,10 @@
 #include <vector>
 
 #include "onyx/error.h"
+#include "onyx/options.h"
 #include "onyx/tensor.h"
 
 namespace onyx {
-
-// How a run holds its intermediate values.
-enum class MemoryMode {
-  kPlanned,  // one arena per input-shape signature, every intermediate at a planned offset (default)
-  kRelease,  // allocate each value when produced, free it right after its last reader
-  kKeepAll,  // allocate each value when produced, keep everything until the run ends (debugging)
-};
-
-// CUDA Graphs for repeated input shapes (GPU sessions).
-enum class CaptureMode {
-  kOff,      // every run is eager (default)
-  kAuto,     // per input-shape signature: run 1 eager (warm-up), run 2 captures, later runs replay;
-             // a signature that cannot be captured runs eagerly, and the session says why once
-  kRequire,  // as kAuto, but a signature that cannot be captured is an error
-};
-
-struct SessionOptions {
-  // Where the model runs: "cpu", "cuda" (= "cuda:0") or "cuda:N". Resolved once by
-  // resolve_device(); a device that does not exist is an error naming those that do.
-  std::string device = "cpu";
-  // On a GPU: let a node with no GPU kernel run on the CPU (reported once per node).
-  // Off turns any such fallback into an error.
-  bool allow_cpu_fallback = true;
-  // On a GPU: this session's device-memory budget in bytes; 0 takes a fraction
-  // (memory_fraction) of the memory free when the session starts.
-  size_t memory_budget_bytes = 0;
-  double memory_fraction = 0.9;
-  CaptureMode capture = CaptureMode::kOff;
-  // Validation mode for replays (slower; off by default): before each replay, the host
-  // staging bytes a graph reads are checked against their hash at capture, and the
-  // device arena is poisoned (every byte 0xFF, NaN for floats).
-  bool validate_replays = false;
-  // Where one-time notices go (CPU fallbacks, signatures run eagerly, broken replay
-  // contracts); stderr when empty.
-  std::function<void(const std::string&)> log;
-  MemoryMode memory = MemoryMode::kPlanned;
-  // Plans (each with its arena) kept for recent input-shape signatures; the least
-  // recently used is dropped beyond this.
-  size_t plan_cache_capacity = 8;
-};
 
 // What the planner decided for one input-shape signature (see `onyx plan`).
 struct PlanSummary {
@@ -84,6 +45,16 @@ struct PlanSummary {
   size_t alignment = 0;
   std::vector<Boundary> dynamic_boundaries;
   std::vector<Value> values;   // every value the plan places or allocates
+  // What each step that runs was decided to do.
+  struct Step {
+    std::string node;
+    std::string place;                  // "host", "accel", "view" or "run-time"
+    std::string fallback;               // why it runs on the CPU in a GPU session ("" otherwise)
+    std::vector<std::string> to_host;   // values copied to the host right before it
+    std::vector<std::string> to_device; // values copied to the device right before it
+  };
+  std::vector<Step> schedule;   // in execution order
+  std::string capture_blocker;  // why this signature cannot be captured ("" when it can)
   double ratio() const { return lower_bound_bytes ? double(arena_bytes) / double(lower_bound_bytes) : 1.0; }
 };
 
@@ -152,12 +123,13 @@ class Session {
   const std::vector<ValueDesc>& inputs() const;
   const std::vector<ValueDesc>& outputs() const;
 
-  // Runs the model. Feeds are borrowed for the call; outputs are returned in the
-  // model's output order and stay valid after the session is gone. Bad feeds
-  // (unknown name, missing input, wrong dtype or shape) throw onyx::Error and
-  // leave the session usable.
+  // Runs the model. Feeds are borrowed for the call and may lie on the host or on the
+  // session's device (used in place). Outputs are returned in the model's output
+  // order, on the host unless `options` keeps them on the device, and stay valid after
+  // the session is gone. Bad feeds (unknown name, missing input, wrong dtype, shape
+  // or device) throw onyx::Error and leave the session usable.
   // Runs are serialized: the plan arenas of a session serve one run at a time.
-  NamedTensors run(const NamedTensors& feeds);
+  NamedTensors run(const NamedTensors& feeds, const RunOptions& options = {});
   const RunStats& last_run_stats() const;
 
   // The plan a run with inputs of these shapes would use (inputs with defaults may be left out).
@@ -166,6 +138,10 @@ class Session {
 
   // The device the session runs on.
   std::string device() const;
+  // A copy of a host tensor on the session's device, to feed runs from there (the
+  // tensor itself on a CPU session); and a host copy of any tensor (of a device output).
+  Tensor to_device(const Tensor& host);
+  Tensor to_host(const Tensor& t);
   // Nodes that ran on the CPU in a GPU session, each with the reason.
   std::vector<std::pair<std::string, std::string>> cpu_fallbacks() const;
   // The device memory governor's holders and their bytes (empty on the CPU).
@@ -188,8 +164,6 @@ class Session {
     void* stream = nullptr;
   };
   InputBinding bind_inputs(const NamedTensors& example_feeds);
-  // Test-only: staging buffers used under capture go back to the pool like eager ones (seed 000).
-  void set_release_staging_under_capture_for_testing(bool release);
 
  private:
   Session();

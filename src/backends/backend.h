@@ -1,5 +1,6 @@
-// What the core asks of an accelerator backend. The core never names CUDA: a build
-// without it links a stub whose factory explains why there is no such device.
+// What the core asks of an accelerator backend. The core never names CUDA: it asks
+// make_backend() for the device the session resolved, and a build without CUDA links
+// a stub whose factory explains why there is no such device.
 #pragma once
 
 #include <functional>
@@ -9,6 +10,7 @@
 
 #include "onyx/device.h"
 #include "onyx/governor.h"
+#include "onyx/options.h"
 #include "ops/op.h"
 
 namespace onyx {
@@ -32,24 +34,35 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual Device device() const = 0;
-  // Memory for values on this device (plan arenas and run-time values).
+  // Memory for values on this device (plan arenas, run-time values, capture slots).
   virtual Allocator& allocator() = 0;
   // Memory for weights, uploaded once per session.
   virtual Allocator& weights_allocator() = 0;
   // The device's budget, from which every standing pool of this backend leases.
   virtual MemoryGovernor& governor() = 0;
   virtual size_t alignment() const = 0;
-  // Whether the backend has a kernel for the node's op at all (types aside).
+
+  // Whether the backend has a kernel for the node's op at all (types aside): which
+  // initializers are uploaded at load.
   virtual bool has_kernel(const Node& node) const = 0;
-  // "" when this backend can run `node` on inputs of these types, else why not.
-  virtual std::string unsupported_reason(const Node& node, const std::vector<ValueType>& inputs) const = 0;
-  // Runs (enqueues) the node's kernel; outputs are allocated on this device.
-  virtual void run(KernelContext& ctx) = 0;
-  // Host -> device through the backend's staging path; the host bytes may be reused on return.
+  // The kernel that runs `node` on inputs of these types, resolved once (at planning)
+  // by the same (domain, name, opset) rule as CPU kernels; empty with `why_not` set
+  // when this backend cannot run it. The kernel enqueues its work on the stream and
+  // its outputs live on this device.
+  virtual KernelFn find_kernel(const Node& node, const std::vector<ValueType>& inputs, std::string* why_not) = 0;
+
+  // Host -> device through the staging path, enqueued; the host bytes may be reused on return.
   virtual void copy_from_host(void* device_dst, const void* host_src, size_t bytes) = 0;
-  // Device -> host; returns when the bytes are on the host.
+  // Device -> host; returns when the bytes are on the host (synchronizes).
   virtual void copy_to_host(void* host_dst, const void* device_src, size_t bytes) = 0;
-  virtual void synchronize() = 0;
+  // Device -> host, enqueued: the bytes are at `host_dst` once finish() returns.
+  virtual void download(void* host_dst, const void* device_src, size_t bytes) = 0;
+  // Device -> device, enqueued.
+  virtual void copy_on_device(void* device_dst, const void* device_src, size_t bytes) = 0;
+  // Waits for all enqueued work (one synchronization), completes the downloads, and
+  // reads and clears the device error word: "" or which op families met an
+  // out-of-range index since the last call.
+  virtual std::string finish() = 0;
   // The backend's stream (a cudaStream_t for CUDA), for callers that order their own work on it.
   virtual void* stream_handle() = 0;
   // A table of the memory this backend holds, by holder.
@@ -62,26 +75,11 @@ class Backend {
   // What went wrong during the current capture that could not throw where it
   // happened (a free in a destructor); "" when nothing did. Clears it.
   virtual std::string take_capture_violation() = 0;
-  // Test-only: staging buffers used under capture go back to the pool as eager ones
-  // do, instead of to the captured graph (the failure of seed 000, for its test).
-  virtual void set_release_staging_under_capture(bool release) = 0;
-  // Reads and clears the device error word (synchronizes): "" or which op families
-  // met an out-of-range index since the last call.
-  virtual std::string take_device_errors() = 0;
   // Fills `bytes` of device memory at `ptr` with a pattern that reads as NaN (validation mode).
   virtual void poison(void* ptr, size_t bytes) = 0;
 };
 
-struct CudaOptions {
-  // Budget of device memory for this session: 0 means a fraction of what is free at first use.
-  size_t memory_budget_bytes = 0;
-  double memory_fraction = 0.9;
-  // Budget of page-locked host memory for staging.
-  size_t pinned_budget_bytes = 1ull << 30;
-};
-
-// How many CUDA devices this process can use; when none, `why` says why.
-int cuda_device_count(std::string* why);
-std::unique_ptr<Backend> make_cuda_backend(int index, const CudaOptions& options);
+// The backend of an accelerator device (null for the CPU), from the session's options.
+std::unique_ptr<Backend> make_backend(Device device, const SessionOptions& options);
 
 }  // namespace onyx

@@ -1,5 +1,5 @@
 // Linked when onyx is built without the CUDA backend.
-#include "backends/backend.h"
+#include "backends/cuda_entry.h"
 #include "onyx/error.h"
 
 namespace onyx {
@@ -9,7 +9,7 @@ int cuda_device_count(std::string* why) {
   return 0;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int index, const CudaOptions&) {
+std::unique_ptr<Backend> make_cuda_backend(int index, const SessionOptions&) {
   throw Error(cat("cuda:", index, " is not available: this build of onyx has no CUDA backend"));
 }
 

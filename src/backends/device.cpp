@@ -1,6 +1,7 @@
 #include <cctype>
 
 #include "backends/backend.h"
+#include "backends/cuda_entry.h"
 #include "onyx/error.h"
 
 namespace onyx {
@@ -26,6 +27,11 @@ Device resolve_device(const std::string& spec) {
                     "; available: ", have));
   }
   return Device::cuda(index);
+}
+
+std::unique_ptr<Backend> make_backend(Device device, const SessionOptions& options) {
+  if (device.is_cpu()) return nullptr;
+  return make_cuda_backend(device.index, options);
 }
 
 }  // namespace onyx

@@ -32,11 +32,12 @@ struct Session::Impl {
   std::shared_ptr<CpuAllocator> alloc = make_cpu_allocator();
   std::unique_ptr<GraphExecutor> executor;
   std::vector<ValueDesc> inputs, outputs;
-  std::vector<int> input_ids;  // graph.inputs position for each entry of `inputs`
   RunStats stats;
   mutable std::mutex run_mutex;
 
   void check_feed(const ValueDesc& d, const Tensor& t, std::unordered_map<std::string, int64_t>& symbols) const;
+  // Feeds by name -> graph input order; unknown or repeated names are errors.
+  std::vector<Tensor> order_feeds(const NamedTensors& feeds, bool check) const;
 };
 
 static ValueDesc describe(const Value& v, bool has_default) {
@@ -59,33 +60,15 @@ std::unique_ptr<Session> Session::load(const std::string& path, const SessionOpt
   Impl& m = *s->impl_;
   m.options = options;
   m.device = resolve_device(options.device);
+  ONYX_CHECK(!m.device.is_cpu() || options.capture != CaptureMode::kRequire,
+             "capture=require needs a CUDA device; this session runs on ", m.device.str());
   m.model = load_model(path);
   Graph& g = *m.model.graph;
   with_context(cat("preparing '", path, "'"), [&] {
-    ExecutorOptions eo;
-    eo.memory = options.memory;
-    eo.plan_cache_capacity = options.plan_cache_capacity;
-    eo.log = options.log;
-    if (!m.device.is_cpu()) {
-      CudaOptions co;
-      co.memory_budget_bytes = options.memory_budget_bytes;
-      co.memory_fraction = options.memory_fraction;
-      m.backend = make_cuda_backend(m.device.index, co);
-      eo.backend = m.backend.get();
-      eo.allow_cpu_fallback = options.allow_cpu_fallback;
-      eo.capture = options.capture;
-      eo.validate_replays = options.validate_replays;
-    } else {
-      ONYX_CHECK(options.capture == CaptureMode::kOff || options.capture == CaptureMode::kAuto,
-                 "capture=require needs a CUDA device; this session runs on ", m.device.str());
-    }
-    m.executor = std::make_unique<GraphExecutor>(g, OpRegistry::global(), m.alloc, eo);
+    m.backend = make_backend(m.device, options);
+    m.executor = std::make_unique<GraphExecutor>(g, OpRegistry::global(), m.alloc, options, m.backend.get());
   });
-  for (size_t i = 0; i < g.inputs.size(); ++i) {
-    const Value& v = g.values[g.inputs[i]];
-    m.inputs.push_back(describe(v, v.is_initializer));
-    m.input_ids.push_back(static_cast<int>(i));
-  }
+  for (int id : g.inputs) m.inputs.push_back(describe(g.values[id], g.values[id].is_initializer));
   for (int id : g.outputs) m.outputs.push_back(describe(g.values[id], false));
   return s;
 }
@@ -131,6 +114,8 @@ void Session::Impl::check_feed(const ValueDesc& d, const Tensor& t,
                                std::unordered_map<std::string, int64_t>& symbols) const {
   ONYX_CHECK(t.defined(), "the tensor is empty (undefined)");
   ONYX_CHECK(d.is_tensor, "the model declares a non-tensor type, which onyx does not support as an input");
+  ONYX_CHECK(t.on_host() || t.device() == device, "the tensor is on ", t.device().str(), ", but the session runs on ",
+             device.str(), " (feeds may lie on the host or on the session's device)");
   if (d.dtype != DType::kUndefined)
     ONYX_CHECK(t.dtype() == d.dtype, "dtype ", dtype_name(t.dtype()), " does not match the model's ",
                dtype_name(d.dtype), " (model declares ", d.type_str(), ")");
@@ -149,33 +134,44 @@ void Session::Impl::check_feed(const ValueDesc& d, const Tensor& t,
   }
 }
 
-NamedTensors Session::run(const NamedTensors& feeds) {
+std::vector<Tensor> Session::Impl::order_feeds(const NamedTensors& feeds, bool check) const {
+  std::vector<Tensor> ordered(inputs.size());
+  std::unordered_map<std::string, int64_t> symbols;
+  for (const auto& [name, tensor] : feeds) {
+    size_t k = 0;
+    while (k < inputs.size() && inputs[k].name != name) ++k;
+    if (k == inputs.size()) {
+      std::string names;
+      for (const auto& d : inputs) names += (names.empty() ? "" : ", ") + d.name;
+      throw Error(cat("'", name, "' is not an input of the model (its inputs are: ", names, ")"));
+    }
+    ONYX_CHECK(!ordered[k].defined(), "input '", name, "' is fed twice");
+    if (check) with_context(cat("input '", name, "'"), [&] { check_feed(inputs[k], tensor, symbols); });
+    ordered[k] = tensor;
+  }
+  return ordered;
+}
+
+NamedTensors Session::run(const NamedTensors& feeds, const RunOptions& options) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.run_mutex);
   return with_context(cat("running '", m.model.path, "'"), [&] {
-    const Graph& g = *m.model.graph;
-    std::vector<Tensor> ordered(g.inputs.size());
-    std::unordered_map<std::string, int64_t> symbols;
-    for (const auto& [name, tensor] : feeds) {
-      size_t k = 0;
-      while (k < m.inputs.size() && m.inputs[k].name != name) ++k;
-      if (k == m.inputs.size()) {
-        std::string names;
-        for (const auto& d : m.inputs) names += (names.empty() ? "" : ", ") + d.name;
-        throw Error(cat("'", name, "' is not an input of the model (its inputs are: ", names, ")"));
-      }
-      ONYX_CHECK(!ordered[k].defined(), "input '", name, "' is fed twice");
-      with_context(cat("input '", name, "'"), [&] { m.check_feed(m.inputs[k], tensor, symbols); });
-      ordered[k] = tensor;
-    }
+    std::vector<Tensor> ordered = m.order_feeds(feeds, true);
     for (size_t k = 0; k < m.inputs.size(); ++k)
-      ONYX_CHECK(ordered[k].defined() || m.inputs[k].has_default, "required input '", m.inputs[k].name,
-                 "' (", m.inputs[k].type_str(), ") was not given");
+      ONYX_CHECK(ordered[k].defined() || m.inputs[k].has_default, "required input '", m.inputs[k].name, "' (",
+                 m.inputs[k].type_str(), ") was not given");
+    std::vector<OutputPlace> places(m.outputs.size(), options.outputs);
+    for (const auto& [name, place] : options.output_places) {
+      size_t k = 0;
+      while (k < m.outputs.size() && m.outputs[k].name != name) ++k;
+      ONYX_CHECK(k < m.outputs.size(), "run options name '", name, "', which is not an output of the model");
+      places[k] = place;
+    }
 
     AllocatorStats before = m.alloc->stats();
     m.alloc->reset_high_water();
     auto t0 = std::chrono::steady_clock::now();
-    std::vector<Tensor> outs = m.executor->run(ordered);
+    std::vector<Tensor> outs = m.executor->run(ordered, nullptr, &places);
     auto t1 = std::chrono::steady_clock::now();
     AllocatorStats after = m.alloc->stats();
     m.stats.peak_bytes = after.high_water_bytes - before.in_use_bytes;
@@ -188,8 +184,53 @@ NamedTensors Session::run(const NamedTensors& feeds) {
   });
 }
 
+static PlanSummary summarize(const ExecutionPlan& p, const Graph& g, const Device& device) {
+  const ArenaPlan& a = p.main_arena();
+  PlanSummary s;
+  s.device = p.uses_accel ? device.str() : "cpu";
+  s.host_arena_bytes = p.uses_accel ? p.host_arena.bytes : 0;
+  s.steps = static_cast<int>(g.nodes.size());
+  s.folded_steps = p.folded_nodes;
+  s.in_place = p.in_place_count;
+  s.arena_bytes = a.bytes;
+  s.lower_bound_bytes = a.lower_bound_bytes;
+  s.no_reuse_bytes = a.no_reuse_bytes;
+  s.peak_step = a.peak_step;
+  if (a.peak_step >= 0 && a.peak_step < s.steps) s.peak_node = g.nodes[a.peak_step].describe();
+  s.algorithm = a.algorithm;
+  s.alignment = a.alignment;
+  s.capture_blocker = device.is_cpu() ? "" : p.capture_blocker;
+  for (const auto& b : p.dynamic_boundaries) s.dynamic_boundaries.push_back({b.step, b.node, b.reason});
+  for (size_t id = 0; id < p.values.size(); ++id) {
+    const ValuePlan& vp = p.values[id];
+    if (vp.kind == ValueKind::kAbsent || vp.kind == ValueKind::kExternal) continue;
+    PlanSummary::Value v;
+    v.name = g.values[id].name;
+    v.type = cat(dtype_name(vp.type.dtype), vp.type.shape.str());
+    v.kind = std::string(value_kind_name(vp.kind));
+    v.bytes = vp.bytes;
+    v.offset = vp.offset;
+    v.first = vp.first;
+    v.last = vp.last;
+    v.in_place = vp.in_place;
+    if (vp.root != static_cast<int>(id)) v.alias_of = g.values[vp.root].name;
+    v.device = vp.on_accel ? device.str() : "cpu";
+    s.values.push_back(std::move(v));
+  }
+  auto names = [&](const std::vector<int>& ids) {
+    std::vector<std::string> out;
+    for (int id : ids) out.push_back(g.values[id].name);
+    return out;
+  };
+  for (const Step& st : p.steps)
+    s.schedule.push_back({g.nodes[st.node].describe(), std::string(step_place_name(st.place)), st.fallback,
+                          names(st.to_host), names(st.to_accel)});
+  return s;
+}
+
 PlanSummary Session::plan(const std::map<std::string, std::vector<int64_t>>& input_shapes) {
   Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.run_mutex);
   return with_context(cat("planning '", m.model.path, "'"), [&] {
     const Graph& g = *m.model.graph;
     std::vector<ValueType> types(g.inputs.size());
@@ -213,46 +254,41 @@ PlanSummary Session::plan(const std::map<std::string, std::vector<int64_t>>& inp
       ONYX_CHECK(fixed, "input '", v.name, "' has shape ", v.declared.str(), ": give its shape");
       types[i] = ValueType{v.declared.dtype, Shape(v.declared.dims)};
     }
-    ExecutorOptions eo;
-    ExecutionPlan p = GraphExecutor::make_plan(g, types, eo.plan, m.executor.get());
-    const ArenaPlan& a = p.main_arena();
-    PlanSummary s;
-    s.device = p.uses_accel ? m.device.str() : "cpu";
-    s.host_arena_bytes = p.uses_accel ? p.host_arena.bytes : 0;
-    s.steps = static_cast<int>(p.schedule.size());
-    s.folded_steps = p.folded_nodes;
-    s.in_place = p.in_place_count;
-    s.arena_bytes = a.bytes;
-    s.lower_bound_bytes = a.lower_bound_bytes;
-    s.no_reuse_bytes = a.no_reuse_bytes;
-    s.peak_step = a.peak_step;
-    if (a.peak_step >= 0 && a.peak_step < s.steps) s.peak_node = g.nodes[a.peak_step].describe();
-    s.algorithm = a.algorithm;
-    s.alignment = a.alignment;
-    for (const auto& b : p.dynamic_boundaries) s.dynamic_boundaries.push_back({b.step, b.node, b.reason});
-    for (size_t id = 0; id < p.values.size(); ++id) {
-      const ValuePlan& vp = p.values[id];
-      if (vp.kind == ValueKind::kAbsent || vp.kind == ValueKind::kExternal) continue;
-      PlanSummary::Value v;
-      v.name = g.values[id].name;
-      v.type = cat(dtype_name(vp.type.dtype), vp.type.shape.str());
-      v.kind = std::string(value_kind_name(vp.kind));
-      v.bytes = vp.bytes;
-      v.offset = vp.offset;
-      v.first = vp.first;
-      v.last = vp.last;
-      v.in_place = vp.in_place;
-      if (vp.root != static_cast<int>(id)) v.alias_of = g.values[vp.root].name;
-      v.device = vp.on_accel ? m.device.str() : "cpu";
-      s.values.push_back(std::move(v));
-    }
-    return s;
+    return summarize(*m.executor->plan_for(types), g, m.device);
   });
 }
 
 std::string Session::device() const { return impl_->device.str(); }
 
+Tensor Session::to_device(const Tensor& host) {
+  Impl& m = *impl_;
+  if (!m.backend || !host.on_host()) {
+    ONYX_CHECK(host.on_host() || host.device() == m.device, "to_device: the tensor is on ", host.device().str(),
+               ", not on the session's ", m.device.str());
+    return host;
+  }
+  ONYX_CHECK(host.dtype() != DType::kString, "to_device: string tensors stay on the host");
+  std::lock_guard<std::mutex> lock(m.run_mutex);  // the stream is the session's
+  Tensor d(host.dtype(), host.shape(), m.backend->allocator());
+  m.backend->copy_from_host(d.raw(), host.raw(), host.bytes());
+  std::string errors = m.backend->finish();
+  ONYX_CHECK(errors.empty(), "the device reported: ", errors);
+  return d;
+}
+
+Tensor Session::to_host(const Tensor& t) {
+  Impl& m = *impl_;
+  if (t.on_host()) return t;
+  ONYX_CHECK(m.backend && t.device() == m.device, "to_host: the tensor is on ", t.device().str(),
+             ", not on the session's ", m.device.str());
+  std::lock_guard<std::mutex> lock(m.run_mutex);
+  Tensor h(t.dtype(), t.shape());
+  m.backend->copy_to_host(h.raw(), t.raw(), t.bytes());
+  return h;
+}
+
 std::vector<std::pair<std::string, std::string>> Session::cpu_fallbacks() const {
+  std::lock_guard<std::mutex> lock(impl_->run_mutex);
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& f : impl_->executor->fallbacks()) out.emplace_back(f.node, f.reason);
   return out;
@@ -278,14 +314,7 @@ void Session::release_captured_graphs() {
 bool Session::release_captured_graph(const NamedTensors& example_feeds) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.run_mutex);
-  std::vector<Tensor> ordered(m.inputs.size());
-  for (const auto& [name, t] : example_feeds) {
-    size_t k = 0;
-    while (k < m.inputs.size() && m.inputs[k].name != name) ++k;
-    ONYX_CHECK(k < m.inputs.size(), "'", name, "' is not an input of the model");
-    ordered[k] = t;
-  }
-  return m.executor->release_captured_graph(ordered);
+  return m.executor->release_captured_graph(m.order_feeds(example_feeds, false));
 }
 
 Session::InputBinding Session::bind_inputs(const NamedTensors& example_feeds) {
@@ -293,15 +322,7 @@ Session::InputBinding Session::bind_inputs(const NamedTensors& example_feeds) {
   std::lock_guard<std::mutex> lock(m.run_mutex);
   return with_context(cat("binding inputs of '", m.model.path, "'"), [&] {
     ONYX_CHECK(m.backend && m.options.capture != CaptureMode::kOff, "input binding needs a GPU session with capture on");
-    const Graph& g = *m.model.graph;
-    std::vector<Tensor> ordered(g.inputs.size());
-    for (const auto& [name, t] : example_feeds) {
-      size_t k = 0;
-      while (k < m.inputs.size() && m.inputs[k].name != name) ++k;
-      ONYX_CHECK(k < m.inputs.size(), "'", name, "' is not an input of the model");
-      ordered[k] = t;
-    }
-    std::vector<Tensor> slots = m.executor->input_slots(ordered);
+    std::vector<Tensor> slots = m.executor->input_slots(m.order_feeds(example_feeds, true));
     InputBinding b;
     for (size_t k = 0; k < slots.size(); ++k) b.slots.emplace_back(m.inputs[k].name, slots[k]);
     b.stream = m.backend->stream_handle();
@@ -309,14 +330,11 @@ Session::InputBinding Session::bind_inputs(const NamedTensors& example_feeds) {
   });
 }
 
-void Session::set_release_staging_under_capture_for_testing(bool release) {
-  ONYX_CHECK(impl_->backend, "the session runs on the CPU");
-  impl_->backend->set_release_staging_under_capture(release);
-}
-
 PlanCacheReport Session::plan_cache() const {
+  std::lock_guard<std::mutex> lock(impl_->run_mutex);
   PlanCacheStats c = impl_->executor->plan_cache_stats();
   return {c.hits, c.misses, c.evictions, c.entries, c.arena_bytes};
 }
 
 }  // namespace onyx
+

@@ -364,27 +364,24 @@ void ms_rotary_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_attention_ops(OpRegistry& r) {
-  r.add(OpDef{"", "Attention", 23, infer_attention,
+  r.add(onnx_op("Attention", 23, infer_attention,
               [](KernelContext& ctx) {
                 dispatch<FloatTypes>(ctx.input(0).dtype(), "Attention", [&](auto tag) {
                   attention_kernel<typename decltype(tag)::type>(ctx);
                 });
-              },
-              {}});
-  r.add(OpDef{"", "RotaryEmbedding", 23, [](InferContext& ctx) { infer_same_as_input(ctx); },
+              }));
+  r.add(onnx_op("RotaryEmbedding", 23, [](InferContext& ctx) { infer_same_as_input(ctx); },
               [](KernelContext& ctx) {
                 dispatch<FloatTypes>(ctx.input(0).dtype(), "RotaryEmbedding", [&](auto tag) {
                   rotary_kernel<typename decltype(tag)::type>(ctx);
                 });
-              },
-              {}});
-  r.add(OpDef{"com.microsoft", "RotaryEmbedding", 1, [](InferContext& ctx) { infer_same_as_input(ctx); },
+              }));
+  r.add(domain_op("com.microsoft", "RotaryEmbedding", 1, [](InferContext& ctx) { infer_same_as_input(ctx); },
               [](KernelContext& ctx) {
                 dispatch<FloatTypes>(ctx.input(0).dtype(), "RotaryEmbedding", [&](auto tag) {
                   ms_rotary_kernel<typename decltype(tag)::type>(ctx);
                 });
-              },
-              {}});
+              }));
 }
 
 }  // namespace onyx

@@ -150,11 +150,11 @@ DType cast_target(const NodeView& node) {
 }  // namespace
 
 void register_cast_ops(OpRegistry& r) {
-  r.add(OpDef{"", "Cast", 1, [](InferContext& ctx) { ctx.set_output(0, cast_target(ctx), ctx.input_shape(0)); },
-              [](KernelContext& ctx) { cast_tensor(ctx.input(0), ctx.output(0)); }, {}});
-  r.add(OpDef{"", "CastLike", 15,
+  r.add(onnx_op("Cast", 1, [](InferContext& ctx) { ctx.set_output(0, cast_target(ctx), ctx.input_shape(0)); },
+              [](KernelContext& ctx) { cast_tensor(ctx.input(0), ctx.output(0)); }));
+  r.add(onnx_op("CastLike", 15,
               [](InferContext& ctx) { ctx.set_output(0, ctx.input_dtype(1), ctx.input_shape(0)); },
-              [](KernelContext& ctx) { cast_tensor(ctx.input(0), ctx.output(0)); }, {}});
+              [](KernelContext& ctx) { cast_tensor(ctx.input(0), ctx.output(0)); }));
 }
 
 }  // namespace onyx

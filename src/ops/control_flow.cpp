@@ -175,10 +175,10 @@ void scan_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_control_flow_ops(OpRegistry& r) {
-  r.add(OpDef{"", "If", 1, [](InferContext& ctx) { infer_from_body(ctx, ctx.attr_graph("then_branch"), 0); },
-              if_kernel});
-  r.add(OpDef{"", "Loop", 1, [](InferContext& ctx) { infer_from_body(ctx, ctx.attr_graph("body"), 1); }, loop_kernel});
-  r.add(OpDef{"", "Scan", 9, [](InferContext& ctx) { infer_from_body(ctx, ctx.attr_graph("body"), 0); }, scan_kernel});
+  r.add(onnx_op("If", 1, [](InferContext& ctx) { infer_from_body(ctx, ctx.attr_graph("then_branch"), 0); },
+              if_kernel));
+  r.add(onnx_op("Loop", 1, [](InferContext& ctx) { infer_from_body(ctx, ctx.attr_graph("body"), 1); }, loop_kernel));
+  r.add(onnx_op("Scan", 9, [](InferContext& ctx) { infer_from_body(ctx, ctx.attr_graph("body"), 0); }, scan_kernel));
 }
 
 }  // namespace onyx

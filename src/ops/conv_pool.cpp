@@ -432,15 +432,15 @@ void deform_conv_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_conv_pool_ops(OpRegistry& r) {
-  r.add(OpDef{"", "Conv", 1, [](InferContext& ctx) { infer_conv_like(ctx, ctx.input_dtype(0), false); },
-              conv_kernel, {}});
-  r.add(OpDef{"", "ConvInteger", 10, [](InferContext& ctx) { infer_conv_like(ctx, DType::kInt32, false); },
-              conv_integer_kernel, {}});
-  r.add(OpDef{"", "ConvTranspose", 1, [](InferContext& ctx) { infer_conv_like(ctx, ctx.input_dtype(0), true); },
-              conv_transpose_kernel, {}});
-  r.add(OpDef{"", "DeformConv", 19, [](InferContext& ctx) { infer_conv_like(ctx, ctx.input_dtype(0), false); },
-              deform_conv_kernel, {}});
-  r.add(OpDef{"", "Col2Im", 18, infer_col2im, col2im_kernel, {}});
+  r.add(onnx_op("Conv", 1, [](InferContext& ctx) { infer_conv_like(ctx, ctx.input_dtype(0), false); },
+              conv_kernel));
+  r.add(onnx_op("ConvInteger", 10, [](InferContext& ctx) { infer_conv_like(ctx, DType::kInt32, false); },
+              conv_integer_kernel));
+  r.add(onnx_op("ConvTranspose", 1, [](InferContext& ctx) { infer_conv_like(ctx, ctx.input_dtype(0), true); },
+              conv_transpose_kernel));
+  r.add(onnx_op("DeformConv", 19, [](InferContext& ctx) { infer_conv_like(ctx, ctx.input_dtype(0), false); },
+              deform_conv_kernel));
+  r.add(onnx_op("Col2Im", 18, infer_col2im, col2im_kernel).reads_values({1, 2}));
   register_pool_ops(r);
 }
 

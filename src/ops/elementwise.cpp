@@ -12,7 +12,7 @@ namespace {
 // returns the generic element function (so attributes are read once per run).
 template <class Types, class Make>
 void add_binary(OpRegistry& r, const char* name, int since, Make make) {
-  r.add(OpDef{"", name, since,
+  r.add(onnx_op(name, since,
               [](InferContext& ctx) {
                 check_same_dtypes(ctx);
                 infer_broadcast(ctx);
@@ -26,7 +26,8 @@ void add_binary(OpRegistry& r, const char* name, int since, Make make) {
                     return static_cast<T>(fn(static_cast<C>(a), static_cast<C>(b)));
                   });
                 });
-              }, {}});
+              })
+            .in_place({0, 1}));
 }
 
 template <class F>
@@ -100,7 +101,7 @@ T pow_value(T x, T1 y) {
 void register_pow(OpRegistry& r) {
   using BaseTypes = TypeList<float, double, Float16, BFloat16, int32_t, int64_t, int8_t, int16_t, uint8_t, uint16_t,
                              uint32_t, uint64_t>;
-  r.add(OpDef{"", "Pow", 1, [](InferContext& ctx) { infer_broadcast(ctx); },
+  r.add(onnx_op("Pow", 1, [](InferContext& ctx) { infer_broadcast(ctx); },
               [](KernelContext& ctx) {
                 dispatch<BaseTypes>(ctx.input(0).dtype(), "Pow base", [&](auto base_tag) {
                   using T = typename decltype(base_tag)::type;
@@ -110,12 +111,13 @@ void register_pow(OpRegistry& r) {
                                                [](T x, T1 y) { return pow_value(x, y); });
                   });
                 });
-              }, {}});
+              })
+            .in_place({0, 1}));
 }
 
 // PRelu: the slope broadcasts to X (one-directionally), so the output is X's shape.
 void register_prelu(OpRegistry& r) {
-  r.add(OpDef{"", "PRelu", 1,
+  r.add(onnx_op("PRelu", 1,
               [](InferContext& ctx) {
                 check_same_dtypes(ctx);
                 PartialShape out = broadcast_shapes(ctx.input_shape(0), ctx.input_shape(1));
@@ -134,14 +136,15 @@ void register_prelu(OpRegistry& r) {
                     return cx < C(0) ? static_cast<T>(wrap_mul(cx, static_cast<C>(s))) : x;
                   });
                 });
-              }, {}});
+              })
+            .in_place({0, 1}));
 }
 
 // Max Min Sum Mean over N >= 1 broadcast inputs: out starts as input 0
 // broadcast to the output shape, then folds in each further input in place.
 template <class Types, class Fold>
 void add_variadic(OpRegistry& r, const char* name, bool mean, Fold fold) {
-  r.add(OpDef{"", name, 1,
+  r.add(onnx_op(name, 1,
               [](InferContext& ctx) {
                 ONYX_CHECK(ctx.num_inputs() >= 1, "needs at least one input");
                 check_same_dtypes(ctx);
@@ -173,7 +176,7 @@ void add_variadic(OpRegistry& r, const char* name, bool mean, Fold fold) {
                     }
                   }
                 });
-              }, {}});
+              }));
 }
 
 // Max/Min propagate NaN, as numpy.maximum/minimum do.
@@ -200,7 +203,7 @@ T select_value(bool cond, const T& a, const T& b) {
 }
 
 void register_where(OpRegistry& r) {
-  r.add(OpDef{"", "Where", 9,
+  r.add(onnx_op("Where", 9,
               [](InferContext& ctx) {
                 ONYX_CHECK(ctx.input_dtype(0) == DType::kBool, "condition must be bool, got ",
                            dtype_name(ctx.input_dtype(0)));
@@ -227,7 +230,7 @@ void register_where(OpRegistry& r) {
                                           po[o] = select_value(pc[i[0]], px[i[1]], py[i[2]]);
                                         });
                 });
-              }, {}});
+              }));
 }
 
 }  // namespace

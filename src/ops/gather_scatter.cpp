@@ -560,7 +560,7 @@ void register_gather_scatter_ops(OpRegistry& r) {
   // Scatter (opsets 9-10) is ScatterElements under its old name, without reductions.
   r.add(onnx_op("Scatter", 9, infer_scatter_elements, scatter_elements_kernel));
   r.add(onnx_op("ScatterND", 11, infer_scatter_nd, scatter_nd_kernel));
-  r.add(onnx_op("Compress", 9, infer_compress, compress_kernel));
+  r.add(onnx_op("Compress", 9, infer_compress, compress_kernel).reads_values({1}));
   r.add(onnx_op(
       "NonZero", 9,
       [](InferContext& ctx) {
@@ -569,9 +569,10 @@ void register_gather_scatter_ops(OpRegistry& r) {
         if (in.rank_known) out.dims[0] = std::max<int64_t>(static_cast<int64_t>(in.dims.size()), 1);
         ctx.set_output(0, DType::kInt64, out);
       },
-      nonzero_kernel));
-  r.add(onnx_op("TopK", 1, infer_topk, topk_kernel));
-  r.add(onnx_op("Unique", 11, infer_unique, unique_kernel));
+      nonzero_kernel)
+            .reads_values({0}));
+  r.add(onnx_op("TopK", 1, infer_topk, topk_kernel).reads_values({1}));
+  r.add(onnx_op("Unique", 11, infer_unique, unique_kernel).reads_values({0}));
 }
 
 }  // namespace onyx

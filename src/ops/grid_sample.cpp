@@ -273,12 +273,12 @@ void affine_grid_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_grid_sample_ops(OpRegistry& r) {
-  r.add(OpDef{"", "GridSample", 16, infer_grid_sample, grid_sample_kernel_dispatch, {}});
-  r.add(OpDef{"", "AffineGrid", 20, infer_affine_grid, [](KernelContext& ctx) {
+  r.add(onnx_op("GridSample", 16, infer_grid_sample, grid_sample_kernel_dispatch));
+  r.add(onnx_op("AffineGrid", 20, infer_affine_grid, [](KernelContext& ctx) {
                 dispatch<FloatTypes>(ctx.input(0).dtype(), "AffineGrid", [&](auto tag) {
                   affine_grid_kernel<typename decltype(tag)::type>(ctx);
                 });
-              }, {}});
+              }));
 }
 
 }  // namespace onyx

@@ -386,10 +386,10 @@ void reverse_sequence_kernel(KernelContext& ctx) {
 
 void register_layout_ops(OpRegistry& r) {
   r.add(onnx_op("Concat", 1, infer_concat, concat_kernel));
-  r.add(onnx_op("Split", 1, infer_split, split_kernel));
+  r.add(onnx_op("Split", 1, infer_split, split_kernel).reads_values({1}));
   r.add(onnx_op("Transpose", 1, infer_transpose, transpose_kernel));
-  r.add(onnx_op("Expand", 8, infer_expand, expand_kernel));
-  r.add(onnx_op("Tile", 6, infer_tile, tile_kernel));
+  r.add(onnx_op("Expand", 8, infer_expand, expand_kernel).reads_values({1}));
+  r.add(onnx_op("Tile", 6, infer_tile, tile_kernel).reads_values({1}));
   r.add(onnx_op("Trilu", 14, infer_trilu, trilu_kernel));
   r.add(onnx_op("DepthToSpace", 1, infer_depth_to_space, depth_to_space_kernel));
   r.add(onnx_op("SpaceToDepth", 1, infer_space_to_depth, space_to_depth_kernel));

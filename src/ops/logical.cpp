@@ -9,7 +9,7 @@ namespace {
 
 template <class Types, class Fn>
 void add_compare(OpRegistry& r, const char* name, int since, Fn fn) {
-  r.add(OpDef{"", name, since,
+  r.add(onnx_op(name, since,
               [](InferContext& ctx) {
                 check_same_dtypes(ctx);
                 infer_broadcast(ctx, DType::kBool);
@@ -27,13 +27,13 @@ void add_compare(OpRegistry& r, const char* name, int since, Fn fn) {
                     });
                   }
                 });
-              }, {}});
+              }));
 }
 
 // An op whose inputs and output share one integer or bool dtype.
 template <class Types, class Fn>
 void add_same_type(OpRegistry& r, const char* name, int since, Fn fn) {
-  r.add(OpDef{"", name, since,
+  r.add(onnx_op(name, since,
               [](InferContext& ctx) {
                 check_same_dtypes(ctx);
                 infer_broadcast(ctx);
@@ -44,22 +44,22 @@ void add_same_type(OpRegistry& r, const char* name, int since, Fn fn) {
                   broadcast_binary<T, T, T>(ctx.input(0), ctx.input(1), ctx.output(0),
                                             [&](T a, T b) { return static_cast<T>(fn(a, b)); });
                 });
-              }, {}});
+              }));
 }
 
 template <class Types, class Fn>
 void add_unary_same_type(OpRegistry& r, const char* name, int since, Fn fn) {
-  r.add(OpDef{"", name, since, [](InferContext& ctx) { infer_same_as_input(ctx); },
+  r.add(onnx_op(name, since, [](InferContext& ctx) { infer_same_as_input(ctx); },
               [name, fn](KernelContext& ctx) {
                 dispatch<Types>(ctx.input(0).dtype(), name, [&](auto tag) {
                   using T = typename decltype(tag)::type;
                   map_unary<T, T>(ctx.input(0), ctx.output(0), [&](T a) { return static_cast<T>(fn(a)); });
                 });
-              }, {}});
+              }));
 }
 
 void register_bitshift(OpRegistry& r) {
-  r.add(OpDef{"", "BitShift", 11,
+  r.add(onnx_op("BitShift", 11,
               [](InferContext& ctx) {
                 check_same_dtypes(ctx);
                 std::string dir = ctx.attr_string("direction", "");
@@ -78,7 +78,7 @@ void register_bitshift(OpRegistry& r) {
                     return left ? static_cast<T>(static_cast<wrap_t<T>>(a) << s) : static_cast<T>(a >> s);
                   });
                 });
-              }, {}});
+              }));
 }
 
 }  // namespace

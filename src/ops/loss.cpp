@@ -103,20 +103,18 @@ void sce_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_loss_ops(OpRegistry& r) {
-  r.add(OpDef{"", "NegativeLogLikelihoodLoss", 12, [](InferContext& ctx) { infer_loss(ctx, false); },
+  r.add(onnx_op("NegativeLogLikelihoodLoss", 12, [](InferContext& ctx) { infer_loss(ctx, false); },
               [](KernelContext& ctx) {
                 dispatch<FloatTypes>(ctx.input(0).dtype(), "NegativeLogLikelihoodLoss", [&](auto tag) {
                   nll_kernel<typename decltype(tag)::type>(ctx);
                 });
-              },
-              {}});
-  r.add(OpDef{"", "SoftmaxCrossEntropyLoss", 12, [](InferContext& ctx) { infer_loss(ctx, true); },
+              }));
+  r.add(onnx_op("SoftmaxCrossEntropyLoss", 12, [](InferContext& ctx) { infer_loss(ctx, true); },
               [](KernelContext& ctx) {
                 dispatch<FloatTypes>(ctx.input(0).dtype(), "SoftmaxCrossEntropyLoss", [&](auto tag) {
                   sce_kernel<typename decltype(tag)::type>(ctx);
                 });
-              },
-              {}});
+              }));
 }
 
 }  // namespace onyx

@@ -522,37 +522,39 @@ void einsum_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_nn_ops(OpRegistry& r) {
-  r.add(OpDef{"", "MatMul", 1, infer_matmul, [](KernelContext& ctx) {
+  r.add(onnx_op("MatMul", 1, infer_matmul, [](KernelContext& ctx) {
                 dispatch<NumericTypes>(ctx.input(0).dtype(), "MatMul", [&](auto tag) {
                   matmul_kernel<typename decltype(tag)::type>(ctx);
                 });
-              }, {}});
-  r.add(OpDef{"", "MatMulInteger", 10, infer_matmul_integer, matmul_integer_kernel, {}});
-  r.add(OpDef{"", "Gemm", 1, infer_gemm, [](KernelContext& ctx) {
+              }));
+  r.add(onnx_op("MatMulInteger", 10, infer_matmul_integer, matmul_integer_kernel));
+  r.add(onnx_op("Gemm", 1, infer_gemm, [](KernelContext& ctx) {
                 dispatch<GemmTypes>(ctx.input(0).dtype(), "Gemm", [&](auto tag) {
                   gemm_kernel<typename decltype(tag)::type>(ctx);
                 });
-              }, {}});
+              }));
   const std::pair<const char*, SM> softmaxes[] = {
       {"Softmax", SM::kSoftmax}, {"LogSoftmax", SM::kLogSoftmax}, {"Hardmax", SM::kHardmax}};
   for (auto [name, kind] : softmaxes) {
-    r.add(OpDef{"", name, 1, [](InferContext& ctx) { infer_same_as_input(ctx); },
-                [name, kind](KernelContext& ctx) {
-                  dispatch<FloatTypes>(ctx.input(0).dtype(), name, [&](auto tag) {
-                    softmax_kernel<typename decltype(tag)::type>(ctx, kind);
-                  });
-                }, {}});
+    OpDef def = onnx_op(name, 1, [](InferContext& ctx) { infer_same_as_input(ctx); },
+                        [name, kind](KernelContext& ctx) {
+                          dispatch<FloatTypes>(ctx.input(0).dtype(), name, [&](auto tag) {
+                            softmax_kernel<typename decltype(tag)::type>(ctx, kind);
+                          });
+                        });
+    if (kind != SM::kHardmax) def.in_place({0});  // each row is read whole before it is written
+    r.add(std::move(def));
   }
-  r.add(OpDef{"", "Det", 11, infer_det, [](KernelContext& ctx) {
+  r.add(onnx_op("Det", 11, infer_det, [](KernelContext& ctx) {
                 dispatch<FloatTypes>(ctx.input(0).dtype(), "Det", [&](auto tag) {
                   det_kernel<typename decltype(tag)::type>(ctx);
                 });
-              }, {}});
-  r.add(OpDef{"", "Einsum", 12, infer_einsum, [](KernelContext& ctx) {
+              }));
+  r.add(onnx_op("Einsum", 12, infer_einsum, [](KernelContext& ctx) {
                 dispatch<NumericTypes>(ctx.input(0).dtype(), "Einsum", [&](auto tag) {
                   einsum_kernel<typename decltype(tag)::type>(ctx);
                 });
-              }, {}});
+              }));
 }
 
 }  // namespace onyx

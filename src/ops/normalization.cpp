@@ -363,73 +363,65 @@ InferFn same_as_input() {
 }  // namespace
 
 void register_normalization_ops(OpRegistry& r) {
-  r.add(OpDef{"", "LayerNormalization", 17,
+  r.add(onnx_op("LayerNormalization", 17,
               [](InferContext& ctx) { infer_layer_norm(ctx, {1, 2}, stash_dtype(ctx)); },
               float_kernel("LayerNormalization",
                            [](auto tag, KernelContext& ctx) {
                              layer_norm_kernel<typename decltype(tag)::type>(ctx, true, true, 1, 2);
-                           }),
-              {}});
-  r.add(OpDef{"", "RMSNormalization", 23, same_as_input(),
+                           }))
+            .in_place({0}));
+  r.add(onnx_op("RMSNormalization", 23, same_as_input(),
               float_kernel("RMSNormalization",
                            [](auto tag, KernelContext& ctx) {
                              layer_norm_kernel<typename decltype(tag)::type>(ctx, false, false, -1, -1);
-                           }),
-              {}});
+                           }))
+            .in_place({0}));
   for (const char* domain : {"", "com.microsoft"}) {
-    r.add(OpDef{domain, "SimplifiedLayerNormalization", 1,
-                [](InferContext& ctx) { infer_layer_norm(ctx, {1}, DType::kUndefined); },
-                float_kernel("SimplifiedLayerNormalization",
-                             [](auto tag, KernelContext& ctx) {
-                               layer_norm_kernel<typename decltype(tag)::type>(ctx, false, false, -1, 1);
-                             }),
-                {}});
-    r.add(OpDef{domain, "SkipLayerNormalization", 1, infer_skip_norm,
+    r.add(domain_op(domain, "SimplifiedLayerNormalization", 1,
+                    [](InferContext& ctx) { infer_layer_norm(ctx, {1}, DType::kUndefined); },
+                    float_kernel("SimplifiedLayerNormalization",
+                                 [](auto tag, KernelContext& ctx) {
+                                   layer_norm_kernel<typename decltype(tag)::type>(ctx, false, false, -1, 1);
+                                 }))
+              .in_place({0}));
+    r.add(domain_op(domain, "SkipLayerNormalization", 1, infer_skip_norm,
                 float_kernel("SkipLayerNormalization",
                              [](auto tag, KernelContext& ctx) {
                                skip_norm_kernel<typename decltype(tag)::type>(ctx, true);
-                             }),
-                {}});
-    r.add(OpDef{domain, "SkipSimplifiedLayerNormalization", 1, infer_skip_norm,
+                             })));
+    r.add(domain_op(domain, "SkipSimplifiedLayerNormalization", 1, infer_skip_norm,
                 float_kernel("SkipSimplifiedLayerNormalization",
                              [](auto tag, KernelContext& ctx) {
                                skip_norm_kernel<typename decltype(tag)::type>(ctx, false);
-                             }),
-                {}});
+                             })));
   }
-  r.add(OpDef{"", "GroupNormalization", 18, same_as_input(),
+  r.add(onnx_op("GroupNormalization", 18, same_as_input(),
               float_kernel("GroupNormalization",
                            [](auto tag, KernelContext& ctx) {
                              // Opset 18 took one scale/bias per group; 21 one per channel.
                              group_norm_kernel<typename decltype(tag)::type>(ctx, ctx.attr_int("num_groups"),
                                                                              ctx.opset() < 21,
                                                                              ctx.attr_float("epsilon", 1e-5f));
-                           }),
-              {}});
-  r.add(OpDef{"", "InstanceNormalization", 1, same_as_input(),
+                           })));
+  r.add(onnx_op("InstanceNormalization", 1, same_as_input(),
               float_kernel("InstanceNormalization",
                            [](auto tag, KernelContext& ctx) {
                              const Tensor& x = ctx.input(0);
                              int64_t c = x.rank() >= 2 ? x.shape()[1] : 0;
                              group_norm_kernel<typename decltype(tag)::type>(ctx, c, false,
                                                                              ctx.attr_float("epsilon", 1e-5f));
-                           }),
-              {}});
-  r.add(OpDef{"", "BatchNormalization", 1, same_as_input(),
+                           })));
+  r.add(onnx_op("BatchNormalization", 1, same_as_input(),
               float_kernel("BatchNormalization",
-                           [](auto tag, KernelContext& ctx) { batch_norm_kernel<typename decltype(tag)::type>(ctx); }),
-              {}});
-  r.add(OpDef{"", "LpNormalization", 1, same_as_input(),
+                           [](auto tag, KernelContext& ctx) { batch_norm_kernel<typename decltype(tag)::type>(ctx); })));
+  r.add(onnx_op("LpNormalization", 1, same_as_input(),
               float_kernel("LpNormalization",
-                           [](auto tag, KernelContext& ctx) { lp_norm_kernel<typename decltype(tag)::type>(ctx); }),
-              {}});
-  r.add(OpDef{"", "MeanVarianceNormalization", 9, same_as_input(),
+                           [](auto tag, KernelContext& ctx) { lp_norm_kernel<typename decltype(tag)::type>(ctx); })));
+  r.add(onnx_op("MeanVarianceNormalization", 9, same_as_input(),
               float_kernel("MeanVarianceNormalization",
-                           [](auto tag, KernelContext& ctx) { mvn_kernel<typename decltype(tag)::type>(ctx); }),
-              {}});
-  r.add(OpDef{"", "LRN", 1, same_as_input(),
-              float_kernel("LRN", [](auto tag, KernelContext& ctx) { lrn_kernel<typename decltype(tag)::type>(ctx); }),
-              {}});
+                           [](auto tag, KernelContext& ctx) { mvn_kernel<typename decltype(tag)::type>(ctx); })));
+  r.add(onnx_op("LRN", 1, same_as_input(),
+              float_kernel("LRN", [](auto tag, KernelContext& ctx) { lrn_kernel<typename decltype(tag)::type>(ctx); })));
 }
 
 }  // namespace onyx

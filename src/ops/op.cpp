@@ -56,6 +56,20 @@ const Graph* NodeView::attr_graph(std::string_view name) const {
   return a ? a->g.get() : nullptr;
 }
 
+OpDef onnx_op(std::string name, int since, InferFn infer, KernelFn kernel) {
+  return domain_op("", std::move(name), since, std::move(infer), std::move(kernel));
+}
+
+OpDef domain_op(std::string domain, std::string name, int since, InferFn infer, KernelFn kernel) {
+  OpDef d;
+  d.domain = std::move(domain);
+  d.name = std::move(name);
+  d.since_version = since;
+  d.infer = std::move(infer);
+  d.kernel = std::move(kernel);
+  return d;
+}
+
 InferContext::InferContext(const Node& node, std::vector<ValueType> inputs, std::vector<const Tensor*> values)
     : NodeView(node), inputs_(std::move(inputs)), values_(std::move(values)), outputs_(node.outputs.size()) {}
 

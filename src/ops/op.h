@@ -95,6 +95,10 @@ class KernelContext : public NodeView {
 using InferFn = std::function<void(InferContext&)>;
 using KernelFn = std::function<void(KernelContext&)>;
 
+// An operator: inference, the CPU reference kernel, and the facts that the planner
+// and the executor read about it, all declared here at registration (one home).
+// Registration spells it one way:
+//   r.add(onnx_op("Reshape", 5, infer_reshape).view(0, 0).reads_values({1}));
 struct OpDef {
   std::string domain;  // "" for ai.onnx
   std::string name;
@@ -104,6 +108,45 @@ struct OpDef {
   // (output, input) pairs: that output shares that input's storage (Reshape and
   // friends). The executor makes such outputs itself; the kernel never sees them.
   std::vector<std::pair<int, int>> views;
+  // Inputs whose contents inference reads (a Reshape's shape, a Slice's starts):
+  // they must be known while planning, or on the host when inferring at run time.
+  std::vector<int> value_inputs;
+  // Inputs whose storage output 0 may take when the input dies at this node and has
+  // the output's size: the CPU kernel reads each element before writing the element
+  // at the same index.
+  std::vector<int> in_place_inputs;
+  // Reads only its inputs' dtypes and shapes (Shape, Size): its output is known
+  // while planning, and it moves no bytes whatever device its input is on.
+  bool metadata_only = false;
+  // False for ops whose output differs between runs on the same inputs (random ops):
+  // never computed while planning.
+  bool foldable = true;
+
+  OpDef& view(int output, int input) {
+    views.emplace_back(output, input);
+    return *this;
+  }
+  OpDef& reads_values(std::vector<int> inputs) {
+    value_inputs = std::move(inputs);
+    return *this;
+  }
+  OpDef& in_place(std::vector<int> inputs) {
+    in_place_inputs = std::move(inputs);
+    return *this;
+  }
+  OpDef& reads_only_metadata() {
+    metadata_only = true;
+    return *this;
+  }
+  OpDef& never_fold() {
+    foldable = false;
+    return *this;
+  }
+  // Every output is a view of an input: no kernel runs.
+  bool is_view() const { return !views.empty(); }
 };
+
+OpDef onnx_op(std::string name, int since, InferFn infer, KernelFn kernel = nullptr);
+OpDef domain_op(std::string domain, std::string name, int since, InferFn infer, KernelFn kernel = nullptr);
 
 }  // namespace onyx

@@ -316,23 +316,23 @@ void max_unpool_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_pool_ops(OpRegistry& r) {
-  r.add(OpDef{"", "MaxPool", 1, [](InferContext& ctx) { infer_pool(ctx, PoolKind::kMax); },
-              [](KernelContext& ctx) { run_pool(ctx, PoolKind::kMax); }, {}});
-  r.add(OpDef{"", "AveragePool", 1, [](InferContext& ctx) { infer_pool(ctx, PoolKind::kAverage); },
-              [](KernelContext& ctx) { run_pool(ctx, PoolKind::kAverage); }, {}});
-  r.add(OpDef{"", "LpPool", 1, [](InferContext& ctx) { infer_pool(ctx, PoolKind::kLp); },
-              [](KernelContext& ctx) { run_pool(ctx, PoolKind::kLp); }, {}});
+  r.add(onnx_op("MaxPool", 1, [](InferContext& ctx) { infer_pool(ctx, PoolKind::kMax); },
+              [](KernelContext& ctx) { run_pool(ctx, PoolKind::kMax); }));
+  r.add(onnx_op("AveragePool", 1, [](InferContext& ctx) { infer_pool(ctx, PoolKind::kAverage); },
+              [](KernelContext& ctx) { run_pool(ctx, PoolKind::kAverage); }));
+  r.add(onnx_op("LpPool", 1, [](InferContext& ctx) { infer_pool(ctx, PoolKind::kLp); },
+              [](KernelContext& ctx) { run_pool(ctx, PoolKind::kLp); }));
   auto add_global = [&](const char* name, PoolKind kind) {
-    r.add(OpDef{"", name, 1, infer_global_pool, [name, kind](KernelContext& ctx) {
+    r.add(onnx_op(name, 1, infer_global_pool, [name, kind](KernelContext& ctx) {
                   dispatch<FloatTypes>(ctx.input(0).dtype(), name, [&](auto tag) {
                     global_pool_kernel<typename decltype(tag)::type>(ctx, kind);
                   });
-                }, {}});
+                }));
   };
   add_global("GlobalMaxPool", PoolKind::kMax);
   add_global("GlobalAveragePool", PoolKind::kAverage);
   add_global("GlobalLpPool", PoolKind::kLp);
-  r.add(OpDef{"", "MaxUnpool", 9, infer_max_unpool, max_unpool_kernel, {}});
+  r.add(onnx_op("MaxUnpool", 9, infer_max_unpool, max_unpool_kernel));
 }
 
 }  // namespace onyx

@@ -225,12 +225,13 @@ using ReduceBoolTypes = TypeList<float, double, Float16, BFloat16, int8_t, int16
                                  uint16_t, uint32_t, uint64_t, bool>;
 
 void add_reduce(OpRegistry& r, const std::string& name, RK kind) {
-  r.add(OpDef{"", name, 1, [name](InferContext& ctx) { infer_reduce(ctx, name); },
+  r.add(onnx_op(name, 1, [name](InferContext& ctx) { infer_reduce(ctx, name); },
               [name, kind](KernelContext& ctx) {
                 auto body = [&](auto tag) { reduce_kernel<typename decltype(tag)::type>(ctx, kind, name); };
                 if (kind == RK::kMax || kind == RK::kMin) dispatch<ReduceBoolTypes>(ctx.input(0).dtype(), name, body);
                 else dispatch<ReduceTypes>(ctx.input(0).dtype(), name, body);
-              }, {}});
+              })
+            .reads_values({1}));  // axes (an input from opset 13 for ReduceSum, 18 for the rest)
 }
 
 // ---- ArgMax / ArgMin ----
@@ -336,20 +337,20 @@ void register_reduce_ops(OpRegistry& r) {
 
   for (bool is_max : {true, false}) {
     const char* name = is_max ? "ArgMax" : "ArgMin";
-    r.add(OpDef{"", name, 1, infer_arg, [is_max, name](KernelContext& ctx) {
+    r.add(onnx_op(name, 1, infer_arg, [is_max, name](KernelContext& ctx) {
                   dispatch<ReduceTypes>(ctx.input(0).dtype(), name, [&](auto tag) {
                     arg_kernel<typename decltype(tag)::type>(ctx, is_max);
                   });
-                }, {}});
+                }));
   }
   for (bool product : {false, true}) {
     const char* name = product ? "CumProd" : "CumSum";
-    r.add(OpDef{"", name, 11, [](InferContext& ctx) { infer_same_as_input(ctx); },
+    r.add(onnx_op(name, 11, [](InferContext& ctx) { infer_same_as_input(ctx); },
                 [product, name](KernelContext& ctx) {
                   dispatch<ReduceTypes>(ctx.input(0).dtype(), name, [&](auto tag) {
                     cumulative_kernel<typename decltype(tag)::type>(ctx, product);
                   });
-                }, {}});
+                }));
   }
 }
 

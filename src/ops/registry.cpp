@@ -1,42 +1,15 @@
 #include "ops/registry.h"
 
-#include <algorithm>
-
 namespace onyx {
 
 void OpRegistry::add(OpDef def) {
   ONYX_ASSERT(def.infer, "op ", def.name, " has no inference function");
-  auto& list = defs_[{normalize_domain(def.domain), def.name}];
-  for (const auto& d : list) ONYX_ASSERT(d.since_version != def.since_version, "op ", def.name, " registered twice");
-  list.push_back(std::move(def));
-  std::sort(list.begin(), list.end(), [](const OpDef& a, const OpDef& b) { return a.since_version < b.since_version; });
+  const std::string name = def.name;
+  ONYX_ASSERT(table_.add(std::move(def)), "op ", name, " registered twice");
 }
 
-const OpDef* OpRegistry::find(const std::string& domain, const std::string& name, int opset) const {
-  auto it = defs_.find({normalize_domain(domain), name});
-  if (it == defs_.end()) return nullptr;
-  const OpDef* best = nullptr;
-  for (const auto& d : it->second)
-    if (d.since_version <= opset) best = &d;
-  return best;
-}
-
-std::vector<const OpDef*> OpRegistry::versions(const std::string& domain, const std::string& name) const {
-  std::vector<const OpDef*> out;
-  auto it = defs_.find({normalize_domain(domain), name});
-  if (it != defs_.end())
-    for (const auto& d : it->second) out.push_back(&d);
-  return out;
-}
-
-std::vector<std::string> OpRegistry::op_names() const {
-  std::vector<std::string> names;
-  for (const auto& [key, list] : defs_) names.push_back(key.first.empty() ? key.second : key.first + "::" + key.second);
-  return names;
-}
-
-const OpRegistry& OpRegistry::global() {
-  static const OpRegistry registry = [] {
+OpRegistry& OpRegistry::global_mutable() {
+  static OpRegistry registry = [] {
     OpRegistry r;
     register_elementwise_ops(r);
     register_unary_ops(r);
@@ -53,11 +26,14 @@ const OpRegistry& OpRegistry::global() {
     register_loss_ops(r);
     register_conv_pool_ops(r);
     register_resize_ops(r);
-    register_test_ops(r);
     return r;
   }();
   return registry;
 }
+
+const OpRegistry& OpRegistry::global() { return global_mutable(); }
+
+void OpRegistry::add_custom(OpDef def) { global_mutable().add(std::move(def)); }
 
 void resolve_op(Node& node, const OpRegistry& registry) {
   node.def = registry.find(node.domain, node.op_type, node.opset);

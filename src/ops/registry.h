@@ -1,11 +1,11 @@
 // The operator registry: each op family registers its ops here, once.
 #pragma once
 
-#include <map>
 #include <string>
 #include <vector>
 
 #include "ops/op.h"
+#include "ops/op_table.h"
 
 namespace onyx {
 
@@ -13,17 +13,25 @@ class OpRegistry {
  public:
   void add(OpDef def);
   // The definition that applies at `opset` (the newest since_version <= opset), or null.
-  const OpDef* find(const std::string& domain, const std::string& name, int opset) const;
+  const OpDef* find(const std::string& domain, const std::string& name, int opset) const {
+    return table_.find(domain, name, opset);
+  }
   // Every registered version of (domain, name), oldest first; empty when unknown.
-  std::vector<const OpDef*> versions(const std::string& domain, const std::string& name) const;
-  size_t size() const { return defs_.size(); }
-  std::vector<std::string> op_names() const;  // "domain::name" or "name"
+  std::vector<const OpDef*> versions(const std::string& domain, const std::string& name) const {
+    return table_.versions(domain, name);
+  }
+  size_t size() const { return table_.size(); }
+  std::vector<std::string> op_names() const { return table_.names(); }
 
-  // The registry with every op family of onyx registered.
+  // The registry with every op family of onyx registered, and the custom ops added.
   static const OpRegistry& global();
+  // Adds an op of the caller's own (a custom op; test code's diagnostic ops) to the
+  // global registry. Call it before any session is made (at static initialization).
+  static void add_custom(OpDef def);
 
  private:
-  std::map<std::pair<std::string, std::string>, std::vector<OpDef>> defs_;
+  static OpRegistry& global_mutable();
+  OpTable<OpDef> table_;
 };
 
 // Resolves node.def against the registry; throws naming the node, op, domain and opset.
@@ -45,6 +53,5 @@ void register_attention_ops(OpRegistry& r);
 void register_loss_ops(OpRegistry& r);
 void register_conv_pool_ops(OpRegistry& r);
 void register_resize_ops(OpRegistry& r);
-void register_test_ops(OpRegistry& r);  // onyx.test diagnostic ops
 
 }  // namespace onyx

@@ -387,8 +387,8 @@ void run_resize(KernelContext& ctx) {
 }  // namespace
 
 void register_resize_ops(OpRegistry& r) {
-  r.add(OpDef{"", "Resize", 10, infer_resize, run_resize, {}});
-  r.add(OpDef{"", "Upsample", 7, infer_resize, run_resize, {}});
+  r.add(onnx_op("Resize", 10, infer_resize, run_resize).reads_values({1, 2, 3}));
+  r.add(onnx_op("Upsample", 7, infer_resize, run_resize).reads_values({1}));
   register_grid_sample_ops(r);
 }
 

@@ -337,15 +337,16 @@ void center_crop_pad_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_slice_pad_ops(OpRegistry& r) {
-  r.add(onnx_op("Slice", 1, infer_slice, slice_kernel));
+  r.add(onnx_op("Slice", 1, infer_slice, slice_kernel).reads_values({1, 2, 3, 4}));
   r.add(onnx_op(
       "Pad", 1,
       [](InferContext& ctx) {
         pad_mode(ctx);  // reject unknown modes early
         infer_pad(ctx);
       },
-      pad_kernel));
-  r.add(onnx_op("CenterCropPad", 18, infer_center_crop_pad, center_crop_pad_kernel));
+      pad_kernel)
+            .reads_values({1, 2, 3}));
+  r.add(onnx_op("CenterCropPad", 18, infer_center_crop_pad, center_crop_pad_kernel).reads_values({1}));
 }
 
 }  // namespace onyx

@@ -382,20 +382,21 @@ void onehot_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_tensor_ops(OpRegistry& r) {
-  r.add(onnx_op("Reshape", 5, infer_reshape, nullptr, {{0, 0}}));
-  r.add(onnx_op("Flatten", 1, infer_flatten, nullptr, {{0, 0}}));
-  r.add(onnx_op("Squeeze", 1, infer_squeeze, nullptr, {{0, 0}}));
-  r.add(onnx_op("Unsqueeze", 1, infer_unsqueeze, nullptr, {{0, 0}}));
-  r.add(onnx_op("Identity", 1, [](InferContext& ctx) { infer_same_as_input(ctx); }, nullptr, {{0, 0}}));
-  r.add(onnx_op("Shape", 1, infer_shape, shape_kernel));
+  r.add(onnx_op("Reshape", 5, infer_reshape).view(0, 0).reads_values({1}));
+  r.add(onnx_op("Flatten", 1, infer_flatten).view(0, 0));
+  r.add(onnx_op("Squeeze", 1, infer_squeeze).view(0, 0).reads_values({1}));
+  r.add(onnx_op("Unsqueeze", 1, infer_unsqueeze).view(0, 0).reads_values({1}));
+  r.add(onnx_op("Identity", 1, [](InferContext& ctx) { infer_same_as_input(ctx); }).view(0, 0));
+  r.add(onnx_op("Shape", 1, infer_shape, shape_kernel).reads_only_metadata());
   r.add(onnx_op(
       "Size", 1, [](InferContext& ctx) { ctx.set_output(0, DType::kInt64, Shape{}); },
-      [](KernelContext& ctx) { ctx.output(0).data<int64_t>()[0] = ctx.input(0).numel(); }));
+      [](KernelContext& ctx) { ctx.output(0).data<int64_t>()[0] = ctx.input(0).numel(); })
+            .reads_only_metadata());
   r.add(onnx_op("Constant", 1, infer_constant, constant_kernel));
-  r.add(onnx_op("ConstantOfShape", 9, infer_constant_of_shape, constant_of_shape_kernel));
-  r.add(onnx_op("Range", 11, infer_range, range_kernel));
+  r.add(onnx_op("ConstantOfShape", 9, infer_constant_of_shape, constant_of_shape_kernel).reads_values({0}));
+  r.add(onnx_op("Range", 11, infer_range, range_kernel).reads_values({0, 1, 2}));
   r.add(onnx_op("EyeLike", 9, infer_eyelike, eyelike_kernel));
-  r.add(onnx_op("OneHot", 9, infer_onehot, onehot_kernel));
+  r.add(onnx_op("OneHot", 9, infer_onehot, onehot_kernel).reads_values({1}));
 }
 
 }  // namespace onyx

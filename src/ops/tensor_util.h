@@ -10,12 +10,6 @@
 
 namespace onyx {
 
-// An ai.onnx OpDef; spelled out so that every field is initialized.
-inline OpDef onnx_op(std::string name, int since, InferFn infer, KernelFn kernel,
-                     std::vector<std::pair<int, int>> views = {}) {
-  return OpDef{"", std::move(name), since, std::move(infer), std::move(kernel), std::move(views)};
-}
-
 // Data movement does not care what the bits mean, only how wide an element is:
 // dispatching on width keeps one instantiation per width instead of per dtype.
 // Calls fn(std::type_identity<U>{}) with U = uint8_t/uint16_t/uint32_t/uint64_t or std::string.

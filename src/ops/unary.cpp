@@ -13,7 +13,7 @@ namespace {
 // 16-bit floats compute in float.
 template <class Types, class Make>
 void add_unary(OpRegistry& r, const char* name, int since, Make make) {
-  r.add(OpDef{"", name, since, [](InferContext& ctx) { infer_same_as_input(ctx); },
+  r.add(onnx_op(name, since, [](InferContext& ctx) { infer_same_as_input(ctx); },
               [name, make](KernelContext& ctx) {
                 auto fn = make(ctx);
                 dispatch<Types>(ctx.input(0).dtype(), name, [&](auto tag) {
@@ -22,7 +22,8 @@ void add_unary(OpRegistry& r, const char* name, int since, Make make) {
                   map_unary<T, T>(ctx.input(0), ctx.output(0),
                                   [&](T x) { return static_cast<T>(fn(static_cast<C>(x))); });
                 });
-              }, {}});
+              })
+            .in_place({0}));
 }
 
 // The same for element functions without attributes, on floating types.
@@ -159,7 +160,7 @@ void register_activations(OpRegistry& r) {
 // An op of one floating input with a bool output.
 template <class Make>
 void add_predicate(OpRegistry& r, const char* name, int since, Make make) {
-  r.add(OpDef{"", name, since, [](InferContext& ctx) { ctx.set_output(0, DType::kBool, ctx.input_shape(0)); },
+  r.add(onnx_op(name, since, [](InferContext& ctx) { ctx.set_output(0, DType::kBool, ctx.input_shape(0)); },
               [name, make](KernelContext& ctx) {
                 auto fn = make(ctx);
                 dispatch<FloatTypes>(ctx.input(0).dtype(), name, [&](auto tag) {
@@ -167,12 +168,12 @@ void add_predicate(OpRegistry& r, const char* name, int since, Make make) {
                   using C = compute_t<T>;
                   map_unary<T, bool>(ctx.input(0), ctx.output(0), [&](T x) { return fn(static_cast<C>(x)); });
                 });
-              }, {}});
+              }));
 }
 
 // Clip: bounds are attributes before opset 11, optional scalar inputs from 11.
 void register_clip(OpRegistry& r) {
-  r.add(OpDef{"", "Clip", 1,
+  r.add(onnx_op("Clip", 1,
               [](InferContext& ctx) {
                 for (size_t i = 1; i < 3; ++i)
                   if (ctx.has_input(i))
@@ -213,13 +214,13 @@ void register_clip(OpRegistry& r) {
                     return static_cast<T>(v);
                   });
                 });
-              }, {}});
+              }));
 }
 
 // Dropout at inference: the output is the input; the optional mask is all
 // true (bool from opset 10, the input's dtype before, where "keep" is 1).
 void register_dropout(OpRegistry& r) {
-  r.add(OpDef{"", "Dropout", 1,
+  r.add(onnx_op("Dropout", 1,
               [](InferContext& ctx) {
                 infer_same_as_input(ctx);
                 if (ctx.has_output(1))
@@ -252,7 +253,7 @@ void register_dropout(OpRegistry& r) {
                     for (int64_t i = 0; i < mask.numel(); ++i) p[i] = convert_value<T>(true);
                   });
                 }
-              }, {}});
+              }));
 }
 
 }  // namespace
@@ -260,7 +261,7 @@ void register_dropout(OpRegistry& r) {
 // com.microsoft Gelu (erf form), FastGelu (tanh form) and BiasGelu (erf form):
 // gelu(x + bias), with the bias input optional for FastGelu and broadcast over the last axis.
 void add_contrib_gelu(OpRegistry& r, const char* name, bool tanh_form) {
-  r.add(OpDef{"com.microsoft", name, 1,
+  r.add(domain_op("com.microsoft", name, 1,
               [](InferContext& ctx) {
                 if (ctx.has_input(1))
                   ONYX_CHECK(ctx.input_dtype(1) == ctx.input_dtype(0), "bias dtype ", dtype_name(ctx.input_dtype(1)),
@@ -286,8 +287,7 @@ void add_contrib_gelu(OpRegistry& r, const char* name, bool tanh_form) {
                     out[i] = static_cast<T>(static_cast<float>(g));
                   }
                 });
-              },
-              {}});
+              }));
 }
 
 void register_unary_ops(OpRegistry& r) {

@@ -1,10 +1,12 @@
+// plan_graph in named phases, run in order over one Planning record:
+//   start_values -> propagate_shapes -> choose_places -> find_lifetimes ->
+//   share_storage -> classify_groups -> place_arenas -> plan_copies ->
+//   plan_releases -> find_capture_blocker
 #include "plan/planner.h"
 
 #include <algorithm>
-#include <set>
 
 #include "ops/compute.h"
-#include "ops/value_inputs.h"
 
 namespace onyx {
 
@@ -14,187 +16,238 @@ std::string_view value_kind_name(ValueKind k) {
     case ValueKind::kConstant: return "constant";
     case ValueKind::kArena: return "arena";
     case ValueKind::kOutput: return "output";
+    case ValueKind::kAllocated: return "allocated";
     case ValueKind::kDynamic: return "dynamic";
     case ValueKind::kAbsent: return "absent";
   }
   return "?";
 }
 
-std::vector<Tensor> evaluate_node(const Node& node, const std::vector<const Tensor*>& inputs) {
-  for (const auto& a : node.attributes)
-    ONYX_CHECK(!a.g && a.graphs.empty(), "nodes with subgraphs need the executor to be evaluated while planning");
-  return compute_node(node, inputs, cpu_allocator());
+std::string_view step_place_name(StepPlace p) {
+  switch (p) {
+    case StepPlace::kHost: return "host";
+    case StepPlace::kAccel: return "accel";
+    case StepPlace::kNone: return "view";
+    case StepPlace::kRunTime: return "run-time";
+  }
+  return "?";
+}
+
+std::vector<const Step*> ExecutionPlan::fallbacks() const {
+  std::vector<const Step*> out;
+  for (const Step& s : steps)
+    if (!s.fallback.empty()) out.push_back(&s);
+  return out;
 }
 
 namespace {
 
-// Ops whose onyx CPU kernels read each element before writing the element at the
-// same index, so the output may take the storage of the named input when that
-// input dies here and has the output's size.
-std::vector<int> in_place_inputs(const Node& n) {
-  static const std::set<std::string> kUnary = {
-      "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Erf", "Reciprocal", "LeakyRelu", "Elu",
-      "Selu", "Celu", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Sin", "Cos", "Floor", "Ceil", "Round",
-      "Sign", "Gelu", "Mish", "ThresholdedRelu", "Softmax", "LogSoftmax", "LayerNormalization",
-      "SimplifiedLayerNormalization", "RMSNormalization"};
-  static const std::set<std::string> kBinary = {"Add", "Sub", "Mul", "Div", "Pow", "PRelu"};
-  if (!n.domain.empty()) return {};
-  if (kUnary.count(n.op_type)) return {0};
-  if (kBinary.count(n.op_type)) return {0, 1};
-  return {};
-}
+// What the phases share while one plan is made.
+struct Planning {
+  const Graph& g;
+  const PlanRequest& request;
+  const PlanOptions& options;
+  ExecutionPlan p;
+  std::vector<std::vector<ValueType>> node_inputs;  // per node: its inputs' types
+  std::vector<bool> dynamic;                        // per node: shapes known only at run time
+  std::vector<int> step_of_node;                    // per node: index into p.steps, -1 when folded
+  std::vector<int> group_first, group_last;         // per root: the group's lifetime
+  std::vector<bool> group_has_output;               // per root: the group holds a graph output
 
-bool never_fold(const Node& n) {
-  static const std::set<std::string> kRandom = {"RandomNormal", "RandomUniform", "RandomNormalLike",
-                                                "RandomUniformLike", "Bernoulli", "Multinomial"};
-  return kRandom.count(n.op_type) > 0;
-}
+  Planning(const Graph& graph, const PlanRequest& r, const PlanOptions& o) : g(graph), request(r), options(o), p(graph) {}
+  size_t nv() const { return g.values.size(); }
+  int nn() const { return static_cast<int>(g.nodes.size()); }
+  // A value known while planning: a folded result, or an initializer no feed can replace.
+  const Tensor* known_value(int id) const {
+    if (p.constants[id].defined()) return &p.constants[id];
+    auto it = g.initializers.find(id);
+    return it != g.initializers.end() && !g.values[id].is_input ? &it->second : nullptr;
+  }
+};
 
 size_t value_bytes(const ValueType& t) {
   if (!t.shape.fully_known()) return 0;
   return static_cast<size_t>(t.shape.to_shape().numel()) * dtype_size(t.dtype);
 }
 
-}  // namespace
+bool has_subgraphs(const Node& n) {
+  for (const auto& a : n.attributes)
+    if (a.g || !a.graphs.empty()) return true;
+  return false;
+}
 
-ExecutionPlan plan_graph(const Graph& g, const std::vector<ValueType>& inputs, const PlanOptions& options,
-                         const NodeEvaluator& evaluate) {
-  ExecutionPlan p(g);
-  const size_t nv = g.values.size();
-  const int ns = static_cast<int>(g.nodes.size());
-  p.values.assign(nv, ValuePlan{});
-  p.constants.assign(nv, Tensor());
-  p.skip.assign(ns, false);
-  p.place.assign(ns, StepPlace::kHost);
-  for (int s = 0; s < ns; ++s) p.schedule.push_back(s);
-  ONYX_CHECK(inputs.size() == g.inputs.size(), "the plan needs ", g.inputs.size(), " input types, got ", inputs.size());
-
-  // Values present before the first step.
+// Values present before the first node: initializers, fed inputs, outer-scope values.
+void start_values(Planning& P) {
+  ExecutionPlan& p = P.p;
+  const Graph& g = P.g;
+  const PlanRequest& r = P.request;
+  p.values.assign(P.nv(), ValuePlan{});
+  p.constants.assign(P.nv(), Tensor());
+  p.folded.assign(P.nn(), false);
+  p.arena = P.options.arena;
+  ONYX_CHECK(r.inputs.size() == g.inputs.size(), "the plan needs ", g.inputs.size(), " input types, got ",
+             r.inputs.size());
   for (const auto& [id, t] : g.initializers) {
     p.values[id].type = ValueType{t.dtype(), t.shape()};
     p.values[id].kind = ValueKind::kExternal;
   }
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     int id = g.inputs[i];
-    ONYX_CHECK(inputs[i].shape.fully_known(), "input '", g.values[id].name, "' needs a fully known shape to plan, got ",
-               inputs[i].shape.str());
-    p.values[id].type = inputs[i];
+    ONYX_CHECK(r.inputs[i].shape.fully_known(), "input '", g.values[id].name, "' needs a fully known shape to plan, got ",
+               r.inputs[i].shape.str());
+    p.values[id].type = r.inputs[i];
     p.values[id].kind = ValueKind::kExternal;
-    p.constants[id] = Tensor();  // a fed input overrides any initializer default
+    p.values[id].on_accel = i < r.inputs_on_accel.size() && r.inputs_on_accel[i];
   }
-  for (int id : g.outer_values) p.values[id].kind = ValueKind::kExternal;
-  // Values known while planning: folded results and initializers that no feed can replace.
-  auto known_value = [&](int id) -> const Tensor* {
-    if (p.constants[id].defined()) return &p.constants[id];
-    auto it = g.initializers.find(id);
-    return it != g.initializers.end() && !g.values[id].is_input ? &it->second : nullptr;
+  for (size_t k = 0; k < g.outer_values.size(); ++k) {
+    int id = g.outer_values[k];
+    p.values[id].kind = ValueKind::kExternal;
+    if (k < r.outer.size()) p.values[id].type = r.outer[k];
+  }
+}
+
+// Shape propagation of one node, with shape arithmetic evaluated on the CPU and small
+// results computed now (folded): served from the plan on every run.
+void propagate_node(Planning& P, int s) {
+  ExecutionPlan& p = P.p;
+  const Node& n = P.g.nodes[s];
+  const OpDef& def = *n.def;
+  std::vector<ValueType>& types = P.node_inputs[s];
+  types.assign(n.inputs.size(), ValueType{});
+  std::vector<const Tensor*> values(n.inputs.size(), nullptr);
+  bool shapes_known = true, values_known = true;
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    int id = n.inputs[i];
+    if (id < 0) continue;
+    types[i] = p.values[id].type;
+    values[i] = P.known_value(id);
+    shapes_known &= types[i].shape.fully_known();
+    values_known &= values[i] != nullptr;
+  }
+  for (int id : n.implicit_inputs) values_known &= P.known_value(id) != nullptr;
+  for (int out : n.outputs)
+    if (out >= 0) p.values[out].first = s;
+  auto mark_dynamic = [&](const std::string& reason) {
+    P.dynamic[s] = true;
+    for (int out : n.outputs)
+      if (out >= 0) p.values[out].kind = ValueKind::kDynamic;
+    if (!reason.empty()) p.dynamic_boundaries.push_back({s, n.describe(), reason});
   };
+  auto fold = [&](const std::vector<Tensor>& outs) {
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      if (n.outputs[o] < 0) continue;
+      p.constants[n.outputs[o]] = outs[o].clone();  // owned by the plan, not borrowed from an input
+      p.values[n.outputs[o]].type = ValueType{outs[o].dtype(), outs[o].shape()};
+      p.values[n.outputs[o]].kind = ValueKind::kConstant;
+    }
+    p.folded[s] = true;
+    ++p.folded_nodes;
+  };
+  if (!shapes_known) {
+    mark_dynamic("");  // inside a dynamic region: shapes come at run time
+    for (int out : n.outputs)
+      if (out >= 0) p.values[out].type.shape = PartialShape();
+    return;
+  }
+  // Shape and Size read only their input's shape: their values are known now.
+  if (def.metadata_only) {
+    ONYX_CHECK(!n.inputs.empty() && n.inputs[0] >= 0, n.op_type, " needs its input");
+    Tensor dummy = Tensor::borrow(types[0].dtype, types[0].shape.to_shape(), nullptr);
+    std::vector<const Tensor*> in{&dummy};
+    fold(compute_node(n, in, cpu_allocator()));
+    return;
+  }
+  InferContext ictx(n, types, values);
+  try {
+    def.infer(ictx);
+  } catch (const Error& e) {
+    if (values_known) throw;
+    mark_dynamic(cat("its output shape depends on data computed at run time (", e.what(), ")"));
+    return;
+  }
+  bool outputs_known = true;
+  size_t out_bytes = 0;
+  for (size_t o = 0; o < n.outputs.size(); ++o) {
+    int out = n.outputs[o];
+    if (out < 0) continue;
+    p.values[out].type = ictx.outputs()[o];
+    outputs_known &= p.values[out].type.shape.fully_known();
+    out_bytes += value_bytes(p.values[out].type);
+  }
+  // Fold what every run would compute alike (shape arithmetic, constant subgraphs, a
+  // loop-invariant If), when it is small.
+  const bool subgraphs = has_subgraphs(n);
+  if (values_known && def.foldable && (!subgraphs || P.options.evaluate_subgraph) &&
+      (!outputs_known || out_bytes <= P.options.fold_limit_bytes)) {
+    std::vector<Tensor> outs;
+    try {
+      outs = compute_node(n, values, cpu_allocator(), subgraphs ? &P.options.evaluate_subgraph : nullptr);
+    } catch (const Error&) {
+      if (n.implicit_inputs.empty() && outputs_known) throw;  // a plain op failing on known data is a real error
+    }
+    size_t folded_bytes = 0;
+    for (const auto& t : outs) folded_bytes += t.defined() ? t.bytes() : 0;
+    if (!outs.empty() && folded_bytes <= P.options.fold_limit_bytes) {
+      fold(outs);
+      return;
+    }
+  }
+  if (!outputs_known)
+    mark_dynamic(n.implicit_inputs.empty() ? "its output shape depends on the values of its inputs"
+                                           : "its outputs come from a subgraph, known only when it runs");
+}
 
-  // 1. Shape propagation, with shape arithmetic evaluated on the CPU.
-  for (int s = 0; s < ns; ++s) {
-    const Node& n = g.nodes[s];
-    with_context(cat("planning ", n.describe()), [&] {
-      std::vector<ValueType> types(n.inputs.size());
-      std::vector<const Tensor*> values(n.inputs.size(), nullptr);
-      bool shapes_known = true, values_known = true;
-      for (size_t i = 0; i < n.inputs.size(); ++i) {
-        int id = n.inputs[i];
-        if (id < 0) continue;
-        types[i] = p.values[id].type;
-        values[i] = known_value(id);
-        shapes_known &= types[i].shape.fully_known();
-        values_known &= values[i] != nullptr;
-      }
-      for (int id : n.implicit_inputs) values_known &= known_value(id) != nullptr;
-      for (int out : n.outputs)
-        if (out >= 0) p.values[out].first = s;
+void propagate_shapes(Planning& P) {
+  P.node_inputs.assign(P.nn(), {});
+  P.dynamic.assign(P.nn(), false);
+  for (int s = 0; s < P.nn(); ++s)
+    with_context(cat("planning ", P.g.nodes[s].describe()), [&] { propagate_node(P, s); });
+}
 
-      auto mark_dynamic = [&](const std::string& reason, bool boundary) {
+// Each node that runs becomes a step with its device and kernel, resolved once.
+void choose_places(Planning& P) {
+  ExecutionPlan& p = P.p;
+  P.step_of_node.assign(P.nn(), -1);
+  for (int s = 0; s < P.nn(); ++s) {
+    if (p.folded[s]) continue;
+    const Node& n = P.g.nodes[s];
+    const OpDef& def = *n.def;
+    Step st;
+    st.node = s;
+    st.has_subgraphs = has_subgraphs(n);
+    if (P.dynamic[s]) {
+      st.place = StepPlace::kRunTime;
+    } else if (def.is_view() && def.views.size() == n.outputs.size()) {
+      st.place = StepPlace::kNone;
+    } else {
+      std::string why;
+      if (P.options.backend) st.kernel = P.options.backend->find_kernel(n, P.node_inputs[s], &why);
+      if (st.kernel) {
+        st.place = StepPlace::kAccel;
+        p.uses_accel = true;
         for (int out : n.outputs)
-          if (out >= 0) p.values[out].kind = ValueKind::kDynamic;
-        if (boundary) p.dynamic_boundaries.push_back({s, n.describe(), reason});
-      };
-      if (!shapes_known) {
-        p.place[s] = StepPlace::kRunTime;
-        mark_dynamic("", false);  // inside a dynamic region: shapes come at run time
-        for (size_t o = 0; o < n.outputs.size(); ++o)
-          if (n.outputs[o] >= 0) p.values[n.outputs[o]].type.shape = PartialShape();
-        return;
+          if (out >= 0) p.values[out].on_accel = true;
+      } else {
+        st.place = StepPlace::kHost;
+        st.kernel = def.kernel;
+        st.fallback = why;
+        ONYX_CHECK(st.kernel, n.describe(), ": op ", def.name, " has no CPU kernel");
       }
-      // Shape and Size read only their input's shape: their values are known now.
-      if ((n.op_type == "Shape" || n.op_type == "Size") && n.domain.empty()) {
-        ONYX_CHECK(!n.inputs.empty() && n.inputs[0] >= 0, n.op_type, " needs its input");
-        ONYX_CHECK(!n.outputs.empty() && n.outputs[0] >= 0, n.op_type, " needs its output");
-        Tensor dummy = Tensor::borrow(types[0].dtype, types[0].shape.to_shape(), nullptr);
-        std::vector<const Tensor*> in{&dummy};
-        auto outs = compute_node(n, in, cpu_allocator());
-        p.constants[n.outputs[0]] = outs[0];
-        p.values[n.outputs[0]].type = ValueType{outs[0].dtype(), outs[0].shape()};
-        p.values[n.outputs[0]].kind = ValueKind::kConstant;
-        p.skip[s] = true;
-        ++p.folded_nodes;
-        return;
-      }
-      InferContext ictx(n, types, values);
-      try {
-        n.def->infer(ictx);
-      } catch (const Error& e) {
-        if (values_known) throw;
-        mark_dynamic(cat("its output shape depends on data computed at run time (", e.what(), ")"), true);
-        return;
-      }
-      bool outputs_known = true;
-      size_t out_bytes = 0;
-      for (size_t o = 0; o < n.outputs.size(); ++o) {
-        int out = n.outputs[o];
-        if (out < 0) continue;
-        p.values[out].type = ictx.outputs()[o];
-        outputs_known &= p.values[out].type.shape.fully_known();
-        out_bytes += value_bytes(p.values[out].type);
-      }
-      // Fold: compute now what every run would compute alike (shape arithmetic, constant
-      // subgraphs, a loop-invariant If), when it is small. Served from the plan afterwards.
-      if (values_known && !never_fold(n) && (!outputs_known || out_bytes <= options.fold_limit_bytes)) {
-        std::vector<Tensor> outs;
-        try {
-          outs = evaluate(n, values);
-        } catch (const Error&) {
-          if (n.implicit_inputs.empty() && outputs_known) throw;  // a plain op failing on known data is a real error
-        }
-        size_t folded_bytes = 0;
-        for (const auto& t : outs) folded_bytes += t.defined() ? t.bytes() : 0;
-        if (!outs.empty() && folded_bytes <= options.fold_limit_bytes) {
-          for (size_t o = 0; o < n.outputs.size(); ++o) {
-            if (n.outputs[o] < 0) continue;
-            p.constants[n.outputs[o]] = outs[o].clone();  // owned by the plan, not borrowed from an input
-            p.values[n.outputs[o]].type = ValueType{outs[o].dtype(), outs[o].shape()};
-            p.values[n.outputs[o]].kind = ValueKind::kConstant;
-          }
-          p.skip[s] = true;
-          ++p.folded_nodes;
-          return;
-        }
-      }
-      bool is_view = !n.def->views.empty() && n.def->views.size() == n.outputs.size();
-      if (is_view || reads_only_metadata(n)) p.place[s] = StepPlace::kNone;
-      else if (!outputs_known) p.place[s] = StepPlace::kRunTime;
-      else if (options.on_accel && options.on_accel(n, types)) p.place[s] = StepPlace::kAccel;
-      if (!outputs_known)
-        mark_dynamic(n.implicit_inputs.empty() ? "its output shape depends on the values of its inputs"
-                                               : "its outputs come from a subgraph, known only when it runs",
-                     true);
-    });
+    }
+    P.step_of_node[s] = static_cast<int>(p.steps.size());
+    p.steps.push_back(std::move(st));
   }
+}
 
-  // 2. Lifetimes.
-  for (int s = 0; s < ns; ++s) {
-    const Node& n = g.nodes[s];
-    if (p.skip[s]) continue;
+void find_lifetimes(Planning& P) {
+  ExecutionPlan& p = P.p;
+  for (const Step& st : p.steps) {
+    const Node& n = P.g.nodes[st.node];
     for (int id : n.inputs)
-      if (id >= 0) p.values[id].last = s;
-    for (int id : n.implicit_inputs) p.values[id].last = s;
+      if (id >= 0) p.values[id].last = st.node;
+    for (int id : n.implicit_inputs) p.values[id].last = st.node;
   }
-  for (size_t id = 0; id < nv; ++id) {
+  for (size_t id = 0; id < P.nv(); ++id) {
     ValuePlan& v = p.values[id];
     v.root = static_cast<int>(id);
     v.bytes = value_bytes(v.type);
@@ -202,84 +255,85 @@ ExecutionPlan plan_graph(const Graph& g, const std::vector<ValueType>& inputs, c
     if (v.first >= 0 && v.last < v.first) v.last = v.first;  // produced, never read
     if (v.kind == ValueKind::kConstant) p.guards.add(static_cast<int>(id), GuardReason::kMemoized);
   }
+}
 
-  for (int s = 0; s < ns; ++s)
-    if (p.place[s] == StepPlace::kAccel) {
-      p.uses_accel = true;
-      for (int out : g.nodes[s].outputs)
-        if (out >= 0) p.values[out].on_accel = true;
-    }
-
-  // 3. Aliases (views) and in-place reuse, in schedule order. A root's group is
-  // every value sharing its storage; the group lives from its first to its last member.
-  std::vector<int> group_last(nv), group_first(nv);
+// Views and in-place reuse, in step order. A root's group is every value sharing its
+// storage; the group lives from its first to its last member.
+void share_storage(Planning& P) {
+  ExecutionPlan& p = P.p;
+  const size_t nv = P.nv();
+  P.group_first.resize(nv);
+  P.group_last.resize(nv);
+  P.group_has_output.assign(nv, false);
   for (size_t id = 0; id < nv; ++id) {
-    group_last[id] = p.values[id].last;
-    group_first[id] = p.values[id].first;
+    P.group_first[id] = p.values[id].first;
+    P.group_last[id] = p.values[id].last;
   }
-  // Whether a group holds a graph output: then it is handed to the caller, and no
-  // in-place write may land in it.
-  std::vector<bool> group_has_output(nv, false);
-  for (int id : g.outputs) group_has_output[id] = true;
+  // A group that holds a graph output is handed to the caller: no in-place write may land in it.
+  for (int id : P.g.outputs) P.group_has_output[id] = true;
   auto join = [&](int out, int root) {
     p.values[out].root = root;
     p.values[out].on_accel = p.values[root].on_accel;
-    group_last[root] = std::max(group_last[root], p.values[out].last);
-    if (group_has_output[out]) group_has_output[root] = true;
+    P.group_last[root] = std::max(P.group_last[root], p.values[out].last);
+    if (P.group_has_output[out]) P.group_has_output[root] = true;
   };
-  for (int s = 0; s < ns; ++s) {
-    if (p.skip[s]) continue;
-    const Node& n = g.nodes[s];
+  const bool in_place = P.options.in_place && P.options.arena;
+  for (const Step& st : p.steps) {
+    const Node& n = P.g.nodes[st.node];
     for (auto [o, i] : n.def->views) {
       if (o >= static_cast<int>(n.outputs.size()) || i >= static_cast<int>(n.inputs.size())) continue;
       int out = n.outputs[o], in = n.inputs[i];
-      if (out < 0 || in < 0) continue;
-      join(out, p.values[in].root);
+      if (out >= 0 && in >= 0) join(out, p.values[in].root);
     }
-    if (!options.in_place) continue;
-    for (size_t o = 0; o < n.outputs.size() && o < 1; ++o) {
-      int out = n.outputs[o];
-      if (out < 0 || p.values[out].kind != ValueKind::kArena || p.values[out].root != out || p.guards.guarded(out))
-        continue;
-      for (int i : in_place_inputs(n)) {
-        if (i >= static_cast<int>(n.inputs.size()) || n.inputs[i] < 0) continue;
-        int root = p.values[n.inputs[i]].root;
-        const ValuePlan& r = p.values[root];
-        if (r.kind != ValueKind::kArena || p.guards.guarded(root) || group_last[root] != s) continue;
-        if (group_has_output[root]) continue;
-        if (r.on_accel != p.values[out].on_accel) continue;  // storage stays on its device
-        if (r.bytes != p.values[out].bytes || r.bytes == 0) continue;
-        join(out, root);
-        p.values[out].in_place = true;
-        ++p.in_place_count;
-        break;
-      }
+    if (!in_place || n.outputs.empty() || (st.place != StepPlace::kHost && st.place != StepPlace::kAccel)) continue;
+    int out = n.outputs[0];
+    if (out < 0 || p.values[out].kind != ValueKind::kArena || p.values[out].root != out || p.guards.guarded(out))
+      continue;
+    for (int i : n.def->in_place_inputs) {
+      if (i >= static_cast<int>(n.inputs.size()) || n.inputs[i] < 0) continue;
+      int root = p.values[n.inputs[i]].root;
+      const ValuePlan& r = p.values[root];
+      if (r.kind != ValueKind::kArena || p.guards.guarded(root) || P.group_last[root] != st.node) continue;
+      if (P.group_has_output[root] || r.on_accel != p.values[out].on_accel) continue;  // storage stays on its device
+      if (r.bytes != p.values[out].bytes || r.bytes == 0) continue;
+      join(out, root);
+      p.values[out].in_place = true;
+      ++p.in_place_count;
+      break;
     }
   }
-  // A group holding a graph output is handed to the caller; one holding a dynamic
-  // or external value is not the arena's.
-  std::vector<ValueKind> group_kind(nv, ValueKind::kArena);
-  for (size_t id = 0; id < nv; ++id) group_kind[id] = p.values[id].kind;
-  for (int id : g.outputs) {
+}
+
+// A group holding a graph output is handed to the caller; one holding a dynamic or
+// external value is not the arena's; without an arena every group is allocated.
+void classify_groups(Planning& P) {
+  ExecutionPlan& p = P.p;
+  std::vector<ValueKind> group_kind(P.nv());
+  for (size_t id = 0; id < P.nv(); ++id) group_kind[id] = p.values[id].kind;
+  for (int id : P.g.outputs) {
     int root = p.values[id].root;
     if (group_kind[root] == ValueKind::kArena) group_kind[root] = ValueKind::kOutput;
   }
-  for (size_t id = 0; id < nv; ++id) {
+  for (size_t id = 0; id < P.nv(); ++id) {
     ValuePlan& v = p.values[id];
     if (v.kind == ValueKind::kArena || v.kind == ValueKind::kOutput) v.kind = group_kind[v.root];
+    if (v.kind == ValueKind::kArena && !P.options.arena) v.kind = ValueKind::kAllocated;
   }
-  for (int id : g.outputs) p.guards.add(id, GuardReason::kGraphOutput);
+  for (int id : P.g.outputs) p.guards.add(id, GuardReason::kGraphOutput);
+}
 
-  // 4. Placement of arena groups, one arena per device.
+// One arena per device, every arena group at a fixed offset (L3).
+void place_arenas(Planning& P) {
+  ExecutionPlan& p = P.p;
   for (bool accel : {false, true}) {
     std::vector<int> roots;
     std::vector<BufferLife> lives;
-    size_t alignment = accel ? options.accel_alignment : options.alignment;
-    for (size_t id = 0; id < nv; ++id) {
+    size_t alignment = accel ? P.options.accel_alignment : P.options.alignment;
+    for (size_t id = 0; id < P.nv(); ++id) {
       const ValuePlan& v = p.values[id];
       if (v.root != static_cast<int>(id) || v.kind != ValueKind::kArena || v.bytes == 0 || v.on_accel != accel) continue;
       roots.push_back(static_cast<int>(id));
-      lives.push_back({group_first[id], std::max(group_last[id], group_first[id]), align_up(v.bytes, alignment)});
+      lives.push_back({P.group_first[id], std::max(P.group_last[id], P.group_first[id]), align_up(v.bytes, alignment)});
     }
     Placement placement = place_best(lives);
     ArenaPlan& a = accel ? p.accel_arena : p.host_arena;
@@ -292,19 +346,125 @@ ExecutionPlan plan_graph(const Graph& g, const std::vector<ValueType>& inputs, c
     std::string bad = verify_placement(lives, placement);
     ONYX_ASSERT(bad.empty(), "placement check failed: ", bad);
   }
-  for (size_t id = 0; id < nv; ++id)
+  for (size_t id = 0; id < P.nv(); ++id)
     if (p.values[id].kind == ValueKind::kArena) p.values[id].offset = p.values[p.values[id].root].offset;
+}
 
-  // 5. Release after the last reader: everything unguarded, arena values included
-  // (dropping them costs nothing; dynamic ones go back to the allocator).
-  p.release_after.assign(ns, {});
-  for (size_t id = 0; id < nv; ++id) {
+// Where each value is available as the steps run, and the copies that make it
+// available where a step needs it: at the first reader on the other device.
+void plan_copies(Planning& P) {
+  ExecutionPlan& p = P.p;
+  const Graph& g = P.g;
+  std::vector<char> on_host(P.nv(), 0), on_accel(P.nv(), 0);
+  for (const auto& [id, t] : g.initializers) {
+    on_host[id] = 1;
+    on_accel[id] = static_cast<size_t>(id) < P.request.resident_on_accel.size() && P.request.resident_on_accel[id];
+  }
+  for (int id : g.inputs) {
+    on_host[id] = !p.values[id].on_accel;
+    on_accel[id] = p.values[id].on_accel;
+  }
+  for (int id : g.outer_values) on_host[id] = 1;
+  for (size_t id = 0; id < P.nv(); ++id)
+    if (p.values[id].kind == ValueKind::kConstant) on_host[id] = 1;
+  for (Step& st : p.steps) {
+    const Node& n = g.nodes[st.node];
+    if (st.place == StepPlace::kHost) {
+      auto need = [&](int id) {
+        if (id < 0 || on_host[id]) return;
+        st.to_host.push_back(id);
+        on_host[id] = 1;
+      };
+      for (int id : n.inputs) need(id);
+      for (int id : n.implicit_inputs) need(id);  // subgraphs run on the CPU
+    } else if (st.place == StepPlace::kAccel) {
+      for (int id : n.inputs) {
+        if (id < 0 || on_accel[id]) continue;
+        if (p.values[id].kind == ValueKind::kConstant) p.accel_constants.push_back(id);
+        else st.to_accel.push_back(id);
+        on_accel[id] = 1;
+      }
+    }
+    if (st.place == StepPlace::kNone) {  // a view is wherever its input is
+      for (auto [o, i] : n.def->views) {
+        int out = n.outputs[o], in = n.inputs[i];
+        if (out < 0 || in < 0) continue;
+        on_host[out] = on_host[in];
+        on_accel[out] = on_accel[in];
+      }
+      continue;
+    }
+    for (int out : n.outputs) {
+      if (out < 0 || st.place == StepPlace::kRunTime) continue;
+      on_accel[out] = p.values[out].on_accel;
+      on_host[out] = !p.values[out].on_accel;
+    }
+  }
+}
+
+// Release after the last reader: everything unguarded (dropping an arena value costs
+// nothing; the others go back to their allocator).
+void plan_releases(Planning& P) {
+  if (!P.options.release) return;
+  ExecutionPlan& p = P.p;
+  for (size_t id = 0; id < P.nv(); ++id) {
     const ValuePlan& v = p.values[id];
     if (p.guards.guarded(static_cast<int>(id)) || v.first < 0) continue;
-    int step = std::max(v.last, v.first);
-    if (step >= 0 && step < ns) p.release_after[step].push_back(static_cast<int>(id));
+    int node = std::max(v.last, v.first);
+    int step = node < P.nn() ? P.step_of_node[node] : -1;
+    ONYX_ASSERT(step >= 0, "value ", P.g.values[id].name, " dies at a node that does not run");
+    p.steps[step].release_after.push_back(static_cast<int>(id));
   }
-  return p;
+}
+
+void find_capture_blocker(Planning& P) {
+  ExecutionPlan& p = P.p;
+  const Graph& g = P.g;
+  std::string& why = p.capture_blocker;
+  if (!P.options.backend) {
+    why = "the session has no accelerator";
+    return;
+  }
+  if (!p.dynamic_boundaries.empty()) {
+    const DynamicBoundary& b = p.dynamic_boundaries[0];
+    why = cat(b.node, " has shapes known only at run time (", b.reason, ")");
+    return;
+  }
+  for (const Step& st : p.steps) {
+    if (st.place == StepPlace::kHost) why = cat(g.nodes[st.node].describe(), " runs on the CPU (", st.fallback, ")");
+    if (st.place == StepPlace::kRunTime) why = cat(g.nodes[st.node].describe(), " is placed at run time");
+    if (!why.empty()) return;
+  }
+  for (int id : g.outputs) {
+    const ValuePlan& v = p.values[id];
+    if (v.kind == ValueKind::kConstant) continue;
+    if (v.kind != ValueKind::kOutput || !v.on_accel) {
+      why = cat("output '", g.values[id].name, "' is not produced on ", P.options.backend->device().str());
+      return;
+    }
+  }
+  for (int id : g.inputs)
+    if (p.values[id].type.dtype == DType::kString) {
+      why = cat("input '", g.values[id].name, "' holds strings");
+      return;
+    }
+}
+
+}  // namespace
+
+ExecutionPlan plan_graph(const Graph& g, const PlanRequest& request, const PlanOptions& options) {
+  Planning P(g, request, options);
+  start_values(P);
+  propagate_shapes(P);
+  choose_places(P);
+  find_lifetimes(P);
+  share_storage(P);
+  classify_groups(P);
+  if (options.arena) place_arenas(P);
+  plan_copies(P);
+  plan_releases(P);
+  find_capture_blocker(P);
+  return std::move(P.p);
 }
 
 }  // namespace onyx

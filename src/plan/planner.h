@@ -1,16 +1,19 @@
-// plan(graph, input types) -> ExecutionPlan: a pure function of the graph and the
-// input shapes. It propagates shapes (evaluating the small integer subgraphs that
-// exported models use for shape arithmetic), finds lifetimes, aliases and
-// in-place reuse, and places every intermediate at a fixed offset of one arena.
+// plan(graph, input types) -> ExecutionPlan: a pure function of the graph, the
+// input shapes and where the inputs live. It propagates shapes (evaluating the small
+// integer subgraphs that exported models use for shape arithmetic), resolves each
+// step's kernel and device once, finds lifetimes, aliases and in-place reuse, places
+// every intermediate at a fixed offset of one arena per device, and lists the copies
+// between devices and the releases. A run reads these decisions; it never infers a
+// planned step's shapes or looks up its kernel again.
 #pragma once
 
-#include <functional>
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "model/ir.h"
 #include "ops/op.h"
-#include "plan/liveness.h"
+#include "plan/guards.h"
 #include "plan/placement.h"
 
 namespace onyx {
@@ -19,40 +22,33 @@ namespace onyx {
 enum class StepPlace : uint8_t {
   kHost,     // the op's CPU kernel
   kAccel,    // the accelerator backend's kernel
-  kNone,     // no kernel: a view or a metadata read, on whatever device its input is
-  kRunTime,  // decided when it runs (its input shapes are known only then)
+  kNone,     // no kernel: a view, on whatever device its input is
+  kRunTime,  // decided when it runs: its shapes are known only then (a dynamic region)
 };
-
-struct PlanOptions {
-  size_t alignment = 64;                  // host arena alignment
-  size_t accel_alignment = 256;           // accelerator arena alignment (CUDA)
-  // Whether a node runs on the accelerator, given its input types. Null: no accelerator.
-  std::function<bool(const Node&, const std::vector<ValueType>&)> on_accel;
-  size_t fold_limit_bytes = 64 * 1024;    // outputs up to this size may be computed while planning
-  bool in_place = true;                   // let elementwise/normalization ops write over a dying input
-};
+std::string_view step_place_name(StepPlace p);
 
 // Where a value's bytes come from at run time.
 enum class ValueKind {
-  kExternal,  // graph input, initializer or outer-scope value: not ours
-  kConstant,  // computed while planning and served on every run (memoized)
-  kArena,     // at a fixed offset of the plan's arena
-  kOutput,    // allocated at run time and handed to the caller (graph outputs and their alias sources)
-  kDynamic,   // shape known only at run time: allocated then, released after its last reader
-  kAbsent,    // produced by no step that runs (an omitted output)
+  kExternal,   // graph input, initializer or outer-scope value: not ours
+  kConstant,   // computed while planning and served on every run (memoized)
+  kArena,      // at a fixed offset of the plan's arena (planned mode)
+  kOutput,     // allocated each run and handed to the caller (graph outputs and their alias sources)
+  kAllocated,  // allocated when produced, released after its last reader (release and keep modes)
+  kDynamic,    // shape known only at run time: allocated then, released after its last reader
+  kAbsent,     // produced by no step that runs (an omitted output)
 };
 std::string_view value_kind_name(ValueKind k);
 
 struct ValuePlan {
   ValueType type;
-  int first = -1;         // step that produces it (-1 for values present before the first step)
-  int last = -1;          // last step that reads it (-1: nothing reads it)
+  int first = -1;         // node that produces it (-1 for values present before the first node)
+  int last = -1;          // last node that reads it (-1: nothing reads it)
   int root = -1;          // the value whose storage it uses (itself unless a view or in-place output)
   ValueKind kind = ValueKind::kAbsent;
   size_t offset = 0;      // arena offset of its root (kArena)
   size_t bytes = 0;       // its own bytes (when the shape is known)
   bool in_place = false;  // written over its input's storage
-  bool on_accel = false;  // its storage is on the accelerator (arena values: the accelerator's arena)
+  bool on_accel = false;  // where its storage lives (for a graph input: where it was fed)
 };
 
 // One arena: the intermediates of one device.
@@ -67,38 +63,72 @@ struct ArenaPlan {
 };
 
 struct DynamicBoundary {
-  int step = -1;
+  int step = -1;        // node index
   std::string node;     // Node::describe()
   std::string reason;
 };
 
+// One node that runs, with everything decided about it.
+struct Step {
+  int node = -1;                   // index into Graph::nodes
+  StepPlace place = StepPlace::kHost;
+  // The resolved kernel: the op's CPU kernel (kHost) or the backend's (kAccel); empty
+  // for kNone, and for kRunTime steps (resolved when their types are known).
+  KernelFn kernel;
+  bool has_subgraphs = false;      // its kernel runs subgraphs (If, Loop, Scan)
+  // Values copied to this step's device right before it runs: the first reader on
+  // that device of a value that lives on the other one. The copy lives as long as the value.
+  std::vector<int> to_host;
+  std::vector<int> to_accel;
+  std::vector<int> release_after;  // unguarded values whose last reader this is
+  std::string fallback;            // why a session with a backend runs it on the CPU ("" otherwise)
+};
+
 struct ExecutionPlan {
-  std::vector<int> schedule;                // node indices in execution order (the graph's order)
-  std::vector<ValuePlan> values;            // per value id
-  std::vector<Tensor> constants;            // per value id; defined for kConstant
-  std::vector<bool> skip;                   // per step: every output is a constant, nothing to run
-  std::vector<StepPlace> place;             // per step
+  std::vector<Step> steps;           // in execution order; nodes computed while planning are not here
+  std::vector<ValuePlan> values;     // per value id
+  std::vector<Tensor> constants;     // per value id; defined for kConstant (host tensors owned by the plan)
+  std::vector<bool> folded;          // per node: computed while planning, never run
+  std::vector<int> accel_constants;  // constants that accelerator steps read: uploaded once per plan
   ArenaPlan host_arena, accel_arena;
-  GuardList guards;                         // what neither release nor in-place may touch (L5)
-  std::vector<std::vector<int>> release_after;  // per step: values to drop after it runs
+  GuardList guards;                  // what neither release nor in-place may touch (L5)
   std::vector<DynamicBoundary> dynamic_boundaries;
+  // Why this plan cannot be captured into a CUDA graph ("" when it can).
+  std::string capture_blocker;
   int in_place_count = 0;
   int folded_nodes = 0;
   bool uses_accel = false;
+  bool arena = true;                 // intermediates at planned offsets (planned mode)
 
   explicit ExecutionPlan(const Graph& g) : guards(g) {}
   // The arena where the work runs: the accelerator's when there is one.
   const ArenaPlan& main_arena() const { return uses_accel ? accel_arena : host_arena; }
+  // The steps that fall back to the CPU, with their reasons.
+  std::vector<const Step*> fallbacks() const;
 };
 
-// Runs one node on known inputs while planning (constant folding). The default
-// runs the op's CPU kernel and cannot run nodes with subgraphs.
-using NodeEvaluator = std::function<std::vector<Tensor>(const Node&, const std::vector<const Tensor*>&)>;
-std::vector<Tensor> evaluate_node(const Node& node, const std::vector<const Tensor*>& inputs);
+// What the plan is for: the inputs' types and where they live.
+struct PlanRequest {
+  std::vector<ValueType> inputs;        // graph inputs' types in graph order (shapes fully known)
+  std::vector<bool> inputs_on_accel;    // per graph input: fed on the accelerator (empty: all on the host)
+  std::vector<ValueType> outer;         // per Graph::outer_values: the enclosing values' types (subgraphs)
+  std::vector<bool> resident_on_accel;  // per value id: initializers already on the accelerator
+};
 
-// `inputs` are the graph inputs' types in graph order (shapes fully known);
-// nodes must already be resolved (Node::def). Throws onyx::Error naming the node.
-ExecutionPlan plan_graph(const Graph& g, const std::vector<ValueType>& inputs, const PlanOptions& options = {},
-                         const NodeEvaluator& evaluate = evaluate_node);
+struct PlanOptions {
+  bool arena = true;                      // false: values are allocated when produced (release and keep modes)
+  bool release = true;                    // drop each unguarded value after its last reader (false: keep all)
+  bool in_place = true;                   // let elementwise and normalization ops write over a dying input
+  size_t alignment = 64;                  // host arena alignment
+  size_t accel_alignment = 256;           // accelerator arena alignment
+  size_t fold_limit_bytes = 64 * 1024;    // outputs up to this size may be computed while planning
+  Backend* backend = nullptr;             // resolves accelerator kernels; null: everything on the CPU
+  // Evaluates a subgraph while planning (folding an If whose condition is known); null:
+  // nodes with subgraphs are never folded.
+  SubgraphRunner evaluate_subgraph;
+};
+
+// Nodes must already be resolved (Node::def). Throws onyx::Error naming the node.
+ExecutionPlan plan_graph(const Graph& g, const PlanRequest& request, const PlanOptions& options = {});
 
 }  // namespace onyx

@@ -325,7 +325,7 @@ void PrintTo(const TestCase& tc, std::ostream* os) { *os << tc.id; }
 
 void run_case(const TestCase& tc) {
   const std::string dom = tc.c.domain;
-  const CudaKernelDef* kernel = CudaKernelRegistry::global().find(dom, tc.c.op);
+  const CudaKernelDef* kernel = CudaKernelRegistry::global().find(dom, tc.c.op, tc.c.opset);
   if (!kernel && !g_cpu_only) {
     ADD_FAILURE() << "no CUDA kernel for " << (dom.empty() ? "" : dom + "::") << tc.c.op;
     return;

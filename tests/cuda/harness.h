@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/backend.h"
+#include "backends/cuda_entry.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "model/ir.h"
 

@@ -24,8 +24,9 @@ using cuda::test::ModelWriter;
 
 
 // x[rows, 64] -> StagedAdd (a parameter block staged through host memory) -> MatMul -> Relu.
-std::string staged_model() {
-  ModelWriter w("staged");
+// `pooled`: the staging buffer stays in the pool under capture, as seed 000's plugin did.
+std::string staged_model(bool pooled = false) {
+  ModelWriter w(pooled ? "staged_pooled" : "staged");
   w.value(w.g->mutable_input(), "x", {"rows", "64"});
   w.weight("W", {64, 64}, 0.1f);
   auto* n = w.node("StagedAdd", {"x"}, "staged", "onyx.test");
@@ -33,6 +34,12 @@ std::string staged_model() {
   a->set_name("scale");
   a->set_type(onnx::AttributeProto::FLOAT);
   a->set_f(0.5f);
+  if (pooled) {
+    auto* p = n->add_attribute();
+    p->set_name("pooled");
+    p->set_type(onnx::AttributeProto::INT);
+    p->set_i(1);
+  }
   w.node("MatMul", {"staged", "W"}, "mm");
   w.node("Relu", {"mm"}, "y");
   w.value(w.g->mutable_output(), "y", {"rows", "64"});
@@ -81,16 +88,15 @@ double max_diff(const Tensor& a, const Tensor& b) {
 // prefill that stages other bytes in the same size class, replay the decode graph.
 TEST(Capture, Seed000StagingBelongsToTheGraph) {
   REQUIRE_GPU();
-  std::string path = staged_model();
   std::mt19937 rng(std::random_device{}());
-  auto cpu = Session::load(path);
   for (bool release_like_eager : {false, true}) {
     SCOPED_TRACE(release_like_eager ? "staging released like eager code (the bug)" : "graph-scoped staging");
+    std::string path = staged_model(release_like_eager);
+    auto cpu = Session::load(path);
     SessionOptions opt;
     opt.device = "cuda:0";
     opt.capture = CaptureMode::kAuto;
     auto gpu = Session::load(path, opt);
-    gpu->set_release_staging_under_capture_for_testing(release_like_eager);
     // A first prefill sizes the shared arena, so that later ones do not move it.
     gpu->run({{"x", random_rows(32, rng)}});
     Tensor decode = random_rows(1, rng);

@@ -52,7 +52,7 @@ struct ChainRun {
 
 ChainRun run_chain(Graph& g, const Tensor& x, MemoryMode mode) {
   auto alloc = make_cpu_allocator();
-  ExecutorOptions opt;
+  SessionOptions opt;
   opt.memory = mode;
   GraphExecutor exec(g, OpRegistry::global(), alloc, opt);
   auto out = exec.run({x});
@@ -100,11 +100,19 @@ TEST(Memory, GuardListNamesWhatMustStay) {
   EXPECT_EQ(guards.reason(g.find_value("W")), GuardReason::kInitializer);
   EXPECT_EQ(guards.reason(g.find_value("v5")), GuardReason::kGraphOutput);
   EXPECT_FALSE(guards.guarded(g.find_value("v2")));
-  Liveness l = compute_liveness(g, guards);
-  // v0 is read by op1 only, so it goes right after op1; nothing guarded is ever released.
-  EXPECT_EQ(l.last_use[g.find_value("v0")], 1);
-  for (const auto& step : l.release_after)
-    for (int v : step) EXPECT_FALSE(guards.guarded(v));
+  // The release-mode plan: v0 is read by op1 only, so it goes right after op1; nothing
+  // guarded is ever released.
+  for (auto& node : g.nodes) resolve_op(node, OpRegistry::global());
+  PlanOptions po;
+  po.arena = false;
+  ExecutionPlan p = plan_graph(g, PlanRequest{{ValueType{DType::kFloat32, Shape{kRows, kCols}}}}, po);
+  EXPECT_EQ(p.values[g.find_value("v0")].last, 1);
+  ASSERT_GT(p.steps.size(), 1u);
+  EXPECT_EQ(p.steps[1].node, 1);
+  EXPECT_NE(std::find(p.steps[1].release_after.begin(), p.steps[1].release_after.end(), g.find_value("v0")),
+            p.steps[1].release_after.end());
+  for (const Step& step : p.steps)
+    for (int v : step.release_after) EXPECT_FALSE(p.guards.guarded(v));
 }
 
 TEST(Memory, InputsAndInitializersSurviveTheRun) {

@@ -84,7 +84,7 @@ RandomGraph make_random_graph(std::mt19937_64& rng, int nodes) {
 
 std::vector<Tensor> run_mode(Graph& g, const std::vector<Tensor>& in, MemoryMode mode,
                              std::shared_ptr<const ExecutionPlan>* plan = nullptr) {
-  ExecutorOptions opt;
+  SessionOptions opt;
   opt.memory = mode;
   GraphExecutor exec(g, OpRegistry::global(), make_cpu_allocator(), opt);
   if (plan) *plan = exec.plan_for(in);
@@ -142,7 +142,7 @@ TEST(Planner, RandomGraphsMatchReleaseModeAndNeverOverlap) {
 TEST(Planner, GuardListCoversInputsInitializersOutputsAndMemoized) {
   std::mt19937_64 rng(std::random_device{}());
   RandomGraph rg = make_random_graph(rng, 20);
-  ExecutorOptions opt;
+  SessionOptions opt;
   GraphExecutor exec(rg.g, OpRegistry::global(), make_cpu_allocator(), opt);
   auto plan = exec.plan_for(rg.inputs);
   const Graph& g = rg.g;
@@ -153,8 +153,8 @@ TEST(Planner, GuardListCoversInputsInitializersOutputsAndMemoized) {
     EXPECT_NE(plan->values[id].kind, ValueKind::kArena) << "outputs are handed out, never arena bytes";
   }
   // Nothing guarded is released or written in place.
-  for (const auto& step : plan->release_after)
-    for (int v : step) EXPECT_FALSE(plan->guards.guarded(v));
+  for (const Step& step : plan->steps)
+    for (int v : step.release_after) EXPECT_FALSE(plan->guards.guarded(v));
   for (size_t id = 0; id < plan->values.size(); ++id)
     if (plan->values[id].in_place) {
       EXPECT_FALSE(plan->guards.guarded(plan->values[id].root));
@@ -173,7 +173,7 @@ TEST(Planner, InputsAreNeverWrittenInPlace) {
 TEST(Planner, OutputsNeverPointIntoTheArena) {
   std::mt19937_64 rng(std::random_device{}());
   RandomGraph rg = make_random_graph(rng, 30);
-  ExecutorOptions opt;
+  SessionOptions opt;
   GraphExecutor exec(rg.g, OpRegistry::global(), make_cpu_allocator(), opt);
   auto first = exec.run(rg.inputs);
   std::vector<Tensor> kept;
@@ -299,7 +299,7 @@ TEST(Planner, LoopInvariantIfIsServedFromThePlanAndNeverOverwritten) {
   GraphExecutor exec(g, OpRegistry::global(), make_cpu_allocator());
   Tensor x0 = test::random_tensor<float>(Shape{4, 8});
   auto plan = exec.plan_for({x0});
-  EXPECT_TRUE(plan->skip[0]) << "the If is computed while planning";
+  EXPECT_TRUE(plan->folded[0]) << "the If is computed while planning";
   EXPECT_EQ(plan->guards.reason(memo), GuardReason::kMemoized);
   EXPECT_EQ(plan->values[memo].kind, ValueKind::kConstant);
   for (int run = 0; run < 3; ++run) {
@@ -329,7 +329,7 @@ TEST(Planner, PlanCacheIsBoundedLeastRecentlyUsed) {
   n.outputs = {y};
   g.nodes.push_back(n);
   g.outputs.push_back(y);
-  ExecutorOptions opt;
+  SessionOptions opt;
   opt.plan_cache_capacity = 2;
   GraphExecutor exec(g, OpRegistry::global(), make_cpu_allocator(), opt);
   for (int64_t len : {3, 4, 3, 5, 4}) exec.run({test::random_tensor<float>(Shape{len})});

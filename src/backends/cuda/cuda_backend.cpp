@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "backends/backend.h"
+#include "backends/cuda_entry.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_allocator.h"
 #include "backends/cuda/staging.h"
@@ -60,7 +61,7 @@ class CudaGraphWork final : public CapturedWork {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int index, const CudaOptions& options) : index_(index) {
+  CudaBackend(int index, const SessionOptions& options) : index_(index) {
     ONYX_CUDA_CHECK(cudaSetDevice(index));
     size_t free = 0, total = 0;
     ONYX_CUDA_CHECK(cudaMemGetInfo(&free, &total));
@@ -68,7 +69,7 @@ class CudaBackend final : public Backend {
                         ? options.memory_budget_bytes
                         : static_cast<size_t>(static_cast<double>(free) * options.memory_fraction);
     device_gov_ = MemoryGovernor::create(cat("cuda:", index), budget);
-    host_gov_ = MemoryGovernor::create("host (pinned)", options.pinned_budget_bytes);
+    host_gov_ = MemoryGovernor::create("host (pinned)", options.pinned_memory_budget_bytes);
     ONYX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     std::string no_lt = cublaslt_unavailable_reason();
     ONYX_CHECK(no_lt.empty(), "cuBLASLt could not be loaded: ", no_lt);
@@ -105,31 +106,17 @@ class CudaBackend final : public Backend {
   MemoryGovernor& governor() override { return *device_gov_; }
   size_t alignment() const override { return DeviceAllocator::kAlignment; }
 
-  bool has_kernel(const Node& node) const override {
-    return CudaKernelRegistry::global().find(node.domain, node.op_type) != nullptr;
-  }
+  bool has_kernel(const Node& node) const override { return CudaKernelRegistry::global().find(node) != nullptr; }
 
-  std::string unsupported_reason(const Node& node, const std::vector<ValueType>& inputs) const override {
-    const CudaKernelDef* k = CudaKernelRegistry::global().find(node.domain, node.op_type);
-    if (!k) return cat("no CUDA kernel for ", node.domain.empty() ? "" : node.domain + "::", node.op_type);
-    return k->supports ? k->supports(node, inputs) : "";
-  }
-
-  void run(KernelContext& ctx) override {
-    const Node& node = ctx.node();
-    const CudaKernelDef* k = CudaKernelRegistry::global().find(node.domain, node.op_type);
-    ONYX_ASSERT(k, "no CUDA kernel for ", node.op_type);
-    CudaContext cu;
-    cu.stream = stream_;
-    cu.lt = reinterpret_cast<cublasLtContext*>(lt_);
-    cu.workspace = workspace_;
-    cu.workspace_bytes = kWorkspaceBytes;
-    cu.device = index_;
-    cu.staging = staging_.get();
-    cu.param_scratch = param_scratch_;
-    cu.param_scratch_bytes = kParamScratchBytes;
-    cu.error_word = error_word_;
-    with_context(cat("on cuda:", index_), [&] { k->run(ctx, cu); });
+  KernelFn find_kernel(const Node& node, const std::vector<ValueType>& inputs, std::string* why_not) override {
+    const CudaKernelDef* k = CudaKernelRegistry::global().find(node);
+    std::string why = k ? (k->supports ? k->supports(node, inputs) : "")
+                        : cat("no CUDA kernel for ", node.domain.empty() ? "" : node.domain + "::", node.op_type);
+    if (!why.empty()) {
+      if (why_not) *why_not = why;
+      return {};
+    }
+    return [this, k](KernelContext& ctx) { launch(*k, ctx); };
   }
 
   void copy_from_host(void* device_dst, const void* host_src, size_t bytes) override {
@@ -138,7 +125,30 @@ class CudaBackend final : public Backend {
   void copy_to_host(void* host_dst, const void* device_src, size_t bytes) override {
     staging_->copy_to_host(host_dst, device_src, bytes);
   }
-  void synchronize() override { ONYX_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void download(void* host_dst, const void* device_src, size_t bytes) override {
+    staging_->download(host_dst, device_src, bytes);
+  }
+  void copy_on_device(void* device_dst, const void* device_src, size_t bytes) override {
+    if (bytes == 0 || device_dst == device_src) return;
+    ONYX_CUDA_CHECK(cudaMemcpyAsync(device_dst, device_src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+
+  std::string finish() override {
+    // The error word travels with the run's downloads: one synchronization for all.
+    staging_->download(&error_seen_, error_word_, sizeof error_seen_);
+    cudaError_t st = cudaStreamSynchronize(stream_);
+    staging_->complete_downloads();
+    check_cuda(st, "cudaStreamSynchronize");
+    const unsigned int word = error_seen_;
+    if (!word) return "";
+    ONYX_CUDA_CHECK(cudaMemsetAsync(error_word_, 0, sizeof(unsigned int), stream_));
+    std::string what;
+    if (word & kDeviceErrorGatherIndex) what += "Gather: an index was out of range";
+    if (word & kDeviceErrorRotaryPosition)
+      what += cat(what.empty() ? "" : "; ", "RotaryEmbedding: a position id was outside the cos/sin cache");
+    return what;
+  }
+
   void* stream_handle() override { return stream_; }
 
   std::unique_ptr<CapturedWork> capture(const std::function<void()>& record) override {
@@ -148,7 +158,7 @@ class CudaBackend final : public Backend {
     auto guard = [&](bool on) {
       values_->set_capturing(on);
       weights_->set_capturing(on);
-      if (on) staging_->begin_capture(rec.get(), release_staging_under_capture_);
+      if (on) staging_->begin_capture(rec.get());
       else staging_->end_capture();
     };
     guard(true);
@@ -189,20 +199,6 @@ class CudaBackend final : public Backend {
     return v;
   }
 
-  void set_release_staging_under_capture(bool release) override { release_staging_under_capture_ = release; }
-
-  std::string take_device_errors() override {
-    unsigned int word = 0;
-    staging_->copy_to_host(&word, error_word_, sizeof word);
-    if (!word) return "";
-    ONYX_CUDA_CHECK(cudaMemsetAsync(error_word_, 0, sizeof word, stream_));
-    std::string what;
-    if (word & kDeviceErrorGatherIndex) what += "Gather: an index was out of range";
-    if (word & kDeviceErrorRotaryPosition)
-      what += cat(what.empty() ? "" : "; ", "RotaryEmbedding: a position id was outside the cos/sin cache");
-    return what;
-  }
-
   void poison(void* ptr, size_t bytes) override { ONYX_CUDA_CHECK(cudaMemsetAsync(ptr, 0xFF, bytes, stream_)); }
 
   std::string memory_report() const override {
@@ -210,6 +206,20 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  void launch(const CudaKernelDef& k, KernelContext& ctx) {
+    CudaContext cu;
+    cu.stream = stream_;
+    cu.lt = reinterpret_cast<cublasLtContext*>(lt_);
+    cu.workspace = workspace_;
+    cu.workspace_bytes = kWorkspaceBytes;
+    cu.device = index_;
+    cu.staging = staging_.get();
+    cu.param_scratch = param_scratch_;
+    cu.param_scratch_bytes = kParamScratchBytes;
+    cu.error_word = error_word_;
+    with_context(cat("on cuda:", index_), [&] { k.run(ctx, cu); });
+  }
+
   int index_;
   cudaStream_t stream_ = nullptr;
   void* lt_ = nullptr;
@@ -220,13 +230,13 @@ class CudaBackend final : public Backend {
   unsigned int* error_word_ = nullptr;
   std::shared_ptr<PinnedAllocator> pinned_;
   std::unique_ptr<Staging> staging_;
-  bool release_staging_under_capture_ = false;
+  unsigned int error_seen_ = 0;  // the error word as the last finish() read it
 };
 
 }  // namespace
 }  // namespace cuda
 
-std::unique_ptr<Backend> make_cuda_backend(int index, const CudaOptions& options) {
+std::unique_ptr<Backend> make_cuda_backend(int index, const SessionOptions& options) {
   return with_context(cat("starting cuda:", index), [&]() -> std::unique_ptr<Backend> {
     return std::make_unique<cuda::CudaBackend>(index, options);
   });

@@ -1,5 +1,5 @@
-// The CUDA kernel table: (domain, op) -> a host function that launches the op's
-// kernels on the session's stream. Kernels read tensors' device pointers with
+// The CUDA kernel table: (domain, op, since_version) -> a host function that launches
+// the op's kernels on the session's stream. Kernels read tensors' device pointers with
 // Tensor::raw()/data<T>() and shapes from the host-side Tensor metadata; small
 // arrays (shapes, strides, pointers of a few inputs) travel by value in kernel
 // parameters, so no kernel needs a host staging buffer.
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ops/op.h"
+#include "ops/op_table.h"
 
 struct cublasLtContext;
 
@@ -44,25 +45,41 @@ using CudaKernelFn = std::function<void(KernelContext& ctx, CudaContext& cu)>;
 // "" when the kernel handles these input types and attributes, else why not.
 using CudaSupportFn = std::function<std::string(const Node& node, const std::vector<ValueType>& inputs)>;
 
+// A CUDA kernel, keyed and versioned as CPU ops are: found for a node by the same
+// (domain, name, opset) rule (OpTable). Registered one way:
+//   r.add(onnx_kernel("Relu", 1, run_relu, float_inputs("Relu")));
 struct CudaKernelDef {
   std::string domain;  // "" for ai.onnx
   std::string name;
+  int since_version = 1;
   CudaKernelFn run;
   CudaSupportFn supports;  // null: every input type the op allows
 };
 
+CudaKernelDef onnx_kernel(std::string name, int since, CudaKernelFn run, CudaSupportFn supports = nullptr);
+CudaKernelDef domain_kernel(std::string domain, std::string name, int since, CudaKernelFn run,
+                            CudaSupportFn supports = nullptr);
+
 class CudaKernelRegistry {
  public:
-  void add(CudaKernelDef def) { defs_[{def.domain, def.name}] = std::move(def); }
-  const CudaKernelDef* find(const std::string& domain, const std::string& name) const {
-    auto it = defs_.find({domain, name});
-    return it == defs_.end() ? nullptr : &it->second;
+  void add(CudaKernelDef def);
+  const CudaKernelDef* find(const Node& node) const { return table_.find(node); }
+  const CudaKernelDef* find(const std::string& domain, const std::string& name, int opset) const {
+    return table_.find(domain, name, opset);
   }
-  size_t size() const { return defs_.size(); }
+  std::vector<const CudaKernelDef*> versions(const std::string& domain, const std::string& name) const {
+    return table_.versions(domain, name);
+  }
+  size_t size() const { return table_.size(); }
+  std::vector<std::string> names() const { return table_.names(); }
+  // Every kernel family of onyx, and the custom kernels added.
   static const CudaKernelRegistry& global();
+  // Adds a kernel of the caller's own (test code's diagnostic ops) before any session is made.
+  static void add_custom(CudaKernelDef def);
 
  private:
-  std::map<std::pair<std::string, std::string>, CudaKernelDef> defs_;
+  static CudaKernelRegistry& global_mutable();
+  OpTable<CudaKernelDef> table_;
 };
 
 // Checks the last launch on `stream` (or a cuda call's result) and throws onyx::Error naming `what`.
@@ -75,11 +92,14 @@ void check_cuda(cudaError_t status, const char* what);
 void write_scaled_broadcast(const Tensor& c, int64_t c0, int64_t c1, int64_t m, int64_t n, float beta, void* d,
                             cudaStream_t stream);
 
-// Family registration, one per kernels/*.cu file.
-void register_elementwise_kernels(CudaKernelRegistry& r);  // unary, binary (broadcast), Where, Cast, Expand, Range
-void register_reduce_norm_kernels(CudaKernelRegistry& r);  // Reduce*, Softmax, LayerNorm, RMSNorm, Skip*Norm
-void register_data_kernels(CudaKernelRegistry& r);         // Gather, Concat, Split, Slice, Transpose, RotaryEmbedding
-void register_matmul_kernels(CudaKernelRegistry& r);       // MatMul, Gemm (cuBLASLt)
-void register_test_kernels(CudaKernelRegistry& r);         // onyx.test::StagedAdd
+// Family registration: each kernel file registers its own kernels.
+void register_binary_kernels(CudaKernelRegistry& r);      // elementwise.cu: arithmetic, comparisons, Max/Min/Sum
+void register_unary_kernels(CudaKernelRegistry& r);       // elementwise_unary.cu: math, activations, Not, Cast
+void register_where_expand_range_kernels(CudaKernelRegistry& r);  // elementwise_data.cu
+void register_reduce_kernels(CudaKernelRegistry& r);      // reduce.cu: ReduceSum/Mean/Max/Min
+void register_norm_kernels(CudaKernelRegistry& r);        // norm.cu: Softmax, LayerNorm, RMSNorm, Skip*Norm
+void register_data_kernels(CudaKernelRegistry& r);        // data.cu: Gather, Concat, Split, Slice, Transpose
+void register_rotary_kernels(CudaKernelRegistry& r);      // rotary.cu: RotaryEmbedding
+void register_matmul_kernels(CudaKernelRegistry& r);      // matmul.cpp: MatMul, Gemm (cuBLASLt)
 
 }  // namespace onyx::cuda

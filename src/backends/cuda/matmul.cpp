@@ -421,9 +421,9 @@ std::string gemm_supports(const Node& node, const std::vector<ValueType>& in) {
 }  // namespace
 
 void register_matmul_kernels(CudaKernelRegistry& r) {
-  r.add(CudaKernelDef{"", "MatMul", matmul_run,
-                      [](const Node&, const std::vector<ValueType>& in) { return float_types_reason("MatMul", in, 2); }});
-  r.add(CudaKernelDef{"", "Gemm", gemm_run, gemm_supports});
+  r.add(onnx_kernel("MatMul", 1, matmul_run,
+                      [](const Node&, const std::vector<ValueType>& in) { return float_types_reason("MatMul", in, 2); }));
+  r.add(onnx_kernel("Gemm", 1, gemm_run, gemm_supports));
 }
 
 }  // namespace onyx::cuda

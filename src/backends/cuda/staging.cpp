@@ -34,7 +34,7 @@ Staging::Buffer& Staging::acquire(size_t bytes) {
     // Querying an event while the stream captures would invalidate the capture: then
     // only buffers already known idle are taken (reserve_idle made some before it began).
     if (!capture_ && b->in_flight && cudaEventQuery(b->done) == cudaSuccess) b->in_flight = false;
-    if (!b->in_flight && b->bytes >= bytes && (!best || b->bytes < best->bytes)) best = b.get();
+    if (!b->in_flight && !b->pending && b->bytes >= bytes && (!best || b->bytes < best->bytes)) best = b.get();
   }
   if (!best) {
     buffers_.push_back(make_buffer(bytes));
@@ -48,26 +48,26 @@ void Staging::reserve_idle(size_t count) {
   size_t idle = 0;
   for (auto& b : buffers_) {
     if (b->in_flight && cudaEventQuery(b->done) == cudaSuccess) b->in_flight = false;
-    idle += !b->in_flight && b->bytes == kSmallestClass;
+    idle += !b->in_flight && !b->pending && b->bytes == kSmallestClass;
   }
   for (; idle < count; ++idle) buffers_.push_back(make_buffer(kSmallestClass));
 }
 
-void Staging::copy_to_device(void* device_dst, const void* host_src, size_t bytes) {
-  if (bytes == 0) return;
+Staging::Buffer& Staging::stage(void* device_dst, const void* host_src, size_t bytes) {
   Buffer& b = acquire(bytes);
   std::memcpy(b.host, host_src, bytes);
   ONYX_CUDA_CHECK(cudaMemcpyAsync(device_dst, b.host, bytes, cudaMemcpyHostToDevice, stream_));
   if (!capture_) {
     ONYX_CUDA_CHECK(cudaEventRecord(b.done, stream_));
     b.in_flight = true;
-    return;
   }
-  if (release_like_eager_) {
-    // The bug this project exists to prevent: the buffer stays in the pool, free for the next copy.
-    capture_->borrowed.emplace_back(&b, b.generation);
-    return;
-  }
+  return b;
+}
+
+void Staging::copy_to_device(void* device_dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return;
+  Buffer& b = stage(device_dst, host_src, bytes);
+  if (!capture_) return;
   // The recorded copy reads this buffer at every replay: it leaves the pool with the graph.
   for (auto it = buffers_.begin(); it != buffers_.end(); ++it)
     if (it->get() == &b) {
@@ -76,6 +76,12 @@ void Staging::copy_to_device(void* device_dst, const void* host_src, size_t byte
       buffers_.erase(it);
       break;
     }
+}
+
+void Staging::copy_to_device_pooled(void* device_dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return;
+  Buffer& b = stage(device_dst, host_src, bytes);
+  if (capture_) capture_->borrowed.emplace_back(&b, b.generation);
 }
 
 void Staging::copy_to_host(void* host_dst, const void* device_src, size_t bytes) {
@@ -87,10 +93,24 @@ void Staging::copy_to_host(void* host_dst, const void* device_src, size_t bytes)
   std::memcpy(host_dst, b.host, bytes);
 }
 
-void Staging::begin_capture(CaptureRecord* record, bool release_like_eager) {
-  capture_ = record;
-  release_like_eager_ = release_like_eager;
+void Staging::download(void* host_dst, const void* device_src, size_t bytes) {
+  if (bytes == 0) return;
+  ONYX_CHECK(!capture_, "copying device memory to the host synchronizes, which a CUDA graph capture cannot record");
+  Buffer& b = acquire(bytes);
+  ONYX_CUDA_CHECK(cudaMemcpyAsync(b.host, device_src, bytes, cudaMemcpyDeviceToHost, stream_));
+  b.pending = true;
+  downloads_.push_back({&b, host_dst, bytes});
 }
+
+void Staging::complete_downloads() {
+  for (const Download& d : downloads_) {
+    std::memcpy(d.host_dst, d.buffer->host, d.bytes);
+    d.buffer->pending = false;
+  }
+  downloads_.clear();
+}
+
+void Staging::begin_capture(CaptureRecord* record) { capture_ = record; }
 
 void Staging::end_capture() { capture_ = nullptr; }
 

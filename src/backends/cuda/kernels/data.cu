@@ -1,22 +1,19 @@
-// Data movement: Gather, Concat, Split, Slice, Transpose (RotaryEmbedding is in
-// rotary.cu, registered from here).
+// Data movement: Gather, Concat, Split, Slice, Transpose.
 //
 // These kernels only move bytes, so they are instantiated per element width
 // (1, 2, 4, 8 bytes, and 16 where contiguous runs allow wider copies), never per
 // dtype. Any fixed-size dtype works (float32/float16/bfloat16/int32/int64/bool...).
 #include <algorithm>
 
-#include "backends/cuda/kernels/norm_util.cuh"
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/kernels/common/broadcast.cuh"
+#include "backends/cuda/kernels/common/convert.cuh"
+#include "backends/cuda/kernels/common/launch.cuh"
+#include "backends/cuda/kernels/common/reduce.cuh"
 
 namespace onyx::cuda {
 
-void register_rotary_kernels(CudaKernelRegistry& r);  // rotary.cu
-
 namespace {
-
-using namespace nk;
-
-constexpr int kThreads = 256;
 
 // Calls f(Tag<U>{}) with U an unsigned type (or uint4) of `width` bytes.
 template <class F>
@@ -49,15 +46,6 @@ bool movable(DType dt) {
 
 std::string movable_reason(const char* op) {
   return cat(op, " on CUDA supports fixed-size dtypes of 1, 2, 4 or 8 bytes (float32/float16/bfloat16/int32/int64/bool...)");
-}
-
-void add(CudaKernelRegistry& r, const std::string& name, CudaKernelFn fn, CudaSupportFn sup) {
-  CudaKernelDef def;
-  def.domain = "";
-  def.name = name;
-  def.run = std::move(fn);
-  def.supports = std::move(sup);
-  r.add(std::move(def));
 }
 
 // ---- Gather ----
@@ -97,7 +85,7 @@ void run_gather(KernelContext& ctx, CudaContext& cu) {
   const int64_t inner_u = inner * es / w;
   dispatch_width(w, [&](auto tag) {
     using U = typename decltype(tag)::type;
-    gather_kernel<U><<<grid_for(outer * n * inner_u, kThreads), kThreads, 0, cu.stream>>>(
+    gather_kernel<U><<<blocks_for(outer * n * inner_u, kThreads), kThreads, 0, cu.stream>>>(
         static_cast<const U*>(data.raw()), static_cast<U*>(out.raw()), ind.raw(), ind.dtype() == DType::kInt64,
         outer, n, size, inner_u, cu.error_word);
   });
@@ -171,7 +159,7 @@ void move_pieces(void* whole, const std::vector<int64_t>& dims, int64_t axis, si
     if (count == 0) continue;
     dispatch_width(w, [&](auto tag) {
       using U = typename decltype(tag)::type;
-      const dim3 grid(grid_for(outer * widest, kThreads), static_cast<unsigned>(count));
+      const dim3 grid(blocks_for(outer * widest, kThreads), static_cast<unsigned>(count));
       pieces_kernel<U><<<grid, kThreads, 0, cu.stream>>>(static_cast<U*>(whole), batch, outer, total,
                                                          to_whole ? 1 : 0);
     });
@@ -383,7 +371,7 @@ void run_transpose(KernelContext& ctx, CudaContext& cu) {
   s.total = static_cast<int64_t>(out.bytes()) / w;
   dispatch_width(w, [&](auto tag) {
     using U = typename decltype(tag)::type;
-    strided_copy_kernel<U><<<grid_for(s.total, kThreads), kThreads, 0, cu.stream>>>(
+    strided_copy_kernel<U><<<blocks_for(s.total, kThreads), kThreads, 0, cu.stream>>>(
         static_cast<const U*>(in.raw()), static_cast<U*>(out.raw()), s);
   });
   ONYX_CUDA_CHECK_LAUNCH("Transpose");
@@ -501,7 +489,7 @@ void run_slice(KernelContext& ctx, CudaContext& cu) {
   }
   dispatch_width(static_cast<int>(dtype_size(in.dtype())), [&](auto tag) {
     using U = typename decltype(tag)::type;
-    slice_kernel<U><<<grid_for(a.total, kThreads), kThreads, 0, cu.stream>>>(static_cast<const U*>(in.raw()),
+    slice_kernel<U><<<blocks_for(a.total, kThreads), kThreads, 0, cu.stream>>>(static_cast<const U*>(in.raw()),
                                                                              static_cast<U*>(out.raw()), a);
   });
   ONYX_CUDA_CHECK_LAUNCH("Slice");
@@ -525,13 +513,13 @@ CudaSupportFn data_support(const char* op, std::vector<size_t> index_inputs, boo
 }  // namespace
 
 void register_data_kernels(CudaKernelRegistry& r) {
-  add(r, "Gather", run_gather, data_support("Gather", {1}, false));
-  add(r, "Concat", run_concat, [](const Node& node, const std::vector<ValueType>& inputs) -> std::string {
+  r.add(onnx_kernel("Gather", 1, run_gather, data_support("Gather", {1}, false)));
+  r.add(onnx_kernel("Concat", 1, run_concat, [](const Node& node, const std::vector<ValueType>& inputs) -> std::string {
     for (const ValueType& v : inputs)
       if (!movable(v.dtype)) return movable_reason("Concat");
     return "";
-  });
-  add(r, "Split", run_split, [](const Node& node, const std::vector<ValueType>& inputs) -> std::string {
+  }));
+  r.add(onnx_kernel("Split", 1, run_split, [](const Node& node, const std::vector<ValueType>& inputs) -> std::string {
     NodeView n(node);
     if (inputs.empty() || !movable(inputs[0].dtype)) return movable_reason("Split");
     if (n.opset() >= 13 && n.has_input(1)) {
@@ -540,10 +528,9 @@ void register_data_kernels(CudaKernelRegistry& r) {
       if (absent > 1) return "Split on CUDA with a split input needs all outputs but one present";
     }
     return "";
-  });
-  add(r, "Slice", run_slice, data_support("Slice", {1, 2, 3, 4}, true));
-  add(r, "Transpose", run_transpose, data_support("Transpose", {}, false));
-  register_rotary_kernels(r);
+  }));
+  r.add(onnx_kernel("Slice", 1, run_slice, data_support("Slice", {1, 2, 3, 4}, true)));
+  r.add(onnx_kernel("Transpose", 1, run_transpose, data_support("Transpose", {}, false)));
 }
 
 }  // namespace onyx::cuda

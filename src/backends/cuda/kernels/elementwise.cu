@@ -159,13 +159,13 @@ void run_binary(const Tensor& ta, const Tensor& tb, Tensor& out, int code, CudaC
     const bool vec = N > 1 && n >= N && (a_scalar || is_aligned(a, N * sizeof(A))) &&
                      (b_scalar || is_aligned(b, N * sizeof(B))) && is_aligned(o, N * sizeof(R));
     const int64_t items = vec ? n / N : n;
-    binary_flat_kernel<A, B, R><<<grid_for(items, cu.device), kThreads, 0, cu.stream>>>(a, b, o, n, a_scalar,
+    binary_flat_kernel<A, B, R><<<resident_blocks_for(items, cu.device), kThreads, 0, cu.stream>>>(a, b, o, n, a_scalar,
                                                                                         b_scalar, vec, op);
     ONYX_CUDA_CHECK_LAUNCH(what);
     return;
   }
   const Broadcast<2> g = make_broadcast<2>(out.shape(), {&ta.shape(), &tb.shape()});
-  binary_broadcast_kernel<A, B, R><<<grid_for(n, cu.device), kThreads, 0, cu.stream>>>(a, b, o, n, g, op);
+  binary_broadcast_kernel<A, B, R><<<resident_blocks_for(n, cu.device), kThreads, 0, cu.stream>>>(a, b, o, n, g, op);
   ONYX_CUDA_CHECK_LAUNCH(what);
 }
 
@@ -216,8 +216,7 @@ constexpr std::initializer_list<DType> kArithTypes = {DType::kFloat32, DType::kF
 constexpr std::initializer_list<DType> kFloatTypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 
 void add_binary(CudaKernelRegistry& r, const char* name, int code) {
-  r.add(CudaKernelDef{
-      "", name,
+  r.add(onnx_kernel(name, 1,
       [name, code](KernelContext& ctx, CudaContext& cu) {
         launch_binary(ctx.input(0), ctx.input(1), ctx.output(0), code, cu, name);
       },
@@ -239,13 +238,12 @@ void add_binary(CudaKernelRegistry& r, const char* name, int code) {
           if (code == kDiv && !dtype_in(a, kFloatTypes)) return "integer Div runs on the CPU, which reports division by zero";
         }
         return rank_reason(in, name);
-      }});
+      }));
 }
 
 // Max, Min, Sum of one or two inputs (one input: a copy).
 void add_variadic(CudaKernelRegistry& r, const char* name, int code) {
-  r.add(CudaKernelDef{
-      "", name,
+  r.add(onnx_kernel(name, 1,
       [name, code](KernelContext& ctx, CudaContext& cu) {
         std::vector<const Tensor*> present;
         for (size_t i = 0; i < ctx.num_inputs(); ++i)
@@ -269,12 +267,12 @@ void add_variadic(CudaKernelRegistry& r, const char* name, int code) {
           }
         if (count < 1 || count > 2) return cat(name, " on CUDA takes one or two inputs");
         return rank_reason(in, name);
-      }});
+      }));
 }
 
 }  // namespace
 
-void register_elementwise_kernels(CudaKernelRegistry& r) {
+void register_binary_kernels(CudaKernelRegistry& r) {
   add_binary(r, "Add", kAdd);
   add_binary(r, "Sub", kSub);
   add_binary(r, "Mul", kMul);
@@ -291,8 +289,6 @@ void register_elementwise_kernels(CudaKernelRegistry& r) {
   add_variadic(r, "Max", kMax);
   add_variadic(r, "Min", kMin);
   add_variadic(r, "Sum", kAdd);
-  register_unary_kernels(r);
-  register_where_expand_range_kernels(r);
 }
 
 }  // namespace onyx::cuda

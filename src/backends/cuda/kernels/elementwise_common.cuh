@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "backends/cuda/cuda_kernels.h"
-#include "backends/cuda/kernels/device_util.cuh"
+#include "backends/cuda/kernels/common/broadcast.cuh"
+#include "backends/cuda/kernels/common/convert.cuh"
+#include "backends/cuda/kernels/common/launch.cuh"
 
 namespace onyx::cuda {
 
@@ -47,7 +49,7 @@ void launch_map1(const void* in, void* out, int64_t n, const Op& op, CudaContext
   constexpr int N = vec_width<S, D>();
   const bool vec = N > 1 && n >= N && is_aligned(in, N * sizeof(S)) && is_aligned(out, N * sizeof(D));
   const int64_t items = vec ? n / N : n;
-  map1_kernel<S, D, Op><<<grid_for(items, cu.device), kThreads, 0, cu.stream>>>(
+  map1_kernel<S, D, Op><<<resident_blocks_for(items, cu.device), kThreads, 0, cu.stream>>>(
       static_cast<const S*>(in), static_cast<D*>(out), n, vec, op);
   ONYX_CUDA_CHECK_LAUNCH(what);
 }
@@ -77,9 +79,5 @@ inline std::string rank_reason(const std::vector<ValueType>& inputs, const char*
       return cat(op, " on CUDA supports tensors of rank at most ", kMaxRank);
   return "";
 }
-
-// Registration of the family's other files, called by register_elementwise_kernels.
-void register_unary_kernels(CudaKernelRegistry& r);  // elementwise_unary.cu: math, activations, Clip, Not, Cast
-void register_where_expand_range_kernels(CudaKernelRegistry& r);  // elementwise_data.cu
 
 }  // namespace onyx::cuda

@@ -135,13 +135,13 @@ void run_where(const Tensor& tc, const Tensor& tx, const Tensor& ty, Tensor& to,
     const bool vec = n >= N && ((scalars & kCondScalar) || is_aligned(c, N)) &&
                      ((scalars & kXScalar) || is_aligned(x, N * sizeof(T))) &&
                      ((scalars & kYScalar) || is_aligned(y, N * sizeof(T))) && is_aligned(o, N * sizeof(T));
-    where_flat_kernel<T><<<grid_for(vec ? n / N : n, cu.device), kThreads, 0, cu.stream>>>(c, x, y, o, n, scalars,
+    where_flat_kernel<T><<<resident_blocks_for(vec ? n / N : n, cu.device), kThreads, 0, cu.stream>>>(c, x, y, o, n, scalars,
                                                                                           vec);
     ONYX_CUDA_CHECK_LAUNCH("Where");
     return;
   }
   const Broadcast<3> g = make_broadcast<3>(to.shape(), {&tc.shape(), &tx.shape(), &ty.shape()});
-  where_broadcast_kernel<T><<<grid_for(n, cu.device), kThreads, 0, cu.stream>>>(c, x, y, o, n, g);
+  where_broadcast_kernel<T><<<resident_blocks_for(n, cu.device), kThreads, 0, cu.stream>>>(c, x, y, o, n, g);
   ONYX_CUDA_CHECK_LAUNCH("Where");
 }
 
@@ -173,7 +173,7 @@ void run_expand(const Tensor& in, Tensor& out, CudaContext& cu) {
   const Broadcast<1> g = make_broadcast<1>(out.shape(), {&in.shape()});
   const bool ok = dispatch_size(in.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    expand_kernel<T><<<grid_for(n, cu.device), kThreads, 0, cu.stream>>>(static_cast<const T*>(in.raw()),
+    expand_kernel<T><<<resident_blocks_for(n, cu.device), kThreads, 0, cu.stream>>>(static_cast<const T*>(in.raw()),
                                                                          static_cast<T*>(out.raw()), n, g);
     ONYX_CUDA_CHECK_LAUNCH("Expand");
   });
@@ -209,7 +209,7 @@ void run_range(KernelContext& ctx, CudaContext& cu) {
   for (size_t i = 0; i < 3; ++i)
     ONYX_CHECK(ctx.input(i).numel() == 1 && ctx.input(i).dtype() == out.dtype(), "Range: input ", i,
                " must be a scalar of the output's type, got ", ctx.input(i).type_str());
-  range_kernel<T><<<grid_for(n, cu.device), kThreads, 0, cu.stream>>>(
+  range_kernel<T><<<resident_blocks_for(n, cu.device), kThreads, 0, cu.stream>>>(
       static_cast<const T*>(ctx.input(0).raw()), static_cast<const T*>(ctx.input(2).raw()),
       static_cast<T*>(out.raw()), n);
   ONYX_CUDA_CHECK_LAUNCH("Range");
@@ -218,8 +218,7 @@ void run_range(KernelContext& ctx, CudaContext& cu) {
 }  // namespace
 
 void register_where_expand_range_kernels(CudaKernelRegistry& r) {
-  r.add(CudaKernelDef{
-      "", "Where",
+  r.add(onnx_kernel("Where", 9,
       [](KernelContext& ctx, CudaContext& cu) {
         const Tensor &c = ctx.input(0), &x = ctx.input(1), &y = ctx.input(2);
         ONYX_CHECK(c.dtype() == DType::kBool && x.dtype() == y.dtype(), "Where on CUDA: condition ", c.type_str(),
@@ -233,19 +232,17 @@ void register_where_expand_range_kernels(CudaKernelRegistry& r) {
         if (!size_dispatchable(x) || input_dtype(in, 2) != x)
           return "Where on CUDA supports X and Y of one numeric or bool type";
         return rank_reason(in, "Where");
-      }});
+      }));
 
-  r.add(CudaKernelDef{
-      "", "Expand", [](KernelContext& ctx, CudaContext& cu) { run_expand(ctx.input(0), ctx.output(0), cu); },
+  r.add(onnx_kernel("Expand", 8, [](KernelContext& ctx, CudaContext& cu) { run_expand(ctx.input(0), ctx.output(0), cu); },
       [](const Node&, const std::vector<ValueType>& in) -> std::string {
         if (!size_dispatchable(input_dtype(in, 0))) return "Expand on CUDA supports numeric and bool tensors";
         if (!in.empty() && in[0].shape.rank_known && in[0].shape.dims.size() > static_cast<size_t>(kMaxRank))
           return cat("Expand on CUDA supports tensors of rank at most ", kMaxRank);
         return "";
-      }});
+      }));
 
-  r.add(CudaKernelDef{
-      "", "Range",
+  r.add(onnx_kernel("Range", 11,
       [](KernelContext& ctx, CudaContext& cu) {
         switch (ctx.output(0).dtype()) {
           case DType::kFloat32: return run_range<float>(ctx, cu);
@@ -260,7 +257,7 @@ void register_where_expand_range_kernels(CudaKernelRegistry& r) {
         if (t != DType::kFloat32 && t != DType::kInt32 && t != DType::kInt64)
           return "Range on CUDA supports int32/int64/float32";
         return "";
-      }});
+      }));
 }
 
 }  // namespace onyx::cuda

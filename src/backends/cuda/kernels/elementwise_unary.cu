@@ -283,8 +283,7 @@ DType cast_target(const Node& node) {
 // ---- registration -------------------------------------------------------------
 
 void add_unary(CudaKernelRegistry& r, const char* domain, const char* name, int code) {
-  r.add(CudaKernelDef{
-      domain, name, [name, code](KernelContext& ctx, CudaContext& cu) { launch_unary(ctx, cu, code, name); },
+  r.add(domain_kernel(domain, name, 1, [name, code](KernelContext& ctx, CudaContext& cu) { launch_unary(ctx, cu, code, name); },
       [name, code](const Node& node, const std::vector<ValueType>& in) -> std::string {
         const DType t = input_dtype(in, 0);
         const bool ints_ok = int_capable(code) && !(code == kClip && node.opset < 11);
@@ -305,7 +304,7 @@ void add_unary(CudaKernelRegistry& r, const char* domain, const char* name, int 
           for (size_t i = 1; i < 3 && i < node.inputs.size(); ++i)
             if (node.inputs[i] >= 0 && input_dtype(in, i) != t) return "Clip on CUDA needs bounds of the input's type";
         return "";
-      }});
+      }));
 }
 
 }  // namespace
@@ -326,8 +325,7 @@ void register_unary_kernels(CudaKernelRegistry& r) {
   for (const Entry& e : kOnnx) add_unary(r, "", e.name, e.code);
 
   // ai.onnx Gelu (opset 20): the 'approximate' attribute picks the form at run time.
-  r.add(CudaKernelDef{
-      "", "Gelu",
+  r.add(onnx_kernel("Gelu", 20,
       [](KernelContext& ctx, CudaContext& cu) {
         const std::string approx = ctx.attr_string("approximate", "none");
         ONYX_CHECK(approx == "none" || approx == "tanh", "approximate must be \"none\" or \"tanh\", got \"", approx,
@@ -340,32 +338,31 @@ void register_unary_kernels(CudaKernelRegistry& r) {
         if (a && (a->kind != Attribute::Kind::kString || (a->s != "none" && a->s != "tanh")))
           return "Gelu: approximate must be \"none\" or \"tanh\"";
         return "";
-      }});
+      }));
   // com.microsoft: Gelu (erf form), FastGelu (tanh form, optional bias), BiasGelu (erf form, bias).
   add_unary(r, "com.microsoft", "Gelu", kGelu);
   add_unary(r, "com.microsoft", "FastGelu", kGeluTanh);
   add_unary(r, "com.microsoft", "BiasGelu", kGelu);
 
-  r.add(CudaKernelDef{
-      "", "Not",
+  r.add(onnx_kernel("Not", 1,
       [](KernelContext& ctx, CudaContext& cu) {
         const Tensor& in = ctx.input(0);
         launch_map1<bool, bool>(in.raw(), ctx.output(0).raw(), in.numel(), NotOp{}, cu, "Not");
       },
       [](const Node&, const std::vector<ValueType>& in) -> std::string {
         return input_dtype(in, 0) == DType::kBool ? "" : "Not on CUDA supports bool";
-      }});
+      }));
 
   auto cast_run = [](KernelContext& ctx, CudaContext& cu) { launch_cast(ctx.input(0), ctx.output(0), cu); };
   const char* cast_reason = "Cast on CUDA supports float32/float16/bfloat16/int32/int64/bool to the same set";
-  r.add(CudaKernelDef{"", "Cast", cast_run, [cast_reason](const Node& node, const std::vector<ValueType>& in) {
+  r.add(onnx_kernel("Cast", 1, cast_run, [cast_reason](const Node& node, const std::vector<ValueType>& in) {
                         const bool ok = dtype_in(input_dtype(in, 0), kCastTypes) && dtype_in(cast_target(node), kCastTypes);
                         return std::string(ok ? "" : cast_reason);
-                      }});
-  r.add(CudaKernelDef{"", "CastLike", cast_run, [cast_reason](const Node&, const std::vector<ValueType>& in) {
+                      }));
+  r.add(onnx_kernel("CastLike", 15, cast_run, [cast_reason](const Node&, const std::vector<ValueType>& in) {
                         const bool ok = dtype_in(input_dtype(in, 0), kCastTypes) && dtype_in(input_dtype(in, 1), kCastTypes);
                         return std::string(ok ? "" : cast_reason);
-                      }});
+                      }));
 }
 
 }  // namespace onyx::cuda

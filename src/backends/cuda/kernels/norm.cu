@@ -4,15 +4,15 @@
 //
 // Statistics are float32 (the CPU uses double; results are rounded to the
 // output type once either way).
-#include "backends/cuda/kernels/norm_util.cuh"
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/kernels/common/broadcast.cuh"
+#include "backends/cuda/kernels/common/convert.cuh"
+#include "backends/cuda/kernels/common/launch.cuh"
+#include "backends/cuda/kernels/common/reduce.cuh"
 
 namespace onyx::cuda {
 
-void register_norm_kernels(CudaKernelRegistry& r);
-
 namespace {
-
-using namespace nk;
 
 struct AddF {
   __device__ float operator()(float a, float b) const { return a + b; }
@@ -57,7 +57,7 @@ __global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, 
     const T* p = x + (live ? row : 0) * cols;
     float m = -__int_as_float(0x7f800000), s = 0.f;
     if (live)
-      for (int64_t j = lane; j < cols; j += group) online_add(m, s, to_f(p[j]));
+      for (int64_t j = lane; j < cols; j += group) online_add(m, s, to_compute(p[j]));
     for (int o = 16; o > 0; o >>= 1) {
       const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
       online_merge(m, s, m2, s2);
@@ -77,10 +77,10 @@ __global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, 
     T* q = y + row * cols;
     if (log_out) {
       const float shift = m + logf(s);
-      for (int64_t j = lane; j < cols; j += group) q[j] = from_f<T>(to_f(p[j]) - shift);
+      for (int64_t j = lane; j < cols; j += group) q[j] = from_compute<T>(to_compute(p[j]) - shift);
     } else {
       const float inv = 1.f / s;
-      for (int64_t j = lane; j < cols; j += group) q[j] = from_f<T>(expf(to_f(p[j]) - m) * inv);
+      for (int64_t j = lane; j < cols; j += group) q[j] = from_compute<T>(expf(to_compute(p[j]) - m) * inv);
     }
   }
 }
@@ -94,13 +94,13 @@ __global__ void softmax_cols_kernel(const T* __restrict__ x, T* __restrict__ y, 
        c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t base = (c / inner) * n * inner + c % inner;
     float m = -__int_as_float(0x7f800000), s = 0.f;
-    for (int64_t j = 0; j < n; ++j) online_add(m, s, to_f(x[base + j * inner]));
+    for (int64_t j = 0; j < n; ++j) online_add(m, s, to_compute(x[base + j * inner]));
     if (log_out) {
       const float shift = m + logf(s);
-      for (int64_t j = 0; j < n; ++j) y[base + j * inner] = from_f<T>(to_f(x[base + j * inner]) - shift);
+      for (int64_t j = 0; j < n; ++j) y[base + j * inner] = from_compute<T>(to_compute(x[base + j * inner]) - shift);
     } else {
       const float inv = 1.f / s;
-      for (int64_t j = 0; j < n; ++j) y[base + j * inner] = from_f<T>(expf(to_f(x[base + j * inner]) - m) * inv);
+      for (int64_t j = 0; j < n; ++j) y[base + j * inner] = from_compute<T>(expf(to_compute(x[base + j * inner]) - m) * inv);
     }
   }
 }
@@ -126,11 +126,11 @@ void launch_softmax(KernelContext& ctx, CudaContext& cu, bool log_out) {
   if (inner == 1) {
     const int threads = n <= 1024 ? 256 : 1024;
     const int group = n <= 1024 ? 32 : threads;
-    softmax_rows_kernel<T><<<grid_for(outer, threads / group), threads, 0, cu.stream>>>(x, y, outer, n, group,
+    softmax_rows_kernel<T><<<blocks_for(outer, threads / group), threads, 0, cu.stream>>>(x, y, outer, n, group,
                                                                                           log_out ? 1 : 0);
     ONYX_CUDA_CHECK_LAUNCH("Softmax (rows)");
   } else {
-    softmax_cols_kernel<T><<<grid_for(outer * inner, 256), 256, 0, cu.stream>>>(x, y, outer, n, inner,
+    softmax_cols_kernel<T><<<blocks_for(outer * inner, 256), 256, 0, cu.stream>>>(x, y, outer, n, inner,
                                                                                  log_out ? 1 : 0);
     ONYX_CUDA_CHECK_LAUNCH("Softmax (columns)");
   }
@@ -149,7 +149,7 @@ struct NormArgs {
   void* mean_out = nullptr;  // per row
   void* inv_out = nullptr;   // per row: 1 / sqrt(var + eps)
   int skip_code = 0, pre_bias_code = 0, gamma_code = 0, beta_code = 0, sum_code = 0, mean_code = 0, inv_code = 0;
-  Bcast skip_b, pre_bias_b, gamma_b, beta_b;
+  OperandBroadcast skip_b, pre_bias_b, gamma_b, beta_b;
   int64_t rows = 0, cols = 0;
   float eps = 0.f;
   int center = 1;  // 0: RMS normalization (nothing subtracted)
@@ -169,9 +169,9 @@ __global__ void norm_rows_kernel(NormArgs a) {
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const int64_t base = row * a.cols;
     auto value = [&](int64_t j) {
-      float v = to_f(x[base + j]);
-      if (a.skip) v += load_f(a.skip, a.skip_code, bcast_index(a.skip_b, base + j));
-      if (a.pre_bias) v += load_f(a.pre_bias, a.pre_bias_code, bcast_index(a.pre_bias_b, j));
+      float v = to_compute(x[base + j]);
+      if (a.skip) v += load_f(a.skip, a.skip_code, operand_index(a.skip_b, base + j));
+      if (a.pre_bias) v += load_f(a.pre_bias, a.pre_bias_code, operand_index(a.pre_bias_b, j));
       return v;
     };
     float sum = 0.f;
@@ -191,9 +191,9 @@ __global__ void norm_rows_kernel(NormArgs a) {
     const float inv = 1.f / sqrtf(block_reduce(sq, AddF{}, scratch) / fcols + a.eps);
     for (int64_t j = threadIdx.x; j < a.cols; j += blockDim.x) {
       const float v = ((a.cached ? rowbuf[j] : value(j)) - shift) * inv;
-      float out = v * load_f(a.gamma, a.gamma_code, bcast_index(a.gamma_b, j));
-      if (a.beta) out += load_f(a.beta, a.beta_code, bcast_index(a.beta_b, j));
-      y[base + j] = from_f<T>(out);
+      float out = v * load_f(a.gamma, a.gamma_code, operand_index(a.gamma_b, j));
+      if (a.beta) out += load_f(a.beta, a.beta_code, operand_index(a.beta_b, j));
+      y[base + j] = from_compute<T>(out);
     }
     if (threadIdx.x == 0) {
       if (a.mean_out) store_f(a.mean_out, a.mean_code, row, mean);
@@ -230,7 +230,7 @@ __global__ void norm_rows_fast_kernel(NormArgs a) {
         const P p = x[j];
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
-          v[k][e] = to_f(p.v[e]);
+          v[k][e] = to_compute(p.v[e]);
           sum += v[k][e];
         }
       }
@@ -254,10 +254,10 @@ __global__ void norm_rows_fast_kernel(NormArgs a) {
         if (beta) {
           const P b = beta[j];
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) out.v[e] = from_f<T>((v[k][e] - shift) * inv * to_f(g.v[e]) + to_f(b.v[e]));
+          for (int e = 0; e < kVec; ++e) out.v[e] = from_compute<T>((v[k][e] - shift) * inv * to_compute(g.v[e]) + to_compute(b.v[e]));
         } else {
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) out.v[e] = from_f<T>((v[k][e] - shift) * inv * to_f(g.v[e]));
+          for (int e = 0; e < kVec; ++e) out.v[e] = from_compute<T>((v[k][e] - shift) * inv * to_compute(g.v[e]));
         }
         y[j] = out;
       }
@@ -327,11 +327,11 @@ void run_layer_norm(KernelContext& ctx, CudaContext& cu, bool center, bool bias_
   a.y = ctx.output(0).raw();
   a.gamma = ctx.input(1).raw();
   a.gamma_code = fcode(ctx.input(1).dtype());
-  a.gamma_b = make_bcast(ctx.input(1).shape(), norm_shape, "scale");
+  a.gamma_b = make_operand_broadcast(ctx.input(1).shape(), norm_shape, "scale");
   if (bias_input && ctx.has_input(2)) {
     a.beta = ctx.input(2).raw();
     a.beta_code = fcode(ctx.input(2).dtype());
-    a.beta_b = make_bcast(ctx.input(2).shape(), norm_shape, "bias");
+    a.beta_b = make_operand_broadcast(ctx.input(2).shape(), norm_shape, "bias");
   }
   a.eps = ctx.attr_float("epsilon", 1e-5f);
   a.center = center ? 1 : 0;
@@ -356,21 +356,21 @@ void run_skip_norm(KernelContext& ctx, CudaContext& cu, bool center) {
   const Tensor& skip = ctx.input(1);
   a.skip = skip.raw();
   a.skip_code = fcode(skip.dtype());
-  a.skip_b = make_bcast(skip.shape(), x.shape(), "skip");
+  a.skip_b = make_operand_broadcast(skip.shape(), x.shape(), "skip");
   a.gamma = ctx.input(2).raw();
   a.gamma_code = fcode(ctx.input(2).dtype());
-  a.gamma_b = make_bcast(ctx.input(2).shape(), hidden, "gamma");
+  a.gamma_b = make_operand_broadcast(ctx.input(2).shape(), hidden, "gamma");
   if (center && ctx.has_input(3)) {
     a.beta = ctx.input(3).raw();
     a.beta_code = fcode(ctx.input(3).dtype());
-    a.beta_b = make_bcast(ctx.input(3).shape(), hidden, "beta");
+    a.beta_b = make_operand_broadcast(ctx.input(3).shape(), hidden, "beta");
   }
   const size_t bias_index = center ? 4 : 3;
   if (ctx.has_input(bias_index)) {
     const Tensor& b = ctx.input(bias_index);
     a.pre_bias = b.raw();
     a.pre_bias_code = fcode(b.dtype());
-    a.pre_bias_b = make_bcast(b.shape(), hidden, "bias");
+    a.pre_bias_b = make_operand_broadcast(b.shape(), hidden, "bias");
   }
   a.eps = ctx.attr_float("epsilon", 1e-12f);
   a.center = center ? 1 : 0;
@@ -392,29 +392,20 @@ CudaSupportFn float_inputs(std::string name) {
   };
 }
 
-void add(CudaKernelRegistry& r, const std::string& domain, const std::string& name, CudaKernelFn fn,
-         CudaSupportFn sup) {
-  CudaKernelDef def;
-  def.domain = domain;
-  def.name = name;
-  def.run = std::move(fn);
-  def.supports = std::move(sup);
-  r.add(std::move(def));
-}
 
 }  // namespace
 
 void register_norm_kernels(CudaKernelRegistry& r) {
   for (const char* name : {"Softmax", "LogSoftmax"}) {
     const bool log_out = std::string(name) == "LogSoftmax";
-    add(r, "", name,
+    r.add(onnx_kernel(name, 1,
         [log_out, name](KernelContext& ctx, CudaContext& cu) {
           dispatch_float(ctx.input(0).dtype(), name,
                          [&](auto tag) { launch_softmax<typename decltype(tag)::type>(ctx, cu, log_out); });
         },
-        float_inputs(name));
+        float_inputs(name)));
   }
-  add(r, "", "LayerNormalization",
+  r.add(onnx_kernel("LayerNormalization", 17,
       [](KernelContext& ctx, CudaContext& cu) { run_layer_norm(ctx, cu, true, true, 1, 2); },
       [base = float_inputs("LayerNormalization")](const Node& node, const std::vector<ValueType>& inputs) {
         // The statistics outputs take stash_type's dtype; float64 has no CUDA store here.
@@ -422,19 +413,19 @@ void register_norm_kernels(CudaKernelRegistry& r) {
         if (stash != 1 && stash != 10 && stash != 16)
           return std::string("LayerNormalization on CUDA supports stash_type float32/float16/bfloat16");
         return base(node, inputs);
-      });
-  add(r, "", "RMSNormalization",
+      }));
+  r.add(onnx_kernel("RMSNormalization", 23,
       [](KernelContext& ctx, CudaContext& cu) { run_layer_norm(ctx, cu, false, false, -1, -1); },
-      float_inputs("RMSNormalization"));
+      float_inputs("RMSNormalization")));
   for (const char* domain : {"", "com.microsoft"}) {
-    add(r, domain, "SimplifiedLayerNormalization",
+    r.add(domain_kernel(domain, "SimplifiedLayerNormalization", 1,
         [](KernelContext& ctx, CudaContext& cu) { run_layer_norm(ctx, cu, false, false, -1, 1); },
-        float_inputs("SimplifiedLayerNormalization"));
-    add(r, domain, "SkipLayerNormalization", [](KernelContext& ctx, CudaContext& cu) { run_skip_norm(ctx, cu, true); },
-        float_inputs("SkipLayerNormalization"));
-    add(r, domain, "SkipSimplifiedLayerNormalization",
+        float_inputs("SimplifiedLayerNormalization")));
+    r.add(domain_kernel(domain, "SkipLayerNormalization", 1, [](KernelContext& ctx, CudaContext& cu) { run_skip_norm(ctx, cu, true); },
+        float_inputs("SkipLayerNormalization")));
+    r.add(domain_kernel(domain, "SkipSimplifiedLayerNormalization", 1,
         [](KernelContext& ctx, CudaContext& cu) { run_skip_norm(ctx, cu, false); },
-        float_inputs("SkipSimplifiedLayerNormalization"));
+        float_inputs("SkipSimplifiedLayerNormalization")));
   }
 }
 

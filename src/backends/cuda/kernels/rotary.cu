@@ -1,15 +1,15 @@
 // Rotary position embeddings: ONNX RotaryEmbedding (opset 23) and
 // com.microsoft RotaryEmbedding, the same functions as src/ops/attention.cpp.
 // Registered from data.cu.
-#include "backends/cuda/kernels/norm_util.cuh"
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/kernels/common/broadcast.cuh"
+#include "backends/cuda/kernels/common/convert.cuh"
+#include "backends/cuda/kernels/common/launch.cuh"
+#include "backends/cuda/kernels/common/reduce.cuh"
 
 namespace onyx::cuda {
 
-void register_rotary_kernels(CudaKernelRegistry& r);
-
 namespace {
-
-using namespace nk;
 
 struct RotaryArgs {
   unsigned int* err = nullptr;  // the device error word
@@ -73,8 +73,8 @@ __global__ void rotary_kernel(const T* __restrict__ x, T* __restrict__ y, Rotary
     }
     const float c = load_f(a.cosc, a.cache_code, row * a.half + j);
     const float sn = load_f(a.sinc, a.cache_code, row * a.half + j);
-    const float x1 = to_f(x[o + i1]), x2 = to_f(x[o + i2]);
-    y[e] = from_f<T>(first ? c * x1 - sn * x2 : sn * x1 + c * x2);
+    const float x1 = to_compute(x[o + i1]), x2 = to_compute(x[o + i2]);
+    y[e] = from_compute<T>(first ? c * x1 - sn * x2 : sn * x1 + c * x2);
   }
 }
 
@@ -84,7 +84,7 @@ void launch(KernelContext& ctx, CudaContext& cu, RotaryArgs& a) {
   if (a.total == 0) return;
   dispatch_float(x.dtype(), "RotaryEmbedding", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    rotary_kernel<T><<<grid_for(a.total, 256), 256, 0, cu.stream>>>(static_cast<const T*>(x.raw()),
+    rotary_kernel<T><<<blocks_for(a.total, 256), 256, 0, cu.stream>>>(static_cast<const T*>(x.raw()),
                                                                      static_cast<T*>(ctx.output(0).raw()), a);
   });
   ONYX_CUDA_CHECK_LAUNCH("RotaryEmbedding");
@@ -203,18 +203,8 @@ CudaSupportFn rotary_support(size_t pos_input, size_t first_cache) {
 }  // namespace
 
 void register_rotary_kernels(CudaKernelRegistry& r) {
-  CudaKernelDef onnx;
-  onnx.domain = "";
-  onnx.name = "RotaryEmbedding";
-  onnx.run = run_onnx_rotary;
-  onnx.supports = rotary_support(3, 1);
-  r.add(std::move(onnx));
-  CudaKernelDef ms;
-  ms.domain = "com.microsoft";
-  ms.name = "RotaryEmbedding";
-  ms.run = run_ms_rotary;
-  ms.supports = rotary_support(1, 2);
-  r.add(std::move(ms));
+  r.add(onnx_kernel("RotaryEmbedding", 23, run_onnx_rotary, rotary_support(3, 1)));
+  r.add(domain_kernel("com.microsoft", "RotaryEmbedding", 1, run_ms_rotary, rotary_support(1, 2)));
 }
 
 }  // namespace onyx::cuda

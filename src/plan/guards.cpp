@@ -1,4 +1,4 @@
-#include "plan/liveness.h"
+#include "plan/guards.h"
 
 namespace onyx {
 
@@ -21,23 +21,6 @@ GuardList::GuardList(const Graph& g) : reasons_(g.values.size()) {
     else if (v.is_outer) reasons_[id] = GuardReason::kOuterScope;
   }
   for (int id : g.outputs) reasons_[id] = GuardReason::kGraphOutput;
-}
-
-Liveness compute_liveness(const Graph& g, const GuardList& guards) {
-  Liveness l;
-  l.last_use.assign(g.values.size(), -1);
-  for (int step = 0; step < static_cast<int>(g.nodes.size()); ++step) {
-    const Node& n = g.nodes[step];
-    for (int v : n.inputs) if (v >= 0) l.last_use[v] = step;
-    for (int v : n.implicit_inputs) l.last_use[v] = step;
-  }
-  l.release_after.assign(g.nodes.size(), {});
-  for (int id = 0; id < static_cast<int>(g.values.size()); ++id) {
-    if (guards.guarded(id)) continue;
-    int step = l.last_use[id] >= 0 ? l.last_use[id] : g.values[id].producer;
-    if (step >= 0) l.release_after[step].push_back(id);
-  }
-  return l;
 }
 
 }  // namespace onyx

@@ -1,4 +1,4 @@
-// Which values the executor may release, and when (DESIGN L3, L4, L5).
+// What the executor may never release or overwrite, and why (DESIGN L4, L5).
 #pragma once
 
 #include <optional>
@@ -33,15 +33,5 @@ class GuardList {
  private:
   std::vector<std::optional<GuardReason>> reasons_;
 };
-
-struct Liveness {
-  // Per value: the last step (node index) that reads it; -1 if nothing reads it.
-  std::vector<int> last_use;
-  // Per step: the unguarded values whose last reader is that step (or that it
-  // produced and nothing reads), released right after the step runs.
-  std::vector<std::vector<int>> release_after;
-};
-
-Liveness compute_liveness(const Graph& g, const GuardList& guards);
 
 }  // namespace onyx

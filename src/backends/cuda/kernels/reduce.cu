@@ -4,15 +4,15 @@
 #include <algorithm>
 #include <limits>
 
-#include "backends/cuda/kernels/norm_util.cuh"
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/kernels/common/broadcast.cuh"
+#include "backends/cuda/kernels/common/convert.cuh"
+#include "backends/cuda/kernels/common/launch.cuh"
+#include "backends/cuda/kernels/common/reduce.cuh"
 
 namespace onyx::cuda {
 
-void register_norm_kernels(CudaKernelRegistry& r);  // norm.cu
-
 namespace {
-
-using namespace nk;
 
 enum ReduceOp : int { kSum = 0, kMean = 1, kMax = 2, kMin = 3 };
 
@@ -21,8 +21,8 @@ enum ReduceOp : int { kSum = 0, kMean = 1, kMax = 2, kMin = 3 };
 template <class T>
 struct RTraits {
   using Acc = float;
-  __device__ static float load(T v) { return to_f(v); }
-  __device__ static T store(float v) { return from_f<T>(v); }
+  __device__ static float load(T v) { return to_compute(v); }
+  __device__ static T store(float v) { return from_compute<T>(v); }
   __device__ static float lowest() { return -__int_as_float(0x7f800000); }
   __device__ static float highest() { return __int_as_float(0x7f800000); }
 };
@@ -178,7 +178,7 @@ void launch_reduce(KernelContext& ctx, CudaContext& cu, const std::vector<bool>&
     const int threads = 256;
     const int group = cols <= 1024 ? 32 : threads;
     const int64_t per_block = threads / group;
-    reduce_rows_kernel<T><<<grid_for(outputs, static_cast<int>(per_block)), threads, 0, cu.stream>>>(
+    reduce_rows_kernel<T><<<blocks_for(outputs, static_cast<int>(per_block)), threads, 0, cu.stream>>>(
         x, y, outputs, cols, op, group);
     ONYX_CUDA_CHECK_LAUNCH("Reduce (rows)");
     return;
@@ -202,7 +202,7 @@ void launch_reduce(KernelContext& ctx, CudaContext& cu, const std::vector<bool>&
       s.kept_strides[s.kept_rank++] = st[i];
     }
   }
-  reduce_strided_kernel<T><<<grid_for(outputs, 256), 256, 0, cu.stream>>>(x, y, s, op);
+  reduce_strided_kernel<T><<<blocks_for(outputs, 256), 256, 0, cu.stream>>>(x, y, s, op);
   ONYX_CUDA_CHECK_LAUNCH("Reduce (strided)");
 }
 
@@ -231,17 +231,14 @@ std::vector<bool> reduced_axes(KernelContext& ctx, const std::string& name) {
 }
 
 void add_reduce(CudaKernelRegistry& r, const std::string& name, int op) {
-  CudaKernelDef def;
-  def.domain = "";
-  def.name = name;
-  def.run = [name, op](KernelContext& ctx, CudaContext& cu) {
+  auto run = [name, op](KernelContext& ctx, CudaContext& cu) {
     const std::vector<bool> reduced = reduced_axes(ctx, name);
     const DType dt = ctx.input(0).dtype();
     if (dt == DType::kInt32) return launch_reduce<int32_t>(ctx, cu, reduced, op);
     if (dt == DType::kInt64) return launch_reduce<int64_t>(ctx, cu, reduced, op);
     dispatch_float(dt, name.c_str(), [&](auto tag) { launch_reduce<typename decltype(tag)::type>(ctx, cu, reduced, op); });
   };
-  def.supports = [name](const Node& node, const std::vector<ValueType>& inputs) -> std::string {
+  auto supports = [name](const Node& node, const std::vector<ValueType>& inputs) -> std::string {
     const DType dt = inputs.empty() ? DType::kUndefined : inputs[0].dtype;
     if (!is_cuda_float(dt) && dt != DType::kInt32 && dt != DType::kInt64)
       return name + " on CUDA supports float32/float16/bfloat16/int32/int64";
@@ -252,17 +249,16 @@ void add_reduce(CudaKernelRegistry& r, const std::string& name, int op) {
       return name + " on CUDA supports rank <= 8";
     return "";
   };
-  r.add(std::move(def));
+  r.add(onnx_kernel(name, 1, run, supports));
 }
 
 }  // namespace
 
-void register_reduce_norm_kernels(CudaKernelRegistry& r) {
+void register_reduce_kernels(CudaKernelRegistry& r) {
   add_reduce(r, "ReduceSum", kSum);
   add_reduce(r, "ReduceMean", kMean);
   add_reduce(r, "ReduceMax", kMax);
   add_reduce(r, "ReduceMin", kMin);
-  register_norm_kernels(r);
 }
 
 }  // namespace onyx::cuda

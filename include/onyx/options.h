@@ -1,0 +1,66 @@
+// The options of a session and of one run: one typed struct each, parsed once at
+// the boundary (the CLI, a binding) and passed down whole.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <string>
+
+namespace onyx {
+
+// How a run holds its intermediate values.
+enum class MemoryMode {
+  kPlanned,  // one arena per input-shape signature, every intermediate at a planned offset (default)
+  kRelease,  // allocate each value when produced, free it right after its last reader
+  kKeepAll,  // allocate each value when produced, keep everything until the run ends (debugging)
+};
+
+// CUDA Graphs for repeated input shapes (GPU sessions).
+enum class CaptureMode {
+  kOff,      // every run is eager (default)
+  kAuto,     // per input-shape signature: run 1 eager (warm-up), run 2 captures, later runs replay;
+             // a signature that cannot be captured runs eagerly, and the session says why once
+  kRequire,  // as kAuto, but a signature that cannot be captured is an error
+};
+
+struct SessionOptions {
+  // Where the model runs: "cpu", "cuda" (= "cuda:0") or "cuda:N". Resolved once by
+  // resolve_device(); a device that does not exist is an error naming those that do.
+  std::string device = "cpu";
+  // On a GPU: let a node with no GPU kernel run on the CPU (reported once per node).
+  // Off turns any such fallback into an error.
+  bool allow_cpu_fallback = true;
+  // On a GPU: this session's device-memory budget in bytes; 0 takes a fraction
+  // (memory_fraction) of the memory free when the session starts.
+  size_t memory_budget_bytes = 0;
+  double memory_fraction = 0.9;
+  CaptureMode capture = CaptureMode::kOff;
+  // Validation mode for replays (slower; off by default): before each replay, the host
+  // staging bytes a graph reads are checked against their hash at capture, and the
+  // device arena is poisoned (every byte 0xFF, NaN for floats).
+  bool validate_replays = false;
+  // Where one-time notices go (CPU fallbacks, signatures run eagerly, broken replay
+  // contracts); stderr when empty.
+  std::function<void(const std::string&)> log;
+  MemoryMode memory = MemoryMode::kPlanned;
+  // Plans (each with its arena) kept for recent input-shape signatures; the least
+  // recently used is dropped beyond this.
+  size_t plan_cache_capacity = 8;
+  // On a GPU: page-locked host memory for the staging buffers of host <-> device copies.
+  size_t pinned_memory_budget_bytes = size_t{1} << 30;
+};
+
+// Where a run leaves an output.
+enum class OutputPlace {
+  kHost,    // copied to the host (default): all such copies share one synchronization per run
+  kDevice,  // left on the session's device: a device tensor the caller may feed back as an input
+};
+
+struct RunOptions {
+  OutputPlace outputs = OutputPlace::kHost;
+  // Exceptions by output name (unknown names are an error).
+  std::map<std::string, OutputPlace> output_places;
+};
+
+}  // namespace onyx

@@ -1,0 +1,135 @@
+#include "exec/capture.h"
+
+#include <chrono>
+
+namespace onyx {
+
+SignatureCapture::SignatureCapture(Backend& backend, CaptureMode mode, bool validate_replays, Notices& notices,
+                                   CaptureReport& report, std::string signature, std::string blocker,
+                                   std::vector<ValueType> input_types, std::vector<Slot> output_roots)
+    : backend_(backend),
+      mode_(mode),
+      validate_(validate_replays),
+      notices_(notices),
+      report_(report),
+      signature_(std::move(signature)),
+      blocker_(std::move(blocker)),
+      input_types_(std::move(input_types)),
+      output_roots_(std::move(output_roots)) {}
+
+const std::vector<Tensor>& SignatureCapture::input_slots() {
+  if (input_slots_.empty())
+    for (const ValueType& t : input_types_)
+      input_slots_.push_back(t.dtype == DType::kString ? Tensor()
+                                                       : Tensor(t.dtype, t.shape.to_shape(), backend_.allocator()));
+  return input_slots_;
+}
+
+void SignatureCapture::release_graph() {
+  graph_.reset();
+  output_slots_.clear();
+}
+
+// Each feed goes into its slot on the stream (nothing to do when the feed is the slot);
+// returns what the steps read per input.
+std::vector<Tensor> SignatureCapture::write_inputs(const std::vector<Tensor>& feeds) {
+  const std::vector<Tensor>& slots = input_slots();
+  std::vector<Tensor> inputs(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    ONYX_CHECK(i < feeds.size() && feeds[i].defined(), "a captured run needs every input fed; input ", i, " was not");
+    const Tensor& feed = feeds[i];
+    const Tensor& slot = slots[i];
+    if (!slot.defined()) {  // strings stay on the host, and the signature is not captured
+      inputs[i] = feed;
+      continue;
+    }
+    ONYX_ASSERT(feed.shape() == slot.shape() && feed.dtype() == slot.dtype(), "feed ", feed.type_str(),
+                " does not fit its slot ", slot.type_str());
+    inputs[i] = slot;
+    if (feed.raw() == slot.raw() || feed.bytes() == 0) continue;
+    if (feed.on_host()) backend_.copy_from_host(slot.raw(), feed.raw(), feed.bytes());
+    else backend_.copy_on_device(slot.raw(), feed.raw(), feed.bytes());
+  }
+  return inputs;
+}
+
+void SignatureCapture::run_eagerly(const std::vector<Tensor>& inputs, const Record& record) {
+  ++report_.eager_runs;
+  record(inputs, nullptr, nullptr);
+}
+
+// A graph made against another arena is captured again (a larger signature moved the
+// shared arena: expected); one whose host staging changed under it is a bug, never replayed.
+void SignatureCapture::check_contract(const Arena& arena) {
+  if (!graph_) return;
+  if (captured_against_.base != arena.base || captured_against_.generation != arena.generation) {
+    release_graph();
+    ++report_.recaptures;
+    return;
+  }
+  if (std::string broken = graph_->check_staging(); !broken.empty()) {
+    release_graph();
+    ++report_.recaptures;
+    throw Error(cat("replay contract broken for inputs ", signature_, ": ", broken,
+                    "; the graph was dropped and the next run captures it again"));
+  }
+}
+
+// Returns false when the capture failed under auto: the signature runs eagerly from now on.
+bool SignatureCapture::capture(const std::vector<Tensor>& inputs, const Arena& arena, const Record& record) {
+  for (const Slot& s : output_roots_)
+    if (!output_slots_.count(s.root))
+      output_slots_[s.root] = Tensor(DType::kUInt8, Shape{static_cast<int64_t>(s.bytes)}, backend_.allocator());
+  captured_against_ = arena;
+  AfterStep check = [this](const Node& node) {
+    std::string v = backend_.take_capture_violation();
+    ONYX_CHECK(v.empty(), node.describe(), ": ", v);
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    graph_ = backend_.capture([&] { record(inputs, &output_slots_, check); });
+  } catch (const Error& e) {
+    release_graph();
+    if (mode_ == CaptureMode::kRequire) throw;
+    blocker_ = cat("its capture failed: ", e.what());
+    notices_.say_once(signature_, cat("onyx: inputs ", signature_, " run eagerly, not from a CUDA graph: ", blocker_));
+    return false;
+  }
+  report_.capture_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++report_.captures;
+  return true;
+}
+
+bool SignatureCapture::run(const std::vector<Tensor>& feeds, const Arena& arena, const Record& record) {
+  if (!blocker_.empty()) {
+    ONYX_CHECK(mode_ != CaptureMode::kRequire, "capture=require: inputs ", signature_, " cannot be captured: ", blocker_);
+    notices_.say_once(signature_, cat("onyx: inputs ", signature_, " run eagerly, not from a CUDA graph: ", blocker_));
+    run_eagerly(write_inputs(feeds), record);
+    return false;
+  }
+  if (runs_++ == 0) {
+    run_eagerly(write_inputs(feeds), record);
+    return false;
+  }
+  check_contract(arena);
+  std::vector<Tensor> inputs = write_inputs(feeds);
+  if (!graph_ && !capture(inputs, arena, record)) {
+    run_eagerly(inputs, record);
+    return false;
+  }
+  if (validate_) {
+    // Validation mode: the staged bytes hash as at capture, and every intermediate starts
+    // as NaN, so a kernel reading what no earlier step wrote shows up.
+    if (std::string changed = graph_->verify_staging_checksums(); !changed.empty()) {
+      release_graph();
+      throw Error(cat("replay contract broken for inputs ", signature_, ": ", changed,
+                      "; the graph was dropped and the next run captures it again"));
+    }
+    if (arena.base) backend_.poison(arena.base, arena.bytes);
+  }
+  graph_->replay();
+  ++report_.replays;
+  return true;
+}
+
+}  // namespace onyx

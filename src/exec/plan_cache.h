@@ -1,0 +1,48 @@
+// The plans of recent input-shape signatures, each with what it holds while cached:
+// its host arena, the constants its device steps read (uploaded once), the values
+// every run starts from, and its capture state. Least recently used first out.
+#pragma once
+
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+
+#include "exec/capture.h"
+#include "exec/step_loop.h"
+#include "plan/planner.h"
+
+namespace onyx {
+
+struct PreparedPlan {
+  std::string signature;
+  std::shared_ptr<const ExecutionPlan> plan;
+  Tensor host_arena;                          // owned while the plan is cached
+  RunEnv start;                               // initializers, constants and their device copies, by value id
+  std::unique_ptr<SignatureCapture> capture;  // capture sessions only
+};
+
+struct PlanCacheStats {
+  size_t hits = 0, misses = 0, evictions = 0, entries = 0;
+  size_t arena_bytes = 0;  // held by the cached plans
+};
+
+class PlanCache {
+ public:
+  explicit PlanCache(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
+  // The entry for `signature`, made by `make` on a miss (the least recently used entry
+  // beyond the capacity is dropped, with everything it holds).
+  std::shared_ptr<PreparedPlan> get(const std::string& signature,
+                                    const std::function<std::unique_ptr<PreparedPlan>()>& make);
+  // The entry for `signature` if cached (no statistics, no reordering).
+  PreparedPlan* find(const std::string& signature);
+  PlanCacheStats stats() const;
+  const std::list<std::shared_ptr<PreparedPlan>>& entries() const { return entries_; }
+
+ private:
+  size_t capacity_;
+  std::list<std::shared_ptr<PreparedPlan>> entries_;  // most recently used first
+  PlanCacheStats stats_;
+};
+
+}  // namespace onyx

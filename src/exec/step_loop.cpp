@@ -1,0 +1,166 @@
+#include "exec/step_loop.h"
+
+#include "ops/compute.h"
+
+namespace onyx {
+
+const Tensor* Scope::lookup(const std::string& name) const {
+  for (const Scope* s = this; s; s = s->parent) {
+    int id = s->graph->find_value(name);
+    if (id >= 0 && (*s->env)[id].defined()) return &(*s->env)[id];
+  }
+  return nullptr;
+}
+
+void StepLoop::run(const ExecutionPlan& plan, RunEnv& env, const StepBindings& b, const Scope* outer) const {
+  for (const Step& step : plan.steps) {
+    const Node& node = graph_.nodes[step.node];
+    with_context(node.describe(), [&] {
+      if (step.place == StepPlace::kRunTime) run_dynamic(step, env, outer);
+      else run_planned(plan, step, env, b, outer);
+    });
+    for (int id : step.release_after) env.release(id);
+    if (b.after_step) b.after_step(node);
+  }
+}
+
+const Tensor& StepLoop::fetch(RunEnv& env, int id, bool accel) const {
+  Tensor& want = env.side(accel)[id];
+  if (want.defined()) return want;
+  const Tensor& have = env.side(!accel)[id];
+  ONYX_ASSERT(have.defined(), "value '", graph_.values[id].name, "' has no value on either device");
+  ONYX_ASSERT(backend_, "value '", graph_.values[id].name, "' is on a device, but there is no backend");
+  if (accel) {
+    ONYX_CHECK(have.dtype() != DType::kString, "string tensors cannot move to ", backend_->device().str());
+    want = Tensor(have.dtype(), have.shape(), backend_->allocator());
+    backend_->copy_from_host(want.raw(), have.raw(), have.bytes());
+  } else {
+    want = Tensor(have.dtype(), have.shape(), host_);
+    backend_->copy_to_host(want.raw(), have.raw(), have.bytes());
+  }
+  return want;
+}
+
+// A planned output's storage: its arena bytes, its group's slot, or a fresh allocation.
+Tensor StepLoop::bind_output(const ValuePlan& v, bool accel, const StepBindings& b) const {
+  const Shape shape = v.type.shape.to_shape();
+  switch (v.kind) {
+    case ValueKind::kArena: {
+      if (v.bytes == 0)  // no bytes to place (an empty tensor)
+        return Tensor::borrow(v.type.dtype, shape, nullptr, nullptr, v.on_accel ? backend_->device() : Device::cpu());
+      const Tensor* arena = v.on_accel ? b.accel_arena : b.host_arena;
+      ONYX_ASSERT(arena && arena->defined(), "the plan places a value in an arena that this run has not");
+      char* base = static_cast<char*>(arena->raw());
+      return Tensor::borrow(v.type.dtype, shape, base + v.offset, arena->storage(), arena->device());
+    }
+    case ValueKind::kOutput:
+      if (b.output_slots) {
+        auto slot = b.output_slots->find(v.root);
+        if (slot != b.output_slots->end())
+          return Tensor::borrow(v.type.dtype, shape, slot->second.raw(), slot->second.storage(), slot->second.device());
+      }
+      [[fallthrough]];
+    case ValueKind::kAllocated:
+      return Tensor(v.type.dtype, shape, accel ? backend_->allocator() : host_);
+    default:
+      ONYX_ASSERT(false, "a planned step produces a value of kind ", value_kind_name(v.kind));
+  }
+  return Tensor();
+}
+
+SubgraphRunner StepLoop::subgraph_runner(RunEnv& env, const Scope* outer) const {
+  return [this, &env, outer](const Graph& g, const std::vector<Tensor>& in) {
+    Scope scope{&graph_, &env.host, outer};
+    return subgraphs_(g, in, scope);
+  };
+}
+
+void StepLoop::run_planned(const ExecutionPlan& plan, const Step& step, RunEnv& env, const StepBindings& b,
+                           const Scope* outer) const {
+  const Node& node = graph_.nodes[step.node];
+  for (int id : step.to_host) fetch(env, id, false);
+  for (int id : step.to_accel) fetch(env, id, true);
+  if (step.place == StepPlace::kNone) {  // views: the output shares its input's storage, on each device holding it
+    for (auto [o, i] : node.def->views) {
+      int in = node.inputs[i], out = node.outputs[o];
+      if (in < 0 || out < 0) continue;
+      const Shape shape = plan.values[out].type.shape.to_shape();
+      ONYX_ASSERT(env.find(in), "input ", i, " ('", graph_.values[in].name, "') has no value");
+      for (bool accel : {false, true})
+        if (const Tensor& src = env.side(accel)[in]; src.defined()) env.side(accel)[out] = src.view(shape);
+    }
+    return;
+  }
+  const bool accel = step.place == StepPlace::kAccel;
+  std::vector<Tensor>& side = env.side(accel);
+  std::vector<const Tensor*> inputs(node.inputs.size(), nullptr);
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    int id = node.inputs[i];
+    if (id < 0) continue;
+    ONYX_ASSERT(side[id].defined(), "input ", i, " ('", graph_.values[id].name, "') is not on the step's device");
+    inputs[i] = &side[id];
+  }
+  std::vector<Tensor> outputs(node.outputs.size());
+  for (size_t o = 0; o < node.outputs.size(); ++o)
+    if (node.outputs[o] >= 0) outputs[o] = bind_output(plan.values[node.outputs[o]], accel, b);
+  Allocator& alloc = accel ? backend_->allocator() : host_;
+  SubgraphRunner runner;
+  if (step.has_subgraphs) runner = subgraph_runner(env, outer);
+  KernelContext ctx(node, std::move(inputs), outputs, alloc, step.has_subgraphs ? &runner : nullptr);
+  step.kernel(ctx);
+  for (size_t o = 0; o < node.outputs.size(); ++o) {
+    int out = node.outputs[o];
+    if (out < 0) continue;
+    ONYX_ASSERT(outputs[o].defined(), "output ", o, " was not produced");
+    // A subgraph may return a value of this graph as is; if that value's bytes are the
+    // arena's, they are reused after its own last reader: the output gets its own copy.
+    if (step.has_subgraphs && outputs[o].on_host() && b.host_arena && b.host_arena->defined() &&
+        outputs[o].shares_storage_with(*b.host_arena) && plan.values[out].kind != ValueKind::kArena)
+      outputs[o] = outputs[o].clone(host_);
+    side[out] = std::move(outputs[o]);
+  }
+}
+
+// A step of a dynamic region: its shapes, and so its device and kernel, are known
+// only now. Inference reads by value only host tensors.
+void StepLoop::run_dynamic(const Step& step, RunEnv& env, const Scope* outer) const {
+  const Node& node = graph_.nodes[step.node];
+  const OpDef& def = *node.def;
+  std::vector<const Tensor*> found(node.inputs.size(), nullptr);
+  std::vector<ValueType> types(node.inputs.size());
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    int id = node.inputs[i];
+    if (id < 0) continue;
+    found[i] = env.find(id);
+    ONYX_ASSERT(found[i], "input ", i, " ('", graph_.values[id].name, "') has no value");
+    types[i] = ValueType{found[i]->dtype(), found[i]->shape()};
+  }
+  const bool no_kernel = def.metadata_only || (def.is_view() && def.views.size() == node.outputs.size());
+  KernelFn kernel;
+  bool accel = false;
+  if (!no_kernel && backend_) {
+    std::string why;
+    kernel = backend_->find_kernel(node, types, &why);
+    accel = static_cast<bool>(kernel);
+    if (!accel) fallback_(node, why);
+  }
+  std::vector<const Tensor*> inputs = found, infer_values = found;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    if (!found[i]) continue;
+    int id = node.inputs[i];
+    if (!no_kernel) inputs[i] = &fetch(env, id, accel);
+    infer_values[i] = inputs[i]->on_host() ? inputs[i] : nullptr;
+  }
+  for (int i : def.value_inputs)
+    if (i < static_cast<int>(node.inputs.size()) && found[i] && !infer_values[i])
+      infer_values[i] = &fetch(env, node.inputs[i], false);
+  for (int id : node.implicit_inputs) fetch(env, id, false);  // subgraphs read the host side
+  SubgraphRunner runner = subgraph_runner(env, outer);
+  Allocator& alloc = accel ? backend_->allocator() : host_;
+  std::vector<Tensor> outputs =
+      compute_node(node, inputs, alloc, &runner, nullptr, &infer_values, accel ? &kernel : nullptr);
+  for (size_t o = 0; o < node.outputs.size(); ++o)
+    if (node.outputs[o] >= 0) env.side(!outputs[o].on_host())[node.outputs[o]] = std::move(outputs[o]);
+}
+
+}  // namespace onyx
