@@ -13,6 +13,11 @@ res=$out/gpu-results.md
 fails=0
 note() { echo "$*" | tee -a "$res"; }
 part() { echo; echo "== $*"; }
+# A figure from the JSON that `onyx run --json` prints: json_get FILE runs.median_ms
+json_get() { python3 -c "import json,sys
+v=json.load(open(sys.argv[1]))
+for k in sys.argv[2].split('.'): v=v[k]
+print(f'{v:.3f}' if isinstance(v, float) else v)" "$1" "$2" 2>/dev/null || echo "?"; }
 
 {
   echo "# GPU suite results"
@@ -39,11 +44,11 @@ for case_dir in "$here"/inputs/*; do
   for dev in cpu cuda:0; do
     d=${dev/:/}
     extra=(); [ "$dev" = cpu ] || extra=(--no-cpu-fallback)
-    log=$out/run/$case.$d.log; mkdir -p "$out/run"
+    log=$out/run/$case.$d.json; mkdir -p "$out/run"
     timeout 120 "$bin/onyx" run "$here/models/$model.onnx" "${args[@]}" --device "$dev" "${extra[@]}" \
-      --save-outputs "$out/run/$case/$d" --repeat 20 > "$log" 2>&1 || echo "onyx run $case on $dev failed: $(tail -2 "$log")" >> "$out/timings.txt"
-    cat "$log" >> "$out/models.log"
-    grep -E "runs:" "$log" | sed "s|^|    $case $dev |" >> "$out/timings.txt"
+      --save-outputs "$out/run/$case/$d" --repeat 20 --json > "$log" 2> "$log.err" || echo "onyx run $case on $dev failed: $(tail -2 "$log.err")" >> "$out/timings.txt"
+    cat "$log" "$log.err" >> "$out/models.log"
+    echo "    $case $dev: median $(json_get "$log" runs.median_ms) ms, min $(json_get "$log" runs.min_ms) ms (20 runs)" >> "$out/timings.txt"
   done
   python3 "$here/compare_npy.py" "$out/run/$case/cuda0" "$out/run/$case/cpu" --tol 1e-4 --label "$case" >> "$out/compare.txt" 2>&1 || fails=$((fails+1))
 done
@@ -84,24 +89,40 @@ if command -v compute-sanitizer >/dev/null; then
   done
 fi
 
-part "replay against eager"
-note "- decoder_large decode step (1 token over a past of 127), onyx run --repeat 100, median ms:"
-note "    | batch | eager | replay | eager / replay | capture |"
-note "    |---:|---:|---:|---:|---:|"
+part "replay against eager, and where the outputs go"
+note "- decoder_large decode step (1 token over a past of 127), onyx run --repeat 100 --json, median ms. host: feeds"
+note "  from the host, every output to the host (one synchronization per run); KV on device: the past fed"
+note "  from device tensors and the present left there, logits to the host; all on device: logits too."
+[ -x "$bin/onyx_baseline" ] && note "  baseline: $(cat "$here/BASELINE" 2>/dev/null) replaying with every output copied to the host (one synchronization each)."
+note "    | batch | eager | replay, host | replay, KV on device | replay, all on device | host / KV on device | baseline replay | capture |"
+note "    |---:|---:|---:|---:|---:|---:|---:|---:|"
 for c in decode:1 decode_b4:4 decode_b16:16; do
   case=${c%%:*}; batch=${c##*:}; dir=$here/inputs/decoder_large.$case
   args=(); for f in "$dir"/*.npy; do args+=(--input "$(basename "$f" .npy)=$f"); done
-  e=$("$bin/onyx" run "$here/models/decoder_large.onnx" "${args[@]}" --device cuda:0 --repeat 100 2>&1 | grep -oE "median [0-9.]+" | grep -oE "[0-9.]+")
-  rlog=$("$bin/onyx" run "$here/models/decoder_large.onnx" "${args[@]}" --device cuda:0 --capture require --repeat 100 \
-    --save-outputs "$out/replay/$case" 2>&1)
-  python3 "$here/compare_npy.py" "$out/replay/$case" "$out/run/decoder_large.$case/cuda0" --tol 1e-5 \
-    --label "replayed outputs, batch $batch, against eager on cuda:0" >> "$out/replay_compare.txt" 2>&1 || fails=$((fails+1))
-  echo "$rlog" | grep -q "median" || note "    batch $batch replay failed: $(echo "$rlog" | tail -2)"
-  r=$(echo "$rlog" | grep -oE "median [0-9.]+" | grep -oE "[0-9.]+")
-  cap=$(echo "$rlog" | grep -oE "\([0-9.]+ ms capturing\)" | grep -oE "[0-9.]+")
-  ratio=$(python3 -c "print(f'{$e/$r:.2f}')" 2>/dev/null || echo "?")
-  note "    | $batch | $e | $r | $ratio | $cap ms |"
-  echo "$rlog" >> "$out/replay.log"
+  model=$here/models/decoder_large.onnx
+  kv=$(python3 -c "import onnx,sys; print(','.join(o.name for o in onnx.load(sys.argv[1], load_external_data=False).graph.output if o.name != 'logits'))" "$model")
+  r=$out/replay/$case; mkdir -p "$r"
+  "$bin/onyx" run "$model" "${args[@]}" --device cuda:0 --repeat 100 --json > "$r/eager.json" 2>> "$out/replay.log"
+  "$bin/onyx" run "$model" "${args[@]}" --device cuda:0 --capture require --repeat 100 --json \
+    --save-outputs "$r/host" > "$r/host.json" 2>> "$out/replay.log"
+  "$bin/onyx" run "$model" "${args[@]}" --device cuda:0 --capture require --repeat 100 --json \
+    --device-inputs --keep-on-device "$kv" --save-outputs "$r/kv" > "$r/kv.json" 2>> "$out/replay.log"
+  "$bin/onyx" run "$model" "${args[@]}" --device cuda:0 --capture require --repeat 100 --json \
+    --device-inputs --keep-on-device all > "$r/all.json" 2>> "$out/replay.log"
+  base="-"
+  if [ -x "$bin/onyx_baseline" ]; then
+    base=$("$bin/onyx_baseline" run "$model" "${args[@]}" --device cuda:0 --capture require --repeat 100 2>&1 | grep -oE "median [0-9.]+" | grep -oE "[0-9.]+")
+  fi
+  for variant in host kv; do
+    python3 "$here/compare_npy.py" "$r/$variant" "$out/run/decoder_large.$case/cuda0" --tol 1e-5 \
+      --label "replayed outputs ($variant), batch $batch, against eager on cuda:0" >> "$out/replay_compare.txt" 2>&1 || fails=$((fails+1))
+  done
+  e=$(json_get "$r/eager.json" runs.median_ms); h=$(json_get "$r/host.json" runs.median_ms)
+  k=$(json_get "$r/kv.json" runs.median_ms); a=$(json_get "$r/all.json" runs.median_ms)
+  cap=$(json_get "$r/host.json" capture.capture_ms)
+  [ "$(json_get "$r/host.json" capture.replays)" = "100" ] || { note "    batch $batch: not every run after the warm-up was a replay"; fails=$((fails+1)); }
+  ratio=$(python3 -c "print(f'{$h/$k:.2f}')" 2>/dev/null || echo "?")
+  note "    | $batch | $e | $h | $k | $a | $ratio | $base | $cap ms |"
 done
 
 note "- replayed outputs against eager outputs:"

@@ -15,6 +15,12 @@ ninja -C build -j"${ONYX_JOBS:-$(nproc)}" onyx_cli onyx_cuda_tests onyx_cuda_ben
 
 rm -rf gpu && mkdir -p gpu/bin gpu/lib gpu/models gpu/inputs
 cp build/onyx build/tests/onyx_cuda_tests build/onyx_cuda_bench gpu/bin/
+# An onyx binary of an earlier commit to measure against in the same run (optional):
+# ONYX_BASELINE_BIN=path ONYX_BASELINE="commit 7baf998" scripts/gpu_stage.sh
+if [ -n "${ONYX_BASELINE_BIN:-}" ]; then
+  cp "$ONYX_BASELINE_BIN" gpu/bin/onyx_baseline
+  echo "${ONYX_BASELINE:-an earlier build}" > gpu/BASELINE
+fi
 # OpenBLAS is 36 MB; the staged binaries only call cblas_sgemm/dgemm, which the small
 # reference BLAS also provides, so they load that instead.
 for b in gpu/bin/*; do patchelf --replace-needed libopenblas.so.0 libblas.so.3 "$b"; strip "$b"; done
