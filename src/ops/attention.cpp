@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "ops/common.h"
+#include "ops/rotary.h"
 
 namespace onyx {
 
@@ -261,104 +262,71 @@ void rotate(const T* x, T* y, int64_t B, int64_t S, int64_t H, int64_t D, int64_
       }
 }
 
-// ONNX RotaryEmbedding-23: X [B, H, S, D] or [B, S, H*D]; caches [max_pos, rot/2]
-// indexed by position_ids [B, S], or [B, S, rot/2] without position_ids.
+// ONNX RotaryEmbedding-23 (geometry in ops/rotary.h).
 template <class T>
 void rotary_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& cosc = ctx.input(1);
   const Tensor& sinc = ctx.input(2);
-  const Shape& xs = x.shape();
-  ONYX_CHECK(xs.rank() == 3 || xs.rank() == 4, "X must be 3-D or 4-D, got ", xs.str());
-  ONYX_CHECK(cosc.shape() == sinc.shape(), "cos_cache ", cosc.shape().str(), " and sin_cache ", sinc.shape().str(),
-             " differ");
-  const int64_t B = xs[0];
-  int64_t S, H, D;
-  if (xs.rank() == 4) {
-    H = xs[1];
-    S = xs[2];
-    D = xs[3];
-  } else {
-    H = ctx.attr_int("num_heads", 0);
-    ONYX_CHECK(H > 0 && xs[2] % H == 0, "3-D X needs num_heads dividing its hidden size ", xs[2]);
-    S = xs[1];
-    D = xs[2] / H;
-  }
-  int64_t rot = ctx.attr_int("rotary_embedding_dim", 0);
-  if (rot == 0) rot = D;
-  ONYX_CHECK(rot <= D && rot % 2 == 0, "rotary_embedding_dim ", rot, " must be even and at most the head size ", D);
-  const int64_t half = rot / 2;
-  const Shape& cshape = cosc.shape();
-  ONYX_CHECK(cshape.rank() >= 2 && cshape[cshape.rank() - 1] == half, "cos_cache's last dimension must be ", half,
-             " (rotary_embedding_dim / 2), got shape ", cshape.str());
+  const Tensor* pids = ctx.has_input(3) ? &ctx.input(3) : nullptr;
+  const RotaryGeometry g = onnx_rotary_geometry(ctx, x.shape(), cosc.shape(), sinc.shape(), pids ? &pids->shape() : nullptr);
   std::vector<int64_t> pos;
-  if (ctx.has_input(3)) {
-    const Tensor& p = ctx.input(3);
-    ONYX_CHECK(p.numel() == B * S, "position_ids must be [", B, ", ", S, "], got ", p.shape().str());
-    ONYX_CHECK(cshape.rank() == 2, "with position_ids the caches must be 2-D, got ", cshape.str());
-    pos = p.to_int64_vector();
+  if (pids) {
+    pos = pids->to_int64_vector();
     for (int64_t v : pos)
-      ONYX_CHECK(v >= 0 && v < cshape[0], "position id ", v, " is outside the cache of ", cshape[0], " positions");
-  } else {
-    ONYX_CHECK(cshape.rank() == 3 && (cshape[0] == B || cshape[0] == 1) && cshape[1] == S,
-               "without position_ids the caches must be [", B, ", ", S, ", ", half, "], got ", cshape.str());
+      ONYX_CHECK(v >= 0 && v < g.cache_rows, "position id ", v, " is outside the cache of ", g.cache_rows, " positions");
   }
+  const int64_t S = g.S, H = g.H, D = g.D, half = g.half;
   auto cs = [&](int64_t b, int64_t s, int64_t j) {
-    int64_t row = pos.empty() ? (cshape[0] == 1 ? 0 : b) * S + s : pos[b * S + s];
+    int64_t row = pos.empty() ? (g.cache_batch1 ? 0 : b) * S + s : pos[b * S + s];
     return std::pair<double, double>{cosc.get_as_double(row * half + j), sinc.get_as_double(row * half + j)};
   };
-  const bool four = xs.rank() == 4;
   auto xoff = [&](int64_t b, int64_t s, int64_t h) {
-    return four ? ((b * H + h) * S + s) * D : ((b * S + s) * H + h) * D;
+    return g.bhsd ? ((b * H + h) * S + s) * D : ((b * S + s) * H + h) * D;
   };
-  rotate(x.data<T>(), ctx.output(0).data<T>(), B, S, H, D, rot, ctx.attr_int("interleaved", 0) != 0, xoff, cs);
+  rotate(x.data<T>(), ctx.output(0).data<T>(), g.B, S, H, D, g.rot, g.interleaved, xoff, cs);
 }
 
-// com.microsoft RotaryEmbedding: input [B, S, hidden] or [B, S, H, D],
-// position_ids [B, S] or [1] (an offset added to each position), then
-// cos_cache/sin_cache [max_pos, rot/2].
+// com.microsoft RotaryEmbedding (geometry in ops/rotary.h).
 template <class T>
 void ms_rotary_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& pids = ctx.input(1);
   const Tensor& cosc = ctx.input(2);
   const Tensor& sinc = ctx.input(3);
-  const Shape& xs = x.shape();
-  ONYX_CHECK(xs.rank() == 3 || xs.rank() == 4, "input must be 3-D or 4-D, got ", xs.str());
-  ONYX_CHECK(cosc.rank() == 2 && cosc.shape() == sinc.shape(), "cos_cache and sin_cache must be equal 2-D shapes, got ",
-             cosc.shape().str(), " and ", sinc.shape().str());
-  const int64_t B = xs[0], S = xs[1], half = cosc.shape()[1];
-  int64_t H, D;
-  if (xs.rank() == 4) {
-    H = xs[2];
-    D = xs[3];
-  } else {
-    int64_t rot_attr = ctx.attr_int("rotary_embedding_dim", 0);
-    H = ctx.attr_int("num_heads", 0);
-    if (H == 0) H = xs[2] / (rot_attr > 0 ? rot_attr : 2 * half);
-    ONYX_CHECK(H > 0 && xs[2] % H == 0, "cannot split hidden size ", xs[2], " into heads");
-    D = xs[2] / H;
-  }
-  int64_t rot = ctx.attr_int("rotary_embedding_dim", 0);
-  if (rot == 0) rot = 2 * half;
-  ONYX_CHECK(rot == 2 * half && rot <= D, "rotary_embedding_dim ", rot, " does not match the cache width ", half,
-             " or head size ", D);
-  std::vector<int64_t> pos = pids.to_int64_vector();
-  ONYX_CHECK(pos.size() == 1 || static_cast<int64_t>(pos.size()) == B * S, "position_ids must be [", B, ", ", S,
-             "] or [1], got ", pids.shape().str());
+  const RotaryGeometry g = ms_rotary_geometry(ctx, x.shape(), pids.shape(), cosc.shape(), sinc.shape());
+  const std::vector<int64_t> pos = pids.to_int64_vector();
+  const int64_t S = g.S, H = g.H, D = g.D, half = g.half;
   auto position = [&](int64_t b, int64_t s) { return pos.size() == 1 ? pos[0] + s : pos[b * S + s]; };
-  for (int64_t b = 0; b < B; ++b)
+  for (int64_t b = 0; b < g.B; ++b)
     for (int64_t s = 0; s < S; ++s) {
       int64_t p = position(b, s);
-      ONYX_CHECK(p >= 0 && p < cosc.shape()[0], "position ", p, " is outside the cache of ", cosc.shape()[0],
-                 " positions");
+      ONYX_CHECK(p >= 0 && p < g.cache_rows, "position ", p, " is outside the cache of ", g.cache_rows, " positions");
     }
   auto cs = [&](int64_t b, int64_t s, int64_t j) {
     int64_t row = position(b, s);
     return std::pair<double, double>{cosc.get_as_double(row * half + j), sinc.get_as_double(row * half + j)};
   };
   auto xoff = [&](int64_t b, int64_t s, int64_t h) { return ((b * S + s) * H + h) * D; };
-  rotate(x.data<T>(), ctx.output(0).data<T>(), B, S, H, D, rot, ctx.attr_int("interleaved", 0) != 0, xoff, cs);
+  rotate(x.data<T>(), ctx.output(0).data<T>(), g.B, S, H, D, g.rot, g.interleaved, xoff, cs);
+}
+
+// Output like the input; the geometry is checked here, while planning, when the shapes are known.
+void infer_rotary(InferContext& ctx, bool ms) {
+  infer_same_as_input(ctx);
+  const size_t first_cache = ms ? 2 : 1;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.has_input(i) && !ctx.input_shape(i).fully_known()) return;
+  ONYX_CHECK(ctx.num_inputs() > first_cache + 1, "RotaryEmbedding needs its cos and sin caches");
+  const Shape x = ctx.input_concrete_shape(0);
+  const Shape cos = ctx.input_concrete_shape(first_cache), sin = ctx.input_concrete_shape(first_cache + 1);
+  if (ms) {
+    ms_rotary_geometry(ctx, x, ctx.input_concrete_shape(1), cos, sin);
+  } else {
+    Shape pos;
+    if (ctx.has_input(3)) pos = ctx.input_concrete_shape(3);
+    onnx_rotary_geometry(ctx, x, cos, sin, ctx.has_input(3) ? &pos : nullptr);
+  }
 }
 
 }  // namespace
@@ -370,13 +338,13 @@ void register_attention_ops(OpRegistry& r) {
                   attention_kernel<typename decltype(tag)::type>(ctx);
                 });
               }));
-  r.add(onnx_op("RotaryEmbedding", 23, [](InferContext& ctx) { infer_same_as_input(ctx); },
+  r.add(onnx_op("RotaryEmbedding", 23, [](InferContext& ctx) { infer_rotary(ctx, false); },
               [](KernelContext& ctx) {
                 dispatch<FloatTypes>(ctx.input(0).dtype(), "RotaryEmbedding", [&](auto tag) {
                   rotary_kernel<typename decltype(tag)::type>(ctx);
                 });
               }));
-  r.add(domain_op("com.microsoft", "RotaryEmbedding", 1, [](InferContext& ctx) { infer_same_as_input(ctx); },
+  r.add(domain_op("com.microsoft", "RotaryEmbedding", 1, [](InferContext& ctx) { infer_rotary(ctx, true); },
               [](KernelContext& ctx) {
                 dispatch<FloatTypes>(ctx.input(0).dtype(), "RotaryEmbedding", [&](auto tag) {
                   ms_rotary_kernel<typename decltype(tag)::type>(ctx);

@@ -6,6 +6,7 @@
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
 #include "backends/cuda/kernels/common/reduce.cuh"
+#include "ops/rotary.h"
 
 namespace onyx::cuda {
 
@@ -92,96 +93,53 @@ void launch(KernelContext& ctx, CudaContext& cu, RotaryArgs& a) {
 
 // ONNX RotaryEmbedding-23: X [B, H, S, D] or [B, S, H*D], cos/sin caches, and
 // optional position_ids (input 3).
-void run_onnx_rotary(KernelContext& ctx, CudaContext& cu) {
-  const Tensor& x = ctx.input(0);
-  const Tensor& cosc = ctx.input(1);
-  const Tensor& sinc = ctx.input(2);
-  const Shape& xs = x.shape();
-  ONYX_CHECK(xs.rank() == 3 || xs.rank() == 4, "X must be 3-D or 4-D, got ", xs.str());
-  ONYX_CHECK(cosc.shape() == sinc.shape() && cosc.dtype() == sinc.dtype(), "cos_cache ", cosc.type_str(),
-             " and sin_cache ", sinc.type_str(), " differ");
+// The geometry of ops/rotary.h, as the kernel takes it.
+RotaryArgs args_of(const RotaryGeometry& g, CudaContext& cu) {
   RotaryArgs a;
   a.err = cu.error_word;
-  a.B = xs[0];
-  if (xs.rank() == 4) {
-    a.H = xs[1];
-    a.S = xs[2];
-    a.D = xs[3];
-    a.bhsd = 1;
-  } else {
-    a.H = ctx.attr_int("num_heads", 0);
-    ONYX_CHECK(a.H > 0 && xs[2] % a.H == 0, "3-D X needs num_heads dividing its hidden size ", xs[2]);
-    a.S = xs[1];
-    a.D = xs[2] / a.H;
-  }
-  a.rot = ctx.attr_int("rotary_embedding_dim", 0);
-  if (a.rot == 0) a.rot = a.D;
-  ONYX_CHECK(a.rot <= a.D && a.rot % 2 == 0, "rotary_embedding_dim ", a.rot,
-             " must be even and at most the head size ", a.D);
-  a.half = a.rot / 2;
-  const Shape& cs = cosc.shape();
-  ONYX_CHECK(cs.rank() >= 2 && cs[cs.rank() - 1] == a.half, "cos_cache's last dimension must be ", a.half,
-             " (rotary_embedding_dim / 2), got shape ", cs.str());
-  if (ctx.has_input(3)) {
-    const Tensor& p = ctx.input(3);
-    ONYX_CHECK(p.numel() == a.B * a.S, "position_ids must be [", a.B, ", ", a.S, "], got ", p.shape().str());
-    ONYX_CHECK(cs.rank() == 2, "with position_ids the caches must be 2-D, got ", cs.str());
-    a.pos = p.numel() ? p.raw() : nullptr;
-    a.pos64 = p.dtype() == DType::kInt64;
-    a.cache_rows = cs[0];
-  } else {
-    ONYX_CHECK(cs.rank() == 3 && (cs[0] == a.B || cs[0] == 1) && cs[1] == a.S, "without position_ids the caches must be [",
-               a.B, ", ", a.S, ", ", a.half, "], got ", cs.str());
-    a.cache_batch1 = cs[0] == 1 ? 1 : 0;
-    a.cache_rows = cs[0] * cs[1];
-  }
+  a.B = g.B;
+  a.S = g.S;
+  a.H = g.H;
+  a.D = g.D;
+  a.rot = g.rot;
+  a.half = g.half;
+  a.bhsd = g.bhsd ? 1 : 0;
+  a.interleaved = g.interleaved ? 1 : 0;
+  a.cache_rows = g.cache_rows;
+  a.cache_batch1 = g.cache_batch1 ? 1 : 0;
+  a.pos_offset = g.rows == RotaryGeometry::Rows::kPositionOffset ? 1 : 0;
+  return a;
+}
+
+void set_caches(RotaryArgs& a, const Tensor& cosc, const Tensor& sinc) {
+  ONYX_CHECK(cosc.dtype() == sinc.dtype(), "cos_cache ", cosc.type_str(), " and sin_cache ", sinc.type_str(), " differ");
   a.cosc = cosc.raw();
   a.sinc = sinc.raw();
   a.cache_code = fcode(cosc.dtype());
-  a.interleaved = ctx.attr_int("interleaved", 0) != 0;
+}
+
+void run_onnx_rotary(KernelContext& ctx, CudaContext& cu) {
+  const Tensor& x = ctx.input(0);
+  const Tensor* pids = ctx.has_input(3) ? &ctx.input(3) : nullptr;
+  const RotaryGeometry g =
+      onnx_rotary_geometry(ctx, x.shape(), ctx.input(1).shape(), ctx.input(2).shape(), pids ? &pids->shape() : nullptr);
+  RotaryArgs a = args_of(g, cu);
+  if (pids) {
+    a.pos = pids->numel() ? pids->raw() : nullptr;
+    a.pos64 = pids->dtype() == DType::kInt64;
+  }
+  set_caches(a, ctx.input(1), ctx.input(2));
   launch(ctx, cu, a);
 }
 
-// com.microsoft RotaryEmbedding: input [B, S, hidden] or [B, S, H, D],
-// position_ids [B, S] or [1] (an offset), cos_cache/sin_cache [max_pos, rot/2].
 void run_ms_rotary(KernelContext& ctx, CudaContext& cu) {
   const Tensor& x = ctx.input(0);
   const Tensor& pids = ctx.input(1);
-  const Tensor& cosc = ctx.input(2);
-  const Tensor& sinc = ctx.input(3);
-  const Shape& xs = x.shape();
-  ONYX_CHECK(xs.rank() == 3 || xs.rank() == 4, "input must be 3-D or 4-D, got ", xs.str());
-  ONYX_CHECK(cosc.rank() == 2 && cosc.shape() == sinc.shape() && cosc.dtype() == sinc.dtype(),
-             "cos_cache and sin_cache must be equal 2-D tensors, got ", cosc.type_str(), " and ", sinc.type_str());
-  RotaryArgs a;
-  a.err = cu.error_word;
-  a.B = xs[0];
-  a.S = xs[1];
-  a.half = cosc.shape()[1];
-  if (xs.rank() == 4) {
-    a.H = xs[2];
-    a.D = xs[3];
-  } else {
-    const int64_t rot_attr = ctx.attr_int("rotary_embedding_dim", 0);
-    a.H = ctx.attr_int("num_heads", 0);
-    if (a.H == 0 && (rot_attr > 0 || a.half > 0)) a.H = xs[2] / (rot_attr > 0 ? rot_attr : 2 * a.half);
-    ONYX_CHECK(a.H > 0 && xs[2] % a.H == 0, "cannot split hidden size ", xs[2], " into heads");
-    a.D = xs[2] / a.H;
-  }
-  a.rot = ctx.attr_int("rotary_embedding_dim", 0);
-  if (a.rot == 0) a.rot = 2 * a.half;
-  ONYX_CHECK(a.rot == 2 * a.half && a.rot <= a.D, "rotary_embedding_dim ", a.rot, " does not match the cache width ",
-             a.half, " or head size ", a.D);
-  ONYX_CHECK(pids.numel() == 1 || pids.numel() == a.B * a.S, "position_ids must be [", a.B, ", ", a.S,
-             "] or [1], got ", pids.shape().str());
+  const RotaryGeometry g = ms_rotary_geometry(ctx, x.shape(), pids.shape(), ctx.input(2).shape(), ctx.input(3).shape());
+  RotaryArgs a = args_of(g, cu);
   a.pos = pids.raw();
   a.pos64 = pids.dtype() == DType::kInt64;
-  a.pos_offset = pids.numel() == 1 ? 1 : 0;
-  a.cache_rows = cosc.shape()[0];
-  a.cosc = cosc.raw();
-  a.sinc = sinc.raw();
-  a.cache_code = fcode(cosc.dtype());
-  a.interleaved = ctx.attr_int("interleaved", 0) != 0;
+  set_caches(a, ctx.input(2), ctx.input(3));
   launch(ctx, cu, a);
 }
 
