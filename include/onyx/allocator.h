@@ -15,6 +15,16 @@ struct AllocatorStats {
   size_t high_water_bytes = 0;  // the most ever allocated at once (since the last reset)
   size_t allocations = 0;
   size_t frees = 0;
+  // The bookkeeping of an allocator that counts under its own lock.
+  void allocated(size_t bytes) {
+    in_use_bytes += bytes;
+    if (in_use_bytes > high_water_bytes) high_water_bytes = in_use_bytes;
+    ++allocations;
+  }
+  void freed(size_t bytes) {
+    in_use_bytes -= bytes;
+    ++frees;
+  }
 };
 
 // Allocators owned by a shared_ptr are kept alive by the storages they

@@ -68,11 +68,15 @@ void SignatureCapture::check_contract(const Arena& arena) {
     return;
   }
   if (std::string broken = graph_->check_staging(); !broken.empty()) {
-    release_graph();
     ++report_.recaptures;
-    throw Error(cat("replay contract broken for inputs ", signature_, ": ", broken,
-                    "; the graph was dropped and the next run captures it again"));
+    contract_broken(broken);
   }
+}
+
+void SignatureCapture::contract_broken(const std::string& why) {
+  release_graph();
+  throw Error(cat("replay contract broken for inputs ", signature_, ": ", why,
+                  "; the graph was dropped and the next run captures it again"));
 }
 
 // Returns false when the capture failed under auto: the signature runs eagerly from now on.
@@ -120,11 +124,7 @@ bool SignatureCapture::run(const std::vector<Tensor>& feeds, const Arena& arena,
   if (validate_) {
     // Validation mode: the staged bytes hash as at capture, and every intermediate starts
     // as NaN, so a kernel reading what no earlier step wrote shows up.
-    if (std::string changed = graph_->verify_staging_checksums(); !changed.empty()) {
-      release_graph();
-      throw Error(cat("replay contract broken for inputs ", signature_, ": ", changed,
-                      "; the graph was dropped and the next run captures it again"));
-    }
+    if (std::string changed = graph_->verify_staging_checksums(); !changed.empty()) contract_broken(changed);
     if (arena.base) backend_.poison(arena.base, arena.bytes);
   }
   graph_->replay();

@@ -65,6 +65,7 @@ class SignatureCapture {
   std::vector<Tensor> write_inputs(const std::vector<Tensor>& feeds);
   void run_eagerly(const std::vector<Tensor>& inputs, const Record& record);
   void check_contract(const Arena& arena);
+  [[noreturn]] void contract_broken(const std::string& why);
   bool capture(const std::vector<Tensor>& inputs, const Arena& arena, const Record& record);
 
   Backend& backend_;

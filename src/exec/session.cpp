@@ -13,15 +13,13 @@ namespace onyx {
 
 std::string ValueDesc::type_str() const {
   if (!is_tensor) return "non-tensor";
-  std::string s(dtype_name(dtype));
-  if (!rank_known) return s + "[?]";
-  s += "[";
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (i) s += ",";
-    if (dims[i] >= 0) s += std::to_string(dims[i]);
-    else s += (i < dim_params.size() && !dim_params[i].empty()) ? dim_params[i] : "?";
-  }
-  return s + "]";
+  TypeInfo t;
+  t.category = TypeInfo::Category::kTensor;
+  t.dtype = dtype;
+  t.rank_known = rank_known;
+  t.dims = dims;
+  t.dim_params = dim_params;
+  return t.str();
 }
 
 struct Session::Impl {

@@ -66,14 +66,14 @@ void unary(std::vector<Case>& v) {
   v.push_back({"big", "Exp", kFloats, {X({kBig})}});
   v.push_back({"big", "Relu", {D::kFloat32}, {X({kBig})}});
   v.push_back({"exact", "Gelu", kFloats, {X({4, 65})}, {}, 1, 20});
-  v.push_back({"tanh", "Gelu", kFloats, {X({4, 65})}, {attr_s("approximate", "tanh")}, 1, 20});
+  v.push_back({"tanh", "Gelu", kFloats, {X({4, 65})}, {attr_string("approximate", "tanh")}, 1, 20});
   v.push_back({"default", "LeakyRelu", kFloats, {X({4, 17})}});
-  v.push_back({"alpha", "LeakyRelu", kFloats, {X({4, 17})}, {attr_f("alpha", 0.3f)}});
+  v.push_back({"alpha", "LeakyRelu", kFloats, {X({4, 17})}, {attr_float("alpha", 0.3f)}});
   v.push_back({"both", "Clip", kFloats, {X({5, 9}), Scalar(-1), Scalar(1.5)}, {}, 1, 13});
   v.push_back({"max_only", "Clip", kFloats, {X({5, 9}), None(), Scalar(0.5)}, {}, 1, 13});
   v.push_back({"none", "Clip", kFloats, {X({5, 9})}, {}, 1, 13});
   v.push_back({"ints", "Clip", kInts, {X({5, 9}), Scalar(-3), Scalar(4)}, {}, 1, 13, "", Expect::kMayFall});
-  v.push_back({"attrs", "Clip", kFloats, {X({5, 9})}, {attr_f("min", -0.5f), attr_f("max", 2.f)}, 1, 6});
+  v.push_back({"attrs", "Clip", kFloats, {X({5, 9})}, {attr_float("min", -0.5f), attr_float("max", 2.f)}, 1, 6});
 }
 
 void casts(std::vector<Case>& v) {
@@ -83,11 +83,11 @@ void casts(std::vector<Case>& v) {
       // Values every type holds (bf16 rounds them, identically on both sides).
       // Floats carry fractions (truncation toward zero); integers include zeros (false).
       In x = from == D::kBool ? Bools({7, 13}) : is_float_like(from) ? Uni({7, 13}, -100, 100) : Uni({7, 13}, -1000, 1000);
-      v.push_back({name, "Cast", {from}, {x}, {attr_i("to", static_cast<int64_t>(to))}, 1, 19});
+      v.push_back({name, "Cast", {from}, {x}, {attr_int("to", static_cast<int64_t>(to))}, 1, 19});
     }
   v.push_back({"to_float16", "CastLike", {D::kFloat32}, {X({5, 6}), X({1}, D::kFloat16)}, {}, 1, 19});
   v.push_back({"to_int64", "CastLike", {D::kBFloat16}, {Uni({5, 6}, -50, 50), X({1}, D::kInt64)}, {}, 1, 19});
-  v.push_back({"big_to_float16", "Cast", {D::kFloat32}, {X({kBig})}, {attr_i("to", static_cast<int64_t>(D::kFloat16))}, 1,
+  v.push_back({"big_to_float16", "Cast", {D::kFloat32}, {X({kBig})}, {attr_int("to", static_cast<int64_t>(D::kFloat16))}, 1,
                19});
 }
 
@@ -106,26 +106,26 @@ void reductions(std::vector<Case>& v) {
   for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"}) {
     for (int keep : {1, 0}) {
       std::string k = cat("keep", keep);
-      v.push_back({"attr_mid_" + k, op, kFloats, {X({4, 5, 6})}, {attr_is("axes", {1}), attr_i("keepdims", keep)}, 1, 11});
-      v.push_back({"attr_outer_" + k, op, kFloats, {X({4, 5, 6})}, {attr_is("axes", {0, -1}), attr_i("keepdims", keep)},
+      v.push_back({"attr_mid_" + k, op, kFloats, {X({4, 5, 6})}, {attr_ints("axes", {1}), attr_int("keepdims", keep)}, 1, 11});
+      v.push_back({"attr_outer_" + k, op, kFloats, {X({4, 5, 6})}, {attr_ints("axes", {0, -1}), attr_int("keepdims", keep)},
                    1, 11});
-      v.push_back({"attr_all_" + k, op, kFloats, {X({4, 5, 6})}, {attr_i("keepdims", keep)}, 1, 11});
+      v.push_back({"attr_all_" + k, op, kFloats, {X({4, 5, 6})}, {attr_int("keepdims", keep)}, 1, 11});
       // With axes as an input their values live on the device: a kernel may decline keepdims=0.
-      v.push_back({"input_last_" + k, op, kFloats, {X({3, 4, 50}), I64({-1})}, {attr_i("keepdims", keep)}, 1, 18, "",
+      v.push_back({"input_last_" + k, op, kFloats, {X({3, 4, 50}), I64({-1})}, {attr_int("keepdims", keep)}, 1, 18, "",
                    keep ? Expect::kRun : Expect::kMayFall});
-      v.push_back({"input_mid_" + k, op, kFloats, {X({3, 4, 50}), I64({1})}, {attr_i("keepdims", keep)}, 1, 18, "",
+      v.push_back({"input_mid_" + k, op, kFloats, {X({3, 4, 50}), I64({1})}, {attr_int("keepdims", keep)}, 1, 18, "",
                    keep ? Expect::kRun : Expect::kMayFall});
     }
-    v.push_back({"long_rows", op, kFloats, {X({8, 4096})}, {attr_is("axes", {-1})}, 1, 11});
-    v.push_back({"long_cols", op, {D::kFloat32}, {X({3000, 7})}, {attr_is("axes", {0})}, 1, 11});
+    v.push_back({"long_rows", op, kFloats, {X({8, 4096})}, {attr_ints("axes", {-1})}, 1, 11});
+    v.push_back({"long_cols", op, {D::kFloat32}, {X({3000, 7})}, {attr_ints("axes", {0})}, 1, 11});
   }
 }
 
 void softmax(std::vector<Case>& v) {
   for (const char* op : {"Softmax", "LogSoftmax"}) {
     v.push_back({"last", op, kFloats, {X({6, 33})}, {}, 1, 13});
-    v.push_back({"middle", op, kFloats, {X({2, 5, 7})}, {attr_i("axis", 1)}, 1, 13});
-    v.push_back({"first", op, kFloats, {X({9, 4, 3})}, {attr_i("axis", -3)}, 1, 13});
+    v.push_back({"middle", op, kFloats, {X({2, 5, 7})}, {attr_int("axis", 1)}, 1, 13});
+    v.push_back({"first", op, kFloats, {X({9, 4, 3})}, {attr_int("axis", -3)}, 1, 13});
     v.push_back({"row4096", op, kFloats, {Uni({16, 4096}, -8, 8)}, {}, 1, 13});
   }
 }
@@ -136,10 +136,10 @@ void norms(std::vector<Case>& v) {
   v.push_back({"no_bias", "LayerNormalization", kFloats, {X({4, 6, 64}), X({64})}, {}, 1, 17});
   v.push_back({"stats", "LayerNormalization", kFloats, {X({4, 6, 64}), X({64}), X({64})}, {}, 3, 17});
   v.push_back({"axis1_stats", "LayerNormalization", kFloats, {X({3, 5, 40}), X({5, 40}), X({5, 40})},
-               {attr_i("axis", 1), attr_f("epsilon", 1e-3f)}, 3, 17});
+               {attr_int("axis", 1), attr_float("epsilon", 1e-3f)}, 3, 17});
   v.push_back({"wide", "LayerNormalization", kFloats, {X({8, 4096}), X({4096}), X({4096})}, {}, 1, 17});
   v.push_back({"basic", "SimplifiedLayerNormalization", kFloats, {X({4, 6, 64}), X({64})}, {}, 1, 17});
-  v.push_back({"inv_std", "SimplifiedLayerNormalization", kFloats, {X({4, 96}), X({96})}, {attr_f("epsilon", 1e-6f)},
+  v.push_back({"inv_std", "SimplifiedLayerNormalization", kFloats, {X({4, 96}), X({96})}, {attr_float("epsilon", 1e-6f)},
                2, 17});
   v.push_back({"basic", "SimplifiedLayerNormalization", kFloats, {X({4, 6, 64}), X({64})}, {}, 1, 1, ms});
   v.push_back({"basic", "RMSNormalization", kFloats, {X({3, 5, 128}), X({128})}, {}, 1, 23});
@@ -148,7 +148,7 @@ void norms(std::vector<Case>& v) {
                {}, 1, 1});
   v.push_back({"default_domain", "SkipSimplifiedLayerNormalization", kFloats, {X({2, 5, 64}), X({2, 5, 64}), X({64})},
                {}, 1, 1});
-  v.push_back({"axis1", "RMSNormalization", kFloats, {X({3, 5, 16}), X({5, 16})}, {attr_i("axis", 1)}, 1, 23});
+  v.push_back({"axis1", "RMSNormalization", kFloats, {X({3, 5, 16}), X({5, 16})}, {attr_int("axis", 1)}, 1, 23});
   v.push_back({"full", "SkipLayerNormalization", kFloats, {X({2, 5, 64}), X({2, 5, 64}), X({64}), X({64}), X({64})},
                {}, 4, 1, ms});
   v.push_back({"no_bias", "SkipLayerNormalization", kFloats, {X({2, 5, 64}), X({2, 5, 64}), X({64}), X({64})}, {}, 1,
@@ -163,28 +163,28 @@ void norms(std::vector<Case>& v) {
 
 void data(std::vector<Case>& v) {
   v.push_back({"axis0_i64", "Gather", kAll, {X({5, 4, 3}), Ints({2, 3}, -5, 4, D::kInt64)}});
-  v.push_back({"axis1_i32", "Gather", kAll, {X({5, 4, 3}), Ints({7}, -4, 3, D::kInt32)}, {attr_i("axis", 1)}});
-  v.push_back({"scalar_index", "Gather", {D::kFloat32}, {X({6, 9}), Vals(D::kInt64, {}, {-2})}, {attr_i("axis", 1)}});
+  v.push_back({"axis1_i32", "Gather", kAll, {X({5, 4, 3}), Ints({7}, -4, 3, D::kInt32)}, {attr_int("axis", 1)}});
+  v.push_back({"scalar_index", "Gather", {D::kFloat32}, {X({6, 9}), Vals(D::kInt64, {}, {-2})}, {attr_int("axis", 1)}});
   v.push_back({"rows", "Gather", kFloats, {X({1000, 256}), Ints({64}, -1000, 999, D::kInt64)}});
-  v.push_back({"two", "Concat", kAll, {X({2, 3, 4}), X({2, 5, 4})}, {attr_i("axis", 1)}});
-  v.push_back({"three_last", "Concat", kAll, {X({3, 2}), X({3, 1}), X({3, 7})}, {attr_i("axis", -1)}});
+  v.push_back({"two", "Concat", kAll, {X({2, 3, 4}), X({2, 5, 4})}, {attr_int("axis", 1)}});
+  v.push_back({"three_last", "Concat", kAll, {X({3, 2}), X({3, 1}), X({3, 7})}, {attr_int("axis", -1)}});
   {
     std::vector<In> twenty;
     for (int i = 0; i < 20; ++i) twenty.push_back(X({1 + i % 3, 6}));
-    v.push_back({"twenty", "Concat", kAll, twenty, {attr_i("axis", 0)}});
+    v.push_back({"twenty", "Concat", kAll, twenty, {attr_int("axis", 0)}});
   }
-  v.push_back({"equal", "Split", kAll, {X({6, 4})}, {attr_i("axis", 0)}, 3, 13});
-  v.push_back({"uneven_input", "Split", kAll, {X({4, 6}), I64({1, 2, 3})}, {attr_i("axis", 1)}, 3, 13});
-  v.push_back({"num_outputs", "Split", kAll, {X({2, 7, 3})}, {attr_i("axis", 1), attr_i("num_outputs", 3)}, 3, 18});
+  v.push_back({"equal", "Split", kAll, {X({6, 4})}, {attr_int("axis", 0)}, 3, 13});
+  v.push_back({"uneven_input", "Split", kAll, {X({4, 6}), I64({1, 2, 3})}, {attr_int("axis", 1)}, 3, 13});
+  v.push_back({"num_outputs", "Split", kAll, {X({2, 7, 3})}, {attr_int("axis", 1), attr_int("num_outputs", 3)}, 3, 18});
   v.push_back({"simple", "Slice", kAll, {X({5, 8}), I64({1}), I64({4}), I64({1})}, {}, 1, 13});
   v.push_back({"neg_steps", "Slice", kAll,
                {X({6, 8, 5}), I64({-1, 0}), I64({-100, 5}), I64({0, 2}), I64({-2, 2})}, {}, 1, 13});
   v.push_back({"neg_axes", "Slice", kAll, {X({4, 6, 8}), I64({1, -3}), I64({100, -1}), I64({-2, -1})}, {}, 1, 13});
-  v.push_back({"perm0213", "Transpose", kAll, {X({2, 3, 4, 5})}, {attr_is("perm", {0, 2, 1, 3})}});
-  v.push_back({"perm10", "Transpose", kAll, {X({64, 33})}, {attr_is("perm", {1, 0})}});
-  v.push_back({"perm3102", "Transpose", kAll, {X({2, 3, 4, 5})}, {attr_is("perm", {3, 1, 0, 2})}});
+  v.push_back({"perm0213", "Transpose", kAll, {X({2, 3, 4, 5})}, {attr_ints("perm", {0, 2, 1, 3})}});
+  v.push_back({"perm10", "Transpose", kAll, {X({64, 33})}, {attr_ints("perm", {1, 0})}});
+  v.push_back({"perm3102", "Transpose", kAll, {X({2, 3, 4, 5})}, {attr_ints("perm", {3, 1, 0, 2})}});
   v.push_back({"default", "Transpose", {D::kFloat32}, {X({3, 4, 5})}});
-  v.push_back({"big", "Transpose", {D::kFloat32}, {X({1024, 1027})}, {attr_is("perm", {1, 0})}});
+  v.push_back({"big", "Transpose", {D::kFloat32}, {X({1024, 1027})}, {attr_ints("perm", {1, 0})}});
 }
 
 void rotary(std::vector<Case>& v) {
@@ -196,15 +196,15 @@ void rotary(std::vector<Case>& v) {
                23});
   v.push_back({"3d_partial_interleaved", "RotaryEmbedding", kFloats,
                {X({2, 6, 64}), Uni({10, 4}, -1, 1), Uni({10, 4}, -1, 1), Ints({2, 6}, 0, 9, D::kInt64)},
-               {attr_i("num_heads", 4), attr_i("rotary_embedding_dim", 8), attr_i("interleaved", 1)}, 1, 23});
+               {attr_int("num_heads", 4), attr_int("rotary_embedding_dim", 8), attr_int("interleaved", 1)}, 1, 23});
   v.push_back({"no_pos_ids", "RotaryEmbedding", kFloats,
                {X({2, 3, 5, 8}), Uni({2, 5, 4}, -1, 1), Uni({2, 5, 4}, -1, 1)}, {}, 1, 23});
   v.push_back({"ms_pos_ids", "RotaryEmbedding", kFloats,
                {X({2, 6, 64}), Ints({2, 6}, 0, 15, D::kInt64), Uni({16, 8}, -1, 1), Uni({16, 8}, -1, 1)},
-               {attr_i("num_heads", 4)}, 1, 1, ms});
+               {attr_int("num_heads", 4)}, 1, 1, ms});
   v.push_back({"ms_offset_interleaved", "RotaryEmbedding", kFloats,
                {X({1, 5, 2, 16}), Vals(D::kInt64, {1}, {3}), Uni({16, 8}, -1, 1), Uni({16, 8}, -1, 1)},
-               {attr_i("interleaved", 1)}, 1, 1, ms});
+               {attr_int("interleaved", 1)}, 1, 1, ms});
 }
 
 void matmul(std::vector<Case>& v) {
@@ -229,24 +229,24 @@ void matmul(std::vector<Case>& v) {
       Shape a = ta ? Shape{40, 24} : Shape{24, 40};
       Shape b = tb ? Shape{36, 40} : Shape{40, 36};
       std::string t = cat("t", ta, tb);
-      std::vector<Attribute> tr = {attr_i("transA", ta), attr_i("transB", tb)};
+      std::vector<Attribute> tr = {attr_int("transA", ta), attr_int("transB", tb)};
       v.push_back({t + "_noc", "Gemm", kFloats, {X(a), X(b)}, tr, 1, 13});
       v.push_back({t + "_row_c", "Gemm", kFloats, {X(a), X(b), X({36})}, tr, 1, 13});
       std::vector<Attribute> ab = tr;
-      ab.push_back(attr_f("alpha", 0.75f));
-      ab.push_back(attr_f("beta", -1.5f));
+      ab.push_back(attr_float("alpha", 0.75f));
+      ab.push_back(attr_float("beta", -1.5f));
       v.push_back({t + "_full_c_alpha_beta", "Gemm", kFloats, {X(a), X(b), X({24, 36})}, ab, 1, 13});
     }
-  v.push_back({"row_c_1n_alpha", "Gemm", kFloats, {X({24, 40}), X({40, 36}), X({1, 36})}, {attr_f("alpha", 2.f)}, 1, 13});
-  v.push_back({"big_row_c", "Gemm", kFloats, {X({256, 512}), X({384, 512}), X({384})}, {attr_i("transB", 1)}, 1, 13});
-  v.push_back({"beta0_any_c", "Gemm", kFloats, {X({8, 16}), X({16, 12}), X({})}, {attr_f("beta", 0.f)}, 1, 13});
-  v.push_back({"m1_row_c_beta", "Gemm", kFloats, {X({1, 16}), X({16, 12}), X({12})}, {attr_f("beta", 0.5f)}, 1, 13});
+  v.push_back({"row_c_1n_alpha", "Gemm", kFloats, {X({24, 40}), X({40, 36}), X({1, 36})}, {attr_float("alpha", 2.f)}, 1, 13});
+  v.push_back({"big_row_c", "Gemm", kFloats, {X({256, 512}), X({384, 512}), X({384})}, {attr_int("transB", 1)}, 1, 13});
+  v.push_back({"beta0_any_c", "Gemm", kFloats, {X({8, 16}), X({16, 12}), X({})}, {attr_float("beta", 0.f)}, 1, 13});
+  v.push_back({"m1_row_c_beta", "Gemm", kFloats, {X({1, 16}), X({16, 12}), X({12})}, {attr_float("beta", 0.5f)}, 1, 13});
   // Forms cuBLASLt has no epilogue for: beta * C is broadcast into the output first.
-  v.push_back({"scalar_c", "Gemm", kFloats, {X({8, 16}), X({16, 12}), X({})}, {attr_f("beta", 1.5f)}, 1, 13});
+  v.push_back({"scalar_c", "Gemm", kFloats, {X({8, 16}), X({16, 12}), X({})}, {attr_float("beta", 1.5f)}, 1, 13});
   v.push_back({"col_c", "Gemm", kFloats, {X({8, 16}), X({16, 12}), X({8, 1})}, {}, 1, 13});
-  v.push_back({"row_c_beta", "Gemm", kFloats, {X({8, 16}), X({16, 12}), X({12})}, {attr_f("beta", 0.5f)}, 1, 13});
+  v.push_back({"row_c_beta", "Gemm", kFloats, {X({8, 16}), X({16, 12}), X({12})}, {attr_float("beta", 0.5f)}, 1, 13});
   v.push_back({"row_c_beta_transposed", "Gemm", kFloats, {X({16, 24}), X({40, 16}), X({40})},
-               {attr_f("beta", 1.1f), attr_f("alpha", 0.9f), attr_i("transA", 1), attr_i("transB", 1)}, 1, 13});
+               {attr_float("beta", 1.1f), attr_float("alpha", 0.9f), attr_int("transA", 1), attr_int("transB", 1)}, 1, 13});
 }
 
 std::vector<TestCase> all_cases() {

@@ -279,34 +279,6 @@ void compare(const std::string& what, const Tensor& ref, const Tensor& got, doub
 
 CudaContext& context() { return g_cu; }
 
-Attribute attr_i(const std::string& name, int64_t v) {
-  Attribute a;
-  a.name = name;
-  a.kind = Attribute::Kind::kInt;
-  a.i = v;
-  return a;
-}
-Attribute attr_f(const std::string& name, float v) {
-  Attribute a;
-  a.name = name;
-  a.kind = Attribute::Kind::kFloat;
-  a.f = v;
-  return a;
-}
-Attribute attr_is(const std::string& name, std::vector<int64_t> v) {
-  Attribute a;
-  a.name = name;
-  a.kind = Attribute::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-Attribute attr_s(const std::string& name, std::string v) {
-  Attribute a;
-  a.name = name;
-  a.kind = Attribute::Kind::kString;
-  a.s = std::move(v);
-  return a;
-}
 
 std::vector<TestCase> expand(const std::vector<Case>& cases) {
   std::vector<TestCase> out;

@@ -13,6 +13,7 @@
 #include "backends/backend.h"
 #include "backends/cuda_entry.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "common/attributes.h"
 #include "model/ir.h"
 
 namespace onyx::cuda::test {
@@ -90,10 +91,10 @@ void run_case(const TestCase& tc);
 CudaContext& context();
 
 // Attribute builders.
-Attribute attr_i(const std::string& name, int64_t v);
-Attribute attr_f(const std::string& name, float v);
-Attribute attr_is(const std::string& name, std::vector<int64_t> v);
-Attribute attr_s(const std::string& name, std::string v);
+using onyx::test::attr_float;
+using onyx::test::attr_int;
+using onyx::test::attr_ints;
+using onyx::test::attr_string;
 
 inline const std::vector<DType> kFloats = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 inline const std::vector<DType> kFloatsInts = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32,

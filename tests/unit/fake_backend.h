@@ -19,16 +19,13 @@ class FakeDeviceAllocator final : public Allocator {
   void* allocate(size_t bytes) override {
     ONYX_CHECK(!capturing, "allocating ", bytes, " bytes from the device pool during a capture");
     if (bytes == 0) return nullptr;
-    ++stats_.allocations;
-    stats_.in_use_bytes += bytes;
-    stats_.high_water_bytes = std::max(stats_.high_water_bytes, stats_.in_use_bytes);
+    stats_.allocated(bytes);
     return std::aligned_alloc(256, (bytes + 255) / 256 * 256);
   }
   void deallocate(void* p, size_t bytes) override {
     if (!p) return;
     if (capturing) violation = "a device buffer was freed during a capture";
-    ++stats_.frees;
-    stats_.in_use_bytes -= bytes;
+    stats_.freed(bytes);
     std::free(p);
   }
   std::string name() const override { return "fake device"; }

@@ -8,37 +8,9 @@
 #include "exec/executor.h"
 #include "ops/compute.h"
 #include "model/ir.h"
+#include "common/attributes.h"
 
 namespace onyx::test {
-
-inline Attribute attr_int(const std::string& name, int64_t v) {
-  Attribute a;
-  a.name = name;
-  a.kind = Attribute::Kind::kInt;
-  a.i = v;
-  return a;
-}
-inline Attribute attr_float(const std::string& name, float v) {
-  Attribute a;
-  a.name = name;
-  a.kind = Attribute::Kind::kFloat;
-  a.f = v;
-  return a;
-}
-inline Attribute attr_ints(const std::string& name, std::vector<int64_t> v) {
-  Attribute a;
-  a.name = name;
-  a.kind = Attribute::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-inline Attribute attr_string(const std::string& name, std::string v) {
-  Attribute a;
-  a.name = name;
-  a.kind = Attribute::Kind::kString;
-  a.s = std::move(v);
-  return a;
-}
 
 // Builds graph inputs x0..xN-1 (an undefined tensor marks an omitted optional
 // input), one node, outputs y0..yM-1, and runs it. Throws what the op throws.

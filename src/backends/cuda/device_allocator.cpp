@@ -61,9 +61,7 @@ void* DeviceAllocator::allocate(size_t bytes) {
     owner_[static_cast<char*>(p)] = b.get();
     blocks_.push_back(std::move(b));
   }
-  stats_.in_use_bytes += need;
-  stats_.high_water_bytes = std::max(stats_.high_water_bytes, stats_.in_use_bytes);
-  ++stats_.allocations;
+  stats_.allocated(need);
   return p;
 }
 
@@ -98,8 +96,7 @@ void DeviceAllocator::deallocate(void* ptr, size_t bytes) {
     }
   }
   b.used -= need;
-  stats_.in_use_bytes -= need;
-  ++stats_.frees;
+  stats_.freed(need);
 }
 
 AllocatorStats DeviceAllocator::stats() const {
@@ -167,9 +164,7 @@ void* PinnedAllocator::allocate(size_t bytes) {
     lease_->resize(lease_->bytes() - bytes);
     throw Error(cat(holder_, ": cudaHostAlloc of ", format_bytes(bytes), " failed: ", cudaGetErrorString(st)));
   }
-  stats_.in_use_bytes += bytes;
-  stats_.high_water_bytes = std::max(stats_.high_water_bytes, stats_.in_use_bytes);
-  ++stats_.allocations;
+  stats_.allocated(bytes);
   return p;
 }
 
@@ -178,8 +173,7 @@ void PinnedAllocator::deallocate(void* ptr, size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   cudaFreeHost(ptr);
   lease_->resize(lease_->bytes() - bytes);
-  stats_.in_use_bytes -= bytes;
-  ++stats_.frees;
+  stats_.freed(bytes);
 }
 
 AllocatorStats PinnedAllocator::stats() const {
