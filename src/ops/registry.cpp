@@ -17,10 +17,13 @@ OpRegistry& OpRegistry::global_mutable() {
     register_layout_ops(r);
     register_slice_pad_ops(r);
     register_reduce_ops(r);
-    register_nn_ops(r);
+    register_matmul_ops(r);
+    register_softmax_ops(r);
+    register_linalg_ops(r);
     register_control_flow_ops(r);
     register_cast_ops(r);
     register_gather_scatter_ops(r);
+    register_sort_ops(r);
     register_normalization_ops(r);
     register_attention_ops(r);
     register_loss_ops(r);

@@ -1,4 +1,5 @@
-// plan_graph in named phases, run in order over one Planning record:
+// plan_graph in named phases, run in order over one Planning record (plan/planning.h;
+// the first two are in shapes.cpp):
 //   start_values -> propagate_shapes -> choose_places -> find_lifetimes ->
 //   share_storage -> classify_groups -> place_arenas -> plan_copies ->
 //   plan_releases -> find_capture_blocker
@@ -6,7 +7,7 @@
 
 #include <algorithm>
 
-#include "ops/compute.h"
+#include "plan/planning.h"
 
 namespace onyx {
 
@@ -42,167 +43,7 @@ std::vector<const Step*> ExecutionPlan::fallbacks() const {
 
 namespace {
 
-// What the phases share while one plan is made.
-struct Planning {
-  const Graph& g;
-  const PlanRequest& request;
-  const PlanOptions& options;
-  ExecutionPlan p;
-  std::vector<std::vector<ValueType>> node_inputs;  // per node: its inputs' types
-  std::vector<bool> dynamic;                        // per node: shapes known only at run time
-  std::vector<int> step_of_node;                    // per node: index into p.steps, -1 when folded
-  std::vector<int> group_first, group_last;         // per root: the group's lifetime
-  std::vector<bool> group_has_output;               // per root: the group holds a graph output
-
-  Planning(const Graph& graph, const PlanRequest& r, const PlanOptions& o) : g(graph), request(r), options(o), p(graph) {}
-  size_t nv() const { return g.values.size(); }
-  int nn() const { return static_cast<int>(g.nodes.size()); }
-  // A value known while planning: a folded result, or an initializer no feed can replace.
-  const Tensor* known_value(int id) const {
-    if (p.constants[id].defined()) return &p.constants[id];
-    auto it = g.initializers.find(id);
-    return it != g.initializers.end() && !g.values[id].is_input ? &it->second : nullptr;
-  }
-};
-
-size_t value_bytes(const ValueType& t) {
-  if (!t.shape.fully_known()) return 0;
-  return static_cast<size_t>(t.shape.to_shape().numel()) * dtype_size(t.dtype);
-}
-
-bool has_subgraphs(const Node& n) {
-  for (const auto& a : n.attributes)
-    if (a.g || !a.graphs.empty()) return true;
-  return false;
-}
-
-// Values present before the first node: initializers, fed inputs, outer-scope values.
-void start_values(Planning& P) {
-  ExecutionPlan& p = P.p;
-  const Graph& g = P.g;
-  const PlanRequest& r = P.request;
-  p.values.assign(P.nv(), ValuePlan{});
-  p.constants.assign(P.nv(), Tensor());
-  p.folded.assign(P.nn(), false);
-  p.arena = P.options.arena;
-  ONYX_CHECK(r.inputs.size() == g.inputs.size(), "the plan needs ", g.inputs.size(), " input types, got ",
-             r.inputs.size());
-  for (const auto& [id, t] : g.initializers) {
-    p.values[id].type = ValueType{t.dtype(), t.shape()};
-    p.values[id].kind = ValueKind::kExternal;
-  }
-  for (size_t i = 0; i < g.inputs.size(); ++i) {
-    int id = g.inputs[i];
-    ONYX_CHECK(r.inputs[i].shape.fully_known(), "input '", g.values[id].name, "' needs a fully known shape to plan, got ",
-               r.inputs[i].shape.str());
-    p.values[id].type = r.inputs[i];
-    p.values[id].kind = ValueKind::kExternal;
-    p.values[id].on_accel = i < r.inputs_on_accel.size() && r.inputs_on_accel[i];
-  }
-  for (size_t k = 0; k < g.outer_values.size(); ++k) {
-    int id = g.outer_values[k];
-    p.values[id].kind = ValueKind::kExternal;
-    if (k < r.outer.size()) p.values[id].type = r.outer[k];
-  }
-}
-
-// Shape propagation of one node, with shape arithmetic evaluated on the CPU and small
-// results computed now (folded): served from the plan on every run.
-void propagate_node(Planning& P, int s) {
-  ExecutionPlan& p = P.p;
-  const Node& n = P.g.nodes[s];
-  const OpDef& def = *n.def;
-  std::vector<ValueType>& types = P.node_inputs[s];
-  types.assign(n.inputs.size(), ValueType{});
-  std::vector<const Tensor*> values(n.inputs.size(), nullptr);
-  bool shapes_known = true, values_known = true;
-  for (size_t i = 0; i < n.inputs.size(); ++i) {
-    int id = n.inputs[i];
-    if (id < 0) continue;
-    types[i] = p.values[id].type;
-    values[i] = P.known_value(id);
-    shapes_known &= types[i].shape.fully_known();
-    values_known &= values[i] != nullptr;
-  }
-  for (int id : n.implicit_inputs) values_known &= P.known_value(id) != nullptr;
-  for (int out : n.outputs)
-    if (out >= 0) p.values[out].first = s;
-  auto mark_dynamic = [&](const std::string& reason) {
-    P.dynamic[s] = true;
-    for (int out : n.outputs)
-      if (out >= 0) p.values[out].kind = ValueKind::kDynamic;
-    if (!reason.empty()) p.dynamic_boundaries.push_back({s, n.describe(), reason});
-  };
-  auto fold = [&](const std::vector<Tensor>& outs) {
-    for (size_t o = 0; o < n.outputs.size(); ++o) {
-      if (n.outputs[o] < 0) continue;
-      p.constants[n.outputs[o]] = outs[o].clone();  // owned by the plan, not borrowed from an input
-      p.values[n.outputs[o]].type = ValueType{outs[o].dtype(), outs[o].shape()};
-      p.values[n.outputs[o]].kind = ValueKind::kConstant;
-    }
-    p.folded[s] = true;
-    ++p.folded_nodes;
-  };
-  if (!shapes_known) {
-    mark_dynamic("");  // inside a dynamic region: shapes come at run time
-    for (int out : n.outputs)
-      if (out >= 0) p.values[out].type.shape = PartialShape();
-    return;
-  }
-  // Shape and Size read only their input's shape: their values are known now.
-  if (def.metadata_only) {
-    ONYX_CHECK(!n.inputs.empty() && n.inputs[0] >= 0, n.op_type, " needs its input");
-    Tensor dummy = Tensor::borrow(types[0].dtype, types[0].shape.to_shape(), nullptr);
-    std::vector<const Tensor*> in{&dummy};
-    fold(compute_node(n, in, cpu_allocator()));
-    return;
-  }
-  InferContext ictx(n, types, values);
-  try {
-    def.infer(ictx);
-  } catch (const Error& e) {
-    if (values_known) throw;
-    mark_dynamic(cat("its output shape depends on data computed at run time (", e.what(), ")"));
-    return;
-  }
-  bool outputs_known = true;
-  size_t out_bytes = 0;
-  for (size_t o = 0; o < n.outputs.size(); ++o) {
-    int out = n.outputs[o];
-    if (out < 0) continue;
-    p.values[out].type = ictx.outputs()[o];
-    outputs_known &= p.values[out].type.shape.fully_known();
-    out_bytes += value_bytes(p.values[out].type);
-  }
-  // Fold what every run would compute alike (shape arithmetic, constant subgraphs, a
-  // loop-invariant If), when it is small.
-  const bool subgraphs = has_subgraphs(n);
-  if (values_known && def.foldable && (!subgraphs || P.options.evaluate_subgraph) &&
-      (!outputs_known || out_bytes <= P.options.fold_limit_bytes)) {
-    std::vector<Tensor> outs;
-    try {
-      outs = compute_node(n, values, cpu_allocator(), subgraphs ? &P.options.evaluate_subgraph : nullptr);
-    } catch (const Error&) {
-      if (n.implicit_inputs.empty() && outputs_known) throw;  // a plain op failing on known data is a real error
-    }
-    size_t folded_bytes = 0;
-    for (const auto& t : outs) folded_bytes += t.defined() ? t.bytes() : 0;
-    if (!outs.empty() && folded_bytes <= P.options.fold_limit_bytes) {
-      fold(outs);
-      return;
-    }
-  }
-  if (!outputs_known)
-    mark_dynamic(n.implicit_inputs.empty() ? "its output shape depends on the values of its inputs"
-                                           : "its outputs come from a subgraph, known only when it runs");
-}
-
-void propagate_shapes(Planning& P) {
-  P.node_inputs.assign(P.nn(), {});
-  P.dynamic.assign(P.nn(), false);
-  for (int s = 0; s < P.nn(); ++s)
-    with_context(cat("planning ", P.g.nodes[s].describe()), [&] { propagate_node(P, s); });
-}
+using namespace planning;
 
 // Each node that runs becomes a step with its device and kernel, resolved once.
 void choose_places(Planning& P) {
