@@ -7,6 +7,8 @@
 #include <map>
 #include <string>
 
+#include "onyx/tensor.h"
+
 namespace onyx {
 
 // How a run holds its intermediate values.
@@ -61,6 +63,14 @@ struct RunOptions {
   OutputPlace outputs = OutputPlace::kHost;
   // Exceptions by output name (unknown names are an error).
   std::map<std::string, OutputPlace> output_places;
+  // Outputs written into the caller's tensors (on the host or the session's device, of the
+  // output's dtype and shape), which run() then returns. An output bound to the very tensor
+  // fed as an input updates that input: in place, as the op runs, where the producing op
+  // says it may (the KV-cache ops: com.microsoft GroupQueryAttention's present in a shared
+  // buffer, onyx.genai CacheUpdate) and reads that input last; else by a copy after the run.
+  // In a capture session the graph writes into the bound tensors directly; binding other
+  // tensors than at capture captures again.
+  std::map<std::string, Tensor> bound_outputs;
 };
 
 }  // namespace onyx

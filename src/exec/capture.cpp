@@ -28,6 +28,16 @@ const std::vector<Tensor>& SignatureCapture::input_slots() {
 void SignatureCapture::release_graph() {
   graph_.reset();
   output_slots_.clear();
+  adopted_.clear();
+}
+
+bool SignatureCapture::same_binding(const std::map<int, Tensor>& bound) const {
+  if (bound.size() != adopted_.size()) return false;
+  for (const auto& [root, t] : bound) {
+    auto it = adopted_.find(root);
+    if (it == adopted_.end() || it->second != t.raw()) return false;
+  }
+  return true;
 }
 
 // Each feed goes into its slot on the stream (nothing to do when the feed is the slot);
@@ -53,9 +63,10 @@ std::vector<Tensor> SignatureCapture::write_inputs(const std::vector<Tensor>& fe
   return inputs;
 }
 
-void SignatureCapture::run_eagerly(const std::vector<Tensor>& inputs, const Record& record) {
+void SignatureCapture::run_eagerly(const std::vector<Tensor>& inputs, const Record& record,
+                                   const std::map<int, Tensor>& bound) {
   ++report_.eager_runs;
-  record(inputs, nullptr, nullptr);
+  record(inputs, bound.empty() ? nullptr : &bound, nullptr);
 }
 
 // A graph made against another arena is captured again (a larger signature moved the
@@ -80,7 +91,12 @@ void SignatureCapture::contract_broken(const std::string& why) {
 }
 
 // Returns false when the capture failed under auto: the signature runs eagerly from now on.
-bool SignatureCapture::capture(const std::vector<Tensor>& inputs, const Arena& arena, const Record& record) {
+bool SignatureCapture::capture(const std::vector<Tensor>& inputs, const Arena& arena, const Record& record,
+                               const std::map<int, Tensor>& bound) {
+  for (const auto& [root, t] : bound) {  // the graph writes these groups where the caller wants them
+    output_slots_[root] = t;
+    adopted_[root] = t.raw();
+  }
   for (const Slot& s : output_roots_)
     if (!output_slots_.count(s.root))
       output_slots_[s.root] = Tensor(DType::kUInt8, Shape{static_cast<int64_t>(s.bytes)}, backend_.allocator());
@@ -104,21 +120,26 @@ bool SignatureCapture::capture(const std::vector<Tensor>& inputs, const Arena& a
   return true;
 }
 
-bool SignatureCapture::run(const std::vector<Tensor>& feeds, const Arena& arena, const Record& record) {
+bool SignatureCapture::run(const std::vector<Tensor>& feeds, const Arena& arena, const Record& record,
+                           const std::map<int, Tensor>& bound) {
   if (!blocker_.empty()) {
     ONYX_CHECK(mode_ != CaptureMode::kRequire, "capture=require: inputs ", signature_, " cannot be captured: ", blocker_);
     notices_.say_once(signature_, cat("onyx: inputs ", signature_, " run eagerly, not from a CUDA graph: ", blocker_));
-    run_eagerly(write_inputs(feeds), record);
+    run_eagerly(write_inputs(feeds), record, bound);
     return false;
   }
   if (runs_++ == 0) {
-    run_eagerly(write_inputs(feeds), record);
+    run_eagerly(write_inputs(feeds), record, bound);
     return false;
   }
   check_contract(arena);
+  if (graph_ && !same_binding(bound)) {  // the graph writes into other tensors than these: capture again
+    release_graph();
+    ++report_.recaptures;
+  }
   std::vector<Tensor> inputs = write_inputs(feeds);
-  if (!graph_ && !capture(inputs, arena, record)) {
-    run_eagerly(inputs, record);
+  if (!graph_ && !capture(inputs, arena, record, bound)) {
+    run_eagerly(inputs, record, bound);
     return false;
   }
   if (validate_) {

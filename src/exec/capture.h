@@ -50,7 +50,11 @@ class SignatureCapture {
 
   // One run: writes the feeds into the input slots and runs eagerly, captures, or
   // replays. Returns true when it replayed (the outputs are then in output_slots()).
-  bool run(const std::vector<Tensor>& feeds, const Arena& arena, const Record& record);
+  // `bound` holds the caller's tensors for some output groups (by root value id): runs
+  // write those groups there, and a graph captured with them is replayed only while the
+  // same tensors are bound (else it is captured again).
+  bool run(const std::vector<Tensor>& feeds, const Arena& arena, const Record& record,
+           const std::map<int, Tensor>& bound = {});
 
   // The device tensors the graph reads its inputs from (allocated on first need).
   // They outlive a released graph, so a caller that writes into them stays valid.
@@ -63,10 +67,12 @@ class SignatureCapture {
 
  private:
   std::vector<Tensor> write_inputs(const std::vector<Tensor>& feeds);
-  void run_eagerly(const std::vector<Tensor>& inputs, const Record& record);
+  void run_eagerly(const std::vector<Tensor>& inputs, const Record& record, const std::map<int, Tensor>& bound);
   void check_contract(const Arena& arena);
   [[noreturn]] void contract_broken(const std::string& why);
-  bool capture(const std::vector<Tensor>& inputs, const Arena& arena, const Record& record);
+  bool capture(const std::vector<Tensor>& inputs, const Arena& arena, const Record& record,
+               const std::map<int, Tensor>& bound);
+  bool same_binding(const std::map<int, Tensor>& bound) const;
 
   Backend& backend_;
   CaptureMode mode_;
@@ -79,6 +85,7 @@ class SignatureCapture {
   size_t runs_ = 0;
   std::vector<Tensor> input_slots_;
   std::map<int, Tensor> output_slots_;
+  std::map<int, const void*> adopted_;  // output groups the graph writes into the caller's tensors
   std::unique_ptr<CapturedWork> graph_;
   Arena captured_against_;
 };

@@ -1,5 +1,7 @@
 #include "exec/executor.h"
 
+#include <cstring>
+
 namespace onyx {
 
 namespace {
@@ -209,10 +211,11 @@ void GraphExecutor::bind_inputs(RunEnv& env, const std::vector<Tensor>& inputs, 
 }
 
 std::vector<Tensor> GraphExecutor::run(const std::vector<Tensor>& inputs, const Scope* outer,
-                                       const std::vector<OutputPlace>* places) {
+                                       const std::vector<OutputPlace>* places, const std::vector<Tensor>* bound) {
   const Signature sig = signature_of(inputs, outer);
   std::shared_ptr<PreparedPlan> e = prepared(sig);
   const ExecutionPlan& plan = *e->plan;
+  const std::map<int, Tensor> direct = bound ? direct_bindings(plan, inputs, *bound) : std::map<int, Tensor>{};
   RunEnv env;
   // The one way a run's steps are run: eagerly, for a warm-up, or into a graph.
   SignatureCapture::Record run_steps = [&](const std::vector<Tensor>& in, const std::map<int, Tensor>* slots,
@@ -224,13 +227,47 @@ std::vector<Tensor> GraphExecutor::run(const std::vector<Tensor>& inputs, const 
   };
   bool replayed = false;
   if (e->capture) {
-    replayed = e->capture->run(inputs, arena(), run_steps);
+    replayed = e->capture->run(inputs, arena(), run_steps, direct);
   } else {
     if (backend_) ++capture_stats_.eager_runs;
-    run_steps(inputs, nullptr, nullptr);
+    run_steps(inputs, direct.empty() ? nullptr : &direct, nullptr);
   }
   return deliver(*e, collect(*e, replayed ? nullptr : &env, replayed ? &e->capture->output_slots() : nullptr),
-                 replayed, places);
+                 replayed, places, bound, direct);
+}
+
+// A bound output is written where the caller wants it by its producing step when it is
+// its group's root, on the device of its tensor, with its dtype and shape. If that tensor
+// is also fed as an input, the producing op must update that input in place (OpDef's
+// `updates`) and be its last reader; otherwise the output is copied there after the run.
+std::map<int, Tensor> GraphExecutor::direct_bindings(const ExecutionPlan& plan, const std::vector<Tensor>& inputs,
+                                                     const std::vector<Tensor>& bound) const {
+  std::map<int, Tensor> direct;
+  for (size_t k = 0; k < bound.size() && k < graph_.outputs.size(); ++k) {
+    const Tensor& t = bound[k];
+    if (!t.defined()) continue;
+    const int id = graph_.outputs[k];
+    const ValuePlan& v = plan.values[id];
+    ONYX_CHECK(t.dtype() == v.type.dtype && v.type.shape.fully_known() && t.shape() == v.type.shape.to_shape(),
+               "output '", graph_.values[id].name, "' is bound to a tensor ", t.type_str(), ", but the run makes ",
+               dtype_name(v.type.dtype), v.type.shape.str());
+    if (v.kind != ValueKind::kOutput || v.root != id || v.on_accel == t.on_host() || direct.count(id)) continue;
+    bool ok = true;
+    for (size_t i = 0; i < inputs.size() && ok; ++i) {
+      if (!inputs[i].defined() || !inputs[i].storage() || inputs[i].storage() != t.storage()) continue;
+      const int in = graph_.inputs[i];
+      const int producer = graph_.values[id].producer;
+      const Node* node = producer >= 0 ? &graph_.nodes[producer] : nullptr;
+      bool declared = false;
+      if (node)
+        for (auto [o, j] : node->def->updates)
+          declared |= o < static_cast<int>(node->outputs.size()) && node->outputs[o] == id &&
+                      j < static_cast<int>(node->inputs.size()) && node->inputs[j] == in;
+      ok = declared && plan.values[in].last <= producer;
+    }
+    if (ok) direct[id] = t;
+  }
+  return direct;
 }
 
 // The graph outputs as the run left them: in the run's values, or in the capture's slots.
@@ -262,7 +299,8 @@ std::vector<Tensor> GraphExecutor::collect(const PreparedPlan& e, const RunEnv* 
 // anything else (a weight, a feed, a memoized constant, a capture slot) is copied.
 // Copies to the host are enqueued and completed by one synchronization.
 std::vector<Tensor> GraphExecutor::deliver(const PreparedPlan& e, const std::vector<Tensor>& outputs, bool replayed,
-                                           const std::vector<OutputPlace>* places) {
+                                           const std::vector<OutputPlace>* places, const std::vector<Tensor>* bound,
+                                           const std::map<int, Tensor>& direct) {
   auto on_device = [&](const Tensor& t) {
     Tensor d(t.dtype(), t.shape(), backend_->allocator());
     if (t.on_host()) backend_->copy_from_host(d.raw(), t.raw(), t.bytes());
@@ -275,10 +313,28 @@ std::vector<Tensor> GraphExecutor::deliver(const PreparedPlan& e, const std::vec
     backend_->download(h.raw(), t.raw(), t.bytes());
     return h;
   };
+  auto into = [&](const Tensor& t, const Tensor& dst) {  // copies an output into the caller's tensor
+    if (t.bytes() == 0 || t.raw() == dst.raw()) return;
+    if (t.dtype() == DType::kString) {
+      for (int64_t i = 0; i < t.numel(); ++i) dst.data<std::string>()[i] = t.data<std::string>()[i];
+      return;
+    }
+    if (t.on_host() && dst.on_host()) std::memcpy(dst.raw(), t.raw(), t.bytes());
+    else if (!t.on_host() && !dst.on_host()) backend_->copy_on_device(dst.raw(), t.raw(), t.bytes());
+    else if (t.on_host()) backend_->copy_from_host(dst.raw(), t.raw(), t.bytes());
+    else backend_->download(dst.raw(), t.raw(), t.bytes());
+  };
   std::vector<Tensor> result;
   for (size_t k = 0; k < outputs.size(); ++k) {
     const Tensor& t = outputs[k];
     const ValuePlan& v = e.plan->values[graph_.outputs[k]];
+    if (bound && k < bound->size() && (*bound)[k].defined()) {
+      const Tensor& dst = (*bound)[k];
+      ONYX_CHECK(dst.dtype() != DType::kString || dst.on_host(), "string outputs can be bound to host tensors only");
+      if (!direct.count(graph_.outputs[k])) into(t, dst);
+      result.push_back(dst);
+      continue;
+    }
     const Allocator* from = t.storage() && t.storage()->owning() ? t.storage()->allocator() : nullptr;
     const bool produced = !replayed && (v.kind == ValueKind::kOutput || v.kind == ValueKind::kAllocated ||
                                         v.kind == ValueKind::kDynamic);

@@ -36,10 +36,12 @@ class GraphExecutor {
 
   // `inputs` are in graph.inputs order, on the host or on the backend's device; an
   // undefined tensor means "use the initializer of the same name" (inputs with
-  // defaults). `places` says per graph output where it goes (null: the host). The
-  // outputs never lie in an arena or a capture slot: the caller owns them.
+  // defaults). `places` says per graph output where it goes (null: the host); `bound`
+  // per graph output a tensor of the caller's to write it into (undefined: none; see
+  // RunOptions::bound_outputs). The outputs never lie in an arena or a capture slot: the
+  // caller owns them.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, const Scope* outer = nullptr,
-                          const std::vector<OutputPlace>* places = nullptr);
+                          const std::vector<OutputPlace>* places = nullptr, const std::vector<Tensor>* bound = nullptr);
 
   // The plan a run with these inputs uses (made and cached if needed).
   std::shared_ptr<const ExecutionPlan> plan_for(const std::vector<Tensor>& inputs);
@@ -71,7 +73,11 @@ class GraphExecutor {
   void bind_inputs(RunEnv& env, const std::vector<Tensor>& inputs, const Scope* outer) const;
   std::vector<Tensor> collect(const PreparedPlan& e, const RunEnv* env, const std::map<int, Tensor>* slots) const;
   std::vector<Tensor> deliver(const PreparedPlan& e, const std::vector<Tensor>& outputs, bool replayed,
-                              const std::vector<OutputPlace>* places);
+                              const std::vector<OutputPlace>* places, const std::vector<Tensor>* bound,
+                              const std::map<int, Tensor>& direct);
+  // The bound outputs that the steps can write in place (by output group root).
+  std::map<int, Tensor> direct_bindings(const ExecutionPlan& plan, const std::vector<Tensor>& inputs,
+                                        const std::vector<Tensor>& bound) const;
   void report_fallback(const Node& node, const std::string& why);
   void upload_weights();
   void ensure_device_arena(size_t bytes);

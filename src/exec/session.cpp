@@ -158,18 +158,27 @@ NamedTensors Session::run(const NamedTensors& feeds, const RunOptions& options) 
     for (size_t k = 0; k < m.inputs.size(); ++k)
       ONYX_CHECK(ordered[k].defined() || m.inputs[k].has_default, "required input '", m.inputs[k].name, "' (",
                  m.inputs[k].type_str(), ") was not given");
-    std::vector<OutputPlace> places(m.outputs.size(), options.outputs);
-    for (const auto& [name, place] : options.output_places) {
+    auto output_index = [&](const std::string& name) {
       size_t k = 0;
       while (k < m.outputs.size() && m.outputs[k].name != name) ++k;
       ONYX_CHECK(k < m.outputs.size(), "run options name '", name, "', which is not an output of the model");
-      places[k] = place;
+      return k;
+    };
+    std::vector<OutputPlace> places(m.outputs.size(), options.outputs);
+    for (const auto& [name, place] : options.output_places) places[output_index(name)] = place;
+    std::vector<Tensor> bound(m.outputs.size());
+    for (const auto& [name, t] : options.bound_outputs) {
+      ONYX_CHECK(t.defined(), "the tensor bound to output '", name, "' is empty");
+      ONYX_CHECK(t.on_host() || t.device() == m.device, "output '", name, "' is bound to a tensor on ",
+                 t.device().str(), ", but the session runs on ", m.device.str());
+      bound[output_index(name)] = t;
     }
 
     AllocatorStats before = m.alloc->stats();
     m.alloc->reset_high_water();
     auto t0 = std::chrono::steady_clock::now();
-    std::vector<Tensor> outs = m.executor->run(ordered, nullptr, &places);
+    std::vector<Tensor> outs =
+        m.executor->run(ordered, nullptr, &places, options.bound_outputs.empty() ? nullptr : &bound);
     auto t1 = std::chrono::steady_clock::now();
     AllocatorStats after = m.alloc->stats();
     m.stats.peak_bytes = after.high_water_bytes - before.in_use_bytes;

@@ -121,6 +121,10 @@ struct OpDef {
   // False for ops whose output differs between runs on the same inputs (random ops):
   // never computed while planning.
   bool foldable = true;
+  // (output, input) pairs: the caller may bind that output to the tensor it feeds as that
+  // input (RunOptions::bound_outputs); the kernel then updates the input in place, writing
+  // only what changes (a KV cache). Other ops refuse such a binding.
+  std::vector<std::pair<int, int>> updates;
 
   OpDef& view(int output, int input) {
     views.emplace_back(output, input);
@@ -140,6 +144,10 @@ struct OpDef {
   }
   OpDef& never_fold() {
     foldable = false;
+    return *this;
+  }
+  OpDef& may_update(int output, int input) {
+    updates.emplace_back(output, input);
     return *this;
   }
   // Every output is a view of an input: no kernel runs.

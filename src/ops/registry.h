@@ -56,5 +56,6 @@ void register_attention_ops(OpRegistry& r);
 void register_loss_ops(OpRegistry& r);
 void register_conv_pool_ops(OpRegistry& r);
 void register_resize_ops(OpRegistry& r);
+void register_cache_ops(OpRegistry& r);  // cache_ops.cpp: onyx.genai CacheUpdate
 
 }  // namespace onyx

@@ -68,7 +68,8 @@ class FakeGraph final : public CapturedWork {
 class FakeBackend final : public Backend {
  public:
   // Ops with a fake kernel; every other op falls back to the CPU.
-  std::set<std::string> ops = {"Add", "Sub", "Mul", "Relu", "Tanh", "Sigmoid", "Neg", "MatMul", "Softmax", "Exp"};
+  std::set<std::string> ops = {"Add",    "Sub",     "Mul",     "Relu", "Tanh",       "Sigmoid",
+                               "Neg",    "MatMul",  "Softmax", "Exp",  "CacheUpdate"};
   // Ops whose fake kernel takes scratch memory from the pool each time (capture then fails).
   std::set<std::string> allocating_ops;
 
@@ -86,11 +87,15 @@ class FakeBackend final : public Backend {
       return {};
     }
     return [this, &node](KernelContext& ctx) {
+      // The CPU kernel reads the "device" bytes as host tensors (they are host memory).
+      auto as_host = [](const Tensor& t) {
+        return Tensor::borrow(t.dtype(), t.shape(), t.raw(), t.storage(), Device::cpu());
+      };
       std::vector<Tensor> ins(ctx.num_inputs()), outs(ctx.num_outputs());
       for (size_t i = 0; i < ins.size(); ++i)
-        if (ctx.has_input(i)) ins[i] = ctx.input(i);
+        if (ctx.has_input(i)) ins[i] = as_host(ctx.input(i));
       for (size_t o = 0; o < outs.size(); ++o)
-        if (ctx.has_output(o)) outs[o] = ctx.output(o);
+        if (ctx.has_output(o)) outs[o] = as_host(ctx.output(o));
       if (allocating_ops.count(node.op_type)) Tensor scratch(DType::kFloat32, Shape{64}, *values_);
       auto work = [&node, ins, outs]() mutable {
         std::vector<const Tensor*> p;

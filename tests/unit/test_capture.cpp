@@ -297,3 +297,87 @@ TEST(Executor, ThePlanCarriesKernelsPlacesCopiesAndFallbacks) {
 }
 
 }  // namespace onyx
+
+namespace onyx {
+
+namespace {
+
+// logits = MatMul(x, W); present = CacheUpdate(past, k, index): a one-layer KV cache.
+Graph cache_graph() {
+  Builder b;
+  int x = b.input("x");
+  int past = b.input("past");
+  int k = b.input("k");
+  int index = b.input("index");
+  int w = b.weight("W", test::random_tensor<float>(Shape{8, 8}));
+  b.output(b.node("MatMul", {x, w}));
+  Node n;
+  n.name = "update";
+  n.op_type = "CacheUpdate";
+  n.domain = "onyx.genai";
+  n.opset = 1;
+  n.inputs = {past, k, index};
+  int present = b.g.value_id("present");
+  b.g.values[present].producer = static_cast<int>(b.g.nodes.size());
+  n.outputs = {present};
+  b.g.nodes.push_back(std::move(n));
+  b.output(present);
+  return std::move(b.g);
+}
+
+}  // namespace
+
+// A present bound to the past it was fed updates it in place: only the new entries are
+// written, on the CPU, eagerly on a device, and from a captured graph that writes into the
+// caller's buffer (binding another buffer captures again).
+TEST(Executor, ABoundCacheIsUpdatedInPlace) {
+  for (bool device : {false, true}) {
+    SCOPED_TRACE(device ? "fake device, capture" : "cpu");
+    Graph g = cache_graph();
+    test::FakeBackend backend;
+    SessionOptions o;
+    if (device) o.capture = CaptureMode::kRequire;
+    GraphExecutor exec(g, OpRegistry::global(), make_cpu_allocator(), o, device ? &backend : nullptr);
+    Tensor cache_host = test::random_tensor<float>(Shape{2, 3, 16, 4});
+    Tensor expect = cache_host.clone();
+    Tensor cache = cache_host;
+    if (device) {  // the cache is the slot the graph reads its past from: fed as is, never copied
+      cache = exec.input_slots({Tensor(DType::kFloat32, Shape{1, 8}), cache_host,
+                                Tensor(DType::kFloat32, Shape{2, 3, 1, 4}), Tensor::scalar<int64_t>(0)})[1];
+      std::memcpy(cache.raw(), cache_host.raw(), cache_host.bytes());
+    }
+    std::vector<Tensor> bound{Tensor(), cache};
+    const int copies = backend.device_copies;
+    for (int64_t step = 0; step < 5; ++step) {
+      Tensor x = test::random_tensor<float>(Shape{1, 8});
+      Tensor k = test::random_tensor<float>(Shape{2, 3, 1, 4});
+      Tensor kin = k;
+      if (device) {
+        kin = Tensor(DType::kFloat32, k.shape(), backend.allocator());
+        std::memcpy(kin.raw(), k.raw(), k.bytes());
+      }
+      auto out = exec.run({x, cache, kin, Tensor::scalar<int64_t>(3 + step)}, nullptr, nullptr, &bound);
+      ASSERT_EQ(out[1].raw(), cache.raw()) << "the present is the caller's cache";
+      for (int64_t r = 0; r < 6; ++r)
+        for (int64_t d = 0; d < 4; ++d) expect.data<float>()[(r * 16 + 3 + step) * 4 + d] = k.data<float>()[r * 4 + d];
+      for (int64_t i = 0; i < expect.numel(); ++i)
+        ASSERT_EQ(cache.data<float>()[i], expect.data<float>()[i]) << "step " << step << " element " << i;
+    }
+    if (device) {
+      CaptureReport c = exec.capture_report();
+      EXPECT_EQ(c.captures, 1u);
+      EXPECT_EQ(c.replays, 4u);
+      // Each run copies k into its slot; the cache moves no bytes: the graph writes into it.
+      EXPECT_EQ(backend.device_copies - copies, 5) << "only k is copied into its slot";
+      Tensor other(DType::kFloat32, cache.shape(), backend.allocator());
+      std::memcpy(other.raw(), cache.raw(), cache.bytes());
+      std::vector<Tensor> rebound{Tensor(), other};
+      Tensor k(DType::kFloat32, Shape{2, 3, 1, 4}, backend.allocator());
+      exec.run({test::random_tensor<float>(Shape{1, 8}), other, k, Tensor::scalar<int64_t>(9)}, nullptr, nullptr,
+               &rebound);
+      EXPECT_EQ(exec.capture_report().recaptures, 1u);
+    }
+  }
+}
+
+}  // namespace onyx
