@@ -1,0 +1,122 @@
+"""onyx's tokenizer against the Hugging Face `tokenizers` package, line by line.
+
+For every tokenizer family (the small trained fixtures under tests/fixtures/tokenizers and
+the real tokenizer.json files that pip packages ship, see scripts/requirements-tokenizers.txt),
+one onyx process encodes the whole generated corpus (tools/make_tokenizer_fixtures.py):
+ids with and without special tokens, the decode of those ids with and without special
+tokens, and the streamed decode. Each must equal the reference exactly.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO_ROOT / "tools"))
+
+import make_tokenizer_fixtures as fixtures  # noqa: E402
+
+tokenizers = pytest.importorskip("tokenizers") if False else __import__("tokenizers")
+
+FIXTURE_DIR = REPO_ROOT / "tests" / "fixtures" / "tokenizers"
+TRAINED = sorted(p.name for p in FIXTURE_DIR.iterdir() if (p / "tokenizer.json").is_file())
+REAL = sorted(fixtures.REAL)
+SHOW = 5  # mismatches reported per check
+
+
+def family_folder(family):
+    if family in fixtures.REAL:
+        found = fixtures.real_folders()
+        if family not in found:
+            pytest.fail(f"{family}: the package with its real tokenizer.json is not installed; "
+                        "run scripts/setup.sh (scripts/requirements-tokenizers.txt)", pytrace=False)
+        return found[family]
+    return FIXTURE_DIR / family
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tokenizer") / "corpus.jsonl"
+    fixtures.write_corpus(path, 10000, 20261201)
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == 10000
+    return path, lines
+
+
+def run_onyx_lines(onyx_bin, folder, corpus_path):
+    if not onyx_bin.is_file():
+        pytest.fail(f"onyx CLI not found at {onyx_bin}; build it first or set ONYX_BIN", pytrace=False)
+    proc = subprocess.run([str(onyx_bin), "tokenize", str(folder), "--lines", str(corpus_path), "--json"],
+                          capture_output=True, timeout=300)
+    assert proc.returncode == 0, f"onyx tokenize failed ({proc.returncode}):\n{proc.stderr.decode(errors='replace')}"
+    return [json.loads(line) for line in proc.stdout.decode("utf-8").splitlines()]
+
+
+def mismatches(name, lines, ours, theirs):
+    bad = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
+    if len(ours) != len(theirs):
+        return [f"{name}: {len(ours)} results from onyx, {len(theirs)} from tokenizers"]
+    out = [f"{name}: {len(bad)} of {len(lines)} lines differ"] if bad else []
+    for i in bad[:SHOW]:
+        out.append(f"  line {i + 1}: {lines[i]!r}\n    onyx:       {ours[i]!r}\n    tokenizers: {theirs[i]!r}")
+    return out
+
+
+def check_family(onyx_bin, folder, corpus_path, lines):
+    ref = tokenizers.Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
+    ours = run_onyx_lines(onyx_bin, folder, corpus_path)
+    assert len(ours) == len(lines), f"onyx printed {len(ours)} results for {len(lines)} lines"
+    ids = [e.ids for e in ref.encode_batch(lines, add_special_tokens=True)]
+    plain = [e.ids for e in ref.encode_batch(lines, add_special_tokens=False)]
+    problems = []
+    problems += mismatches("ids (special tokens added)", lines, [o["ids"] for o in ours], ids)
+    problems += mismatches("ids (no special tokens)", lines, [o["ids_no_special"] for o in ours], plain)
+    # Decode the reference's ids, so a decode check stands on its own even when ids differ.
+    problems += mismatches("decode", lines, [o["text"] for o in ours], ref.decode_batch(ids, skip_special_tokens=True))
+    problems += mismatches("decode keeping special tokens", lines, [o["text_keep_special"] for o in ours],
+                           ref.decode_batch(ids, skip_special_tokens=False))
+    problems += mismatches("streamed decode vs whole decode", lines, [o["stream"] for o in ours],
+                           [o["text"] for o in ours])
+    return problems
+
+
+@pytest.mark.parametrize("family", TRAINED + REAL)
+def test_tokenizer_matches_reference(family, onyx_bin, corpus):
+    corpus_path, lines = corpus
+    problems = check_family(onyx_bin, family_folder(family), corpus_path, lines)
+    assert not problems, f"{family}:\n" + "\n".join(problems)
+
+
+def test_every_family_is_covered():
+    # The families the brief names, so that a fixture lost in a refactor fails loudly.
+    assert {"gpt2", "llama3", "qwen2", "llama2", "mistral", "bert_uncased", "bert_cased", "roberta"} <= set(TRAINED)
+
+
+def test_cli_encode_and_decode(run_onyx):
+    folder = FIXTURE_DIR / "llama3"
+    ref = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+    text = "Hello, world! It's 2026 👋"
+    proc = run_onyx("tokenize", folder, text)
+    assert proc.returncode == 0, proc.stderr
+    ids = [int(x) for x in proc.stdout.split()]
+    assert ids == ref.encode(text).ids
+    proc = run_onyx("tokenize", folder, text, "--no-special")
+    assert [int(x) for x in proc.stdout.split()] == ref.encode(text, add_special_tokens=False).ids
+    proc = run_onyx("tokenize", folder, "--decode", " ".join(map(str, ids)))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == text + "\n"
+    proc = run_onyx("tokenize", folder, "--decode", " ".join(map(str, ids)), "--keep-special")
+    assert proc.stdout == ref.decode(ids, skip_special_tokens=False) + "\n"
+
+
+def test_cli_errors(run_onyx, tmp_path):
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text('{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [["a", "b"]]}}')
+    proc = run_onyx("tokenize", bad, "hi")
+    assert proc.returncode == 1
+    assert str(bad) in proc.stderr and "/model/merges/0" in proc.stderr, proc.stderr
+    proc = run_onyx("tokenize", FIXTURE_DIR / "gpt2")
+    assert proc.returncode == 2 and "usage" in proc.stderr
