@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build ccache pkg-config protobuf-compiler libprotobuf-dev libonnx-dev
-          libopenblas-dev libgtest-dev python3-venv nlohmann-json3-dev libpcre2-dev libutf8proc-dev unicode-data)
+          libopenblas-dev libgtest-dev python3-venv nlohmann-json3-dev libpcre2-dev libutf8proc-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -147,6 +147,17 @@ def _edge_case(rng):
     ])
 
 
+def _rand_code_point(rng):
+    """Any scalar value, weighted towards the planes in use: unassigned, private-use, new and
+    combining characters find the places where Unicode tables of different versions differ."""
+    while True:
+        r = rng.random()
+        c = (rng.randrange(0x20, 0x3000) if r < 0.3 else rng.randrange(0x3000, 0x10000) if r < 0.6
+             else rng.randrange(0x10000, 0x32400) if r < 0.9 else rng.randrange(0, 0x110000))
+        if not 0xD800 <= c < 0xE000:
+            return c
+
+
 def _special(rng, specials):
     t = rng.choice(specials)
     r = rng.random()
@@ -185,8 +196,9 @@ def corpus_lines(n=10000, seed=20261201):
                                         rng.randrange(0x370, 0x530), rng.randrange(0x4e00, 0x4f00),
                                         rng.randrange(0xac00, 0xac80), rng.randrange(0x1f300, 0x1f650)]))
                         for _ in range(rng.randrange(1, 30))),
+        lambda: "".join(chr(c) for c in (_rand_code_point(rng) for _ in range(rng.randrange(1, 25)))),
     ]
-    weights = [10, 3, 3, 8, 4, 4, 4, 3, 4, 5, 3, 3, 3, 2, 4]
+    weights = [10, 3, 3, 8, 4, 4, 4, 3, 4, 5, 3, 3, 3, 2, 4, 2]
     while len(lines) < n:
         lines.append(rng.choices(makers, weights)[0]())
     # A few lines made of pure whitespace, one empty line, a long line.

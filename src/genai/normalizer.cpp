@@ -71,7 +71,7 @@ class StripAccents : public Normalizer {
  public:
   void normalize(std::string& text) const override {
     map_chars(text, [](char32_t c, std::string& out) {
-      if (!is_mark_v8(c)) utf8_append(out, c);
+      if (!is_combining_mark(c)) utf8_append(out, c);
     });
   }
 };
@@ -127,7 +127,7 @@ class BertNormalizer : public Normalizer {
       map_chars(text, [this](char32_t c, std::string& out) {
         if (clean_text_) {
           bool tab_or_newline = c == '\t' || c == '\n' || c == '\r';
-          if (c == 0 || c == 0xFFFD || (!tab_or_newline && is_other_v8(c))) return;
+          if (is_bert_removed(c)) return;  // NUL, U+FFFD and controls (not \t \n \r)
           if (tab_or_newline || is_white_space(c)) c = ' ';
         }
         if (chinese_ && is_chinese_char(c)) {
@@ -142,7 +142,7 @@ class BertNormalizer : public Normalizer {
     if (strip_accents_) {
       text = normalize_unicode(text, NormalForm::kNFD);
       map_chars(text, [](char32_t c, std::string& out) {
-        if (!is_nonspacing_mark_v8(c)) utf8_append(out, c);
+        if (!is_bert_nonspacing_mark(c)) utf8_append(out, c);
       });
     }
     if (lowercase_) text = to_lower(text);

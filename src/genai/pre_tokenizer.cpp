@@ -104,12 +104,6 @@ void split_chars(std::vector<Piece>& pieces, const std::function<bool(char32_t)>
   });
 }
 
-bool is_bert_punctuation(char32_t c) {
-  bool ascii_punct = c < 0x80 && ((c >= '!' && c <= '/') || (c >= ':' && c <= '@') || (c >= '[' && c <= '`') ||
-                                  (c >= '{' && c <= '~'));
-  return ascii_punct || is_punctuation_v8(c);
-}
-
 SplitBehavior parse_behavior(const JsonNode& n) {
   std::string b = n.as_string();
   if (b == "Removed") return SplitBehavior::kRemoved;

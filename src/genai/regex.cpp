@@ -21,6 +21,24 @@ std::string translate(const std::string& p) {
       char n = p[i + 1];
       if (n == 's') out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
       else if (n == 'S' && !in_class) out += "[^\\s\\x{85}]";
+      else if (n == 'p' || n == 'P') {
+        // \p{L} and \p{N} (or \pL, \pN): add what PCRE2's older tables lack.
+        size_t len = p.compare(i + 2, 3, "{L}") == 0 || p.compare(i + 2, 3, "{N}") == 0 ? 5
+                     : (i + 2 < p.size() && (p[i + 2] == 'L' || p[i + 2] == 'N')) ? 3 : 0;
+        if (len == 0 || (n == 'P' && in_class)) {
+          out += c;
+          out += n;
+          ++i;
+          continue;
+        }
+        char prop = p[i + len - 1] == '}' ? p[i + len - 2] : p[i + len - 1];
+        const std::string& extra = prop == 'L' ? regex_letter_extra() : regex_number_extra();
+        std::string item = cat("\\p{", prop, "}", extra);
+        if (in_class) out += item;
+        else out += cat(n == 'P' ? "[^" : "[", item, "]");
+        i += len - 1;
+        continue;
+      }
       else { out += c; out += n; }
       ++i;
       continue;

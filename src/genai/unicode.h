@@ -37,12 +37,16 @@ inline bool is_regex_space(char32_t c) { return is_white_space(c); }
 // Rust regex `\w`: Alphabetic, marks, decimal digits, connector punctuation, joiners.
 bool is_word_char(char32_t c);
 
-// Categories as the reference's tables of Unicode 8.0 know them (unicode_categories crate):
-// characters assigned later count as unassigned there.
-bool is_punctuation_v8(char32_t c);        // P*
-bool is_other_v8(char32_t c);              // Cc, Cf, Co, Cs (what BertNormalizer removes)
-bool is_nonspacing_mark_v8(char32_t c);    // Mn (what strip_accents removes)
-bool is_mark_v8(char32_t c);               // Mn, Mc, Me (what StripAccents removes)
+// Character sets as the reference answers them (measured from it into unicode_tables.inc by
+// tools/gen_unicode_tables.py; its BERT code asks tables of Unicode 8.0).
+bool is_bert_punctuation(char32_t c);  // BertPreTokenizer and Punctuation split these off
+bool is_bert_removed(char32_t c);      // BertNormalizer's clean_text drops these (controls, NUL, U+FFFD)
+bool is_bert_nonspacing_mark(char32_t c);  // BertNormalizer's strip_accents drops these after NFD
+bool is_combining_mark(char32_t c);    // StripAccents drops these
+// PCRE2 class items ("\x{..}-\x{..}...") for letters and numbers that the reference's regexes
+// (Unicode 16.0) know and PCRE2's tables do not yet.
+const std::string& regex_letter_extra();
+const std::string& regex_number_extra();
 // BertNormalizer's CJK ideograph blocks.
 bool is_chinese_char(char32_t c);
 
