@@ -31,7 +31,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "tokenizers"
 # Added/special tokens that the corpus embeds in text; every trained family registers them.
 SPECIAL_MARKERS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<s>", "</s>", "[CLS]", "[SEP]",
                    "[MASK]", "<unk>", "<|begin_of_text|>", "<|eot_id|>", "[INST]", "[/INST]"]
-ADDED_WORDS = ["<tool>", "</tool>", "onyx_added", "Ⓜagic"]
+ADDED_WORDS = ["<tool>", "</tool>", "onyx_added", "Ⓜagic", "Yesterday", "YESTERDAY", "yesterday"]
 
 LATIN = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "Hello", "World", "naïve", "café",
          "résumé", "façade", "Ærøskøbing", "Zürich", "São", "Paulo", "Łódź", "Kraków", "Dvořák", "Ñandú",
@@ -322,6 +322,8 @@ def _train_all(training):
         cls, sep = bt.token_to_id("[CLS]"), bt.token_to_id("[SEP]")
         if lower:
             bt.post_processor = processors.BertProcessing(("[SEP]", sep), ("[CLS]", cls))
+            # Matched in the normalized (lowercased) text: "YESTERDAY" finds it too.
+            bt.add_tokens([AddedToken("Yesterday", normalized=True)])
         else:
             bt.post_processor = processors.TemplateProcessing(
                 single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
@@ -368,8 +370,11 @@ def train(out_dir):
             j["added_tokens"] = [t for t in j["added_tokens"] if not t["content"].startswith("<0x")]
             path.write_text(json.dumps(j, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         if name == "llama3":
+            # Real Llama-3 vocabularies hold tokens that no merge sequence reaches, which is
+            # why it sets ignore_merges: drop the last merges so that this one does too.
             j = json.loads(path.read_text(encoding="utf-8"))
             j["model"]["ignore_merges"] = True
+            j["model"]["merges"] = j["model"]["merges"][:-300]
             path.write_text(json.dumps(j, ensure_ascii=False) + "\n", encoding="utf-8")
         cfg = {"tokenizer_class": "PreTrainedTokenizerFast", **TOKENIZER_CONFIGS[name]}
         (d / "tokenizer_config.json").write_text(json.dumps(cfg, indent=1) + "\n", encoding="utf-8")

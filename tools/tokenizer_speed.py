@@ -4,8 +4,9 @@
   .venv/bin/python tools/tokenizer_speed.py [--onyx build/onyx] [--repeat 3] [FAMILY_OR_FOLDER ...]
 
 Both encode the 10,000 corpus lines with special tokens, load time excluded, one thread:
-onyx through `onyx tokenize DIR --lines CORPUS --bench N`; tokenizers through encode_batch
-with RAYON_NUM_THREADS=1 (a batch keeps Python's per-call cost out of the figure). "cold" is
+onyx through `onyx tokenize DIR --lines CORPUS --bench N`; tokenizers through
+encode_batch_fast (no offsets, which onyx does not compute either) with RAYON_NUM_THREADS=1
+(a batch keeps Python's per-call cost out of the figure). "cold" is
 the first pass of a freshly loaded tokenizer (both cache the BPE of pieces they have seen),
 "warm" the best of --repeat passes.
 """
@@ -39,7 +40,7 @@ def reference(folder, lines, repeat):
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        tok.encode_batch(lines)
+        tok.encode_batch_fast(lines)
         times.append(time.perf_counter() - t0)
     return times[0], min(times)
 

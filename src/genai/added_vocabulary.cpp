@@ -102,23 +102,24 @@ void AddedVocabulary::load(const JsonNode& list, const Vocab& model_vocab, const
     }
     if (t.special) special_.insert(t.content);
     id_of_content_[t.content] = t.id;
-    auto at = index_of_id_.find(t.id);
-    if (at != index_of_id_.end()) {
-      tokens_[at->second] = t;  // same id again: the later entry wins
+    if (size_t(t.id) >= index_of_id_.size()) index_of_id_.resize(size_t(t.id) + 1, -1);
+    int32_t& at = index_of_id_[t.id];
+    if (at >= 0) {
+      tokens_[at] = t;  // same id again: the later entry wins
     } else {
-      index_of_id_[t.id] = tokens_.size();
+      at = static_cast<int32_t>(tokens_.size());
       tokens_.push_back(t);
     }
   }
   for (size_t k = 0; k < tokens_.size(); ++k) {
-    const AddedToken& t = tokens_[k];
+    AddedToken& t = tokens_[k];
+    t.decoded = t.content;
     if (!t.normalized) {
       raw_.insert(t.content, static_cast<int32_t>(k));
       continue;
     }
-    std::string pattern = t.content;
-    if (normalizer) normalizer->normalize(pattern);
-    if (!pattern.empty()) normalized_.insert(pattern, static_cast<int32_t>(k));
+    if (normalizer) normalizer->normalize(t.decoded);
+    if (!t.decoded.empty()) normalized_.insert(t.decoded, static_cast<int32_t>(k));
   }
 }
 
@@ -165,8 +166,8 @@ void AddedVocabulary::split(std::string_view text, bool normalized_pass, std::ve
 }
 
 const AddedToken* AddedVocabulary::by_id(int32_t id) const {
-  auto it = index_of_id_.find(id);
-  return it == index_of_id_.end() ? nullptr : &tokens_[it->second];
+  if (id < 0 || size_t(id) >= index_of_id_.size() || index_of_id_[id] < 0) return nullptr;
+  return &tokens_[index_of_id_[id]];
 }
 
 std::optional<int32_t> AddedVocabulary::find(std::string_view content) const {

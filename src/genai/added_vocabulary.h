@@ -24,6 +24,9 @@ struct AddedToken {
   bool rstrip = false;
   bool normalized = true;
   bool special = false;
+  // How decode and id_to_token spell it: the normalized content for a normalized token, as
+  // the reference keeps it (so that decoders invert what the normalizer did).
+  std::string decoded;
 };
 
 // One stretch of text: an added token (id >= 0) or text for the normalizer / model (id < 0).
@@ -62,7 +65,7 @@ class AddedVocabulary {
   };
 
   std::vector<AddedToken> tokens_;
-  std::unordered_map<int32_t, size_t> index_of_id_;
+  std::vector<int32_t> index_of_id_;  // id -> index into tokens_, -1 where none
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> id_of_content_;
   std::unordered_set<std::string> special_;
   Trie raw_, normalized_;

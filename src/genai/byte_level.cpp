@@ -51,6 +51,27 @@ std::string bytes_to_chars(std::string_view bytes) {
   return out;
 }
 
+bool append_chars_as_bytes(std::string_view token, std::string& out) {
+  size_t start = out.size();
+  for (size_t i = 0; i < token.size();) {
+    unsigned char c = static_cast<unsigned char>(token[i]);
+    if (c >= '!' && c <= '~') {  // printable ASCII stands for itself
+      out.push_back(static_cast<char>(c));
+      ++i;
+      continue;
+    }
+    char32_t cp;
+    i += utf8_next(token, i, cp);
+    auto b = char_to_byte(cp);
+    if (!b) {
+      out.resize(start);
+      return false;
+    }
+    out.push_back(static_cast<char>(*b));
+  }
+  return true;
+}
+
 std::optional<std::string> chars_to_bytes(std::string_view token) {
   std::string out;
   out.reserve(token.size());

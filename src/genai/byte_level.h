@@ -19,5 +19,8 @@ std::string bytes_to_chars(std::string_view bytes);
 void append_bytes_as_chars(std::string_view bytes, std::string& out);
 // The inverse for a whole token: its bytes when every character is one of the 256.
 std::optional<std::string> chars_to_bytes(std::string_view token);
+// Appends the bytes of `token` to out when every character is one of the 256 (and returns
+// true); otherwise leaves out as it was and returns false.
+bool append_chars_as_bytes(std::string_view token, std::string& out);
 
 }  // namespace onyx::genai

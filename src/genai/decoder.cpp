@@ -46,10 +46,8 @@ class ByteLevelDecoder : public Decoder {
  public:
   void decode_chain(std::vector<std::string>& tokens) const override {
     std::string bytes;
-    for (const std::string& t : tokens) {
-      if (auto b = chars_to_bytes(t)) bytes += *b;
-      else bytes += t;
-    }
+    for (const std::string& t : tokens)
+      if (!append_chars_as_bytes(t, bytes)) bytes += t;
     tokens.assign(1, utf8_lossy(bytes));
   }
 };

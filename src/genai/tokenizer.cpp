@@ -153,7 +153,7 @@ struct Tokenizer::Impl {
   }
 
   const std::string* token_of(int32_t id) const {
-    if (const AddedToken* t = added.by_id(id)) return &t->content;
+    if (const AddedToken* t = added.by_id(id)) return &t->decoded;
     return model->vocab().token(id);
   }
 };

@@ -32,8 +32,6 @@ size_t utf8_invalid_at(std::string_view s);
 
 // Rust's char::is_whitespace (the Unicode White_Space property).
 bool is_white_space(char32_t c);
-// The Oniguruma / Rust regex `\s` class: White_Space.
-inline bool is_regex_space(char32_t c) { return is_white_space(c); }
 // Rust regex `\w`: Alphabetic, marks, decimal digits, connector punctuation, joiners.
 bool is_word_char(char32_t c);
 

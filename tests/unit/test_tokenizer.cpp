@@ -126,6 +126,27 @@ TEST(Regex, WhitespaceClassIncludesNextLine) {
   EXPECT_TRUE(m.empty());
 }
 
+TEST(Unicode, AnswersAsTheReferenceTablesDo) {
+  // The reference's regexes know Unicode 16.0: U+10D4A (Garay, new in 16.0) is a letter.
+  Regex letters(R"(\p{L}+)");
+  std::vector<Span> m;
+  letters.find_all("a\xF0\x90\xB5\x8A" "b", m);
+  EXPECT_EQ(m, (std::vector<Span>{{0, 6}}));
+  // Its normalization tables predate U+1AC2, so NFC does not reorder it before U+073B.
+  EXPECT_EQ(normalize_unicode("a\xDC\xBB\xE1\xAB\x82", NormalForm::kNFC), "a\xDC\xBB\xE1\xAB\x82");
+  EXPECT_EQ(normalize_unicode("e\xCC\x81", NormalForm::kNFC), "\xC3\xA9");
+  EXPECT_EQ(normalize_unicode("\xEF\xAC\x81", NormalForm::kNFKC), "fi");
+  // Rust lowercases U+A7CB (new in 16.0) and U+0130 (to two code points); utf8proc 2.8 does neither.
+  EXPECT_EQ(to_lower("\xEA\x9F\x8B"), "\xC9\xA4");
+  EXPECT_EQ(to_lower("\xC4\xB0X"), "i\xCC\x87x");
+  // BERT's Unicode 8.0 tables: U+166D was punctuation then (a symbol now), U+2E43 did not exist.
+  EXPECT_TRUE(is_bert_punctuation(0x166D));
+  EXPECT_FALSE(is_bert_punctuation(0x2E43));
+  EXPECT_TRUE(is_bert_punctuation('$'));
+  EXPECT_TRUE(is_bert_removed(0x200B));
+  EXPECT_FALSE(is_bert_removed('\t'));
+}
+
 TEST(TokenStream, SplitFourByteEmojiIsHeldUntilComplete) {
   Tokenizer tok = Tokenizer::from_json(byte_level_json());
   std::string text = "a\xF0\x9F\x98\x80" "b";  // a😀b
