@@ -175,12 +175,7 @@ class ByteFallbackDecoder : public Decoder {
     tokens.swap(out);
   }
 
-  static int parse_byte_token(const std::string& t) {
-    if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
-    auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
-    int hi = hex(t[3]), lo = hex(t[4]);
-    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
-  }
+  bool joins_byte_tokens() const override { return true; }
 };
 
 class FuseDecoder : public Decoder {
@@ -255,12 +250,26 @@ class SequenceDecoder : public Decoder {
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (const auto& d : parts_) d->decode_chain(tokens);
   }
+  bool joins_byte_tokens() const override {
+    for (const auto& d : parts_)
+      if (d->joins_byte_tokens()) return true;
+    return false;
+  }
 
  private:
   std::vector<std::unique_ptr<Decoder>> parts_;
 };
 
 }  // namespace
+
+int parse_byte_token(const std::string& t) {
+  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
+  auto hex = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  int hi = hex(t[3]), lo = hex(t[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
 
 std::unique_ptr<Decoder> make_decoder(const JsonNode& node) {
   if (node.is_null()) return nullptr;

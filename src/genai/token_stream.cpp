@@ -25,6 +25,9 @@ std::string TokenStream::step(int32_t id) {
   // A skipped special token (padding, say) adds nothing, and would only widen the window.
   if (skip_special_ && tokenizer_->is_special(id)) return {};
   window_.push_back(id);
+  // A run of byte-fallback tokens reads as text only when whole: one more byte can turn all
+  // of it into U+FFFD. It comes out with the token that ends it (or at finish()).
+  if (tokenizer_->is_joined_byte(id)) return {};
   // Decoding the context together with the new ids gives each decoder what it needs to
   // know (is this the first token, does a space come before); the new text is what the
   // context did not already say.

@@ -1,7 +1,9 @@
 // Streaming decode: feed ids one at a time as a model generates them, get back the text
-// that is complete. A partial UTF-8 sequence (a 4-byte emoji split over byte tokens, a
-// <0xNN> byte-fallback run) is held until it completes; the concatenation of everything
-// step() and finish() return equals Tokenizer::decode of the whole sequence.
+// that is complete. A partial UTF-8 sequence (a 4-byte emoji split over byte-level tokens)
+// is held until it completes, a <0xNN> byte-fallback run until the token after it (a later
+// byte could still make the run invalid, and the reference then shows every byte of it as
+// U+FFFD); the concatenation of everything step() and finish() return equals
+// Tokenizer::decode of the whole sequence.
 #pragma once
 
 #include <cstdint>

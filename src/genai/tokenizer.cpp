@@ -265,6 +265,12 @@ size_t Tokenizer::vocab_size() const {
   return n;
 }
 
+bool Tokenizer::is_joined_byte(int32_t id) const {
+  if (!impl_->decoder || !impl_->decoder->joins_byte_tokens()) return false;
+  const std::string* t = impl_->token_of(id);
+  return t && parse_byte_token(*t) >= 0;
+}
+
 bool Tokenizer::is_special(int32_t id) const {
   const std::string* t = impl_->token_of(id);
   return t && impl_->added.is_special(*t);

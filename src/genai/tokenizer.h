@@ -43,6 +43,9 @@ class Tokenizer {
   // Distinct tokens, added tokens included (the reference's get_vocab_size(True)).
   size_t vocab_size() const;
   bool is_special(int32_t id) const;
+  // Whether id is a <0xNN> token that the decoder joins with the byte tokens around it
+  // (ByteFallback); TokenStream holds such runs until they end.
+  bool is_joined_byte(int32_t id) const;
 
   // From tokenizer_config.json (or special_tokens_map.json) when a folder was loaded.
   std::optional<int32_t> bos_id() const;

@@ -4,11 +4,14 @@ For every tokenizer family (the small trained fixtures under tests/fixtures/toke
 the real tokenizer.json files that pip packages ship, see scripts/requirements-tokenizers.txt),
 one onyx process encodes the whole generated corpus (tools/make_tokenizer_fixtures.py):
 ids with and without special tokens, the decode of those ids with and without special
-tokens, and the streamed decode. Each must equal the reference exactly.
+tokens, and the streamed decode. Each must equal the reference exactly. A second process
+decodes random id sequences (what a model may generate: byte tokens out of order, special
+tokens anywhere), whole and streamed.
 """
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +29,7 @@ FIXTURE_DIR = REPO_ROOT / "tests" / "fixtures" / "tokenizers"
 TRAINED = sorted(p.name for p in FIXTURE_DIR.iterdir() if (p / "tokenizer.json").is_file())
 REAL = sorted(fixtures.REAL)
 SHOW = 5  # mismatches reported per check
+RANDOM_SEQUENCES = 2000
 
 
 def family_folder(family):
@@ -62,19 +66,34 @@ def onyx_runs(onyx_bin, corpus, tmp_path_factory):
         folder = real.get(family, FIXTURE_DIR / family)
         if not (folder / "tokenizer.json").is_file():
             continue
-        out, err = open(out_dir / f"{family}.jsonl", "wb"), open(out_dir / f"{family}.err", "wb")
-        proc = subprocess.Popen([str(onyx_bin), "tokenize", str(folder), "--lines", str(corpus[0]), "--json"],
-                                stdout=out, stderr=err, env=env)
-        runs[family] = (proc, out_dir / f"{family}.jsonl", out_dir / f"{family}.err", out, err)
+        seqs = random_id_sequences(folder)
+        ids_path = out_dir / f"{family}.ids.jsonl"
+        ids_path.write_text("".join(json.dumps(q) + "\n" for q in seqs))
+        for key, args in ((family, ["--lines", str(corpus[0]), "--json"]),
+                          ((family, "random"), ["--decode-lines", str(ids_path)])):
+            name = f"{family}.{'random' if isinstance(key, tuple) else 'corpus'}"
+            out, err = open(out_dir / f"{name}.out", "wb"), open(out_dir / f"{name}.err", "wb")
+            proc = subprocess.Popen([str(onyx_bin), "tokenize", str(folder), *args], stdout=out, stderr=err, env=env)
+            runs[key] = (proc, out_dir / f"{name}.out", out_dir / f"{name}.err", out, err)
+        runs[(family, "sequences")] = seqs
     yield runs
-    for proc, *_ in runs.values():
-        if proc.poll() is None:
+    for run in runs.values():
+        proc = run[0]
+        if isinstance(proc, subprocess.Popen) and proc.poll() is None:
             proc.kill()
             proc.wait()
 
 
-def onyx_results(runs, family):
-    proc, out_path, err_path, out, err = runs[family]
+def random_id_sequences(folder):
+    """Seeded random ids below the vocabulary size (and a few past it: unknown ids are skipped)."""
+    ref = tokenizers.Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
+    rng = random.Random(folder.name)
+    n = ref.get_vocab_size()
+    return [[rng.randrange(n + 3) for _ in range(rng.randrange(1, 30))] for _ in range(RANDOM_SEQUENCES)]
+
+
+def onyx_results(runs, key):
+    proc, out_path, err_path, out, err = runs[key]
     rc = proc.wait(timeout=300)
     out.close()
     err.close()
@@ -118,6 +137,21 @@ def test_tokenizer_matches_reference(family, onyx_runs, corpus):
     folder = family_folder(family)
     ref = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
     problems = check_family(ref, onyx_results(onyx_runs, family), corpus[1])
+    assert not problems, f"{family}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("family", TRAINED + REAL)
+def test_random_ids_decode_like_reference(family, onyx_runs):
+    folder = family_folder(family)
+    ref = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+    seqs = onyx_runs[(family, "sequences")]
+    ours = onyx_results(onyx_runs, (family, "random"))
+    assert len(ours) == len(seqs)
+    problems = mismatches("decode", seqs, [o["text"] for o in ours], ref.decode_batch(seqs, skip_special_tokens=True))
+    problems += mismatches("decode keeping special tokens", seqs, [o["text_keep_special"] for o in ours],
+                           ref.decode_batch(seqs, skip_special_tokens=False))
+    problems += mismatches("streamed decode vs whole decode", seqs, [o["stream"] for o in ours],
+                           [o["text"] for o in ours])
     assert not problems, f"{family}:\n" + "\n".join(problems)
 
 

@@ -180,7 +180,15 @@ TEST(Bpe, ByteFallbackAndStreaming) {
   EXPECT_EQ(tok.decode(ids, false), "<s> a \xE2\x82\xAC");  // Strip only takes a leading space
   std::vector<std::string> chunks;
   EXPECT_EQ(stream_all(tok, ids, &chunks), "a \xE2\x82\xAC");
-  EXPECT_EQ(chunks, (std::vector<std::string>{"", "a", " ", "", "", "\xE2\x82\xAC"}));  // E2, 82 held
+  // A byte run is held until the token after it: one more byte could still spoil it.
+  EXPECT_EQ(chunks, (std::vector<std::string>{"", "a", " ", "", "", ""}));
+  TokenStream s = tok.stream();
+  for (int32_t id : ids) s.step(id);
+  EXPECT_EQ(s.step(262), "\xE2\x82\xAC a");
+  // "z" alone would be text, but <0x7A><0x90> is not UTF-8: the reference shows both as U+FFFD.
+  Ids spoiled{262, 3 + 'z', 3 + 0x90};
+  EXPECT_EQ(tok.decode(spoiled), "a\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(stream_all(tok, spoiled), tok.decode(spoiled));
   // An invalid byte run decodes to one U+FFFD per byte.
   EXPECT_EQ(tok.decode(Ids{3 + 0xE2, 3 + 0x82, 260}), "\xEF\xBF\xBD\xEF\xBF\xBD" "a");
   EXPECT_EQ(tok.encode("ab", false), (Ids{262, 261}));

@@ -23,6 +23,8 @@ constexpr const char* kTokenizeUsage = R"(usage:
   onyx tokenize DIR_OR_TOKENIZER_JSON TEXT          print the ids of TEXT, space separated
   onyx tokenize DIR_OR_TOKENIZER_JSON --decode IDS  print the text of IDS ("1 2 3")
   onyx tokenize DIR_OR_TOKENIZER_JSON --lines FILE  one line of ids per input line
+  onyx tokenize DIR_OR_TOKENIZER_JSON --decode-lines FILE
+                                                    decode one JSON array of ids per line
 
 options:
   --no-special      encode without the post-processor's special tokens (BOS, [CLS] ...)
@@ -31,6 +33,8 @@ options:
                     prints one line of space-separated ids per input line
   --json            with --lines: print one JSON object per line instead: ids, ids_no_special,
                     text (decode of ids), text_keep_special, stream (concatenated TokenStream output)
+  --decode-lines FILE  FILE holds one JSON array of ids per line; prints one JSON object per
+                    line: text, text_keep_special, stream (concatenated TokenStream output)
   --bench N         with --lines: encode the lines N times, print the first and the best pass's timing
   --info            print vocabulary size and the bos/eos/pad ids
 )";
@@ -137,12 +141,44 @@ int run_lines(const Tokenizer& tok, const std::string& file, bool special, bool 
   return 0;
 }
 
+// Decodes arbitrary id sequences (what a model may generate), whole and streamed.
+int run_decode_lines(const Tokenizer& tok, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ONYX_CHECK(in, "cannot open '", path, "'");
+  std::string line, out;
+  for (size_t number = 1; std::getline(in, line); ++number) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw onyx::Error(cat(path, ":", number, ": not JSON: ", e.what()));
+    }
+    ONYX_CHECK(j.is_array(), path, ":", number, ": expected a JSON array of ids");
+    std::vector<int32_t> ids;
+    for (const auto& v : j) {
+      ONYX_CHECK(v.is_number_integer(), path, ":", number, ": expected integer ids");
+      ids.push_back(v.get<int32_t>());
+    }
+    nlohmann::json r;
+    r["text"] = tok.decode(ids, true);
+    r["text_keep_special"] = tok.decode(ids, false);
+    onyx::genai::TokenStream stream = tok.stream(true);
+    std::string streamed;
+    for (int32_t id : ids) streamed += stream.step(id);
+    r["stream"] = streamed + stream.finish();
+    out += dump(r);
+    out += '\n';
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_tokenize(const std::vector<std::string>& args) {
   try {
     std::vector<std::string> positional;
-    std::string decode_ids, lines_file;
+    std::string decode_ids, lines_file, decode_lines_file;
     bool special = true, keep_special = false, json = false, info = false, decode = false;
     int bench = 0;
     for (size_t i = 0; i < args.size(); ++i) {
@@ -155,6 +191,7 @@ int cmd_tokenize(const std::vector<std::string>& args) {
       else if (a == "--keep-special") keep_special = true;
       else if (a == "--decode") { decode = true; decode_ids = value(); }
       else if (a == "--lines") lines_file = value();
+      else if (a == "--decode-lines") decode_lines_file = value();
       else if (a == "--json") json = true;
       else if (a == "--info") info = true;
       else if (a == "--bench") {
@@ -169,8 +206,8 @@ int cmd_tokenize(const std::vector<std::string>& args) {
     if (positional.empty()) throw Usage("tokenize needs a tokenizer.json or a model folder");
     bool has_text = positional.size() >= 2;
     if (positional.size() > 2) throw Usage(cat("unexpected argument '", positional[2], "' (quote the text)"));
-    int modes = int(has_text) + int(decode) + int(!lines_file.empty()) + int(info);
-    if (modes != 1) throw Usage("give exactly one of TEXT, --decode IDS, --lines FILE or --info");
+    int modes = int(has_text) + int(decode) + int(!lines_file.empty()) + int(!decode_lines_file.empty()) + int(info);
+    if (modes != 1) throw Usage("give exactly one of TEXT, --decode IDS, --lines FILE, --decode-lines FILE or --info");
     if ((json || bench) && lines_file.empty()) throw Usage("--json and --bench go with --lines");
 
     Tokenizer tok = Tokenizer::from_file(positional[0]);
@@ -184,6 +221,7 @@ int cmd_tokenize(const std::vector<std::string>& args) {
       std::cout << tok.decode(parse_ids(decode_ids), !keep_special) << "\n";
       return 0;
     }
+    if (!decode_lines_file.empty()) return run_decode_lines(tok, decode_lines_file);
     if (!lines_file.empty()) return run_lines(tok, lines_file, special, keep_special, json, bench);
     std::cout << join(tok.encode(positional[1], special)) << "\n";
     return 0;
