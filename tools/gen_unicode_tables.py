@@ -17,6 +17,7 @@ Tables written (ranges of code points, sorted):
   kBertRemoved                          BertNormalizer(clean_text): what is dropped (controls, ...)
   kBertNonspacingMark                   BertNormalizer(strip_accents): marks dropped after NFD
   kCombiningMark                        StripAccents: marks dropped
+  kWordChar                             Rust regex \\w (Whitespace pre-tokenizer, single_word tokens)
   kNormalizationBarrier                 code points whose NFC/NFD/NFKC/NFKD behaviour in the
                                         reference (older tables) differs from utf8proc's: onyx
                                         normalizes around them and keeps them as they are
@@ -108,6 +109,19 @@ def lowercase_exceptions(tolower):
     return {c: low for c, low in zip(cps, got) if low != chr(tolower(c))}
 
 
+def word_chars():
+    """Code points that Rust's regex \\w matches: after "a", the Whitespace pre-tokenizer
+    (\\w+|[^\\w\\s]+) keeps them in the same piece."""
+    pre = pre_tokenizers.Whitespace()
+    out = set()
+    for cps in chunks():
+        for c in cps:
+            pieces = pre.pre_tokenize_str("a" + chr(c))
+            if len(pieces) == 1 and pieces[0][0] == "a" + chr(c):
+                out.add(c)
+    return out
+
+
 def ranges(points):
     rs = []
     for c in sorted(points):
@@ -135,6 +149,7 @@ def main():
         "kBertNonspacingMark": removed_by_normalizer(normalizers.BertNormalizer(
             clean_text=False, handle_chinese_chars=False, strip_accents=True, lowercase=False), only=nfd_stable),
         "kCombiningMark": removed_by_normalizer(normalizers.StripAccents()),
+        "kWordChar": word_chars(),
     }
     forms, tolower = utf8proc()
     # Unassigned code points (to utf8proc and the reference alike) have no normalization.

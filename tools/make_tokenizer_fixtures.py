@@ -330,6 +330,42 @@ def _train_all(training):
                 special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
             bt.add_tokens([AddedToken("onyx_added", normalized=True), AddedToken("Ⓜagic", normalized=False)])
         out[name] = bt
+
+    # Falcon-like: NFKC, punctuation runs kept together, ByteLevel's regex, single digits.
+    fa = _byte_level_bpe(training, 3000, pre_tokenizers.Sequence([
+        pre_tokenizers.Punctuation(behavior="contiguous"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        pre_tokenizers.Digits(individual_digits=True)]), ["<|endoftext|>", ">>ABSTRACT<<"],
+        normalizer=normalizers.NFKC())
+    out["falcon_like"] = fa
+
+    # CLIP-like: whitespace runs collapsed by a regex Replace, lowercase, a Split that keeps its
+    # matches (invert), end-of-word suffix </w>, BPEDecoder.
+    cl = Tokenizer(models.BPE(end_of_word_suffix="</w>", unk_token="<|endoftext|>"))
+    cl.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "),
+                                          normalizers.Lowercase()])
+    cl.pre_tokenizer = pre_tokenizers.Split(Regex(r"'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"),
+                                            behavior="removed", invert=True)
+    cl.decoder = decoders.BPEDecoder(suffix="</w>")
+    trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=["<|startoftext|>", "<|endoftext|>"],
+                                  end_of_word_suffix="</w>", show_progress=False, limit_alphabet=500)
+    cl.train_from_iterator(training, trainer)
+    cl.post_processor = processors.RobertaProcessing(("<|endoftext|>", cl.token_to_id("<|endoftext|>")),
+                                                     ("<|startoftext|>", cl.token_to_id("<|startoftext|>")))
+    out["clip_like"] = cl
+
+    # WordLevel over accent-stripped, stripped, lowercased text, split on whitespace and
+    # word boundaries, hyphens (merged with the next piece), underscores and digit runs.
+    wl = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    wl.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents(), normalizers.Lowercase(),
+                                          normalizers.Strip()])
+    wl.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split("-", behavior="merged_with_next"),
+        pre_tokenizers.CharDelimiterSplit("_"), pre_tokenizers.Split(Regex(r"[0-9]+"), behavior="merged_with_previous"),
+        pre_tokenizers.Whitespace()])
+    trainer = trainers.WordLevelTrainer(vocab_size=3000, special_tokens=["[UNK]", "[PAD]"], show_progress=False)
+    wl.train_from_iterator(training, trainer)
+    out["wordlevel_misc"] = wl
     return out
 
 
@@ -342,6 +378,9 @@ TOKENIZER_CONFIGS = {
     "mistral": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
     "bert_uncased": {"pad_token": "[PAD]", "cls_token": "[CLS]", "sep_token": "[SEP]", "unk_token": "[UNK]"},
     "bert_cased": {"pad_token": "[PAD]", "cls_token": "[CLS]", "sep_token": "[SEP]", "unk_token": "[UNK]"},
+    "falcon_like": {"eos_token": "<|endoftext|>"},
+    "clip_like": {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
+    "wordlevel_misc": {"unk_token": "[UNK]", "pad_token": "[PAD]"},
 }
 
 

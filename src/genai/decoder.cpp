@@ -77,7 +77,17 @@ class MetaspaceDecoder : public Decoder {
 };
 
 void replace_all(std::string& s, std::string_view from, std::string_view to) {
-  for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size()) s.replace(p, from.size(), to);
+  size_t p = s.find(from);
+  if (from.empty() || p == std::string::npos) return;
+  std::string out;
+  size_t last = 0;
+  for (; p != std::string::npos; p = s.find(from, last)) {
+    out.append(s, last, p - last);
+    out.append(to);
+    last = p + from.size();
+  }
+  out.append(s, last, std::string::npos);
+  s.swap(out);
 }
 
 void wordpiece_cleanup(std::string& t) {
@@ -95,7 +105,7 @@ class WordPieceDecoder : public Decoder {
       std::string& t = tokens[i];
       if (i != 0) {
         if (t.compare(0, prefix_.size(), prefix_) == 0) t.erase(0, prefix_.size());
-        else t.insert(0, " ");
+        else t = " " + t;
       }
       if (cleanup_) wordpiece_cleanup(t);
     }

@@ -103,7 +103,7 @@ class Prepend : public Normalizer {
  public:
   explicit Prepend(std::string prefix) : prefix_(std::move(prefix)) {}
   void normalize(std::string& text) const override {
-    if (!text.empty()) text.insert(0, prefix_);
+    if (!text.empty()) text = prefix_ + text;
   }
 
  private:

@@ -126,7 +126,7 @@ class ByteLevelPre : public PreTokenizer {
     std::vector<Span> m;
     resplit(pieces, [&](const Piece& p, std::vector<Piece>& out) {
       Piece q = p;
-      if (add_prefix_space_ && !q.text.empty() && q.text[0] != ' ') q.text.insert(0, " ");
+      if (add_prefix_space_ && !q.text.empty() && q.text[0] != ' ') q.text = " " + q.text;
       if (!regex_) {
         out.push_back(std::move(q));
         return;
@@ -179,7 +179,7 @@ class MetaspacePre : public PreTokenizer {
       bool starts = q.text.compare(0, replacement_.size(), replacement_) == 0;
       if (!starts && !q.text.empty() &&
           (scheme_ == PrependScheme::kAlways || (scheme_ == PrependScheme::kFirst && q.at_origin)))
-        q.text.insert(0, replacement_);
+        q.text = replacement_ + q.text;
       if (!split_) {
         out.push_back(std::move(q));
         return;

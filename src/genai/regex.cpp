@@ -9,8 +9,11 @@
 namespace onyx::genai {
 namespace {
 
-// Oniguruma's \s is Unicode White_Space, which includes U+0085 (NEL); PCRE2's \s under UCP
-// is the separators plus \t\n\v\f\r, which leaves NEL out. Rewrite \s and \S to say so.
+// Rewrites an Oniguruma pattern for PCRE2 so that it matches the same characters. Oniguruma's
+// \s is Unicode White_Space, which includes U+0085 (NEL); PCRE2's \s under UCP is the
+// separators plus \t\n\v\f\r. And the reference's tables are of Unicode 16.0, PCRE2's older:
+// \p{L} and \p{N} gain the letters and numbers it lacks. (\S and \P{..} inside a class stay
+// as they are: a class cannot subtract.)
 std::string translate(const std::string& p) {
   std::string out;
   out.reserve(p.size() + 16);
@@ -50,6 +53,14 @@ std::string translate(const std::string& p) {
       if (i + 1 < p.size() && p[i + 1] == '^') { out += '^'; ++i; }
       if (i + 1 < p.size() && p[i + 1] == ']') { out += ']'; ++i; }
       continue;
+    }
+    if (in_class && c == '[' && i + 1 < p.size() && p[i + 1] == ':') {  // [:alpha:] inside a class
+      size_t end = p.find(":]", i + 2);
+      if (end != std::string::npos) {
+        out.append(p, i, end + 2 - i);
+        i = end + 1;
+        continue;
+      }
     }
     if (in_class && c == ']') in_class = false;
     out += c;

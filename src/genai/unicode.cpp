@@ -42,7 +42,6 @@ std::string class_items(const CodeRange (&table)[N]) {
   return s;
 }
 
-utf8proc_category_t category(char32_t c) { return utf8proc_category(static_cast<utf8proc_int32_t>(c)); }
 
 }  // namespace
 
@@ -90,18 +89,7 @@ bool is_white_space(char32_t c) {
 
 bool is_word_char(char32_t c) {
   if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-  switch (category(c)) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
-    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_PC:
-      return true;
-    default:
-      break;
-  }
-  // Join controls, and the symbols that Unicode counts as Alphabetic (circled and squared letters).
-  return c == 0x200C || c == 0x200D || (c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F149) ||
-         (c >= 0x1F150 && c <= 0x1F169) || (c >= 0x1F170 && c <= 0x1F189);
+  return in_table(kWordChar, c);
 }
 
 bool is_bert_punctuation(char32_t c) { return in_table(kBertPunctuation, c); }

@@ -32,7 +32,8 @@ size_t utf8_invalid_at(std::string_view s);
 
 // Rust's char::is_whitespace (the Unicode White_Space property).
 bool is_white_space(char32_t c);
-// Rust regex `\w`: Alphabetic, marks, decimal digits, connector punctuation, joiners.
+// Rust regex `\w` (Alphabetic, marks, decimal digits, connector punctuation, joiners), as the
+// reference's regex crate knows it.
 bool is_word_char(char32_t c);
 
 // Character sets as the reference answers them (measured from it into unicode_tables.inc by

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "genai/byte_level.h"
 #include "genai/regex.h"
@@ -37,7 +38,7 @@ std::string byte_level_json(const std::vector<std::pair<std::string, std::string
   for (int b = 0; b < 256; ++b) {
     std::string ch;
     utf8_append(ch, byte_to_char(static_cast<unsigned char>(b)));
-    vocab += (b ? "," : "") + json_string(ch) + ":" + std::to_string(b);
+    vocab += cat(b ? "," : "", json_string(ch), ":", b);
   }
   int next = 256;
   std::string merge_list;
@@ -225,6 +226,40 @@ TEST(WordPiece, LongWordsAndUnknownRestsAreUnk) {
   EXPECT_EQ(tok.encode("unaffable", false), (Ids{1}));    // 9 characters > 5
   EXPECT_EQ(tok.encode("Ünäff", false), (Ids{4, 5}));       // accents stripped, lowercased
   EXPECT_EQ(tok.decode(Ids{2, 4, 5, 8, 7, 3}), "unaff. a");
+}
+
+TEST(Tokenizer, SharedAcrossThreads) {
+  Tokenizer tok = Tokenizer::from_json(byte_level_json({{"a", "b"}, {"ab", "c"}, {"Ġ", "a"}}));
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; ++i) texts.push_back(cat("abc ", i, " abab \xF0\x9F\x98\x80 ", std::string(i % 7, 'c')));
+  std::vector<Ids> expected;
+  for (const auto& t : texts) expected.push_back(tok.encode(t));
+  std::vector<int> wrong(4, 0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k)
+    threads.emplace_back([&, k] {
+      for (int round = 0; round < 20; ++round)
+        for (size_t i = 0; i < texts.size(); ++i)
+          if (tok.encode(texts[(i + k * 31) % texts.size()]) != expected[(i + k * 31) % texts.size()]) ++wrong[k];
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong, (std::vector<int>{0, 0, 0, 0}));
+}
+
+TEST(Tokenizer, FolderReadsSpecialTokenIdsFromItsConfig) {
+  auto dir = std::filesystem::temp_directory_path() / "onyx_tokenizer_folder";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << sentencepiece_json();
+  std::ofstream(dir / "tokenizer_config.json")
+      << R"({"bos_token": {"content": "<s>", "lstrip": false}, "eos_token": "</s>", "pad_token": null})";
+  Tokenizer tok = Tokenizer::from_file(dir.string());
+  EXPECT_EQ(tok.bos_id(), 1);
+  EXPECT_EQ(tok.eos_id(), 2);
+  EXPECT_FALSE(tok.pad_id());
+  EXPECT_EQ(tok.vocab_size(), 264u);
+  EXPECT_EQ(tok.id_to_token(262), "▁a");
+  EXPECT_EQ(tok.token_to_id("<0x41>"), 3 + 0x41);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(TokenizerErrors, NameTheFileAndTheJsonPath) {
