@@ -25,7 +25,7 @@ void map_chars(std::string& text, Fn&& fn) {
 class UnicodeNormalizer : public Normalizer {
  public:
   explicit UnicodeNormalizer(NormalForm form) : form_(form) {}
-  void normalize(std::string& text) const override { text = normalize_unicode(text, form_); }
+  void normalize(std::string& text, bool&) const override { text = normalize_unicode(text, form_); }
 
  private:
   NormalForm form_;
@@ -33,13 +33,13 @@ class UnicodeNormalizer : public Normalizer {
 
 class Lowercase : public Normalizer {
  public:
-  void normalize(std::string& text) const override { text = to_lower(text); }
+  void normalize(std::string& text, bool&) const override { text = to_lower(text); }
 };
 
 class Strip : public Normalizer {
  public:
   Strip(bool left, bool right) : left_(left), right_(right) {}
-  void normalize(std::string& text) const override {
+  void normalize(std::string& text, bool& at_origin) const override {
     size_t b = 0, e = text.size();
     if (left_) {
       while (b < e) {
@@ -59,6 +59,7 @@ class Strip : public Normalizer {
         e = s;
       }
     }
+    if (b > 0) at_origin = false;
     text = text.substr(b, e - b);
   }
 
@@ -69,7 +70,10 @@ class Strip : public Normalizer {
 // The reference's is_combining_mark: any mark (Mn, Mc, Me).
 class StripAccents : public Normalizer {
  public:
-  void normalize(std::string& text) const override {
+  void normalize(std::string& text, bool& at_origin) const override {
+    char32_t first = 0;
+    if (!text.empty()) utf8_next(text, 0, first);
+    if (!text.empty() && is_combining_mark(first)) at_origin = false;
     map_chars(text, [](char32_t c, std::string& out) {
       if (!is_combining_mark(c)) utf8_append(out, c);
     });
@@ -79,10 +83,11 @@ class StripAccents : public Normalizer {
 class Replace : public Normalizer {
  public:
   Replace(const std::string& pattern, std::string content) : regex_(pattern), content_(std::move(content)) {}
-  void normalize(std::string& text) const override {
+  void normalize(std::string& text, bool& at_origin) const override {
     std::vector<Span> m;
     regex_.find_all(text, m);
     if (m.empty()) return;
+    if (m[0].first == 0 && content_.empty()) at_origin = false;  // the start was removed
     std::string out;
     size_t last = 0;
     for (auto [b, e] : m) {
@@ -102,7 +107,7 @@ class Replace : public Normalizer {
 class Prepend : public Normalizer {
  public:
   explicit Prepend(std::string prefix) : prefix_(std::move(prefix)) {}
-  void normalize(std::string& text) const override {
+  void normalize(std::string& text, bool&) const override {
     if (!text.empty()) text = prefix_ + text;
   }
 
@@ -112,7 +117,7 @@ class Prepend : public Normalizer {
 
 class ByteLevelNormalizer : public Normalizer {
  public:
-  void normalize(std::string& text) const override { text = bytes_to_chars(text); }
+  void normalize(std::string& text, bool&) const override { text = bytes_to_chars(text); }
 };
 
 // BERT's cleanup: drop NUL, U+FFFD and control characters, make whitespace a space, pad CJK
@@ -122,12 +127,15 @@ class BertNormalizer : public Normalizer {
   BertNormalizer(bool clean_text, bool chinese, bool strip_accents, bool lowercase)
       : clean_text_(clean_text), chinese_(chinese), strip_accents_(strip_accents), lowercase_(lowercase) {}
 
-  void normalize(std::string& text) const override {
+  void normalize(std::string& text, bool& at_origin) const override {
     if (clean_text_ || chinese_) {
-      map_chars(text, [this](char32_t c, std::string& out) {
+      map_chars(text, [this, &out_first = at_origin](char32_t c, std::string& out) {
         if (clean_text_) {
           bool tab_or_newline = c == '\t' || c == '\n' || c == '\r';
-          if (is_bert_removed(c)) return;  // NUL, U+FFFD and controls (not \t \n \r)
+          if (is_bert_removed(c)) {  // NUL, U+FFFD and controls (not \t \n \r)
+            if (out.empty()) out_first = false;
+            return;
+          }
           if (tab_or_newline || is_white_space(c)) c = ' ';
         }
         if (chinese_ && is_chinese_char(c)) {
@@ -141,8 +149,9 @@ class BertNormalizer : public Normalizer {
     }
     if (strip_accents_) {
       text = normalize_unicode(text, NormalForm::kNFD);
-      map_chars(text, [](char32_t c, std::string& out) {
+      map_chars(text, [&at_origin](char32_t c, std::string& out) {
         if (!is_bert_nonspacing_mark(c)) utf8_append(out, c);
+        else if (out.empty()) at_origin = false;
       });
     }
     if (lowercase_) text = to_lower(text);
@@ -155,8 +164,8 @@ class BertNormalizer : public Normalizer {
 class SequenceNormalizer : public Normalizer {
  public:
   explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts) : parts_(std::move(parts)) {}
-  void normalize(std::string& text) const override {
-    for (const auto& p : parts_) p->normalize(text);
+  void normalize(std::string& text, bool& at_origin) const override {
+    for (const auto& p : parts_) p->normalize(text, at_origin);
   }
 
  private:

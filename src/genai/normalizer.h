@@ -12,7 +12,13 @@ namespace onyx::genai {
 class Normalizer {
  public:
   virtual ~Normalizer() = default;
-  virtual void normalize(std::string& text) const = 0;
+  // Normalizes text. at_origin is cleared when what now comes first no longer stands for
+  // the first original character (Strip or a removal took it), as Metaspace's "first" asks.
+  virtual void normalize(std::string& text, bool& at_origin) const = 0;
+  void normalize(std::string& text) const {
+    bool unused = true;
+    normalize(text, unused);
+  }
 };
 
 // A Replace or Split pattern, {"String": s} or {"Regex": r}, as a regex source.

@@ -136,7 +136,8 @@ struct Tokenizer::Impl {
       }
       if (r.end == r.begin) continue;
       std::string segment(text.substr(r.begin, r.end - r.begin));
-      if (normalizer) normalizer->normalize(segment);
+      bool at_origin = r.begin == 0;
+      if (normalizer) normalizer->normalize(segment, at_origin);
       added.split(segment, true, normalized);
       for (const TextSplit& s : normalized) {
         if (s.id >= 0) {
@@ -145,7 +146,7 @@ struct Tokenizer::Impl {
         }
         if (s.end == s.begin) continue;
         pieces.clear();
-        pieces.push_back({segment.substr(s.begin, s.end - s.begin), r.begin == 0 && s.begin == 0});
+        pieces.push_back({segment.substr(s.begin, s.end - s.begin), at_origin && s.begin == 0});
         if (pre_tokenizer) pre_tokenizer->pre_tokenize(pieces);
         for (const Piece& p : pieces) model->tokenize(p.text, ids);
       }

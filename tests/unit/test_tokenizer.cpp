@@ -228,6 +228,20 @@ TEST(WordPiece, LongWordsAndUnknownRestsAreUnk) {
   EXPECT_EQ(tok.decode(Ids{2, 4, 5, 8, 7, 3}), "unaff. a");
 }
 
+TEST(Metaspace, FirstSchemePrependsOnlyWhereTheInputStarts) {
+  // As in the reference: after <s>, or where a normalizer removed the first characters, the
+  // piece does not start the input and gets no ▁.
+  std::string json = R"({"added_tokens":[{"id":4,"content":"<s>","special":true,"normalized":false}],
+    "normalizer":{"type":"Strip","strip_left":true,"strip_right":true},
+    "pre_tokenizer":{"type":"Metaspace","replacement":"▁","prepend_scheme":"first","split":true},
+    "model":{"type":"WordLevel","unk_token":"[UNK]","vocab":{"[UNK]":0,"▁hello":1,"hello":2,"▁":3,"<s>":4}}})";
+  Tokenizer tok = Tokenizer::from_json(json);
+  EXPECT_EQ(tok.encode("hello"), (Ids{1}));
+  EXPECT_EQ(tok.encode("  hello"), (Ids{2}));
+  EXPECT_EQ(tok.encode("<s>hello"), (Ids{4, 2}));
+  EXPECT_EQ(tok.encode("hello<s>hello"), (Ids{1, 4, 2}));
+}
+
 TEST(Tokenizer, SharedAcrossThreads) {
   Tokenizer tok = Tokenizer::from_json(byte_level_json({{"a", "b"}, {"ab", "c"}, {"Ġ", "a"}}));
   std::vector<std::string> texts;
