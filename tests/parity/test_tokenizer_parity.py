@@ -4,9 +4,9 @@ For every tokenizer family (the small trained fixtures under tests/fixtures/toke
 the real tokenizer.json files that pip packages ship, see scripts/requirements-tokenizers.txt),
 one onyx process encodes the whole generated corpus (tools/make_tokenizer_fixtures.py):
 ids with and without special tokens, the decode of those ids with and without special
-tokens, and the streamed decode. Each must equal the reference exactly. A second process
-decodes random id sequences (what a model may generate: byte tokens out of order, special
-tokens anywhere), whole and streamed.
+tokens, and the streamed decode; then it decodes random id sequences (what a model may
+generate: byte tokens out of order, special tokens anywhere), whole and streamed. Each must
+equal the reference exactly.
 """
 
 import json
@@ -30,6 +30,17 @@ TRAINED = sorted(p.name for p in FIXTURE_DIR.iterdir() if (p / "tokenizer.json")
 REAL = sorted(fixtures.REAL)
 SHOW = 5  # mismatches reported per check
 RANDOM_SEQUENCES = 2000
+
+
+_REFERENCE = {}
+
+
+def reference(folder):
+    """The reference tokenizer of a folder, loaded once per session (the real ones are 9-11 MB)."""
+    key = str(folder)
+    if key not in _REFERENCE:
+        _REFERENCE[key] = tokenizers.Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
+    return _REFERENCE[key]
 
 
 def family_folder(family):
@@ -69,36 +80,38 @@ def onyx_runs(onyx_bin, corpus, tmp_path_factory):
         seqs = random_id_sequences(folder)
         ids_path = out_dir / f"{family}.ids.jsonl"
         ids_path.write_text("".join(json.dumps(q) + "\n" for q in seqs))
-        for key, args in ((family, ["--lines", str(corpus[0]), "--json"]),
-                          ((family, "random"), ["--decode-lines", str(ids_path)])):
-            name = f"{family}.{'random' if isinstance(key, tuple) else 'corpus'}"
-            out, err = open(out_dir / f"{name}.out", "wb"), open(out_dir / f"{name}.err", "wb")
-            proc = subprocess.Popen([str(onyx_bin), "tokenize", str(folder), *args], stdout=out, stderr=err, env=env)
-            runs[key] = (proc, out_dir / f"{name}.out", out_dir / f"{name}.err", out, err)
-        runs[(family, "sequences")] = seqs
+        out, err = open(out_dir / f"{family}.out", "wb"), open(out_dir / f"{family}.err", "wb")
+        proc = subprocess.Popen([str(onyx_bin), "tokenize", str(folder), "--lines", str(corpus[0]), "--json",
+                                 "--decode-lines", str(ids_path)], stdout=out, stderr=err, env=env)
+        runs[family] = {"proc": proc, "out_path": out_dir / f"{family}.out", "err_path": out_dir / f"{family}.err",
+                        "files": (out, err), "sequences": seqs, "results": None}
     yield runs
     for run in runs.values():
-        proc = run[0]
-        if isinstance(proc, subprocess.Popen) and proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        if run["proc"].poll() is None:
+            run["proc"].kill()
+            run["proc"].wait()
 
 
 def random_id_sequences(folder):
     """Seeded random ids below the vocabulary size (and a few past it: unknown ids are skipped)."""
-    ref = tokenizers.Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
+    ref = reference(folder)
     rng = random.Random(folder.name)
     n = ref.get_vocab_size()
     return [[rng.randrange(n + 3) for _ in range(rng.randrange(1, 30))] for _ in range(RANDOM_SEQUENCES)]
 
 
-def onyx_results(runs, key):
-    proc, out_path, err_path, out, err = runs[key]
-    rc = proc.wait(timeout=300)
-    out.close()
-    err.close()
-    assert rc == 0, f"onyx tokenize failed ({rc}):\n{err_path.read_text(errors='replace')}"
-    return [json.loads(line) for line in out_path.read_text(encoding="utf-8").splitlines()]
+def onyx_results(runs, family, corpus_lines):
+    """(corpus results, random-sequence results) of a family's onyx run."""
+    run = runs[family]
+    if run["results"] is None:
+        rc = run["proc"].wait(timeout=300)
+        for f in run["files"]:
+            f.close()
+        assert rc == 0, f"onyx tokenize failed ({rc}):\n{run['err_path'].read_text(errors='replace')}"
+        rows = [json.loads(line) for line in run["out_path"].read_text(encoding="utf-8").splitlines()]
+        assert len(rows) == corpus_lines + len(run["sequences"]), f"onyx printed {len(rows)} results"
+        run["results"] = (rows[:corpus_lines], rows[corpus_lines:])
+    return run["results"]
 
 
 def mismatches(name, lines, ours, theirs):
@@ -134,18 +147,16 @@ def check_family(ref, ours, lines):
 
 @pytest.mark.parametrize("family", TRAINED + REAL)
 def test_tokenizer_matches_reference(family, onyx_runs, corpus):
-    folder = family_folder(family)
-    ref = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
-    problems = check_family(ref, onyx_results(onyx_runs, family), corpus[1])
+    ref = reference(family_folder(family))
+    problems = check_family(ref, onyx_results(onyx_runs, family, len(corpus[1]))[0], corpus[1])
     assert not problems, f"{family}:\n" + "\n".join(problems)
 
 
 @pytest.mark.parametrize("family", TRAINED + REAL)
-def test_random_ids_decode_like_reference(family, onyx_runs):
-    folder = family_folder(family)
-    ref = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
-    seqs = onyx_runs[(family, "sequences")]
-    ours = onyx_results(onyx_runs, (family, "random"))
+def test_random_ids_decode_like_reference(family, onyx_runs, corpus):
+    ref = reference(family_folder(family))
+    seqs = onyx_runs[family]["sequences"]
+    ours = onyx_results(onyx_runs, family, len(corpus[1]))[1]
     assert len(ours) == len(seqs)
     problems = mismatches("decode", seqs, [o["text"] for o in ours], ref.decode_batch(seqs, skip_special_tokens=True))
     problems += mismatches("decode keeping special tokens", seqs, [o["text_keep_special"] for o in ours],

@@ -34,7 +34,8 @@ options:
   --json            with --lines: print one JSON object per line instead: ids, ids_no_special,
                     text (decode of ids), text_keep_special, stream (concatenated TokenStream output)
   --decode-lines FILE  FILE holds one JSON array of ids per line; prints one JSON object per
-                    line: text, text_keep_special, stream (concatenated TokenStream output)
+                    line: text, text_keep_special, stream (concatenated TokenStream output);
+                    with --lines too, these come after the --lines results
   --bench N         with --lines: encode the lines N times, print the first and the best pass's timing
   --info            print vocabulary size and the bos/eos/pad ids
 )";
@@ -93,7 +94,7 @@ std::vector<std::string> read_lines(const std::string& path) {
 
 std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', true); }
 
-int run_lines(const Tokenizer& tok, const std::string& file, bool special, bool keep_special, bool json, int bench) {
+void run_lines(const Tokenizer& tok, const std::string& file, bool special, bool keep_special, bool json, int bench) {
   std::vector<std::string> lines = read_lines(file);
   if (bench > 0) {
     size_t bytes = 0, tokens = 0;
@@ -112,7 +113,7 @@ int run_lines(const Tokenizer& tok, const std::string& file, bool special, bool 
                 "best of %d passes: %.4f s (%.0f lines/s, %.2f MB/s)\n",
                 lines.size(), bytes, tokens, first, double(lines.size()) / first, double(bytes) / first / 1e6, bench,
                 best, double(lines.size()) / best, double(bytes) / best / 1e6);
-    return 0;
+    return;
   }
   std::string out;
   for (size_t n = 0; n < lines.size(); ++n) {
@@ -138,11 +139,11 @@ int run_lines(const Tokenizer& tok, const std::string& file, bool special, bool 
     });
   }
   std::fwrite(out.data(), 1, out.size(), stdout);
-  return 0;
+  std::fflush(stdout);
 }
 
 // Decodes arbitrary id sequences (what a model may generate), whole and streamed.
-int run_decode_lines(const Tokenizer& tok, const std::string& path) {
+void run_decode_lines(const Tokenizer& tok, const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   ONYX_CHECK(in, "cannot open '", path, "'");
   std::string line, out;
@@ -170,7 +171,7 @@ int run_decode_lines(const Tokenizer& tok, const std::string& path) {
     out += '\n';
   }
   std::fwrite(out.data(), 1, out.size(), stdout);
-  return 0;
+  std::fflush(stdout);
 }
 
 }  // namespace
@@ -206,8 +207,10 @@ int cmd_tokenize(const std::vector<std::string>& args) {
     if (positional.empty()) throw Usage("tokenize needs a tokenizer.json or a model folder");
     bool has_text = positional.size() >= 2;
     if (positional.size() > 2) throw Usage(cat("unexpected argument '", positional[2], "' (quote the text)"));
-    int modes = int(has_text) + int(decode) + int(!lines_file.empty()) + int(!decode_lines_file.empty()) + int(info);
-    if (modes != 1) throw Usage("give exactly one of TEXT, --decode IDS, --lines FILE, --decode-lines FILE or --info");
+    // --lines and --decode-lines may go together (one process, one load): --lines results first.
+    bool batch = !lines_file.empty() || !decode_lines_file.empty();
+    int modes = int(has_text) + int(decode) + int(batch) + int(info);
+    if (modes != 1) throw Usage("give exactly one of TEXT, --decode IDS, --lines / --decode-lines FILE or --info");
     if ((json || bench) && lines_file.empty()) throw Usage("--json and --bench go with --lines");
 
     Tokenizer tok = Tokenizer::from_file(positional[0]);
@@ -221,8 +224,11 @@ int cmd_tokenize(const std::vector<std::string>& args) {
       std::cout << tok.decode(parse_ids(decode_ids), !keep_special) << "\n";
       return 0;
     }
-    if (!decode_lines_file.empty()) return run_decode_lines(tok, decode_lines_file);
-    if (!lines_file.empty()) return run_lines(tok, lines_file, special, keep_special, json, bench);
+    if (batch) {
+      if (!lines_file.empty()) run_lines(tok, lines_file, special, keep_special, json, bench);
+      if (!decode_lines_file.empty()) run_decode_lines(tok, decode_lines_file);
+      return 0;
+    }
     std::cout << join(tok.encode(positional[1], special)) << "\n";
     return 0;
   } catch (const Usage& e) {
