@@ -16,6 +16,7 @@ class Tokenizer;
 
 class TokenStream {
  public:
+  // The tokenizer must outlive the stream. One stream per generated sequence; not thread-safe.
   TokenStream(const Tokenizer& tokenizer, bool skip_special_tokens);
 
   // The text that `id` completes (often empty while a character is incomplete).

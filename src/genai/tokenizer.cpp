@@ -101,8 +101,8 @@ struct Tokenizer::Impl {
   void load(const Json& root) {
     JsonNode doc(root, "");
     doc.expect_object();
-    // The model first: added tokens take their ids from its vocabulary, and normalized added
-    // tokens are matched in their normalized spelling.
+    // Added tokens come last: they take their ids from the model's vocabulary, and normalized
+    // ones are matched in their normalized spelling.
     normalizer = make_normalizer(doc.get("normalizer"));
     pre_tokenizer = make_pre_tokenizer(doc.get("pre_tokenizer"));
     model = make_model(doc.at("model"));
