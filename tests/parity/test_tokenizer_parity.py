@@ -187,6 +187,11 @@ def test_cli_encode_and_decode(run_onyx):
     assert proc.stdout == text + "\n"
     proc = run_onyx("tokenize", folder, "--decode", " ".join(map(str, ids)), "--keep-special")
     assert proc.stdout == ref.decode(ids, skip_special_tokens=False) + "\n"
+    proc = run_onyx("tokenize", folder, "--info")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    assert proc.stdout.split("\n")[:3] == [f"vocab size: {ref.get_vocab_size()}",
+                                          f"bos: {ref.token_to_id(config['bos_token'])}",
+                                          f"eos: {ref.token_to_id(config['eos_token'])}"], proc.stdout
 
 
 def test_cli_errors(run_onyx, tmp_path):
