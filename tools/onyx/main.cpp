@@ -9,6 +9,8 @@ constexpr const char* kUsage = R"(usage:
   onyx run MODEL [options]     run a model and print its outputs and timing
   onyx info MODEL              print inputs, outputs, opsets, initializer bytes, op histogram
   onyx plan MODEL [options]    print the memory plan for given input shapes
+  onyx tokenize DIR_OR_JSON TEXT | --decode IDS | --lines FILE
+                               encode or decode with a Hugging Face tokenizer.json (onyx tokenize --help)
 
 plan options:
   --shape NAME=1x128           shape of input NAME (repeatable); inputs with fixed shapes may be left out
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
       std::cout << kUsage;
       return args.empty() ? 2 : 0;
     }
+    if (args[0] == "tokenize") return onyx::cli::cmd_tokenize(std::vector<std::string>(args.begin() + 1, args.end()));
     if (args.size() < 2) throw UsageError(onyx::cat("'", args[0], "' needs a MODEL path"));
     std::vector<std::string> rest(args.begin() + 2, args.end());
     if (args[0] == "run") return onyx::cli::cmd_run(args[1], rest);
