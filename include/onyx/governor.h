@@ -42,6 +42,8 @@ class MemoryGovernor : public std::enable_shared_from_this<MemoryGovernor> {
   size_t budget() const;
   void set_budget(size_t bytes);
   size_t leased() const;
+  // The most ever leased at once.
+  size_t peak_leased() const;
   size_t lease_count() const;
   // One line per holder: name and bytes; then the total and the budget.
   std::string report() const;
@@ -56,6 +58,7 @@ class MemoryGovernor : public std::enable_shared_from_this<MemoryGovernor> {
   std::string device_;
   size_t budget_;
   size_t leased_ = 0;
+  size_t peak_ = 0;
   std::map<std::string, size_t> holders_;
 };
 

@@ -38,6 +38,8 @@ class Backend {
   virtual Allocator& allocator() = 0;
   // Memory for weights, uploaded once per session.
   virtual Allocator& weights_allocator() = 0;
+  // A pool of this device's memory under a holder of its own in the governor (a KV cache).
+  virtual std::shared_ptr<Allocator> make_pool(const std::string& holder) = 0;
   // The device's budget, from which every standing pool of this backend leases.
   virtual MemoryGovernor& governor() = 0;
   virtual size_t alignment() const = 0;
@@ -77,6 +79,8 @@ class Backend {
   virtual std::string take_capture_violation() = 0;
   // Fills `bytes` of device memory at `ptr` with a pattern that reads as NaN (validation mode).
   virtual void poison(void* ptr, size_t bytes) = 0;
+  // Fills `bytes` of device memory at `ptr` with zeros, enqueued.
+  virtual void zero(void* ptr, size_t bytes) = 0;
 };
 
 // The backend of an accelerator device (null for the CPU), from the session's options.

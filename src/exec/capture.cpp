@@ -29,9 +29,15 @@ void SignatureCapture::release_graph() {
   graph_.reset();
   output_slots_.clear();
   adopted_.clear();
+  adopted_in_.clear();
 }
 
-bool SignatureCapture::same_binding(const std::map<int, Tensor>& bound) const {
+bool SignatureCapture::same_binding(const std::map<int, Tensor>& bound, const std::vector<Tensor>& inputs) const {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const bool adopted = inputs[i].defined() && i < input_slots_.size() && inputs[i].raw() != input_slots_[i].raw();
+    auto it = adopted_in_.find(i);
+    if (adopted != (it != adopted_in_.end()) || (adopted && it->second != inputs[i].raw())) return false;
+  }
   if (bound.size() != adopted_.size()) return false;
   for (const auto& [root, t] : bound) {
     auto it = adopted_.find(root);
@@ -40,16 +46,25 @@ bool SignatureCapture::same_binding(const std::map<int, Tensor>& bound) const {
   return true;
 }
 
+// A device feed that is also a bound output's tensor: read in place (never copied into a slot).
+static bool fed_and_bound(const Tensor& feed, const std::map<int, Tensor>& bound) {
+  if (feed.on_host() || !feed.storage()) return false;
+  for (const auto& [root, t] : bound)
+    if (t.storage() == feed.storage()) return true;
+  return false;
+}
+
 // Each feed goes into its slot on the stream (nothing to do when the feed is the slot);
 // returns what the steps read per input.
-std::vector<Tensor> SignatureCapture::write_inputs(const std::vector<Tensor>& feeds) {
+std::vector<Tensor> SignatureCapture::write_inputs(const std::vector<Tensor>& feeds,
+                                                   const std::map<int, Tensor>& bound) {
   const std::vector<Tensor>& slots = input_slots();
   std::vector<Tensor> inputs(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) {
     ONYX_CHECK(i < feeds.size() && feeds[i].defined(), "a captured run needs every input fed; input ", i, " was not");
     const Tensor& feed = feeds[i];
     const Tensor& slot = slots[i];
-    if (!slot.defined()) {  // strings stay on the host, and the signature is not captured
+    if (!slot.defined() || fed_and_bound(feed, bound)) {  // strings stay on the host; a bound cache is read in place
       inputs[i] = feed;
       continue;
     }
@@ -97,6 +112,9 @@ bool SignatureCapture::capture(const std::vector<Tensor>& inputs, const Arena& a
     output_slots_[root] = t;
     adopted_[root] = t.raw();
   }
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined() && (i >= input_slots_.size() || inputs[i].raw() != input_slots_[i].raw()))
+      adopted_in_[i] = inputs[i].raw();
   for (const Slot& s : output_roots_)
     if (!output_slots_.count(s.root))
       output_slots_[s.root] = Tensor(DType::kUInt8, Shape{static_cast<int64_t>(s.bytes)}, backend_.allocator());
@@ -125,19 +143,19 @@ bool SignatureCapture::run(const std::vector<Tensor>& feeds, const Arena& arena,
   if (!blocker_.empty()) {
     ONYX_CHECK(mode_ != CaptureMode::kRequire, "capture=require: inputs ", signature_, " cannot be captured: ", blocker_);
     notices_.say_once(signature_, cat("onyx: inputs ", signature_, " run eagerly, not from a CUDA graph: ", blocker_));
-    run_eagerly(write_inputs(feeds), record, bound);
+    run_eagerly(write_inputs(feeds, bound), record, bound);
     return false;
   }
   if (runs_++ == 0) {
-    run_eagerly(write_inputs(feeds), record, bound);
+    run_eagerly(write_inputs(feeds, bound), record, bound);
     return false;
   }
   check_contract(arena);
-  if (graph_ && !same_binding(bound)) {  // the graph writes into other tensors than these: capture again
+  std::vector<Tensor> inputs = write_inputs(feeds, bound);
+  if (graph_ && !same_binding(bound, inputs)) {  // the graph reads or writes other tensors than these: capture again
     release_graph();
     ++report_.recaptures;
   }
-  std::vector<Tensor> inputs = write_inputs(feeds);
   if (!graph_ && !capture(inputs, arena, record, bound)) {
     run_eagerly(inputs, record, bound);
     return false;

@@ -52,7 +52,8 @@ class SignatureCapture {
   // replays. Returns true when it replayed (the outputs are then in output_slots()).
   // `bound` holds the caller's tensors for some output groups (by root value id): runs
   // write those groups there, and a graph captured with them is replayed only while the
-  // same tensors are bound (else it is captured again).
+  // same tensors are bound (else it is captured again). A device feed that is one of those
+  // tensors (a KV cache fed and updated in place) is read where it is, not copied into a slot.
   bool run(const std::vector<Tensor>& feeds, const Arena& arena, const Record& record,
            const std::map<int, Tensor>& bound = {});
 
@@ -66,13 +67,13 @@ class SignatureCapture {
   void release_graph();
 
  private:
-  std::vector<Tensor> write_inputs(const std::vector<Tensor>& feeds);
+  std::vector<Tensor> write_inputs(const std::vector<Tensor>& feeds, const std::map<int, Tensor>& bound);
   void run_eagerly(const std::vector<Tensor>& inputs, const Record& record, const std::map<int, Tensor>& bound);
   void check_contract(const Arena& arena);
   [[noreturn]] void contract_broken(const std::string& why);
   bool capture(const std::vector<Tensor>& inputs, const Arena& arena, const Record& record,
                const std::map<int, Tensor>& bound);
-  bool same_binding(const std::map<int, Tensor>& bound) const;
+  bool same_binding(const std::map<int, Tensor>& bound, const std::vector<Tensor>& inputs) const;
 
   Backend& backend_;
   CaptureMode mode_;
@@ -85,7 +86,8 @@ class SignatureCapture {
   size_t runs_ = 0;
   std::vector<Tensor> input_slots_;
   std::map<int, Tensor> output_slots_;
-  std::map<int, const void*> adopted_;  // output groups the graph writes into the caller's tensors
+  std::map<int, const void*> adopted_;        // output groups the graph writes into the caller's tensors
+  std::map<size_t, const void*> adopted_in_;  // inputs the graph reads from the caller's tensors
   std::unique_ptr<CapturedWork> graph_;
   Arena captured_against_;
 };

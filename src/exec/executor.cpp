@@ -19,12 +19,13 @@ SessionOptions subgraph_options(const SessionOptions& options) {
 }  // namespace
 
 GraphExecutor::GraphExecutor(Graph& graph, const OpRegistry& registry, std::shared_ptr<Allocator> host,
-                             const SessionOptions& options, Backend* backend)
+                             const SessionOptions& options, Backend* backend, std::shared_ptr<DeviceWeights> shared_weights)
     : graph_(graph),
       host_(std::move(host)),
       options_(options),
       backend_(backend),
       capture_(backend && options.capture != CaptureMode::kOff),
+      device_weights_(shared_weights ? std::move(shared_weights) : std::make_shared<DeviceWeights>()),
       notices_(options.log),
       cache_(options.plan_cache_capacity),
       loop_(graph, *host_, backend,
@@ -63,9 +64,18 @@ void GraphExecutor::upload_weights() {
       auto it = graph_.initializers.find(id);
       if (it == graph_.initializers.end() || it->second.dtype() == DType::kString) continue;
       const Tensor& w = it->second;
-      Tensor d(w.dtype(), w.shape(), backend_->weights_allocator());
-      backend_->copy_from_host(d.raw(), w.raw(), w.bytes());
-      weights_on_accel_[id] = std::move(d);
+      if (w.bytes() == 0) {
+        weights_on_accel_[id] = Tensor(w.dtype(), w.shape(), backend_->weights_allocator());
+        resident_on_accel_[id] = true;
+        continue;
+      }
+      Tensor& d = (*device_weights_)[w.raw()];
+      if (!d.defined() || d.bytes() != w.bytes() || d.dtype() != w.dtype()) {
+        ONYX_ASSERT(!d.defined(), "two weights at the same host address differ in type");
+        d = Tensor(w.dtype(), w.shape(), backend_->weights_allocator());
+        backend_->copy_from_host(d.raw(), w.raw(), w.bytes());
+      }
+      weights_on_accel_[id] = d.view(w.shape());
       resident_on_accel_[id] = true;
     }
   }

@@ -25,12 +25,17 @@ struct Fallback {
   std::string reason;
 };
 
+// Device copies of initializers, by the host bytes they copy: executors of graphs that
+// share weights (a decoder and its rewritten twin) upload each weight once.
+using DeviceWeights = std::map<const void*, Tensor>;
+
 class GraphExecutor {
  public:
   // Resolves every node (subgraphs too) against `registry`. With a backend, every node
   // it can run runs there, and the initializers its kernels read are uploaded now.
   GraphExecutor(Graph& graph, const OpRegistry& registry, std::shared_ptr<Allocator> host,
-                const SessionOptions& options = {}, Backend* backend = nullptr);
+                const SessionOptions& options = {}, Backend* backend = nullptr,
+                std::shared_ptr<DeviceWeights> shared_weights = nullptr);
   GraphExecutor(const GraphExecutor&) = delete;
   GraphExecutor& operator=(const GraphExecutor&) = delete;
 
@@ -89,6 +94,7 @@ class GraphExecutor {
   SessionOptions options_;
   Backend* backend_;
   bool capture_;                          // CUDA Graph capture of this (top-level) graph's signatures
+  std::shared_ptr<DeviceWeights> device_weights_;
   std::vector<Tensor> weights_on_accel_;  // per value id: initializers uploaded once at load
   std::vector<bool> resident_on_accel_;
   std::map<const Graph*, std::unique_ptr<GraphExecutor>> subgraphs_;

@@ -1,5 +1,7 @@
 #include "onyx/governor.h"
 
+#include <algorithm>
+
 #include <cstdio>
 
 #include "onyx/error.h"
@@ -40,6 +42,7 @@ void MemoryGovernor::change(const std::string& holder, size_t old_bytes, size_t 
   if (new_bytes > old_bytes && leased_ + (new_bytes - old_bytes) > budget_)
     throw Error(refusal(holder, new_bytes - old_bytes));
   leased_ = leased_ - old_bytes + new_bytes;
+  peak_ = std::max(peak_, leased_);
   holders_[holder] = holders_[holder] - old_bytes + new_bytes;
 }
 
@@ -75,6 +78,11 @@ void MemoryGovernor::set_budget(size_t bytes) {
 size_t MemoryGovernor::leased() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return leased_;
+}
+
+size_t MemoryGovernor::peak_leased() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peak_;
 }
 
 size_t MemoryGovernor::lease_count() const {

@@ -76,6 +76,7 @@ class FakeBackend final : public Backend {
   Device device() const override { return Device::cuda(0); }
   Allocator& allocator() override { return *values_; }
   Allocator& weights_allocator() override { return *weights_; }
+  std::shared_ptr<Allocator> make_pool(const std::string&) override { return std::make_shared<FakeDeviceAllocator>(); }
   MemoryGovernor& governor() override { return *governor_; }
   size_t alignment() const override { return 256; }
   bool has_kernel(const Node& node) const override { return ops.count(node.op_type) > 0; }
@@ -175,6 +176,7 @@ class FakeBackend final : public Backend {
     ++poisons;
     std::memset(ptr, 0xFF, bytes);
   }
+  void zero(void* ptr, size_t bytes) override { std::memset(ptr, 0, bytes); }
 
   int lookups = 0, launches = 0, uploads = 0, downloads = 0, device_copies = 0, syncs = 0, captures = 0, poisons = 0;
   FakeGraph* last_graph = nullptr;  // the graph of the last capture (owned by the executor)

@@ -54,5 +54,6 @@ int cmd_info(const std::string& path, const std::vector<std::string>& args);
 int cmd_plan(const std::string& path, const std::vector<std::string>& args);
 int cmd_run(const std::string& path, const std::vector<std::string>& args);
 int cmd_tokenize(const std::vector<std::string>& args);  // tokenize_cmd.cpp
+int cmd_generate(const std::vector<std::string>& args);  // generate_cmd.cpp
 
 }  // namespace onyx::cli

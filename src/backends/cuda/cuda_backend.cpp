@@ -103,6 +103,9 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::cuda(index_); }
   Allocator& allocator() override { return *values_; }
   Allocator& weights_allocator() override { return *weights_; }
+  std::shared_ptr<Allocator> make_pool(const std::string& holder) override {
+    return std::make_shared<DeviceAllocator>(index_, holder, device_gov_);
+  }
   MemoryGovernor& governor() override { return *device_gov_; }
   size_t alignment() const override { return DeviceAllocator::kAlignment; }
 
@@ -200,6 +203,7 @@ class CudaBackend final : public Backend {
   }
 
   void poison(void* ptr, size_t bytes) override { ONYX_CUDA_CHECK(cudaMemsetAsync(ptr, 0xFF, bytes, stream_)); }
+  void zero(void* ptr, size_t bytes) override { ONYX_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_)); }
 
   std::string memory_report() const override {
     return cat("cuda:", index_, " governor:\n", device_gov_->report(), "\nhost governor:\n", host_gov_->report(), "\n");

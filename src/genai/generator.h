@@ -1,0 +1,53 @@
+// Generation: prompts in, tokens out, one decode step at a time on a LanguageModel, with
+// the next token of each sequence chosen by its Sampler, text streamed as it completes,
+// and each sequence stopped at an end-of-sequence id, its token budget, a stop string, a
+// full context, or an interrupt.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "genai/language_model.h"
+#include "genai/sampler.h"
+
+namespace onyx::genai {
+
+struct SequenceResult {
+  std::vector<int64_t> prompt_ids;
+  std::vector<int64_t> generated_ids;  // with the end-of-sequence id when it ended there
+  std::string text;                    // the generated text (with a tokenizer), cut before a stop string
+  std::string stop_reason;             // eos, max_new_tokens, stop_string, context_full, interrupted
+};
+
+struct GenerationStats {
+  int64_t sequences = 0, prompt_tokens = 0, generated_tokens = 0, decode_steps = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+  size_t kv_cache_bytes = 0;
+  CaptureReport capture;  // the decode steps' (in a capture session)
+};
+
+class Generator {
+ public:
+  explicit Generator(LanguageModel& model) : model_(model) {}
+  // `on_text(sequence, text)` receives each sequence's text as it completes (needs the
+  // tokenizer). `interrupt`, when set, ends every sequence after the step in flight.
+  std::vector<SequenceResult> generate(const std::vector<std::vector<int64_t>>& prompts, const SearchOptions& search,
+                                       const std::function<void(size_t, const std::string&)>& on_text = {},
+                                       const std::atomic<bool>* interrupt = nullptr);
+  const GenerationStats& stats() const { return stats_; }
+
+ private:
+  LanguageModel& model_;
+  GenerationStats stats_;
+};
+
+// The model's cache form against the growing cache (the decoder as exported), teacher
+// forced: the greedy tokens of `steps` steps from `prompt`, then the same tokens through the
+// growing cache. Returns per step (the prompt first) the largest logit difference divided by
+// the largest logit magnitude.
+std::vector<double> compare_with_growing_cache(LanguageModel& model, const std::vector<int64_t>& prompt,
+                                               int64_t steps);
+
+}  // namespace onyx::genai

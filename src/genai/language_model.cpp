@@ -1,0 +1,236 @@
+#include "genai/language_model.h"
+#include "genai/language_model_parts.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "model/loader.h"
+#include "passes/kv_cache.h"
+
+namespace onyx::genai {
+
+namespace {
+
+constexpr int64_t kCacheBlock = 64;  // cache capacities are multiples of this many positions
+
+using Feeds = std::vector<std::pair<std::string, Tensor>>;
+
+// The graph that writes a prompt's presents into a static cache: CacheUpdate per tensor.
+Graph make_fill_graph(size_t tensors) {
+  Graph g;
+  g.name = "kv_fill";
+  const int index = g.value_id("index");
+  std::vector<int> caches, fresh;
+  for (size_t i = 0; i < tensors; ++i) {
+    caches.push_back(g.value_id(cat("cache_", i)));
+    fresh.push_back(g.value_id(cat("new_", i)));
+  }
+  for (size_t i = 0; i < tensors; ++i) {
+    g.values[caches[i]].is_input = true;
+    g.inputs.push_back(caches[i]);
+  }
+  for (size_t i = 0; i < tensors; ++i) {
+    g.values[fresh[i]].is_input = true;
+    g.inputs.push_back(fresh[i]);
+  }
+  g.values[index].is_input = true;
+  g.inputs.push_back(index);
+  for (size_t i = 0; i < tensors; ++i) {
+    Node n;
+    n.name = cat("fill_", i);
+    n.op_type = "CacheUpdate";
+    n.domain = "onyx.genai";
+    n.opset = 1;
+    n.inputs = {caches[i], fresh[i], index};
+    const int out = g.value_id(cat("out_", i));
+    g.values[out].producer = static_cast<int>(g.nodes.size());
+    n.outputs = {out};
+    g.nodes.push_back(std::move(n));
+    g.outputs.push_back(out);
+  }
+  return g;
+}
+
+Tensor int64_tensor(Shape shape, int64_t fill) {
+  Tensor t(DType::kInt64, std::move(shape));
+  std::fill_n(t.data<int64_t>(), t.numel(), fill);
+  return t;
+}
+
+}  // namespace
+
+std::string_view cache_mode_name(CacheMode m) {
+  switch (m) {
+    case CacheMode::kShared: return "shared";
+    case CacheMode::kStatic: return "static";
+    case CacheMode::kGrowing: return "growing";
+  }
+  return "?";
+}
+
+LanguageModel::LanguageModel(const std::string& dir, const SessionOptions& options)
+    : options_(options), host_(make_cpu_allocator()) {
+  folder_ = load_model_folder(dir);
+  with_context(cat("loading '", folder_.decoder_path, "'"), [&] {
+    device_ = resolve_device(options.device);
+    backend_ = make_backend(device_, options);
+    kv_pool_ = backend_ ? backend_->make_pool("kv cache") : host_;
+    model_ = load_model(folder_.decoder_path);
+    weights_ = std::make_shared<DeviceWeights>();
+    SessionOptions prompt_options = options;
+    prompt_options.capture = CaptureMode::kOff;  // a prompt's shape is its own: run eagerly
+    prompt_ = std::make_unique<Runner>(*model_.graph, prompt_options, backend_.get(), host_, weights_);
+    for (const auto& [name, i] : prompt_->inputs) {
+      const bool known = name == folder_.input_ids || name == folder_.attention_mask || name == folder_.position_ids ||
+                         name == folder_.use_cache_branch;
+      bool cache = false;
+      for (const auto& l : folder_.layers) cache |= name == l.past_key || name == l.past_value;
+      const Value& v = model_.graph->values[model_.graph->inputs[i]];
+      ONYX_CHECK(known || cache || v.is_initializer, "decoder input '", name,
+                 "' has no role onyx knows how to feed (token ids, attention mask, position ids, past cache)");
+    }
+    choose_cache_mode();
+  });
+}
+
+LanguageModel::~LanguageModel() = default;
+
+const Tokenizer& LanguageModel::tokenizer() {
+  if (!tokenizer_) {
+    const std::string path = (std::filesystem::path(folder_.dir) / "tokenizer.json").string();
+    ONYX_CHECK(std::filesystem::exists(path), "model folder '", folder_.dir,
+               "' has no tokenizer.json: give token ids (--prompt-ids) or add the tokenizer");
+    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_file(folder_.dir));
+  }
+  return *tokenizer_;
+}
+
+void LanguageModel::choose_cache_mode() {
+  if (folder_.shared_buffer) {
+    mode_ = chosen_ = CacheMode::kShared;
+    step_ = std::make_unique<Runner>(*model_.graph, options_, backend_.get(), host_, weights_);
+    return;
+  }
+  auto growing = [&](std::string why) {
+    mode_ = CacheMode::kGrowing;
+    note_ = std::move(why);
+    step_.reset();
+    fill_.reset();
+  };
+  if (folder_.position_ids.empty())
+    return growing("the decoder has no position_ids input, so positions would follow the cache's length");
+  step_graph_ = *model_.graph;
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const auto& l : folder_.layers) {
+    pairs.emplace_back(l.past_key, l.present_key);
+    pairs.emplace_back(l.past_value, l.present_value);
+  }
+  CacheRewrite r = rewrite_concat_cache(step_graph_, pairs);
+  if (!r.applied) return growing(cat("the cache cannot be rewritten to a fixed capacity: ", r.why_not));
+  index_input_ = r.index_input;
+  fill_graph_ = make_fill_graph(pairs.size());
+  SessionOptions fill_options = options_;
+  fill_options.capture = CaptureMode::kOff;
+  try {
+    step_ = std::make_unique<Runner>(step_graph_, options_, backend_.get(), host_, weights_);
+    fill_ = std::make_unique<Runner>(fill_graph_, fill_options, backend_.get(), host_, weights_);
+  } catch (const Error& e) {
+    return growing(cat("the rewritten decoder does not load: ", e.what()));
+  }
+  mode_ = CacheMode::kStatic;
+  if (std::string why = verify_static(); !why.empty()) growing(why);
+  chosen_ = mode_;
+}
+
+void LanguageModel::use_growing_cache(bool growing) {
+  mode_ = growing ? CacheMode::kGrowing : chosen_;
+  batch_.reset();
+}
+
+// A two-token prompt and one step, through the original graph and through the rewritten
+// one: the rewrite is kept only if both give the same logits.
+std::string LanguageModel::verify_static() {
+  const int64_t v = std::max<int64_t>(folder_.vocab_size, 4);
+  const std::vector<std::vector<int64_t>> prompt{{1 % v, 2 % v}};
+  Tensor a, b;
+  try {
+    mode_ = CacheMode::kGrowing;
+    start(prompt, 2 * kCacheBlock);
+    a = step({3 % v});
+    mode_ = CacheMode::kStatic;
+    start(prompt, 2 * kCacheBlock);
+    b = step({3 % v});
+  } catch (const Error& e) {
+    mode_ = CacheMode::kStatic;
+    batch_.reset();
+    return cat("the rewritten decoder does not run: ", e.what());
+  }
+  batch_.reset();
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    diff = std::max(diff, std::abs(double(a.data<float>()[i]) - double(b.data<float>()[i])));
+    scale = std::max(scale, std::abs(double(a.data<float>()[i])));
+  }
+  const double tol = folder_.kv_dtype == DType::kFloat32 ? 1e-4 : 2e-2;
+  if (!(diff <= tol * std::max(scale, 1.0)))
+    return cat("the rewritten decoder's logits differ from the original's (max difference ", diff, " of ", scale, ")");
+  return "";
+}
+
+Tensor LanguageModel::cache_tensor(int64_t batch, int64_t capacity) {
+  Tensor t(folder_.kv_dtype, Shape{batch, folder_.kv_heads, capacity, folder_.head_size}, *kv_pool_);
+  // Masked positions weigh 0 in attention, but 0 * NaN is NaN: the cache starts as zeros.
+  if (backend_) backend_->zero(t.raw(), t.bytes());
+  else std::memset(t.raw(), 0, t.bytes());
+  return t;
+}
+
+Tensor LanguageModel::start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity) {
+  ONYX_CHECK(!prompts.empty(), "no prompt to generate from");
+  int64_t longest = 0;
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    ONYX_CHECK(!prompts[b].empty(), "prompt ", b, " has no tokens");
+    for (int64_t id : prompts[b])
+      ONYX_CHECK(id >= 0 && (folder_.vocab_size <= 0 || id < folder_.vocab_size), "prompt ", b, ": token id ", id,
+                 " is outside the vocabulary of ", folder_.vocab_size);
+    longest = std::max<int64_t>(longest, prompts[b].size());
+  }
+  ONYX_CHECK(longest < folder_.context_length, "a prompt of ", longest, " tokens leaves no room in the context of ",
+             folder_.context_length);
+  batch_ = std::make_unique<Batch>();
+  Batch& bt = *batch_;
+  bt.size = static_cast<int64_t>(prompts.size());
+  bt.prompt = longest;
+  const int64_t want = std::max(capacity, longest + 1);
+  bt.capacity = std::min((want + kCacheBlock - 1) / kCacheBlock * kCacheBlock, folder_.context_length);
+  // GroupQueryAttention models read each row's length from the mask: rows padded on the right.
+  const bool right = chosen_ == CacheMode::kShared;
+  ONYX_CHECK(!right || mode_ == CacheMode::kShared || prompts.size() == 1,
+             "a growing cache takes one sequence at a time for this decoder (its attention reads right-padded rows)");
+  for (const auto& p : prompts) {
+    const int64_t n = static_cast<int64_t>(p.size());
+    bt.length.push_back(right ? n : longest);
+    bt.offset.push_back(right ? 0 : longest - n);
+  }
+  if (mode_ != CacheMode::kGrowing)
+    for (size_t i = 0; i < 2 * folder_.layers.size(); ++i) bt.cache.push_back(cache_tensor(bt.size, bt.capacity));
+  return run(*prompt_, prompt_feeds(prompts), true);
+}
+
+Tensor LanguageModel::step(const std::vector<int64_t>& tokens) {
+  ONYX_CHECK(batch_, "a decode step needs a prompt first");
+  Batch& bt = *batch_;
+  ONYX_CHECK(static_cast<int64_t>(tokens.size()) == bt.size, "a step takes one token per sequence (", bt.size,
+             "), got ", tokens.size());
+  const int64_t next = *std::max_element(bt.length.begin(), bt.length.end());
+  ONYX_CHECK(mode_ == CacheMode::kGrowing || next < bt.capacity, "the cache of ", bt.capacity, " positions is full");
+  ONYX_CHECK(next < folder_.context_length, "the context of ", folder_.context_length, " positions is full");
+  Tensor logits = run(mode_ == CacheMode::kGrowing ? *prompt_ : *step_, step_feeds(tokens), false);
+  ++bt.steps;
+  for (auto& n : bt.length) ++n;
+  return logits;
+}
+
+}  // namespace onyx::genai

@@ -1,0 +1,89 @@
+// A model folder loaded to generate: the decoder on its device, the way its KV cache is
+// kept, and the runs a generation is made of. One generation at a time.
+//
+// The cache, by the decoder's form:
+//   shared   past and present are one buffer of fixed capacity, written in place by the
+//            model (GroupQueryAttention, as onnxruntime-genai's builder makes it)
+//   static   present = Concat(past, new): a rewritten twin of the decoder writes the new
+//            entries in place into a buffer of fixed capacity (onyx.genai::CacheUpdate),
+//            with the attention mask over all of it; the prompt runs the original graph
+//   growing  no rewrite was possible: each step's present is the next step's past (on the
+//            device), one input shape per step, never captured; `cache_note` says why
+// In the shared and static forms a decode step has one input signature for a whole
+// generation (DESIGN L11): on a GPU it is captured once and replayed.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "exec/executor.h"
+#include "genai/model_folder.h"
+#include "genai/tokenizer.h"
+#include "model/ir.h"
+
+namespace onyx::genai {
+
+enum class CacheMode { kShared, kStatic, kGrowing };
+std::string_view cache_mode_name(CacheMode m);
+
+class LanguageModel {
+ public:
+  LanguageModel(const std::string& dir, const SessionOptions& options);
+  ~LanguageModel();
+  LanguageModel(const LanguageModel&) = delete;
+  LanguageModel& operator=(const LanguageModel&) = delete;
+
+  const ModelFolder& folder() const { return folder_; }
+  // The folder's tokenizer, read on first use (an error names the file it lacks).
+  const Tokenizer& tokenizer();
+  CacheMode cache_mode() const { return mode_; }
+  // Runs the next generations with the growing cache (always possible), or back in the form
+  // chosen at load; for comparing the two.
+  void use_growing_cache(bool growing);
+  const std::string& cache_note() const { return note_; }
+  Device device() const { return device_; }
+
+  // Runs the prompts (token ids per sequence) and makes a cache for `capacity` positions
+  // (prompt and new tokens). Returns each sequence's next-token logits, [batch, vocab] float32.
+  Tensor start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity);
+  // One decode step: each sequence's new token. Returns the next logits, [batch, vocab].
+  Tensor step(const std::vector<int64_t>& tokens);
+
+  size_t cache_bytes() const;
+  // The most device memory leased at once so far (0 on the CPU).
+  size_t peak_device_bytes() const;
+  CaptureReport capture_report() const;
+  std::string memory_report() const;
+
+ private:
+  struct Batch;
+  struct Runner;
+  void choose_cache_mode();
+  std::string verify_static();
+  Tensor run(Runner& r, const std::vector<std::pair<std::string, Tensor>>& feeds, bool prompt);
+  std::vector<std::pair<std::string, Tensor>> prompt_feeds(const std::vector<std::vector<int64_t>>& prompts);
+  std::vector<std::pair<std::string, Tensor>> step_feeds(const std::vector<int64_t>& tokens);
+  Tensor last_logits(const Tensor& logits, bool prompt) const;
+  Tensor cache_tensor(int64_t batch, int64_t capacity);
+
+  SessionOptions options_;
+  Device device_;
+  std::unique_ptr<Backend> backend_;
+  std::shared_ptr<Allocator> host_;
+  std::shared_ptr<Allocator> kv_pool_;
+  ModelFolder folder_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  Model model_;
+  Graph step_graph_;   // the rewritten decoder (static cache)
+  Graph fill_graph_;   // writes a prompt's presents into the static cache
+  std::shared_ptr<DeviceWeights> weights_;
+  std::unique_ptr<Runner> prompt_, step_, fill_;
+  CacheMode mode_ = CacheMode::kGrowing;
+  CacheMode chosen_ = CacheMode::kGrowing;
+  std::string note_;
+  std::string index_input_;
+  std::unique_ptr<Batch> batch_;
+};
+
+}  // namespace onyx::genai

@@ -1,0 +1,161 @@
+// What LanguageModel feeds the decoder and takes from it, by cache form. Prompts of a batch
+// are padded on the right for the shared cache (GroupQueryAttention reads each row's length
+// from the mask) and on the left otherwise (the Hugging Face convention: positions count a
+// row's own tokens, pads are masked out and sit at position 1).
+#include <algorithm>
+#include <cstring>
+
+#include "genai/language_model.h"
+#include "genai/language_model_parts.h"
+
+namespace onyx::genai {
+
+namespace {
+
+using Feeds = std::vector<std::pair<std::string, Tensor>>;
+
+Tensor int64_tensor(Shape shape, int64_t fill) {
+  Tensor t(DType::kInt64, std::move(shape));
+  std::fill_n(t.data<int64_t>(), t.numel(), fill);
+  return t;
+}
+
+}  // namespace
+
+
+Feeds LanguageModel::prompt_feeds(const std::vector<std::vector<int64_t>>& prompts) {
+  const Batch& bt = *batch_;
+  const int64_t B = bt.size, L = bt.prompt;
+  const bool left = chosen_ != CacheMode::kShared;
+  const int64_t pad = folder_.pad_id >= 0 ? folder_.pad_id : folder_.eos_ids.empty() ? 0 : folder_.eos_ids[0];
+  Tensor ids = int64_tensor(Shape{B, L}, pad), mask = int64_tensor(Shape{B, L}, 0),
+         pos = int64_tensor(Shape{B, L}, left ? 1 : 0);
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& p = prompts[b];
+    const int64_t n = static_cast<int64_t>(p.size()), off = left ? L - n : 0;
+    for (int64_t j = 0; j < n; ++j) {
+      ids.data<int64_t>()[b * L + off + j] = p[j];
+      mask.data<int64_t>()[b * L + off + j] = 1;
+      pos.data<int64_t>()[b * L + off + j] = j;
+    }
+  }
+  Feeds f{{folder_.input_ids, ids}};
+  if (!folder_.attention_mask.empty()) f.emplace_back(folder_.attention_mask, mask);
+  if (!folder_.position_ids.empty()) f.emplace_back(folder_.position_ids, pos);
+  if (!folder_.use_cache_branch.empty()) f.emplace_back(folder_.use_cache_branch, Tensor::from_vector<bool>({false}, Shape{1}));
+  const Tensor empty(folder_.kv_dtype, Shape{B, folder_.kv_heads, 0, folder_.head_size});
+  for (size_t l = 0; l < folder_.layers.size(); ++l) {
+    const bool shared = mode_ == CacheMode::kShared;
+    f.emplace_back(folder_.layers[l].past_key, shared ? bt.cache[2 * l] : empty);
+    f.emplace_back(folder_.layers[l].past_value, shared ? bt.cache[2 * l + 1] : empty);
+  }
+  return f;
+}
+
+Feeds LanguageModel::step_feeds(const std::vector<int64_t>& tokens) {
+  const Batch& bt = *batch_;
+  const int64_t B = bt.size;
+  Tensor ids(DType::kInt64, Shape{B, 1});
+  std::copy(tokens.begin(), tokens.end(), ids.data<int64_t>());
+  // The mask's width: the cache's capacity (shared, static: one shape for every step) or
+  // the positions so far and the new one (growing).
+  const int64_t width = mode_ == CacheMode::kGrowing ? bt.prompt + bt.steps + 1 : bt.capacity;
+  Tensor mask = int64_tensor(Shape{B, width}, 0), pos(DType::kInt64, Shape{B, 1});
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t here = bt.length[b];  // the cache position the new token takes
+    for (int64_t j = bt.offset[b]; j <= here && j < width; ++j) mask.data<int64_t>()[b * width + j] = 1;
+    pos.data<int64_t>()[b] = here - bt.offset[b];
+  }
+  Feeds f{{folder_.input_ids, ids}};
+  if (!folder_.attention_mask.empty()) f.emplace_back(folder_.attention_mask, mask);
+  if (!folder_.position_ids.empty()) f.emplace_back(folder_.position_ids, pos);
+  if (!folder_.use_cache_branch.empty()) f.emplace_back(folder_.use_cache_branch, Tensor::from_vector<bool>({true}, Shape{1}));
+  if (mode_ == CacheMode::kStatic) f.emplace_back(index_input_, Tensor::scalar<int64_t>(bt.prompt + bt.steps));
+  const std::vector<Tensor>& past = mode_ == CacheMode::kGrowing ? bt.past : bt.cache;
+  for (size_t l = 0; l < folder_.layers.size(); ++l) {
+    f.emplace_back(folder_.layers[l].past_key, past[2 * l]);
+    f.emplace_back(folder_.layers[l].past_value, past[2 * l + 1]);
+  }
+  return f;
+}
+
+Tensor LanguageModel::run(Runner& r, const Feeds& feeds, bool prompt) {
+  Batch& bt = *batch_;
+  const Graph& g = *r.graph;
+  std::vector<Tensor> inputs(g.inputs.size());
+  for (const auto& [name, t] : feeds) {
+    auto it = r.inputs.find(name);
+    ONYX_ASSERT(it != r.inputs.end(), "the decoder has no input '", name, "'");
+    inputs[it->second] = t;
+  }
+  // Logits to the host; the cache where it is kept: bound in place (shared; static steps),
+  // or left on the device as the next run's input (a static prompt's presents; growing).
+  std::vector<OutputPlace> places(g.outputs.size(), OutputPlace::kHost);
+  std::vector<Tensor> bound(g.outputs.size());
+  std::vector<size_t> present;
+  for (const auto& l : folder_.layers)
+    for (const std::string* n : {&l.present_key, &l.present_value}) present.push_back(r.outputs.at(*n));
+  const bool in_place = mode_ == CacheMode::kShared || (mode_ == CacheMode::kStatic && !prompt);
+  for (size_t k = 0; k < present.size(); ++k) {
+    if (in_place) bound[present[k]] = bt.cache[k];
+    else places[present[k]] = OutputPlace::kDevice;
+  }
+  std::vector<Tensor> outs = r.exec->run(inputs, nullptr, &places, &bound);
+  if (mode_ == CacheMode::kStatic && prompt) {  // the prompt's presents into the cache, at position 0
+    std::vector<Tensor> fill(fill_->graph->inputs.size());
+    for (size_t k = 0; k < present.size(); ++k) {
+      fill[k] = bt.cache[k];
+      fill[present.size() + k] = outs[present[k]];
+    }
+    fill.back() = Tensor::scalar<int64_t>(0);
+    std::vector<Tensor> fill_bound(bt.cache.begin(), bt.cache.end());
+    fill_->exec->run(fill, nullptr, nullptr, &fill_bound);
+  }
+  if (mode_ == CacheMode::kGrowing) {
+    bt.past.clear();
+    for (size_t k : present) bt.past.push_back(outs[k]);
+  }
+  return last_logits(outs[r.outputs.at(folder_.logits)], prompt);
+}
+
+// Each row's logits at its last position, as float32 [batch, vocab].
+Tensor LanguageModel::last_logits(const Tensor& logits, bool prompt) const {
+  const Batch& bt = *batch_;
+  ONYX_CHECK(logits.rank() == 3 && logits.shape()[0] == bt.size, "logits ", logits.type_str(), " are not [",
+             bt.size, ", positions, vocab]");
+  const int64_t S = logits.shape()[1], V = logits.shape()[2];
+  Tensor out(DType::kFloat32, Shape{bt.size, V});
+  for (int64_t b = 0; b < bt.size; ++b) {
+    const int64_t s = prompt && chosen_ == CacheMode::kShared ? bt.length[b] - 1 : S - 1;
+    const int64_t base = (b * S + s) * V;
+    float* dst = out.data<float>() + b * V;
+    switch (logits.dtype()) {
+      case DType::kFloat32: std::memcpy(dst, logits.data<float>() + base, V * sizeof(float)); break;
+      case DType::kFloat16:
+        for (int64_t i = 0; i < V; ++i) dst[i] = static_cast<float>(logits.data<Float16>()[base + i]);
+        break;
+      case DType::kBFloat16:
+        for (int64_t i = 0; i < V; ++i) dst[i] = static_cast<float>(logits.data<BFloat16>()[base + i]);
+        break;
+      default: throw Error(cat("logits of ", dtype_name(logits.dtype()), " are not a float type"));
+    }
+  }
+  return out;
+}
+
+size_t LanguageModel::cache_bytes() const {
+  size_t n = 0;
+  if (batch_)
+    for (const auto& t : batch_->cache) n += t.bytes();
+  return n;
+}
+
+CaptureReport LanguageModel::capture_report() const {
+  return step_ ? step_->exec->capture_report() : prompt_->exec->capture_report();
+}
+
+size_t LanguageModel::peak_device_bytes() const { return backend_ ? backend_->governor().peak_leased() : 0; }
+
+std::string LanguageModel::memory_report() const { return backend_ ? backend_->memory_report() : ""; }
+
+}  // namespace onyx::genai

@@ -1,0 +1,38 @@
+// The parts of LanguageModel that its two source files share (internal to src/genai).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "genai/language_model.h"
+
+namespace onyx::genai {
+
+// One executor over one graph, with the decoder's roles found among its inputs and outputs.
+struct LanguageModel::Runner {
+  Graph* graph = nullptr;
+  std::unique_ptr<GraphExecutor> exec;
+  std::map<std::string, size_t> inputs;   // name -> position in graph.inputs
+  std::map<std::string, size_t> outputs;  // name -> position in graph.outputs
+
+  Runner(Graph& g, const SessionOptions& o, Backend* backend, std::shared_ptr<Allocator> host,
+         std::shared_ptr<DeviceWeights> weights)
+      : graph(&g), exec(std::make_unique<GraphExecutor>(g, OpRegistry::global(), std::move(host), o, backend,
+                                                        std::move(weights))) {
+    for (size_t i = 0; i < g.inputs.size(); ++i) inputs[g.values[g.inputs[i]].name] = i;
+    for (size_t i = 0; i < g.outputs.size(); ++i) outputs[g.values[g.outputs[i]].name] = i;
+  }
+};
+
+// What a generation in flight keeps between its runs.
+struct LanguageModel::Batch {
+  int64_t size = 0, prompt = 0, capacity = 0, steps = 0;
+  std::vector<int64_t> length;  // per row: positions of the cache this row has filled (shared)
+  std::vector<int64_t> offset;  // per row: its left padding (static, growing)
+  std::vector<Tensor> cache;    // per layer: key, value, [batch, kv heads, capacity, head size]
+  std::vector<Tensor> past;     // growing: the last presents, per layer key, value
+};
+
+}  // namespace onyx::genai

@@ -1,0 +1,59 @@
+// A language-model folder as exporters write it: onnxruntime-genai's (genai_config.json,
+// the decoder .onnx, tokenizer files), or Optimum's and torch.onnx's (a decoder .onnx with
+// past/present inputs and outputs, config.json, tokenizer files), whose roles are then
+// inferred from the decoder's input and output names.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "onyx/dtype.h"
+
+namespace onyx::genai {
+
+// The names of one decoder layer's cache: what is fed back, and what comes out.
+struct CacheNames {
+  std::string past_key, past_value, present_key, present_value;
+};
+
+// The search options a folder sets as defaults (genai_config.json "search",
+// generation_config.json), overridden by the caller.
+struct SearchDefaults {
+  bool do_sample = false;
+  double temperature = 1.0;
+  int top_k = 50;
+  double top_p = 1.0;
+  double min_p = 0.0;
+  double repetition_penalty = 1.0;
+  int64_t max_length = 0;  // prompt + new tokens; 0: the context length
+};
+
+struct ModelFolder {
+  std::string dir;
+  std::string decoder_path;
+  std::string source;  // where the roles came from: "genai_config.json" or "inferred from the decoder"
+
+  // Decoder inputs and outputs ("" where the decoder has none).
+  std::string input_ids, attention_mask, position_ids, logits;
+  std::string use_cache_branch;  // Optimum's merged decoders: true once there is a past
+  std::vector<CacheNames> layers;
+
+  // The cache: [batch, kv_heads, positions, head_size] per layer.
+  int64_t kv_heads = 0, head_size = 0;
+  DType kv_dtype = DType::kFloat32;
+  // The past is fed at the full cache length and written in place (GroupQueryAttention in a
+  // shared buffer, as onnxruntime-genai's builder makes it), rather than concatenated.
+  bool shared_buffer = false;
+
+  int64_t vocab_size = 0;
+  int64_t context_length = 0;
+  std::vector<int64_t> eos_ids;
+  int64_t bos_id = -1, pad_id = -1;
+  SearchDefaults search;
+};
+
+// Reads `dir`. A folder it cannot use is an error that names what is missing or ambiguous.
+ModelFolder load_model_folder(const std::string& dir);
+
+}  // namespace onyx::genai

@@ -1,0 +1,29 @@
+// The KV-cache rewrite: a decoder whose present is Concat(past, new) (Optimum, torch.onnx)
+// becomes one whose present is the past itself with the new keys and values written in
+// place at a position given as data (onyx.genai::CacheUpdate). Fed a cache of fixed
+// capacity and an attention mask over all of it, the rewritten decoder has one input
+// signature for every decode step (DESIGN L11), and computes what the original computes
+// over the valid positions.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/ir.h"
+
+namespace onyx {
+
+struct CacheRewrite {
+  bool applied = false;
+  std::string why_not;      // when not applied: which pair did not have the form, and how
+  std::string index_input;  // the added input: int64 scalar, the first cache position a step writes
+};
+
+// Rewrites every (past input, present output) pair of `pairs`, or none: each present must be
+// the output of a Concat of that past input and one other value along the sequence axis (2
+// of [batch, heads, positions, head size]). Adds the graph input `index_name`.
+CacheRewrite rewrite_concat_cache(Graph& g, const std::vector<std::pair<std::string, std::string>>& pairs,
+                                  const std::string& index_name = "onyx_cache_index");
+
+}  // namespace onyx

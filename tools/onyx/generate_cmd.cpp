@@ -1,0 +1,286 @@
+// onyx generate DIR: text from a language-model folder, streamed as it decodes, then the
+// figures of the run (or, with --json, one JSON object).
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli.h"
+#include "genai/generator.h"
+
+namespace onyx::cli {
+
+namespace {
+
+constexpr const char* kGenerateUsage = R"(usage: onyx generate DIR [prompt] [options]
+
+prompt (one of):
+  --prompt TEXT                 the prompt
+  --prompt-file FILE            the prompt, from a file
+  --prompt-ids "1 2 3"          the prompt as token ids (no tokenizer needed)
+  --prompts-file FILE           a batch: JSON lines, each {"prompt": TEXT} or {"prompt_ids": [...]}
+
+options:
+  --max-new-tokens N            tokens to generate at most (default: the folder's max_length
+                                less the prompt, at most 128)
+  --temperature T  --top-k K  --top-p P  --min-p M  --repetition-penalty R
+                                sampling (any of them turns sampling on; --greedy turns it off)
+  --seed N                      seed of the sampler (default 0: reproducible)
+  --stop TEXT                   stop when TEXT appears (repeatable; not part of the output)
+  --no-special                  encode the prompt without the tokenizer's special tokens
+  --device DEVICE               cpu (default), cuda or cuda:N
+  --capture off|auto|require    on a GPU, replay decode steps from CUDA graphs (default auto)
+  --memory-report               print the memory governor's holders after the run
+  --json                        print one JSON object instead of streaming
+  --verify-cache STEPS          instead of generating: run STEPS greedy steps with the cache as
+                                onyx keeps it and again as the decoder was exported, and print
+                                the largest logit difference per step (exit 1 above 1e-4)
+)";
+
+std::atomic<bool> g_interrupt{false};
+extern "C" void on_sigint(int) {
+  g_interrupt.store(true);
+  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the program at once
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ONYX_CHECK(in, "cannot read '", path, "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<int64_t> parse_ids(const std::string& text) {
+  std::vector<int64_t> ids;
+  std::istringstream in(text);
+  std::string word;
+  while (in >> word) ids.push_back(to_int(word));
+  return ids;
+}
+
+struct GenerateArgs {
+  std::string dir;
+  std::vector<std::string> texts;            // prompts as text
+  std::vector<std::vector<int64_t>> id_prompts;  // prompts as ids (in order with texts: see `order`)
+  std::vector<std::pair<bool, size_t>> order;    // (is ids, index) per prompt
+  genai::SearchOptions search;
+  bool max_new_given = false, sampling_given = false, greedy = false;
+  bool special = true, json = false, memory_report = false;
+  int64_t verify_steps = -1;
+  SessionOptions session;
+};
+
+GenerateArgs parse(const std::vector<std::string>& args) {
+  GenerateArgs g;
+  g.session.capture = CaptureMode::kAuto;
+  Args a(args);
+  ONYX_CHECK(!a.done(), "generate needs a model folder");
+  g.dir = a.next();
+  auto number = [&](const std::string& s) {
+    try {
+      size_t pos = 0;
+      double v = std::stod(s, &pos);
+      if (pos == s.size()) return v;
+    } catch (...) {
+    }
+    throw UsageError(cat("'", s, "' is not a number"));
+  };
+  auto add_text = [&](std::string t) {
+    g.order.push_back({false, g.texts.size()});
+    g.texts.push_back(std::move(t));
+  };
+  auto add_ids = [&](std::vector<int64_t> ids) {
+    g.order.push_back({true, g.id_prompts.size()});
+    g.id_prompts.push_back(std::move(ids));
+  };
+  while (!a.done()) {
+    const std::string& opt = a.next();
+    if (opt == "--prompt") add_text(a.value());
+    else if (opt == "--prompt-file") add_text(read_file(a.value()));
+    else if (opt == "--prompt-ids") add_ids(parse_ids(a.value()));
+    else if (opt == "--prompts-file") {
+      std::istringstream lines(read_file(a.value()));
+      std::string line;
+      for (int n = 1; std::getline(lines, line); ++n) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        with_context(cat("--prompts-file line ", n), [&] {
+          nlohmann::json j;
+          try {
+            j = nlohmann::json::parse(line);
+          } catch (const std::exception& e) {
+            throw Error(cat("not JSON: ", e.what()));
+          }
+          if (j.contains("prompt_ids")) add_ids(j.at("prompt_ids").get<std::vector<int64_t>>());
+          else if (j.contains("prompt")) add_text(j.at("prompt").get<std::string>());
+          else throw Error("needs \"prompt\" or \"prompt_ids\"");
+        });
+      }
+    } else if (opt == "--max-new-tokens") {
+      g.search.max_new_tokens = to_int(a.value());
+      g.max_new_given = true;
+    } else if (opt == "--temperature") g.search.temperature = number(a.value()), g.sampling_given = true;
+    else if (opt == "--top-k") g.search.top_k = static_cast<int>(to_int(a.value())), g.sampling_given = true;
+    else if (opt == "--top-p") g.search.top_p = number(a.value()), g.sampling_given = true;
+    else if (opt == "--min-p") g.search.min_p = number(a.value()), g.sampling_given = true;
+    else if (opt == "--repetition-penalty") g.search.repetition_penalty = number(a.value());
+    else if (opt == "--greedy") g.greedy = true;
+    else if (opt == "--seed") g.search.seed = static_cast<uint64_t>(to_int(a.value()));
+    else if (opt == "--stop") g.search.stop.push_back(a.value());
+    else if (opt == "--no-special") g.special = false;
+    else if (opt == "--device") g.session.device = a.value();
+    else if (opt == "--memory-report") g.memory_report = true;
+    else if (opt == "--json") g.json = true;
+    else if (opt == "--verify-cache") g.verify_steps = to_int(a.value());
+    else if (opt == "--capture") {
+      std::string m = a.value();
+      if (m == "off") g.session.capture = CaptureMode::kOff;
+      else if (m == "auto") g.session.capture = CaptureMode::kAuto;
+      else if (m == "require") g.session.capture = CaptureMode::kRequire;
+      else throw UsageError(cat("--capture takes off, auto or require, not '", m, "'"));
+    } else {
+      throw UsageError(cat("unknown option '", opt, "'"));
+    }
+  }
+  if (g.order.empty()) throw UsageError("generate needs a prompt (--prompt, --prompt-file, --prompt-ids or --prompts-file)");
+  if (g.search.max_new_tokens < 0) throw UsageError("--max-new-tokens must be >= 0");
+  if (g.session.device == "cpu" && g.session.capture == CaptureMode::kAuto) g.session.capture = CaptureMode::kOff;
+  return g;
+}
+
+void print_figures(const genai::GenerationStats& s, genai::LanguageModel& lm, bool memory_report) {
+  const double prefill_tps = s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0;
+  const double ms_per_token = s.decode_steps ? 1e3 * s.decode_seconds / s.decode_steps : 0;
+  std::fprintf(stderr,
+               "\n---\nprompt tokens: %lld; prefill %.2f ms (%.1f tokens/s)\n"
+               "generated tokens: %lld; decode %.3f ms/step (%.1f tokens/s over %lld sequence%s)\n",
+               static_cast<long long>(s.prompt_tokens), s.prefill_seconds * 1e3, prefill_tps,
+               static_cast<long long>(s.generated_tokens), ms_per_token,
+               s.decode_seconds > 0 ? s.generated_tokens / s.decode_seconds : 0.0, static_cast<long long>(s.sequences),
+               s.sequences == 1 ? "" : "s");
+  std::fprintf(stderr, "kv cache: %s, %s", std::string(genai::cache_mode_name(lm.cache_mode())).c_str(),
+               human_bytes(double(s.kv_cache_bytes)).c_str());
+  if (!lm.cache_note().empty()) std::fprintf(stderr, " (%s)", lm.cache_note().c_str());
+  std::fprintf(stderr, "\ndevice: %s", lm.device().str().c_str());
+  if (!lm.device().is_cpu())
+    std::fprintf(stderr, "; cuda graphs: %zu captured, %zu replays, %zu eager steps; peak device memory %s",
+                 s.capture.captures, s.capture.replays, s.capture.eager_runs,
+                 human_bytes(double(lm.peak_device_bytes())).c_str());
+  std::fprintf(stderr, "\n");
+  if (memory_report) std::fprintf(stderr, "memory report:\n%s", lm.memory_report().c_str());
+}
+
+}  // namespace
+
+int cmd_generate(const std::vector<std::string>& args) {
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::cout << kGenerateUsage;
+    return 0;
+  }
+  GenerateArgs g = parse(args);
+  genai::LanguageModel lm(g.dir, g.session);
+  const genai::ModelFolder& f = lm.folder();
+  genai::SearchOptions& s = g.search;
+  const genai::SearchDefaults& d = f.search;
+  if (!g.sampling_given) {  // the folder's defaults, unless the command line chose
+    s.do_sample = d.do_sample;
+    s.temperature = d.temperature;
+    s.top_k = d.top_k;
+    s.top_p = d.top_p;
+    s.min_p = d.min_p;
+  } else {
+    s.do_sample = true;
+  }
+  if (s.repetition_penalty == 1.0) s.repetition_penalty = d.repetition_penalty;
+  if (g.greedy) s.do_sample = false;
+  std::vector<std::vector<int64_t>> prompts;
+  for (auto [is_ids, i] : g.order) {
+    if (is_ids) prompts.push_back(g.id_prompts[i]);
+    else {
+      std::vector<int32_t> ids = lm.tokenizer().encode(g.texts[i], g.special);
+      prompts.emplace_back(ids.begin(), ids.end());
+    }
+  }
+  if (!g.max_new_given) {
+    size_t longest = 0;
+    for (const auto& p : prompts) longest = std::max(longest, p.size());
+    const int64_t limit = (d.max_length > 0 ? d.max_length : f.context_length) - static_cast<int64_t>(longest);
+    s.max_new_tokens = std::max<int64_t>(0, std::min<int64_t>(128, limit));
+  }
+  // One text prompt streams its text as it decodes; batches and id prompts print at the end.
+  std::function<void(size_t, const std::string&)> on_text;
+  if (!g.json && prompts.size() == 1 && !g.order[0].first)
+    on_text = [](size_t, const std::string& t) {
+      std::fwrite(t.data(), 1, t.size(), stdout);
+      std::fflush(stdout);
+    };
+  if (g.verify_steps >= 0) {
+    ONYX_CHECK(prompts.size() == 1, "--verify-cache takes one prompt");
+    std::vector<double> diff = genai::compare_with_growing_cache(lm, prompts[0], g.verify_steps);
+    double worst = 0;
+    for (size_t t = 0; t < diff.size(); ++t) {
+      std::printf("step %zu: max relative logit difference %.3g\n", t, diff[t]);
+      worst = std::max(worst, diff[t]);
+    }
+    const double tol = lm.folder().kv_dtype == DType::kFloat32 ? 1e-4 : 2e-2;
+    std::printf("kv cache: %s; worst %.3g over %zu steps (tolerance %g)\n",
+                std::string(genai::cache_mode_name(lm.cache_mode())).c_str(), worst, diff.size(), tol);
+    return worst <= tol ? 0 : 1;
+  }
+  std::signal(SIGINT, on_sigint);
+  genai::Generator gen(lm);
+  std::vector<genai::SequenceResult> results = gen.generate(prompts, s, on_text, &g_interrupt);
+  std::signal(SIGINT, SIG_DFL);
+  const genai::GenerationStats& st = gen.stats();
+  if (g.json) {
+    using J = nlohmann::ordered_json;
+    auto one = [&](const genai::SequenceResult& r) {
+      J j = {{"prompt_ids", r.prompt_ids}, {"generated_ids", r.generated_ids}, {"stop_reason", r.stop_reason}};
+      if (std::filesystem::exists(std::filesystem::path(f.dir) / "tokenizer.json")) {
+        std::vector<int32_t> ids(r.generated_ids.begin(), r.generated_ids.end());
+        j["text"] = r.text.empty() ? lm.tokenizer().decode(ids) : r.text;
+      }
+      return j;
+    };
+    J out;
+    if (results.size() == 1) out = one(results[0]);
+    else {
+      out["sequences"] = J::array();
+      for (const auto& r : results) out["sequences"].push_back(one(r));
+    }
+    out["stats"] = {{"prompt_tokens", st.prompt_tokens},   {"generated_tokens", st.generated_tokens},
+                    {"prefill_ms", st.prefill_seconds * 1e3}, {"decode_steps", st.decode_steps},
+                    {"decode_ms", st.decode_seconds * 1e3}, {"kv_cache", std::string(genai::cache_mode_name(lm.cache_mode()))},
+                    {"kv_cache_note", lm.cache_note()},       {"kv_cache_bytes", st.kv_cache_bytes},
+                    {"device", lm.device().str()},           {"captures", st.capture.captures},
+                    {"replays", st.capture.replays},         {"eager_steps", st.capture.eager_runs},
+                    {"peak_device_bytes", lm.peak_device_bytes()}};
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  if (!on_text) {  // batches and id prompts: each sequence at the end
+    for (size_t b = 0; b < results.size(); ++b) {
+      std::vector<int32_t> ids(results[b].generated_ids.begin(), results[b].generated_ids.end());
+      std::string text = results[b].text;
+      bool have_tokenizer = std::filesystem::exists(std::filesystem::path(f.dir) / "tokenizer.json");
+      if (text.empty() && have_tokenizer) text = lm.tokenizer().decode(ids);
+      if (results.size() > 1) std::cout << "[" << b << "] ";
+      if (have_tokenizer) std::cout << text;
+      else for (int32_t id : ids) std::cout << id << " ";
+      std::cout << "\n";
+    }
+  } else {
+    std::cout << "\n";
+  }
+  for (size_t b = 0; b < results.size(); ++b)
+    if (results[b].stop_reason == "interrupted") std::fprintf(stderr, "(interrupted)\n");
+  print_figures(st, lm, g.memory_report);
+  return 0;
+}
+
+}  // namespace onyx::cli
