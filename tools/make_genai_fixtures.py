@@ -262,7 +262,7 @@ OFFLINE = dict(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
 # The builder's exports. Its int4 default on the CPU is accuracy_level 4: onnxruntime quantizes
 # MatMulNBits' activations to int8 blockwise, which moves the logits enough to change greedy
-# tokens (9 of 12 prompts differ from accuracy_level 1 on the llama fixture), so an engine that
+# tokens (9 of the 12 prompts the two llama int4 fixtures share differ), so an engine that
 # computes in fp32 can only match the second form.
 BUILDER_EXPORTS = {
     "builder-fp32": ["-p", "fp32"],
