@@ -17,12 +17,13 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# The pinned Python packages: onnx 1.22.0 ships the node test data, onnxruntime is the reference.
+# The pinned Python packages: onnx 1.22.0 ships the node test data, onnxruntime is the reference,
+# onnxruntime-genai the generation reference (tests/parity/test_genai_fixtures.py).
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import onnx, onnxruntime, numpy, pytest, tokenizers; assert onnx.__version__ == '1.22.0'" 2>/dev/null; then
+if ! .venv/bin/python -c "import onnx, onnxruntime, onnxruntime_genai, numpy, pytest, tokenizers; assert onnx.__version__ == '1.22.0'" 2>/dev/null; then
   echo "setup: installing Python packages into .venv"
   .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements.txt
 fi

@@ -1,0 +1,252 @@
+"""Text generation on the committed decoder fixtures (tests/fixtures/genai, made by
+tools/make_genai_fixtures.py), against onnxruntime-genai.
+
+  test_og_reproduces_reference   onnxruntime-genai, run live, still gives what reference.json
+                                 holds, so a fixture (or an upgrade of og) cannot drift silently
+  test_onyx_generate_*           onyx's greedy generation equals og's, token for token
+  test_onyx_tokenize_matches_og  onyx's tokenizer gives og's prompt ids
+
+The onyx tests run `onyx generate DIR --prompt-ids "1 2 3" --max-new-tokens N --json`, which
+prints {"prompt_ids": [...], "generated_ids": [...], "stop_reason": "eos"|"max_new_tokens"}
+(generated_ids ends with the EOS id when it stopped there); `--prompt TEXT` does the same through
+onyx's tokenizer, and `--prompts-file FILE` (JSON lines of {"prompt": ...} or {"prompt_ids": [...]})
+prints {"sequences": [{...}, ...]}. They are skipped while `onyx generate --help` fails, and the
+tokenizer test while `onyx tokenize --help` does.
+
+og's results, as the generator records them: get_sequence() holds the prompt and the generated
+tokens but not a final EOS (get_next_tokens() shows it), so the expected generated_ids are og's
+chosen tokens up to and including EOS.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+import make_genai_fixtures as mgf  # tools/ is on sys.path (conftest.py)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FIXTURES_DIR = REPO_ROOT / "tests" / "fixtures" / "genai"
+FIXTURES = sorted(d.name for d in FIXTURES_DIR.iterdir() if (d / "reference.json").is_file())
+ONYX_TIMEOUT_S = 120
+
+
+@lru_cache(maxsize=None)
+def reference(name):
+    return json.loads((FIXTURES_DIR / name / "reference.json").read_text())
+
+
+def test_fixtures_present():
+    # A lost folder must not shrink the parametrized tests below to nothing.
+    assert len(FIXTURES) >= 5, f"expected the genai fixtures in {FIXTURES_DIR}, found {FIXTURES}"
+
+
+# -- onnxruntime-genai -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def og():
+    try:
+        import onnxruntime_genai
+    except ImportError as e:  # a requirement (scripts/requirements.txt): fail, never skip
+        pytest.fail(f"onnxruntime_genai does not import ({e}); run scripts/setup.sh", pytrace=False)
+    return onnxruntime_genai
+
+
+def og_folder(name, tmp_path_factory):
+    """The folder og runs: the fixture itself, or for a folder without genai_config.json (the
+    Optimum export) a copy with the genai_config.json that reference.json records."""
+    folder, ref = FIXTURES_DIR / name, reference(name)
+    if ref["og_loads_folder"]:
+        return folder
+    copy = tmp_path_factory.mktemp(name) / name
+    shutil.copytree(folder, copy)
+    (copy / "genai_config.json").write_text(json.dumps(ref["og_genai_config"]))
+    return copy
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_og_reproduces_reference(name, og, tmp_path_factory):
+    ref, folder = reference(name), FIXTURES_DIR / name
+    problems = []
+    if not ref["og_loads_folder"]:
+        try:
+            mgf.og_model(folder)
+            problems.append("og now loads the folder without a genai_config.json")
+        except RuntimeError as e:
+            if str(e).replace(str(folder), "DIR") != ref["og_error"]:
+                problems.append(f"og's error changed: {e} (recorded: {ref['og_error']})")
+    model = mgf.og_model(og_folder(name, tmp_path_factory))
+    tok, tok_plain = mgf.og_tokenizer(model, True), mgf.og_tokenizer(model, False)
+    for case in ref["cases"]:
+        where = f"{case['name']} ({case['prompt']!r})"
+        ids = [int(t) for t in tok.encode(case["prompt"])]
+        if ids != case["prompt_ids"]:
+            problems.append(f"{where}: og encodes {ids}, reference.json has {case['prompt_ids']}")
+            continue
+        plain = [int(t) for t in tok_plain.encode(case["prompt"])]
+        if plain != case["prompt_ids_no_special"]:
+            problems.append(f"{where}: without special tokens og encodes {plain}, "
+                            f"reference.json has {case['prompt_ids_no_special']}")
+        if "og_error" in case:
+            try:
+                mgf.og_generate(model, ids, mgf.NEW_TOKENS)
+                problems.append(f"{where}: og now generates (recorded: {case['og_error']})")
+            except RuntimeError as e:
+                if str(e) != case["og_error"]:
+                    problems.append(f"{where}: og's error changed: {e} (recorded: {case['og_error']})")
+            continue
+        seq, chosen, _ = mgf.og_generate(model, ids, case["max_length"])
+        if seq != case["og"]["sequence"] or chosen != case["og"]["generated_ids"]:
+            problems.append(f"{where}: og generates {chosen}, reference.json has {case['og']['generated_ids']}")
+
+    batch = ref["batch"]
+    width, _, steps = mgf.og_generate_batch(model, [s["prompt_ids"] for s in batch["og"]["sequences"]],
+                                            ref["pad_token_id"])
+    assert width == batch["padded_width"]
+    for i, want in enumerate(batch["og"]["sequences"]):
+        got = mgf.upto_eos([step[i] for step in steps], ref["eos_token_id"])
+        if got != want["generated_ids"]:
+            problems.append(f"batch row {i}: og generates {got}, reference.json has {want['generated_ids']}")
+    assert not problems, (f"{name}: onnxruntime-genai {og.__version__} (reference.json: "
+                          f"{ref['versions']['onnxruntime-genai']}) disagrees with reference.json:\n  "
+                          + "\n  ".join(problems))
+
+
+# -- onyx --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def onyx(onyx_bin):
+    """onyx(*args) -> CompletedProcess; a missing binary fails the test (as conftest's run_onyx)."""
+    if not onyx_bin.is_file() or not os.access(onyx_bin, os.X_OK):
+        pytest.fail(f"onyx CLI not found (or not executable) at {onyx_bin}; build it first or set ONYX_BIN",
+                    pytrace=False)
+
+    def run(*args):
+        return subprocess.run([str(onyx_bin), *map(str, args)], capture_output=True, text=True,
+                              errors="replace", timeout=ONYX_TIMEOUT_S, cwd=REPO_ROOT)
+    return run
+
+
+def require_command(onyx, command, reason):
+    proc = onyx(command, "--help")
+    if proc.returncode != 0:
+        pytest.skip(f"{reason} (`onyx {command} --help` exits {proc.returncode})")
+
+
+def in_parallel(fn, items):
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        return list(pool.map(fn, items))
+
+
+def parse_json(proc, what):
+    assert proc.returncode == 0, f"{what}: onyx exited {proc.returncode}\nstderr:\n{proc.stderr}"
+    try:
+        return json.loads(proc.stdout)
+    except json.JSONDecodeError as e:
+        raise AssertionError(f"{what}: onyx printed no JSON object ({e}):\n{proc.stdout[:2000]}")
+
+
+def compare_sequence(got, prompt_ids, og_generated, eos_id, margins=None):
+    """Problems with one onyx result against og's tokens; empty when they agree."""
+    problems = []
+    for key in ("prompt_ids", "generated_ids", "stop_reason"):
+        if key not in got:
+            return [f"no '{key}' in onyx's result {got}"]
+    if got["prompt_ids"] != prompt_ids:
+        problems.append(f"prompt_ids {got['prompt_ids']}, og's {prompt_ids}")
+    want = prompt_ids + og_generated
+    have = got["prompt_ids"] + got["generated_ids"]
+    if have != want:
+        at = mgf.first_difference(have, want)
+        step = at - len(prompt_ids)
+        where = f"generated step {step}" if step >= 0 else "inside the prompt"
+        gap = (f"; og's top-2 logit gap at that step: {margins[step]}"
+               if margins and 0 <= step < len(margins) else "")
+        problems.append(f"sequences differ at position {at} ({where}){gap}:\n"
+                        f"      onyx {have}\n        og {want}")
+    want_reason = mgf.stop_reason(og_generated, eos_id)
+    if got["stop_reason"] != want_reason:
+        problems.append(f"stop_reason {got['stop_reason']!r}, og's {want_reason!r}")
+    return problems
+
+
+def generated_cases(name):
+    return [c for c in reference(name)["cases"] if "og" in c]
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_onyx_generate_prompt_ids(name, onyx):
+    require_command(onyx, "generate", "onyx generate is not built yet")
+    ref, folder = reference(name), FIXTURES_DIR / name
+
+    def one(case):
+        proc = onyx("generate", folder, "--prompt-ids", " ".join(map(str, case["prompt_ids"])),
+                    "--max-new-tokens", ref["new_tokens"], "--json")
+        got = parse_json(proc, case["name"])
+        return [f"{case['name']}: {p}" for p in compare_sequence(
+            got, case["prompt_ids"], case["og"]["generated_ids"], ref["eos_token_id"], case["og"]["margins"])]
+
+    problems = sum(in_parallel(one, generated_cases(name)), [])
+    assert not problems, f"{name}: onyx generate --prompt-ids differs from onnxruntime-genai:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_onyx_generate_text_prompt(name, onyx):
+    require_command(onyx, "generate", "onyx generate is not built yet")
+    ref, folder = reference(name), FIXTURES_DIR / name
+
+    def one(case):
+        proc = onyx("generate", folder, "--prompt", case["prompt"], "--max-new-tokens", ref["new_tokens"], "--json")
+        got = parse_json(proc, case["name"])
+        return [f"{case['name']} ({case['prompt']!r}): {p}" for p in compare_sequence(
+            got, case["prompt_ids"], case["og"]["generated_ids"], ref["eos_token_id"], case["og"]["margins"])]
+
+    problems = sum(in_parallel(one, generated_cases(name)), [])
+    assert not problems, f"{name}: onyx generate --prompt differs from onnxruntime-genai:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_onyx_generate_batch(name, onyx, tmp_path):
+    """Three prompts of different lengths in one batch; og ran them as one batch too (right
+    padding) and gave each the tokens it gives alone."""
+    require_command(onyx, "generate", "onyx generate is not built yet")
+    ref, folder = reference(name), FIXTURES_DIR / name
+    rows = ref["batch"]["og"]["sequences"]
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt_ids": r["prompt_ids"]}) + "\n" for r in rows))
+    got = parse_json(onyx("generate", folder, "--prompts-file", prompts, "--max-new-tokens", ref["new_tokens"],
+                          "--json"), "batch")
+    assert isinstance(got.get("sequences"), list) and len(got["sequences"]) == len(rows), \
+        f"expected {{\"sequences\": [{len(rows)} results]}}, onyx printed {got}"
+    problems = []
+    for i, (have, want) in enumerate(zip(got["sequences"], rows)):
+        problems += [f"row {i}: {p}" for p in compare_sequence(have, want["prompt_ids"], want["generated_ids"],
+                                                               ref["eos_token_id"])]
+    assert not problems, f"{name}: onyx's batch differs from onnxruntime-genai's:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_onyx_tokenize_matches_og(name, onyx):
+    """`onyx tokenize DIR TEXT` (special tokens added, as og with add_special_tokens=true)."""
+    require_command(onyx, "tokenize", "onyx tokenize is not built in this onyx")
+    ref, folder = reference(name), FIXTURES_DIR / name
+
+    def one(case):
+        proc = onyx("tokenize", folder, case["prompt"])
+        if proc.returncode != 0:
+            return [f"{case['name']}: onyx tokenize exited {proc.returncode}: {proc.stderr.strip()[:500]}"]
+        try:
+            ids = [int(t) for t in proc.stdout.split()]
+        except ValueError:
+            return [f"{case['name']}: onyx tokenize printed {proc.stdout!r}, not ids"]
+        if ids != case["prompt_ids"]:
+            return [f"{case['name']} ({case['prompt']!r}):\n      onyx {ids}\n        og {case['prompt_ids']}"]
+        return []
+
+    problems = sum(in_parallel(one, ref["cases"]), [])
+    assert not problems, f"{name}: onyx's tokenizer differs from onnxruntime-genai's:\n  " + "\n  ".join(problems)
