@@ -127,7 +127,7 @@ void LanguageModel::choose_cache_mode() {
     pairs.emplace_back(l.past_key, l.present_key);
     pairs.emplace_back(l.past_value, l.present_value);
   }
-  CacheRewrite r = rewrite_concat_cache(step_graph_, pairs);
+  CacheRewrite r = rewrite_concat_cache(step_graph_, pairs, folder_.input_ids);
   if (!r.applied) return growing(cat("the cache cannot be rewritten to a fixed capacity: ", r.why_not));
   index_input_ = r.index_input;
   fill_graph_ = make_fill_graph(pairs.size());

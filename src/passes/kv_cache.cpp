@@ -1,20 +1,88 @@
 #include "passes/kv_cache.h"
 
+#include <algorithm>
+
 namespace onyx {
 
 namespace {
 
-int64_t concat_axis(const Node& n) {
-  const Attribute* a = n.find_attribute("axis");
-  return a && a->kind == Attribute::Kind::kInt ? a->i : 0;
+int64_t int_attr(const Node& n, const char* name, int64_t fallback) {
+  const Attribute* a = n.find_attribute(name);
+  return a && a->kind == Attribute::Kind::kInt ? a->i : fallback;
+}
+
+int64_t concat_axis(const Node& n) { return int_attr(n, "axis", 0); }
+
+Node plain_node(const Node& like, std::string name, std::string op, std::vector<int> in, int out) {
+  Node n;
+  n.name = std::move(name);
+  n.op_type = std::move(op);
+  n.opset = like.opset;
+  n.inputs = std::move(in);
+  n.outputs = {out};
+  return n;
+}
+
+int int64_initializer(Graph& g, const std::string& name, std::vector<int64_t> v) {
+  const int id = g.value_id(name);
+  g.values[id].is_initializer = true;
+  const int64_t n = static_cast<int64_t>(v.size());
+  g.initializers[id] = Tensor::from_vector<int64_t>(v, Shape{n});
+  return id;
+}
+
+// Shape(past) -> Shape(past) - [.., new positions at the sequence axis, ..], nodes inserted
+// after the Shape node; returns how many Shape nodes were rewritten.
+int rewrite_past_shapes(Graph& g, const std::vector<int>& pasts, int ids) {
+  int rewritten = 0;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    Node& n = g.nodes[k];
+    if (n.op_type != "Shape" || !n.domain.empty() || n.inputs.empty() ||
+        std::find(pasts.begin(), pasts.end(), n.inputs[0]) == pasts.end())
+      continue;
+    int64_t start = int_attr(n, "start", 0), end = int_attr(n, "end", 4);
+    if (start < 0) start += 4;
+    if (end < 0) end += 4;
+    start = std::clamp<int64_t>(start, 0, 4);
+    end = std::clamp<int64_t>(end, 0, 4);
+    if (!(start <= 2 && 2 < end)) continue;
+    const std::string base = cat(n.name.empty() ? "past_shape" : n.name, "/onyx_capacity");
+    const int out = n.outputs[0];
+    const int true_shape = g.value_id(base + "/shape");
+    n.outputs[0] = true_shape;
+    std::vector<int64_t> onehot(end - start, 0);
+    onehot[2 - start] = 1;
+    const int s_ids = g.value_id(base + "/ids_shape"), s_len = g.value_id(base + "/new"),
+              delta = g.value_id(base + "/delta");
+    const Node like = n;
+    std::vector<Node> added;
+    added.push_back(plain_node(like, base + "/Shape", "Shape", {ids}, s_ids));
+    added.push_back(plain_node(like, base + "/Slice", "Slice",
+                               {s_ids, int64_initializer(g, base + "/one", {1}), int64_initializer(g, base + "/two", {2})},
+                               s_len));
+    added.push_back(plain_node(like, base + "/Mul", "Mul", {s_len, int64_initializer(g, base + "/axis", onehot)}, delta));
+    added.push_back(plain_node(like, base + "/Sub", "Sub", {true_shape, delta}, out));
+    g.nodes.insert(g.nodes.begin() + static_cast<long>(k) + 1, added.begin(), added.end());
+    k += added.size();
+    ++rewritten;
+  }
+  for (size_t k = 0; k < g.nodes.size(); ++k)
+    for (int o : g.nodes[k].outputs)
+      if (o >= 0) g.values[o].producer = static_cast<int>(k);
+  return rewritten;
 }
 
 }  // namespace
 
 CacheRewrite rewrite_concat_cache(Graph& g, const std::vector<std::pair<std::string, std::string>>& pairs,
-                                  const std::string& index_name) {
+                                  const std::string& ids_input, const std::string& index_name) {
   CacheRewrite r;
-  std::vector<int> nodes;
+  const int ids = g.find_value(ids_input);
+  if (ids < 0 || !g.values[ids].is_input) {
+    r.why_not = cat("'", ids_input, "' is not an input of the decoder");
+    return r;
+  }
+  std::vector<int> nodes, pasts;
   for (const auto& [past_name, present_name] : pairs) {
     const int past = g.find_value(past_name), present = g.find_value(present_name);
     if (past < 0 || !g.values[past].is_input) {
@@ -35,6 +103,7 @@ CacheRewrite rewrite_concat_cache(Graph& g, const std::vector<std::pair<std::str
       return r;
     }
     nodes.push_back(producer);
+    pasts.push_back(past);
   }
   const int index = g.value_id(index_name);
   Value& v = g.values[index];
@@ -58,6 +127,7 @@ CacheRewrite rewrite_concat_cache(Graph& g, const std::vector<std::pair<std::str
     n.attributes = {axis};
     n.def = nullptr;
   }
+  rewrite_past_shapes(g, pasts, ids);
   r.applied = true;
   r.index_input = index_name;
   return r;

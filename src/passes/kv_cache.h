@@ -23,7 +23,13 @@ struct CacheRewrite {
 // Rewrites every (past input, present output) pair of `pairs`, or none: each present must be
 // the output of a Concat of that past input and one other value along the sequence axis (2
 // of [batch, heads, positions, head size]). Adds the graph input `index_name`.
+//
+// Exporters also compute lengths from the past's shape (the key length as past length plus
+// new positions, for masks). Fed the whole cache, the past's length would be the capacity and
+// the key length one more than the cache holds, so every Shape of a past input is rewritten to
+// read the capacity less the new positions (the length of `ids_input`'s axis 1): what the
+// original decoder's past length is when its cache is full. The caller verifies the result.
 CacheRewrite rewrite_concat_cache(Graph& g, const std::vector<std::pair<std::string, std::string>>& pairs,
-                                  const std::string& index_name = "onyx_cache_index");
+                                  const std::string& ids_input, const std::string& index_name = "onyx_cache_index");
 
 }  // namespace onyx
