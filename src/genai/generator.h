@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "genai/language_model.h"
-#include "genai/sampler.h"
+#include "genai/search.h"
 
 namespace onyx::genai {
 

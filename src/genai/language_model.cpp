@@ -53,10 +53,42 @@ Graph make_fill_graph(size_t tensors) {
   return g;
 }
 
-Tensor int64_tensor(Shape shape, int64_t fill) {
-  Tensor t(DType::kInt64, std::move(shape));
-  std::fill_n(t.data<int64_t>(), t.numel(), fill);
-  return t;
+// Appends onyx.genai::Sample to the decoder: the next token (and the logits it was drawn
+// from) become the outputs; the full logits stay inside, in the plan's arena.
+void add_sampler(Graph& g, const std::string& logits_name) {
+  const int logits = g.find_value(logits_name);
+  auto out = std::find(g.outputs.begin(), g.outputs.end(), logits);
+  ONYX_CHECK(out != g.outputs.end(), "the decoder has no output '", logits_name, "'");
+  g.outputs.erase(out);
+  Node n;
+  n.name = "onyx_draw";
+  n.op_type = "Sample";
+  n.domain = "onyx.genai";
+  n.opset = 1;
+  for (const char* name : {kDrawOptions, kDrawRng, kDrawHistory, kDrawPosition}) {
+    const int id = g.value_id(name);
+    ONYX_CHECK(!g.values[id].is_input && g.values[id].producer < 0, "the decoder already has a value named '", name,
+               "'");
+    g.values[id].is_input = true;
+    g.inputs.push_back(id);
+    n.inputs.push_back(id);
+  }
+  n.inputs.insert(n.inputs.begin(), logits);
+  for (const char* name : {kNextToken, kNextLogits}) {
+    const int id = g.value_id(name);
+    g.values[id].producer = static_cast<int>(g.nodes.size());
+    n.outputs.push_back(id);
+    g.outputs.push_back(id);
+  }
+  g.nodes.push_back(std::move(n));
+}
+
+Draw greedy(size_t sequences) {
+  Draw d;
+  d.options.assign(sequences, {0.f, 0.f, 1.f, 0.f, 1.f});
+  d.seeds.assign(sequences, 0);
+  d.logits = true;
+  return d;
 }
 
 }  // namespace
@@ -78,13 +110,14 @@ LanguageModel::LanguageModel(const std::string& dir, const SessionOptions& optio
     backend_ = make_backend(device_, options);
     kv_pool_ = backend_ ? backend_->make_pool("kv cache") : host_;
     model_ = load_model(folder_.decoder_path);
+    add_sampler(*model_.graph, folder_.logits);
     weights_ = std::make_shared<DeviceWeights>();
     SessionOptions prompt_options = options;
     prompt_options.capture = CaptureMode::kOff;  // a prompt's shape is its own: run eagerly
     prompt_ = std::make_unique<Runner>(*model_.graph, prompt_options, backend_.get(), host_, weights_);
     for (const auto& [name, i] : prompt_->inputs) {
       const bool known = name == folder_.input_ids || name == folder_.attention_mask || name == folder_.position_ids ||
-                         name == folder_.use_cache_branch;
+                         name == folder_.use_cache_branch || name.rfind("onyx_draw_", 0) == 0;
       bool cache = false;
       for (const auto& l : folder_.layers) cache |= name == l.past_key || name == l.past_value;
       const Value& v = model_.graph->values[model_.graph->inputs[i]];
@@ -154,14 +187,15 @@ void LanguageModel::use_growing_cache(bool growing) {
 std::string LanguageModel::verify_static() {
   const int64_t v = std::max<int64_t>(folder_.vocab_size, 4);
   const std::vector<std::vector<int64_t>> prompt{{1 % v, 2 % v}};
+  const Draw draw = greedy(1);
   Tensor a, b;
   try {
     mode_ = CacheMode::kGrowing;
-    start(prompt, 2 * kCacheBlock);
-    a = step({3 % v});
+    start(prompt, 2 * kCacheBlock, draw);
+    a = step({3 % v}, draw).logits;
     mode_ = CacheMode::kStatic;
-    start(prompt, 2 * kCacheBlock);
-    b = step({3 % v});
+    start(prompt, 2 * kCacheBlock, draw);
+    b = step({3 % v}, draw).logits;
   } catch (const Error& e) {
     mode_ = CacheMode::kStatic;
     batch_.reset();
@@ -187,7 +221,7 @@ Tensor LanguageModel::cache_tensor(int64_t batch, int64_t capacity) {
   return t;
 }
 
-Tensor LanguageModel::start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity) {
+Next LanguageModel::start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity, const Draw& draw) {
   ONYX_CHECK(!prompts.empty(), "no prompt to generate from");
   int64_t longest = 0;
   for (size_t b = 0; b < prompts.size(); ++b) {
@@ -199,38 +233,88 @@ Tensor LanguageModel::start(const std::vector<std::vector<int64_t>>& prompts, in
   }
   ONYX_CHECK(longest < folder_.context_length, "a prompt of ", longest, " tokens leaves no room in the context of ",
              folder_.context_length);
+  ONYX_CHECK(draw.options.size() == prompts.size() && draw.seeds.size() == prompts.size(),
+             "the draw needs options and a seed per sequence");
   batch_ = std::make_unique<Batch>();
   Batch& bt = *batch_;
-  bt.size = static_cast<int64_t>(prompts.size());
+  bt.rows = static_cast<int64_t>(prompts.size());
+  bt.size = 1;
+  while (bt.size < bt.rows) bt.size *= 2;
   bt.prompt = longest;
   const int64_t want = std::max(capacity, longest + 1);
   bt.capacity = std::min((want + kCacheBlock - 1) / kCacheBlock * kCacheBlock, folder_.context_length);
+  // Rows past the sequences pad the bucket with the first prompt; their tokens go unread.
+  std::vector<std::vector<int64_t>> rows(prompts.begin(), prompts.end());
+  rows.resize(bt.size, prompts[0]);
   // GroupQueryAttention models read each row's length from the mask: rows padded on the right.
   const bool right = chosen_ == CacheMode::kShared;
-  ONYX_CHECK(!right || mode_ == CacheMode::kShared || prompts.size() == 1,
+  ONYX_CHECK(!right || mode_ == CacheMode::kShared || bt.size == 1,
              "a growing cache takes one sequence at a time for this decoder (its attention reads right-padded rows)");
-  for (const auto& p : prompts) {
+  for (const auto& p : rows) {
     const int64_t n = static_cast<int64_t>(p.size());
     bt.length.push_back(right ? n : longest);
     bt.offset.push_back(right ? 0 : longest - n);
   }
   if (mode_ != CacheMode::kGrowing)
     for (size_t i = 0; i < 2 * folder_.layers.size(); ++i) bt.cache.push_back(cache_tensor(bt.size, bt.capacity));
-  return run(*prompt_, prompt_feeds(prompts), true);
+  return run(*prompt_, prompt_feeds(rows), true, draw);
 }
 
-Tensor LanguageModel::step(const std::vector<int64_t>& tokens) {
+Next LanguageModel::step(const std::vector<int64_t>& tokens, const Draw& draw) {
   ONYX_CHECK(batch_, "a decode step needs a prompt first");
   Batch& bt = *batch_;
-  ONYX_CHECK(static_cast<int64_t>(tokens.size()) == bt.size, "a step takes one token per sequence (", bt.size,
+  ONYX_CHECK(static_cast<int64_t>(tokens.size()) == bt.rows, "a step takes one token per sequence (", bt.rows,
              "), got ", tokens.size());
+  ONYX_CHECK(static_cast<int64_t>(draw.options.size()) == bt.rows, "the draw needs options per sequence");
   const int64_t next = *std::max_element(bt.length.begin(), bt.length.end());
   ONYX_CHECK(mode_ == CacheMode::kGrowing || next < bt.capacity, "the cache of ", bt.capacity, " positions is full");
   ONYX_CHECK(next < folder_.context_length, "the context of ", folder_.context_length, " positions is full");
-  Tensor logits = run(mode_ == CacheMode::kGrowing ? *prompt_ : *step_, step_feeds(tokens), false);
+  std::vector<int64_t> rows(tokens.begin(), tokens.end());
+  rows.resize(bt.size, tokens[0]);
+  Next out = run(mode_ == CacheMode::kGrowing ? *prompt_ : *step_, step_feeds(rows), false, draw);
   ++bt.steps;
   for (auto& n : bt.length) ++n;
-  return logits;
+  return out;
+}
+
+int64_t LanguageModel::bucket() const { return batch_ ? batch_->size : 0; }
+
+// Row `r` of every batch tensor, gathered: [rows, ...] from [size, ...].
+Tensor LanguageModel::take_rows(const Tensor& t, const std::vector<size_t>& rows) {
+  Shape s = t.shape();
+  const size_t row_bytes = t.bytes() / static_cast<size_t>(s[0]);
+  s[0] = static_cast<int64_t>(rows.size());
+  Tensor out(t.dtype(), s, t.on_host() ? *host_ : *kv_pool_);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    char* dst = static_cast<char*>(out.raw()) + i * row_bytes;
+    const char* src = static_cast<const char*>(t.raw()) + rows[i] * row_bytes;
+    if (t.on_host()) std::memcpy(dst, src, row_bytes);
+    else backend_->copy_on_device(dst, src, row_bytes);
+  }
+  return out;
+}
+
+void LanguageModel::keep(const std::vector<size_t>& keep) {
+  ONYX_CHECK(batch_ && !keep.empty(), "nothing to keep");
+  Batch& bt = *batch_;
+  for (size_t i = 0; i < keep.size(); ++i)
+    ONYX_CHECK(static_cast<int64_t>(keep[i]) < bt.rows && (i == 0 || keep[i] > keep[i - 1]),
+               "keep takes ascending sequence indexes");
+  int64_t size = 1;
+  while (size < static_cast<int64_t>(keep.size())) size *= 2;
+  std::vector<size_t> rows(keep.begin(), keep.end());
+  rows.resize(size, keep[0]);
+  for (auto* list : {&bt.cache, &bt.past})
+    for (Tensor& t : *list) t = take_rows(t, rows);
+  std::vector<int64_t> length, offset;
+  for (size_t r : rows) {
+    length.push_back(bt.length[r]);
+    offset.push_back(bt.offset[r]);
+  }
+  bt.length = std::move(length);
+  bt.offset = std::move(offset);
+  bt.size = size;
+  bt.rows = static_cast<int64_t>(keep.size());
 }
 
 }  // namespace onyx::genai

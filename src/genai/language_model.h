@@ -13,6 +13,7 @@
 // generation (DESIGN L11): on a GPU it is captured once and replayed.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,21 @@ namespace onyx::genai {
 
 enum class CacheMode { kShared, kStatic, kGrowing };
 std::string_view cache_mode_name(CacheMode m);
+
+// How each sequence's next token is drawn, by the onyx.genai::Sample node that onyx appends
+// to the decoder (on the decoder's device: only token ids leave it).
+struct Draw {
+  std::vector<std::array<float, 5>> options;  // per sequence, in ops/sampling.h's order
+  std::vector<uint64_t> seeds;                // per sequence
+  int64_t counter = 0;                        // which draw of the sequences this is
+  const std::vector<std::vector<int64_t>>* history = nullptr;  // per sequence: its ids (repetition penalty)
+  bool logits = false;                        // also return the logits drawn from
+};
+
+struct Next {
+  std::vector<int64_t> tokens;  // per sequence
+  Tensor logits;                // [sequences, vocab] float32, when asked
+};
 
 class LanguageModel {
  public:
@@ -45,10 +61,16 @@ class LanguageModel {
   Device device() const { return device_; }
 
   // Runs the prompts (token ids per sequence) and makes a cache for `capacity` positions
-  // (prompt and new tokens). Returns each sequence's next-token logits, [batch, vocab] float32.
-  Tensor start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity);
-  // One decode step: each sequence's new token. Returns the next logits, [batch, vocab].
-  Tensor step(const std::vector<int64_t>& tokens);
+  // (prompt and new tokens); draws each sequence's first new token. The batch runs padded to
+  // a bucket (1, 2, 4, 8, ...): each bucket is one signature of the decode step.
+  Next start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity, const Draw& draw);
+  // One decode step: each sequence's new token in, its next token out.
+  Next step(const std::vector<int64_t>& tokens, const Draw& draw);
+  // Keeps only the sequences `keep` (ascending indexes into the current ones; the rest have
+  // finished), moving the batch to the smallest bucket that holds them.
+  void keep(const std::vector<size_t>& keep);
+  // The bucket the batch in flight runs in.
+  int64_t bucket() const;
 
   size_t cache_bytes() const;
   // The most device memory leased at once so far (0 on the CPU).
@@ -61,11 +83,12 @@ class LanguageModel {
   struct Runner;
   void choose_cache_mode();
   std::string verify_static();
-  Tensor run(Runner& r, const std::vector<std::pair<std::string, Tensor>>& feeds, bool prompt);
+  Next run(Runner& r, std::vector<std::pair<std::string, Tensor>> feeds, bool prompt, const Draw& draw);
   std::vector<std::pair<std::string, Tensor>> prompt_feeds(const std::vector<std::vector<int64_t>>& prompts);
   std::vector<std::pair<std::string, Tensor>> step_feeds(const std::vector<int64_t>& tokens);
-  Tensor last_logits(const Tensor& logits, bool prompt) const;
+  void add_draw_feeds(std::vector<std::pair<std::string, Tensor>>& feeds, bool prompt, const Draw& draw) const;
   Tensor cache_tensor(int64_t batch, int64_t capacity);
+  Tensor take_rows(const Tensor& t, const std::vector<size_t>& rows);
 
   SessionOptions options_;
   Device device_;

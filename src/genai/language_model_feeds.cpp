@@ -7,6 +7,7 @@
 
 #include "genai/language_model.h"
 #include "genai/language_model_parts.h"
+#include "ops/sampling.h"
 
 namespace onyx::genai {
 
@@ -79,8 +80,41 @@ Feeds LanguageModel::step_feeds(const std::vector<int64_t>& tokens) {
   return f;
 }
 
-Tensor LanguageModel::run(Runner& r, const Feeds& feeds, bool prompt) {
+// The inputs of the Sample node onyx appended: options, seeds and draw counter, the ids for
+// the repetition penalty, and the position each row's logits are read at.
+void LanguageModel::add_draw_feeds(Feeds& f, bool prompt, const Draw& draw) const {
+  const Batch& bt = *batch_;
+  const int64_t B = bt.size;
+  Tensor options(DType::kFloat32, Shape{B, sampling::kOptionCount}), rng(DType::kInt64, Shape{B, 2});
+  bool penalty = false;
+  for (int64_t b = 0; b < B; ++b) {
+    // Padding rows draw greedily: cheapest, and their tokens go unread.
+    const std::array<float, 5> o = b < bt.rows ? draw.options[b] : std::array<float, 5>{0.f, 0.f, 1.f, 0.f, 1.f};
+    std::copy(o.begin(), o.end(), options.data<float>() + b * sampling::kOptionCount);
+    penalty |= o[sampling::kRepetitionPenalty] != 1.f;
+    rng.data<int64_t>()[2 * b] = static_cast<int64_t>(b < bt.rows ? draw.seeds[b] : 0);
+    rng.data<int64_t>()[2 * b + 1] = draw.counter;
+  }
+  const int64_t H = penalty && draw.history ? bt.capacity : 1;
+  Tensor history = int64_tensor(Shape{B, H}, -1);
+  if (H > 1)
+    for (int64_t b = 0; b < bt.rows && b < static_cast<int64_t>(draw.history->size()); ++b) {
+      const auto& ids = (*draw.history)[b];
+      const int64_t n = std::min<int64_t>(H, static_cast<int64_t>(ids.size()));
+      std::copy(ids.end() - n, ids.end(), history.data<int64_t>() + b * H);
+    }
+  Tensor position(DType::kInt64, Shape{B});
+  for (int64_t b = 0; b < B; ++b)
+    position.data<int64_t>()[b] = !prompt ? 0 : chosen_ == CacheMode::kShared ? bt.length[b] - 1 : bt.prompt - 1;
+  f.emplace_back(kDrawOptions, options);
+  f.emplace_back(kDrawRng, rng);
+  f.emplace_back(kDrawHistory, history);
+  f.emplace_back(kDrawPosition, position);
+}
+
+Next LanguageModel::run(Runner& r, Feeds feeds, bool prompt, const Draw& draw) {
   Batch& bt = *batch_;
+  add_draw_feeds(feeds, prompt, draw);
   const Graph& g = *r.graph;
   std::vector<Tensor> inputs(g.inputs.size());
   for (const auto& [name, t] : feeds) {
@@ -88,18 +122,19 @@ Tensor LanguageModel::run(Runner& r, const Feeds& feeds, bool prompt) {
     ONYX_ASSERT(it != r.inputs.end(), "the decoder has no input '", name, "'");
     inputs[it->second] = t;
   }
-  // Logits to the host; the cache where it is kept: bound in place (shared; static steps),
-  // or left on the device as the next run's input (a static prompt's presents; growing).
-  std::vector<OutputPlace> places(g.outputs.size(), OutputPlace::kHost);
+  // The token to the host (and the logits drawn from, when asked); the cache where it is kept:
+  // bound in place (shared; static steps), or left on the device as the next run's input (a
+  // static prompt's presents; growing).
+  std::vector<OutputPlace> places(g.outputs.size(), OutputPlace::kDevice);
+  places[r.outputs.at(kNextToken)] = OutputPlace::kHost;
+  if (draw.logits) places[r.outputs.at(kNextLogits)] = OutputPlace::kHost;
   std::vector<Tensor> bound(g.outputs.size());
   std::vector<size_t> present;
   for (const auto& l : folder_.layers)
     for (const std::string* n : {&l.present_key, &l.present_value}) present.push_back(r.outputs.at(*n));
   const bool in_place = mode_ == CacheMode::kShared || (mode_ == CacheMode::kStatic && !prompt);
-  for (size_t k = 0; k < present.size(); ++k) {
+  for (size_t k = 0; k < present.size(); ++k)
     if (in_place) bound[present[k]] = bt.cache[k];
-    else places[present[k]] = OutputPlace::kDevice;
-  }
   std::vector<Tensor> outs = r.exec->run(inputs, nullptr, &places, &bound);
   if (mode_ == CacheMode::kStatic && prompt) {  // the prompt's presents into the cache, at position 0
     std::vector<Tensor> fill(fill_->graph->inputs.size());
@@ -115,32 +150,16 @@ Tensor LanguageModel::run(Runner& r, const Feeds& feeds, bool prompt) {
     bt.past.clear();
     for (size_t k : present) bt.past.push_back(outs[k]);
   }
-  return last_logits(outs[r.outputs.at(folder_.logits)], prompt);
-}
-
-// Each row's logits at its last position, as float32 [batch, vocab].
-Tensor LanguageModel::last_logits(const Tensor& logits, bool prompt) const {
-  const Batch& bt = *batch_;
-  ONYX_CHECK(logits.rank() == 3 && logits.shape()[0] == bt.size, "logits ", logits.type_str(), " are not [",
-             bt.size, ", positions, vocab]");
-  const int64_t S = logits.shape()[1], V = logits.shape()[2];
-  Tensor out(DType::kFloat32, Shape{bt.size, V});
-  for (int64_t b = 0; b < bt.size; ++b) {
-    const int64_t s = prompt && chosen_ == CacheMode::kShared ? bt.length[b] - 1 : S - 1;
-    const int64_t base = (b * S + s) * V;
-    float* dst = out.data<float>() + b * V;
-    switch (logits.dtype()) {
-      case DType::kFloat32: std::memcpy(dst, logits.data<float>() + base, V * sizeof(float)); break;
-      case DType::kFloat16:
-        for (int64_t i = 0; i < V; ++i) dst[i] = static_cast<float>(logits.data<Float16>()[base + i]);
-        break;
-      case DType::kBFloat16:
-        for (int64_t i = 0; i < V; ++i) dst[i] = static_cast<float>(logits.data<BFloat16>()[base + i]);
-        break;
-      default: throw Error(cat("logits of ", dtype_name(logits.dtype()), " are not a float type"));
-    }
+  Next next;
+  const Tensor& tokens = outs[r.outputs.at(kNextToken)];
+  next.tokens.assign(tokens.data<int64_t>(), tokens.data<int64_t>() + bt.rows);
+  if (draw.logits) {
+    const Tensor& l = outs[r.outputs.at(kNextLogits)];
+    const int64_t V = l.shape()[1];
+    next.logits = Tensor(DType::kFloat32, Shape{bt.rows, V});
+    std::memcpy(next.logits.raw(), l.raw(), next.logits.bytes());
   }
-  return out;
+  return next;
 }
 
 size_t LanguageModel::cache_bytes() const {

@@ -28,11 +28,21 @@ struct LanguageModel::Runner {
 
 // What a generation in flight keeps between its runs.
 struct LanguageModel::Batch {
-  int64_t size = 0, prompt = 0, capacity = 0, steps = 0;
+  int64_t size = 0;  // rows the decoder runs: the bucket
+  int64_t rows = 0;  // of which sequences (the rest pad the bucket)
+  int64_t prompt = 0, capacity = 0, steps = 0;
   std::vector<int64_t> length;  // per row: positions of the cache this row has filled (shared)
   std::vector<int64_t> offset;  // per row: its left padding (static, growing)
   std::vector<Tensor> cache;    // per layer: key, value, [batch, kv heads, capacity, head size]
   std::vector<Tensor> past;     // growing: the last presents, per layer key, value
 };
+
+// The names of what onyx appends to the decoder to draw tokens on its device.
+inline constexpr const char* kDrawOptions = "onyx_draw_options";
+inline constexpr const char* kDrawRng = "onyx_draw_rng";
+inline constexpr const char* kDrawHistory = "onyx_draw_history";
+inline constexpr const char* kDrawPosition = "onyx_draw_position";
+inline constexpr const char* kNextToken = "onyx_next_token";
+inline constexpr const char* kNextLogits = "onyx_next_logits";
 
 }  // namespace onyx::genai

@@ -29,7 +29,7 @@ OpRegistry& OpRegistry::global_mutable() {
     register_loss_ops(r);
     register_conv_pool_ops(r);
     register_resize_ops(r);
-    register_cache_ops(r);
+    register_genai_ops(r);
     return r;
   }();
   return registry;

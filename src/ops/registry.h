@@ -56,6 +56,6 @@ void register_attention_ops(OpRegistry& r);
 void register_loss_ops(OpRegistry& r);
 void register_conv_pool_ops(OpRegistry& r);
 void register_resize_ops(OpRegistry& r);
-void register_cache_ops(OpRegistry& r);  // cache_ops.cpp: onyx.genai CacheUpdate
+void register_genai_ops(OpRegistry& r);  // genai_ops.cpp, sampling.cpp: onyx.genai CacheUpdate, Sample
 
 }  // namespace onyx

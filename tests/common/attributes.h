@@ -37,4 +37,12 @@ inline Attribute attr_string(const std::string& name, std::string v) {
   return a;
 }
 
+inline Attribute attr_tensor(const std::string& name, Tensor v) {
+  Attribute a;
+  a.name = name;
+  a.kind = Attribute::Kind::kTensor;
+  a.t = std::move(v);
+  return a;
+}
+
 }  // namespace onyx::test

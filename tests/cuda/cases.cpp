@@ -4,6 +4,8 @@
 // says the kernel may (kMayFall) or must (kDecline) decline it.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <set>
 
 #include "harness.h"
@@ -74,6 +76,13 @@ void unary(std::vector<Case>& v) {
   v.push_back({"none", "Clip", kFloats, {X({5, 9})}, {}, 1, 13});
   v.push_back({"ints", "Clip", kInts, {X({5, 9}), Scalar(-3), Scalar(4)}, {}, 1, 13, "", Expect::kMayFall});
   v.push_back({"attrs", "Clip", kFloats, {X({5, 9})}, {attr_float("min", -0.5f), attr_float("max", 2.f)}, 1, 6});
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> specials = {1.5, nan, -inf, -0.25, inf, nan, 0.0, -3};
+  v.push_back({"specials", "IsNaN", kFloats, {Vals(kT, {8}, specials)}, {}, 1, 9});
+  v.push_back({"random", "IsNaN", kFloats, {X({5, 33})}, {}, 1, 9});
+  v.push_back({"specials", "IsInf", kFloats, {Vals(kT, {8}, specials)}, {}, 1, 10});
+  v.push_back({"positive", "IsInf", kFloats, {Vals(kT, {8}, specials)}, {attr_int("detect_negative", 0)}, 1, 10});
+  v.push_back({"negative", "IsInf", kFloats, {Vals(kT, {8}, specials)}, {attr_int("detect_positive", 0)}, 1, 10});
 }
 
 void casts(std::vector<Case>& v) {
@@ -187,6 +196,18 @@ void data(std::vector<Case>& v) {
   v.push_back({"big", "Transpose", {D::kFloat32}, {X({1024, 1027})}, {attr_ints("perm", {1, 0})}});
 }
 
+void genai_ops(std::vector<Case>& v) {
+  const std::string g = "onyx.genai";
+  v.push_back({"decode", "CacheUpdate", kAll, {X({2, 3, 8, 4}), X({2, 3, 1, 4}), Vals(D::kInt64, {}, {5})}, {}, 1, 1, g});
+  v.push_back({"prompt", "CacheUpdate", kAll, {X({1, 2, 16, 8}), X({1, 2, 7, 8}), Vals(D::kInt64, {}, {0})}, {}, 1, 1, g});
+  v.push_back({"last", "CacheUpdate", kFloats, {X({3, 2, 9, 5}), X({3, 2, 2, 5}), Vals(D::kInt64, {}, {7})}, {}, 1, 1, g});
+  v.push_back({"fill_f32", "ConstantOfShape", {D::kFloat32}, {Vals(D::kInt64, {3}, {2, 3, 5})},
+               {attr_tensor("value", Tensor::from_vector<float>({-2.5f}, Shape{1}))}, 1, 9});
+  v.push_back({"fill_i64", "ConstantOfShape", {D::kFloat32}, {Vals(D::kInt64, {2}, {4, 7})},
+               {attr_tensor("value", Tensor::from_vector<int64_t>({42}, Shape{1}))}, 1, 9});
+  v.push_back({"default", "ConstantOfShape", {D::kFloat32}, {Vals(D::kInt64, {2}, {3, 3})}, {}, 1, 9});
+}
+
 void rotary(std::vector<Case>& v) {
   const std::string ms = "com.microsoft";
   // ONNX-23: X [B, H, S, D] with position_ids; 3-D X with num_heads, partial rotation,
@@ -259,6 +280,7 @@ std::vector<TestCase> all_cases() {
   softmax(v);
   norms(v);
   data(v);
+  genai_ops(v);
   rotary(v);
   matmul(v);
   return expand(v);

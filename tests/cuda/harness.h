@@ -95,6 +95,7 @@ using onyx::test::attr_float;
 using onyx::test::attr_int;
 using onyx::test::attr_ints;
 using onyx::test::attr_string;
+using onyx::test::attr_tensor;
 
 inline const std::vector<DType> kFloats = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 inline const std::vector<DType> kFloatsInts = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32,

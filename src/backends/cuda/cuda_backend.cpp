@@ -149,6 +149,8 @@ class CudaBackend final : public Backend {
     if (word & kDeviceErrorGatherIndex) what += "Gather: an index was out of range";
     if (word & kDeviceErrorRotaryPosition)
       what += cat(what.empty() ? "" : "; ", "RotaryEmbedding: a position id was outside the cos/sin cache");
+    if (word & kDeviceErrorCachePosition)
+      what += cat(what.empty() ? "" : "; ", "CacheUpdate: the write position was outside the cache");
     return what;
   }
 

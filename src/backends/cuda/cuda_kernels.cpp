@@ -40,6 +40,7 @@ CudaKernelRegistry& CudaKernelRegistry::global_mutable() {
     register_data_kernels(r);
     register_rotary_kernels(r);
     register_matmul_kernels(r);
+    register_genai_kernels(r);
     return r;
   }();
   return registry;

@@ -1,6 +1,8 @@
-// Elementwise data kernels: Where (3-way broadcast), Expand, Range.
-// Where and Expand only move elements, so they are instantiated per element
-// size (1, 2, 4, 8 bytes) rather than per type, and take any such type.
+// Elementwise data kernels: Where (3-way broadcast), Expand, ConstantOfShape, Range.
+// Where, Expand and ConstantOfShape only move elements, so they are instantiated per
+// element size (1, 2, 4, 8 bytes) rather than per type, and take any such type.
+#include <cstring>
+
 #include "backends/cuda/kernels/elementwise_common.cuh"
 
 namespace onyx::cuda {
@@ -180,6 +182,35 @@ void run_expand(const Tensor& in, Tensor& out, CudaContext& cu) {
   ONYX_CHECK(ok, "Expand on CUDA: element type ", dtype_name(in.dtype()), " is not supported");
 }
 
+// ---- ConstantOfShape ------------------------------------------------------------
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) fill_kernel(T* __restrict__ out, int64_t n, T v) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = v;
+}
+
+// The fill value is the node's attribute (a host tensor): its bits travel by value.
+void run_constant_of_shape(KernelContext& ctx, CudaContext& cu) {
+  Tensor& out = ctx.output(0);
+  const Tensor* value = ctx.attr_tensor("value");
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const bool ok = dispatch_size(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T v{};
+    if (value) {
+      ONYX_CHECK(value->numel() == 1 && value->dtype() == out.dtype(), "ConstantOfShape: the value ",
+                 value->type_str(), " does not fill ", out.type_str());
+      std::memcpy(&v, value->raw(), sizeof v);
+    }
+    fill_kernel<T><<<resident_blocks_for(n, cu.device), kThreads, 0, cu.stream>>>(static_cast<T*>(out.raw()), n, v);
+    ONYX_CUDA_CHECK_LAUNCH("ConstantOfShape");
+  });
+  ONYX_CHECK(ok, "ConstantOfShape on CUDA: element type ", dtype_name(out.dtype()), " is not supported");
+}
+
 // ---- Range --------------------------------------------------------------------
 
 // out[i] = start + i * delta, with start and delta read on the device (the
@@ -218,6 +249,12 @@ void run_range(KernelContext& ctx, CudaContext& cu) {
 }  // namespace
 
 void register_where_expand_range_kernels(CudaKernelRegistry& r) {
+  r.add(onnx_kernel("ConstantOfShape", 9, run_constant_of_shape,
+                    [](const Node& node, const std::vector<ValueType>&) -> std::string {
+                      const Attribute* a = node.find_attribute("value");
+                      return !a || size_dispatchable(a->t.dtype()) ? ""
+                                                                   : "ConstantOfShape on CUDA fills fixed-size types";
+                    }));
   r.add(onnx_kernel("Where", 9,
       [](KernelContext& ctx, CudaContext& cu) {
         const Tensor &c = ctx.input(0), &x = ctx.input(1), &y = ctx.input(2);

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include <tuple>
+
 #include "backends/cuda/kernels/elementwise_common.cuh"
 
 namespace onyx::cuda {
@@ -179,6 +181,30 @@ struct NotOp {
   __device__ __forceinline__ bool operator()(bool x, int64_t) const { return !x; }
 };
 
+// IsNaN (both signs off) and IsInf (the signs it detects).
+template <class T>
+struct FloatClassOp {
+  bool nan = false, neg = false, pos = false;
+  __device__ __forceinline__ FloatClassOp prepare() const { return *this; }
+  __device__ __forceinline__ bool operator()(T x, int64_t) const {
+    const float v = to_compute(x);
+    if (nan) return isnan(v);
+    return isinf(v) && (v < 0 ? neg : pos);
+  }
+};
+
+void launch_float_class(KernelContext& ctx, CudaContext& cu, bool nan, const char* what) {
+  const Tensor& in = ctx.input(0);
+  dispatch_float(in.dtype(), what, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    FloatClassOp<T> op;
+    op.nan = nan;
+    op.neg = ctx.attr_int("detect_negative", 1) != 0;
+    op.pos = ctx.attr_int("detect_positive", 1) != 0;
+    launch_map1<T, bool>(in.raw(), ctx.output(0).raw(), in.numel(), op, cu, what);
+  });
+}
+
 // ---- Cast -----------------------------------------------------------------------
 
 // Floating value -> integer D, truncating toward zero, as the CPU reference:
@@ -352,6 +378,14 @@ void register_unary_kernels(CudaKernelRegistry& r) {
       [](const Node&, const std::vector<ValueType>& in) -> std::string {
         return input_dtype(in, 0) == DType::kBool ? "" : "Not on CUDA supports bool";
       }));
+
+  for (auto [name, since, nan] : {std::tuple{"IsNaN", 9, true}, std::tuple{"IsInf", 10, false}})
+    r.add(onnx_kernel(name, since, [name, nan](KernelContext& ctx, CudaContext& cu) { launch_float_class(ctx, cu, nan, name); },
+                      [name](const Node&, const std::vector<ValueType>& in) -> std::string {
+                        return dtype_in(input_dtype(in, 0), kFloatTypes)
+                                   ? ""
+                                   : cat(name, " on CUDA supports float32/float16/bfloat16");
+                      }));
 
   auto cast_run = [](KernelContext& ctx, CudaContext& cu) { launch_cast(ctx.input(0), ctx.output(0), cu); };
   const char* cast_reason = "Cast on CUDA supports float32/float16/bfloat16/int32/int64/bool to the same set";

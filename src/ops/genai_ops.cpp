@@ -71,7 +71,10 @@ void cache_update_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-void register_cache_ops(OpRegistry& r) {
+void register_sample_op(OpRegistry& r);  // sampling.cpp
+
+void register_genai_ops(OpRegistry& r) {
+  register_sample_op(r);
   r.add(domain_op("onyx.genai", "CacheUpdate", 1, infer_cache_update, cache_update_kernel).may_update(0, 0));
 }
 

@@ -1,12 +1,12 @@
-// Choosing the next token from a sequence's logits: greedy, or sampled after the logit
-// processors of Hugging Face transformers, in its order: repetition penalty, then
-// temperature, top-k, top-p and min-p. Sampling draws from a generator seeded per
-// sequence, so a seed reproduces a generation.
+// What a generation is asked for: the token budget, stop strings, and how the next token
+// is chosen (greedy, or sampled after the logit processors of Hugging Face transformers, in
+// its order: repetition penalty, then temperature, top-k, top-p and min-p). The choice
+// itself is made on the decoder's device by onyx.genai::Sample (ops/sampling.h), from a
+// uniform number made from the seed, so a seed reproduces a generation.
 #pragma once
 
+#include <array>
 #include <cstdint>
-#include <random>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -27,18 +27,10 @@ struct SearchOptions {
 // Checks the options; names what is wrong.
 void check_search_options(const SearchOptions& s);
 
-class Sampler {
- public:
-  // `stream` tells sequences of one generation apart (each draws its own numbers).
-  Sampler(const SearchOptions& options, uint64_t stream);
-  // The next token of a sequence whose ids so far (prompt and generated) are `history`.
-  // `logits` is overwritten.
-  int64_t next(std::span<float> logits, std::span<const int64_t> history);
+// The options row of onyx.genai::Sample for these options (ops/sampling.h's order).
+std::array<float, 5> draw_options(const SearchOptions& s);
 
- private:
-  SearchOptions options_;
-  std::mt19937_64 rng_;
-  std::vector<int64_t> order_;
-};
+// The seed of sequence `index` of a generation seeded `seed` (each draws its own numbers).
+uint64_t sequence_seed(uint64_t seed, size_t index);
 
 }  // namespace onyx::genai

@@ -1,0 +1,277 @@
+// The kernels of generation's own ops (onyx.genai). CacheUpdate writes a step's new keys or
+// values into a static cache at a position read on the device, so a captured step serves
+// every position; a position outside the cache sets the device error word and writes nothing.
+// Sample chooses each sequence's next token on the device (the rules and the CPU kernel that
+// is their specification: ops/sampling.h, ops/sampling.cpp), so only token ids leave it.
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/kernels/common/convert.cuh"
+#include "backends/cuda/kernels/common/launch.cuh"
+#include "backends/cuda/kernels/common/reduce.cuh"
+#include "ops/sampling.h"
+
+namespace onyx::cuda {
+
+namespace {
+
+// dst[b, index + p, i] = src[b, p, i] over [outer, length, inner] views of `new`, in units U.
+template <class U>
+__global__ void __launch_bounds__(kThreads)
+    cache_update_kernel(const U* __restrict__ src, U* __restrict__ dst, const int64_t* __restrict__ index,
+                        int64_t outer, int64_t capacity, int64_t length, int64_t inner, unsigned int* err) {
+  const int64_t at = *index;
+  const int64_t total = outer * length * inner;
+  if (at < 0 || at + length > capacity) {
+    if (blockIdx.x == 0 && threadIdx.x == 0 && total > 0) atomicOr(err, kDeviceErrorCachePosition);
+    return;
+  }
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = e % inner, p = (e / inner) % length, b = e / (inner * length);
+    dst[(b * capacity + at + p) * inner + i] = src[e];
+  }
+}
+
+void run_cache_update(KernelContext& ctx, CudaContext& cu) {
+  const Tensor& cache = ctx.input(0);
+  const Tensor& fresh = ctx.input(1);
+  const Tensor& index = ctx.input(2);
+  Tensor& out = ctx.output(0);
+  const auto& cd = cache.shape().dims();
+  const int64_t rank = static_cast<int64_t>(cd.size());
+  const int64_t axis = norm_axis(ctx.attr_int("axis", 2), rank);
+  ONYX_CHECK(fresh.rank() == cache.rank() && index.numel() == 1 && index.dtype() == DType::kInt64,
+             "CacheUpdate: cache ", cache.type_str(), ", new ", fresh.type_str(), ", index ", index.type_str());
+  const int64_t outer = prod(cd, 0, axis), inner = prod(cd, axis + 1, cd.size()) * dtype_size(cache.dtype());
+  if (out.raw() != cache.raw() && out.bytes())  // not bound to the cache itself: carry the old entries over
+    ONYX_CUDA_CHECK(cudaMemcpyAsync(out.raw(), cache.raw(), out.bytes(), cudaMemcpyDeviceToDevice, cu.stream));
+  const int64_t total = outer * fresh.shape()[axis] * inner;
+  if (total == 0) return;
+  // Bytes move in the widest unit that divides a position's bytes (4 or 1).
+  const bool words = inner % 4 == 0;
+  const int64_t unit_inner = words ? inner / 4 : inner;
+  const unsigned blocks = resident_blocks_for(total / (words ? 4 : 1), cu.device);
+  if (words)
+    cache_update_kernel<uint32_t><<<blocks, kThreads, 0, cu.stream>>>(
+        static_cast<const uint32_t*>(fresh.raw()), static_cast<uint32_t*>(out.raw()), index.data<int64_t>(), outer,
+        cd[axis], fresh.shape()[axis], unit_inner, cu.error_word);
+  else
+    cache_update_kernel<uint8_t><<<blocks, kThreads, 0, cu.stream>>>(
+        static_cast<const uint8_t*>(fresh.raw()), static_cast<uint8_t*>(out.raw()), index.data<int64_t>(), outer,
+        cd[axis], fresh.shape()[axis], unit_inner, cu.error_word);
+  ONYX_CUDA_CHECK_LAUNCH("CacheUpdate");
+}
+
+
+// ---- Sample: one block per sequence ----
+
+constexpr int kSampleThreads = 512;
+
+// Floats as unsigned keys in the same order (for bisection over values).
+__device__ __forceinline__ uint32_t order_key(float x) {
+  const uint32_t b = __float_as_uint(x);
+  return (b & 0x80000000u) ? ~b : b | 0x80000000u;
+}
+__device__ __forceinline__ float key_value(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? k & 0x7fffffffu : ~k);
+}
+
+struct SampleArgs {
+  const void* logits;
+  int code;  // FCode of the logits
+  int64_t S, V, H;
+  const float* options;
+  const int64_t* rng;
+  const int64_t* history;   // null: no repetition penalty input
+  const int64_t* position;  // null: the last position
+  int64_t* out;
+  float* read;              // null: the logits read are not an output
+};
+
+struct SampleRow {
+  const SampleArgs& a;
+  int64_t base;             // element offset of the row's last position
+  const uint32_t* seen;     // bitmap of history ids (when a penalty applies)
+  float penalty, inv_t;
+  __device__ float z(int64_t j) const {
+    float l = load_f(a.logits, a.code, base + j);
+    if (seen && (seen[j >> 5] >> (j & 31) & 1u)) l = l < 0 ? l * penalty : l / penalty;
+    return l * inv_t;
+  }
+};
+
+struct MaxIdx {  // the larger value; the smaller index among equals
+  float v;
+  int64_t i;
+};
+__device__ __forceinline__ MaxIdx better(MaxIdx x, MaxIdx y) {
+  return (y.v > x.v || (y.v == x.v && y.i < x.i)) ? y : x;
+}
+
+__global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
+  extern __shared__ uint32_t seen[];
+  __shared__ double dscratch[32];
+  __shared__ float fscratch[32];
+  __shared__ int64_t iscratch[32];
+  __shared__ int64_t cscratch[32];
+  const int64_t b = blockIdx.x, V = a.V;
+  const float* opt = a.options + b * sampling::kOptionCount;
+  const float t = opt[sampling::kTemperature], penalty = opt[sampling::kRepetitionPenalty];
+  const bool penalize = a.history && penalty != 1.f;
+  if (penalize) {
+    for (int64_t w = threadIdx.x; w < (V + 31) / 32; w += blockDim.x) seen[w] = 0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < a.H; i += blockDim.x) {
+      const int64_t id = a.history[b * a.H + i];
+      if (id >= 0 && id < V) atomicOr(&seen[id >> 5], 1u << (id & 31));
+    }
+    __syncthreads();
+  }
+  int64_t s = a.position ? a.position[b] : a.S - 1;
+  if (s < 0 || s >= a.S) s = a.S - 1;  // checked on the host where positions are known; never read outside
+  SampleRow row{a, (b * a.S + s) * V, penalize ? seen : nullptr, penalty, t == 0.f ? 1.f : 1.f / t};
+  if (a.read)
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) a.read[b * V + j] = load_f(a.logits, a.code, row.base + j);
+  // The largest z (and, for greedy, its first index).
+  MaxIdx best{-INFINITY, V};
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) best = better(best, MaxIdx{row.z(j), j});
+  for (int o = 16; o > 0; o >>= 1) {
+    MaxIdx other{__shfl_xor_sync(0xffffffffu, best.v, o), __shfl_xor_sync(0xffffffffu, best.i, o)};
+    best = better(best, other);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  if (lane == 0) {
+    fscratch[warp] = best.v;
+    iscratch[warp] = best.i;
+  }
+  __syncthreads();
+  best = MaxIdx{fscratch[0], iscratch[0]};
+  for (int w = 1; w < warps; ++w) best = better(best, MaxIdx{fscratch[w], iscratch[w]});
+  __syncthreads();
+  if (t == 0.f) {
+    if (threadIdx.x == 0) a.out[b] = best.i;
+    return;
+  }
+  const float m = best.v;
+  auto count_at_least = [&](float tau) {
+    int64_t c = 0;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) c += row.z(j) >= tau;
+    return block_reduce(c, [](int64_t x, int64_t y) { return x + y; }, cscratch);
+  };
+  auto mass_at_least = [&](float tau) {
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+      const float v = row.z(j);
+      if (v >= tau) s += exp(double(v) - m);
+    }
+    return block_reduce(s, [](double x, double y) { return x + y; }, dscratch);
+  };
+  // The largest key whose predicate holds, the predicate true at `lo` and false above `hi`.
+  auto largest = [&](uint32_t lo, uint32_t hi, auto holds) {
+    while (hi - lo > 1) {
+      const uint32_t mid = lo + (hi - lo) / 2;
+      if (holds(key_value(mid))) lo = mid;
+      else hi = mid;
+    }
+    return key_value(lo);
+  };
+  float tau = -INFINITY;
+  const uint32_t top = order_key(m) + 1;  // no z reaches key_value(top)
+  const int64_t k = static_cast<int64_t>(opt[sampling::kTopK]);
+  if (k > 0 && k < V) tau = largest(0u, top, [&](float x) { return count_at_least(x) >= k; });
+  if (opt[sampling::kTopP] < 1.f) {
+    const double want = double(opt[sampling::kTopP]) * mass_at_least(tau);
+    tau = largest(order_key(tau), top, [&](float x) { return mass_at_least(x) >= want; });
+  }
+  if (opt[sampling::kMinP] > 0.f) tau = fmaxf(tau, m + logf(opt[sampling::kMinP]));
+  // Draw: the first kept token whose running mass passes u * total, in index order. Each
+  // thread takes one contiguous chunk; the chunk holding the target walks it.
+  const int64_t chunk = (V + blockDim.x - 1) / blockDim.x;
+  const int64_t begin = threadIdx.x * chunk, end = min(V, begin + chunk);
+  double own = 0;
+  for (int64_t j = begin; j < end; ++j) {
+    const float v = row.z(j);
+    if (v >= tau) own += exp(double(v) - m);
+  }
+  // An exclusive scan of the chunk masses across the block (blockDim.x <= 32 * 32).
+  double inclusive = own;
+  for (int o = 1; o < 32; o <<= 1) {
+    const double up = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += up;
+  }
+  __syncthreads();  // the last reduction may still be reading dscratch
+  if (lane == 31) dscratch[warp] = inclusive;
+  __syncthreads();
+  double warp_base = 0;
+  for (int w = 0; w < warp; ++w) warp_base += dscratch[w];
+  double total = 0;
+  for (int w = 0; w < warps; ++w) total += dscratch[w];
+  const double before = warp_base + inclusive - own;
+  const int64_t* r = a.rng + b * 2;
+  const double target = sampling::uniform(static_cast<uint64_t>(r[0]), static_cast<uint64_t>(r[1])) * total;
+  if (own > 0 && before <= target && target < before + own) {
+    double cum = before;
+    int64_t last = begin;
+    for (int64_t j = begin; j < end; ++j) {
+      const float v = row.z(j);
+      if (v < tau) continue;
+      last = j;
+      cum += exp(double(v) - m);
+      if (cum > target) break;
+    }
+    a.out[b] = last;
+  }
+  // Rounding can leave the target at the very end: the last kept token then.
+  if (threadIdx.x == blockDim.x - 1 && target >= total) {
+    int64_t last = 0;
+    for (int64_t j = V - 1; j >= 0; --j)
+      if (row.z(j) >= tau) {
+        last = j;
+        break;
+      }
+    a.out[b] = last;
+  }
+}
+
+void run_sample(KernelContext& ctx, CudaContext& cu) {
+  const Tensor& logits = ctx.input(0);
+  SampleArgs a;
+  a.logits = logits.raw();
+  a.code = fcode(logits.dtype());
+  a.S = logits.shape()[1];
+  a.V = logits.shape()[2];
+  a.options = ctx.input(1).data<float>();
+  a.rng = ctx.input(2).data<int64_t>();
+  a.history = ctx.has_input(3) ? ctx.input(3).data<int64_t>() : nullptr;
+  a.H = ctx.has_input(3) ? ctx.input(3).shape()[1] : 0;
+  a.position = ctx.has_input(4) ? ctx.input(4).data<int64_t>() : nullptr;
+  a.out = ctx.output(0).data<int64_t>();
+  a.read = ctx.has_output(1) ? ctx.output(1).data<float>() : nullptr;
+  const int64_t B = logits.shape()[0];
+  if (B == 0) return;
+  ONYX_CHECK(a.S > 0 && a.V > 0, "logits ", logits.type_str(), " have no position or no token to sample from");
+  const size_t shared = static_cast<size_t>((a.V + 31) / 32) * sizeof(uint32_t);
+  sample_kernel<<<static_cast<unsigned>(B), kSampleThreads, shared, cu.stream>>>(a);
+  ONYX_CUDA_CHECK_LAUNCH("Sample");
+}
+
+}  // namespace
+
+void register_genai_kernels(CudaKernelRegistry& r) {
+  r.add(domain_kernel("onyx.genai", "Sample", 1, run_sample, [](const Node&, const std::vector<ValueType>& in) -> std::string {
+    if (in.empty() || !is_cuda_float(in[0].dtype)) return "Sample on CUDA takes float32/float16/bfloat16 logits";
+    const PartialShape& l = in[0].shape;
+    // The history bitmap lives in shared memory: a bit per token.
+    if (l.rank_known && l.dims.size() == 3 && l.dims[2] > 32 * 12288)
+      return "Sample on CUDA takes vocabularies of at most 393216 tokens";
+    return "";
+  }));
+  r.add(domain_kernel("onyx.genai", "CacheUpdate", 1, run_cache_update,
+                      [](const Node&, const std::vector<ValueType>& in) -> std::string {
+                        if (in.size() < 3 || in[2].dtype != DType::kInt64) return "CacheUpdate takes an int64 index";
+                        const DType t = in[0].dtype;
+                        return t == DType::kString || t == DType::kUndefined ? "CacheUpdate on CUDA moves fixed-size types"
+                                                                              : "";
+                      }));
+}
+
+}  // namespace onyx::cuda
