@@ -26,6 +26,7 @@ OpRegistry& OpRegistry::global_mutable() {
     register_sort_ops(r);
     register_normalization_ops(r);
     register_attention_ops(r);
+    register_group_query_attention_ops(r);
     register_loss_ops(r);
     register_conv_pool_ops(r);
     register_resize_ops(r);

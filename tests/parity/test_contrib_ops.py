@@ -1,0 +1,234 @@
+"""Parity of the com.microsoft contrib ops that LLM exporters emit, onyx against onnxruntime (CPU).
+
+Each case is a one-node model built here with onnx.helper, run by onnxruntime and by
+`onyx run ... --save-outputs`, on fresh random inputs (never zeros); the seed is printed
+(pytest -s) and in every failure message. Reproduce a run with ONYX_PARITY_SEED=<seed>.
+
+Tolerances are relative to the reference output's largest magnitude, per op and dtype, and
+cover what onnxruntime itself shows against a float64 reference (onyx computes in double):
+  GroupQueryAttention, MultiHeadAttention: float32 2e-5, float16 5e-3
+  MatMulNBits: float32 2e-5 (accuracy_level 4: onnxruntime quantizes A to int8, 2e-2), float16 5e-3
+  GatherBlockQuantized: float32 1e-6, float16 2e-3
+  (Skip)SimplifiedLayerNormalization: float32 1e-5, float16 2e-3
+"""
+
+import os
+import re
+import subprocess
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+TOL = {
+    "attention": {np.float32: 2e-5, np.float16: 5e-3},
+    "nbits": {np.float32: 2e-5, np.float16: 5e-3},
+    "nbits_int8_a": {np.float32: 2e-2, np.float16: 2e-2},
+    "gather": {np.float32: 1e-6, np.float16: 2e-3},
+    "norm": {np.float32: 1e-5, np.float16: 2e-3},
+}
+
+
+def fresh_rng():
+    seed = int(os.environ.get("ONYX_PARITY_SEED", np.random.SeedSequence().entropy))
+    print(f"\ncontrib parity seed: {seed}  (rerun with ONYX_PARITY_SEED={seed})")
+    return np.random.default_rng(seed), seed
+
+
+def elem_type(arr):
+    return helper.np_dtype_to_tensor_dtype(arr.dtype)
+
+
+def one_node(op, inputs, outputs, attrs, weights=()):
+    """A model of one com.microsoft node. `inputs`: (name, array or None) in the node's input
+    order (None: omitted); names in `weights` become initializers, the others graph inputs.
+    `outputs`: (name, elem_type) pairs, name "" for an omitted output."""
+    node = helper.make_node(op, [n if a is not None else "" for n, a in inputs], [n for n, _ in outputs],
+                            domain="com.microsoft", **attrs)
+    graph_inputs = [helper.make_tensor_value_info(n, elem_type(a), a.shape)
+                    for n, a in inputs if a is not None and n not in weights]
+    inits = [numpy_helper.from_array(a, n) for n, a in inputs if a is not None and n in weights]
+    graph_outputs = [helper.make_tensor_value_info(n, t, None) for n, t in outputs if n]
+    graph = helper.make_graph([node], op.lower(), graph_inputs, graph_outputs, inits)
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=10)
+
+
+def safe_name(name):
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def onyx_outputs(run, model, feeds, tmp_path):
+    """Runs `model` with the onyx CLI (`run`: the run_onyx fixture); its outputs by name."""
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path))
+    out_dir = tmp_path / "outputs"
+    args = ["run", path]
+    for name, arr in feeds.items():
+        f = tmp_path / f"in_{safe_name(name)}.npy"
+        np.save(f, arr)
+        args += ["--input", f"{name}={f}"]
+    args += ["--save-outputs", out_dir]
+    proc = run(*args)
+    assert proc.returncode == 0, f"onyx failed (rc={proc.returncode})\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return {o.name: np.load(out_dir / f"{safe_name(o.name)}.npy") for o in model.graph.output}
+
+
+def ort_session(model):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def run_ort(model, feeds):
+    sess = ort_session(model)
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds)))
+
+
+def check(name, got, ref, tol, seed, valid=None):
+    """Asserts got ~ ref within tol relative to max|ref|; `valid` (bool array) selects the
+    elements that are defined (the rest are unspecified by the op)."""
+    assert got.shape == ref.shape and got.dtype == ref.dtype, (
+        f"{name}: onyx {got.dtype}{list(got.shape)} vs onnxruntime {ref.dtype}{list(ref.shape)} (seed {seed})")
+    g, r = got.astype(np.float64), ref.astype(np.float64)
+    if valid is not None:
+        g, r = g[valid], r[valid]
+    assert np.all(np.isfinite(g)), f"{name}: onyx output has non-finite values (seed {seed})"
+    err = float(np.max(np.abs(g - r))) if r.size else 0.0
+    rel = err / max(float(np.max(np.abs(r))) if r.size else 0.0, 1e-6)
+    print(f"{name}: max_abs_err={err:.3e} rel_err={rel:.3e} (tol {tol:g})")
+    assert rel <= tol, f"{name}: rel_err {rel:.3e} > {tol:g} (max abs err {err:.3e}, seed {seed})"
+
+
+def randn(rng, shape, dt):
+    return rng.standard_normal(shape).astype(dt)
+
+
+# ---- GroupQueryAttention ----
+
+GQA_INPUTS = ["query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length",
+              "cos_cache", "sin_cache", "position_ids", "attention_bias", "head_sink"]
+
+
+def gqa_case(rng, *, B, S, N, kvN, H, seqlens, past=0, dt=np.float32, packed=False, rotary=0, interleaved=0,
+             pids=False, bias=False, sink=False, attrs=None):
+    """Inputs and attributes of one GroupQueryAttention call; `past` is past_key's length."""
+    seqlens = np.array(seqlens, np.int32)
+    if past == 0 or (S > 1 and B > 1):
+        total = S  # a first prompt (total_sequence_length == sequence_length)
+    else:
+        total = int(seqlens.max()) + 1  # a decode step, or a prompt after a past (batch 1)
+    f = {n: None for n in GQA_INPUTS}
+    if packed:
+        f["query"] = randn(rng, (B, S, (N + 2 * kvN) * H), dt)
+    else:
+        f["query"] = randn(rng, (B, S, N * H), dt)
+        f["key"] = randn(rng, (B, S, kvN * H), dt)
+        f["value"] = randn(rng, (B, S, kvN * H), dt)
+    if past:
+        f["past_key"] = randn(rng, (B, kvN, past, H), dt)
+        f["past_value"] = randn(rng, (B, kvN, past, H), dt)
+    f["seqlens_k"] = seqlens
+    f["total_sequence_length"] = np.array(total, np.int32)
+    a = {"num_heads": N, "kv_num_heads": kvN, **(attrs or {})}
+    if rotary:
+        angles = rng.uniform(0, 2 * np.pi, (64, rotary))
+        f["cos_cache"], f["sin_cache"] = np.cos(angles).astype(dt), np.sin(angles).astype(dt)
+        a.update(do_rotary=1, rotary_interleaved=interleaved)
+    if pids:
+        f["position_ids"] = rng.integers(0, 64 - S, (B, 1)) + np.arange(S)[None, :]
+    if bias:
+        f["attention_bias"] = randn(rng, (B, 1, S, max(total, 1)), dt)
+    if sink:
+        f["head_sink"] = randn(rng, (N,), dt)
+    return f, a
+
+
+def gqa_model(f, a, dt):
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    last = max(i for i, n in enumerate(GQA_INPUTS) if f[n] is not None)
+    ins = [(n, f[n]) for n in GQA_INPUTS[:last + 1]]
+    return one_node("GroupQueryAttention", ins, [("output", t), ("present_key", t), ("present_value", t)], a)
+
+
+def ort_gqa_shared(model, feeds):
+    """onnxruntime with present_key/present_value bound to past's own buffers (share-buffer mode)."""
+    sess = ort_session(model)
+    io = sess.io_binding()
+    # The OrtValues borrow these arrays' memory: keep them alive until the outputs are read.
+    past_k, past_v = feeds["past_key"].copy(), feeds["past_value"].copy()
+    pk = ort.OrtValue.ortvalue_from_numpy(past_k)
+    pv = ort.OrtValue.ortvalue_from_numpy(past_v)
+    for n, a in feeds.items():
+        if n not in ("past_key", "past_value"):
+            io.bind_cpu_input(n, a)
+    io.bind_ortvalue_input("past_key", pk)
+    io.bind_ortvalue_input("past_value", pv)
+    io.bind_ortvalue_output("present_key", pk)
+    io.bind_ortvalue_output("present_value", pv)
+    io.bind_output("output")
+    sess.run_with_iobinding(io)
+    out = {"output": io.get_outputs()[2].numpy(), "present_key": past_k.copy(), "present_value": past_v.copy()}
+    assert np.array_equal(out["present_key"], pk.numpy()), "onnxruntime did not write present_key into past's buffer"
+    return out
+
+
+GQA_CASES = {
+    # prompts (no past): row 1 right-padded (seqlens_k < S - 1)
+    "prompt": dict(B=2, S=5, N=4, kvN=2, H=16, seqlens=[4, 2]),
+    "prompt_mqa_rotary": dict(B=2, S=6, N=4, kvN=1, H=16, seqlens=[5, 3], rotary=8),
+    "prompt_rotary_interleaved": dict(B=2, S=5, N=4, kvN=2, H=16, seqlens=[4, 4], rotary=8, interleaved=1),
+    "prompt_rotary_partial": dict(B=1, S=4, N=2, kvN=2, H=32, seqlens=[3], rotary=8),
+    "prompt_position_ids": dict(B=2, S=4, N=4, kvN=2, H=16, seqlens=[3, 3], rotary=8, pids=True),
+    "prompt_window": dict(B=2, S=7, N=4, kvN=2, H=16, seqlens=[6, 3], attrs={"local_window_size": 3}),
+    "prompt_softcap": dict(B=2, S=5, N=4, kvN=2, H=16, seqlens=[4, 2], attrs={"softcap": 1.5}),
+    "prompt_packed_rotary": dict(B=2, S=5, N=4, kvN=2, H=16, seqlens=[4, 3], packed=True, rotary=8),
+    "prompt_bias_sink": dict(B=2, S=4, N=4, kvN=2, H=16, seqlens=[3, 3], bias=True, sink=True),
+    "prompt_smooth_scale": dict(B=2, S=4, N=4, kvN=2, H=16, seqlens=[3, 1],
+                                attrs={"smooth_softmax": 1, "scale": 0.3}),
+    "prompt_not_causal": dict(B=2, S=4, N=4, kvN=2, H=16, seqlens=[3, 2], attrs={"causal": 0}),
+    "prompt_fp16_rotary": dict(B=2, S=5, N=4, kvN=2, H=16, seqlens=[4, 2], rotary=8, dt=np.float16),
+    # a prompt into a buffer of the maximum length (shared-buffer layout), and after a past
+    "prompt_into_buffer": dict(B=2, S=4, N=4, kvN=2, H=16, seqlens=[3, 1], past=10, rotary=8),
+    "prompt_after_past": dict(B=1, S=3, N=4, kvN=2, H=16, seqlens=[7], past=10, rotary=8),
+    # decode steps: rows of different lengths in a buffer of the maximum length
+    "decode": dict(B=3, S=1, N=4, kvN=2, H=16, seqlens=[6, 2, 9], past=12),
+    "decode_growing_buffer": dict(B=3, S=1, N=4, kvN=2, H=16, seqlens=[6, 2, 9], past=9, rotary=8),
+    "decode_rotary": dict(B=3, S=1, N=4, kvN=2, H=16, seqlens=[6, 2, 9], past=12, rotary=8),
+    "decode_rotary_interleaved_pids": dict(B=2, S=1, N=4, kvN=4, H=16, seqlens=[6, 9], past=12, rotary=8,
+                                           interleaved=1, pids=True),
+    "decode_window_rotary": dict(B=3, S=1, N=4, kvN=2, H=16, seqlens=[6, 2, 9], past=12, rotary=8,
+                                 attrs={"local_window_size": 4}),
+    "decode_softcap_sink": dict(B=2, S=1, N=4, kvN=2, H=16, seqlens=[5, 10], past=12, sink=True,
+                                attrs={"softcap": 2.0}),
+    "decode_bias": dict(B=2, S=1, N=4, kvN=2, H=16, seqlens=[5, 10], past=12, bias=True),
+    "decode_packed": dict(B=2, S=1, N=4, kvN=2, H=16, seqlens=[3, 8], past=12, packed=True, rotary=8),
+    "decode_fp16": dict(B=3, S=1, N=4, kvN=2, H=16, seqlens=[6, 2, 9], past=12, rotary=8, dt=np.float16,
+                        attrs={"local_window_size": 5}),
+}
+
+
+@pytest.mark.parametrize("name", list(GQA_CASES))
+def test_group_query_attention(name, run_onyx, tmp_path):
+    """Prompts and decode steps; with a past of the maximum length, onnxruntime runs in share-buffer
+    mode (present bound to past's buffer) and onyx without aliasing: the bytes must agree."""
+    rng, seed = fresh_rng()
+    case = dict(GQA_CASES[name])
+    dt = case.pop("dt", np.float32)
+    f, a = gqa_case(rng, dt=dt, **case)
+    model = gqa_model(f, a, dt)
+    feeds = {n: v for n, v in f.items() if v is not None}
+    total = int(f["total_sequence_length"])
+    shared = f["past_key"] is not None and f["past_key"].shape[2] >= total
+    ref = ort_gqa_shared(model, feeds) if shared else run_ort(model, feeds)
+    got = onyx_outputs(run_onyx, model, feeds, tmp_path)
+    tol = TOL["attention"][dt]
+    check(f"{name} output", got["output"], ref["output"], tol, seed)
+    for n in ("present_key", "present_value"):
+        valid = None
+        if not shared:  # positions past each row's length are unspecified
+            valid = np.zeros(ref[n].shape, bool)
+            for b, k in enumerate(f["seqlens_k"]):
+                valid[b, :, :k + 1] = True
+        check(f"{name} {n}", got[n], ref[n], tol, seed, valid)

@@ -1,0 +1,197 @@
+// The com.microsoft contrib ops without onnxruntime: GroupQueryAttention with present bound to
+// past's own storage (the share-buffer contract of onnxruntime-genai and onyx's static KV
+// cache), and bad inputs giving errors that name the input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "op_test_util.h"
+
+namespace onyx {
+
+namespace {
+
+using test::attr_int;
+
+// Runs fn and expects an onyx::Error whose message contains every one of `parts`.
+template <class Fn>
+void expect_error(Fn fn, std::initializer_list<const char*> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one mentioning " << *parts.begin();
+  } catch (const Error& e) {
+    for (const char* p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
+}
+
+Node make_node(const std::string& op, size_t num_inputs, const std::vector<bool>& present, size_t num_outputs,
+               std::vector<Attribute> attrs) {
+  Node n;
+  n.name = "node_under_test";
+  n.op_type = op;
+  n.domain = "com.microsoft";
+  n.opset = 1;
+  n.attributes = std::move(attrs);
+  for (size_t i = 0; i < num_inputs; ++i) n.inputs.push_back(present[i] ? static_cast<int>(i) : -1);
+  for (size_t o = 0; o < num_outputs; ++o) n.outputs.push_back(static_cast<int>(num_inputs + o));
+  resolve_op(n, OpRegistry::global());
+  return n;
+}
+
+// ---- GroupQueryAttention ----
+
+struct GqaCall {
+  int64_t B, S, N = 4, kvN = 2, H = 8, past_len;
+  std::vector<int32_t> seqlens;
+  int32_t total;
+  bool rotary = true;
+  std::vector<Tensor> inputs;  // in the op's order; undefined = omitted
+
+  GqaCall(int64_t b, int64_t s, int64_t past, std::vector<int32_t> lens, int32_t tot)
+      : B(b), S(s), past_len(past), seqlens(std::move(lens)), total(tot) {
+    inputs.resize(9);
+    inputs[0] = test::random_tensor<float>(Shape{B, S, N * H});
+    inputs[1] = test::random_tensor<float>(Shape{B, S, kvN * H});
+    inputs[2] = test::random_tensor<float>(Shape{B, S, kvN * H});
+    inputs[3] = test::random_tensor<float>(Shape{B, kvN, past_len, H});
+    inputs[4] = test::random_tensor<float>(Shape{B, kvN, past_len, H});
+    inputs[5] = Tensor::from_vector<int32_t>(seqlens, Shape{B});
+    inputs[6] = Tensor::scalar<int32_t>(total);
+    inputs[7] = test::random_tensor<float>(Shape{32, H / 2}, -1, 1);
+    inputs[8] = test::random_tensor<float>(Shape{32, H / 2}, -1, 1);
+  }
+  std::vector<Attribute> attrs() const {
+    return {attr_int("num_heads", N), attr_int("kv_num_heads", kvN), attr_int("do_rotary", rotary ? 1 : 0)};
+  }
+  // Runs the node; with `bind`, present_key/present_value are written into past's tensors.
+  std::vector<Tensor> run(bool alias) {
+    std::vector<bool> present(inputs.size());
+    std::vector<const Tensor*> in;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      present[i] = inputs[i].defined();
+      in.push_back(present[i] ? &inputs[i] : nullptr);
+    }
+    Node n = make_node("GroupQueryAttention", inputs.size(), present, 3, attrs());
+    OutputBinder bind = [&](size_t o, const ValueType&) { return o == 0 ? Tensor() : inputs[2 + o]; };
+    return compute_node(n, in, cpu_allocator(), nullptr, alias ? &bind : nullptr);
+  }
+};
+
+// A decode step and a prompt into a shared buffer: binding present to past's storage gives the
+// bytes of an unaliased run, keeps every past position the step does not write, and writes the
+// new entries at each row's own position.
+void check_aliasing(GqaCall call) {
+  const Tensor past_k = call.inputs[3].clone(), past_v = call.inputs[4].clone();
+  call.inputs[3] = past_k.clone();
+  call.inputs[4] = past_v.clone();
+  const std::vector<Tensor> fresh = call.run(false);
+  ASSERT_FALSE(fresh[1].shares_storage_with(call.inputs[3]));
+  ASSERT_TRUE(same_bytes(call.inputs[3], past_k)) << "an unaliased run wrote into past_key";
+
+  const std::vector<Tensor> aliased = call.run(true);
+  ASSERT_TRUE(aliased[1].shares_storage_with(call.inputs[3]));
+  EXPECT_TRUE(same_bytes(aliased[0], fresh[0])) << "output differs when present aliases past";
+  EXPECT_TRUE(same_bytes(call.inputs[3], fresh[1])) << "present_key differs when it aliases past_key";
+  EXPECT_TRUE(same_bytes(call.inputs[4], fresh[2])) << "present_value differs when it aliases past_value";
+
+  const bool first_prompt = call.S == call.total;
+  const int64_t kvN = call.kvN, L = call.past_len, H = call.H;
+  for (int64_t b = 0; b < call.B; ++b) {
+    const int64_t first_new = first_prompt ? 0 : call.seqlens[b] + 1 - call.S;
+    for (int64_t h = 0; h < kvN; ++h)
+      for (int64_t p = 0; p < L; ++p) {
+        const bool written = p >= first_new && p < first_new + call.S;
+        const int64_t at = ((b * kvN + h) * L + p) * H;
+        const float* got_v = call.inputs[4].data<float>() + at;
+        if (!written) {
+          EXPECT_EQ(std::memcmp(got_v, past_v.data<float>() + at, H * sizeof(float)), 0)
+              << "row " << b << " head " << h << ": past position " << p << " was overwritten";
+        } else {  // values are not rotated: the new entry is value's token (b, p - first_new)
+          const float* want = call.inputs[2].data<float>() + ((b * call.S + p - first_new) * kvN + h) * H;
+          EXPECT_EQ(std::memcmp(got_v, want, H * sizeof(float)), 0)
+              << "row " << b << " head " << h << ": new entry at position " << p;
+        }
+      }
+  }
+}
+
+TEST(OpsContrib, GqaDecodeIntoSharedBuffer) { check_aliasing(GqaCall(3, 1, 10, {4, 9, 0}, 10)); }
+
+TEST(OpsContrib, GqaPromptIntoSharedBuffer) { check_aliasing(GqaCall(2, 3, 8, {2, 1}, 3)); }
+
+TEST(OpsContrib, GqaPresentOverlappingPastIsAnError) {
+  GqaCall call(1, 1, 6, {3}, 6);
+  std::vector<bool> present(9, true);
+  std::vector<const Tensor*> in;
+  for (const Tensor& t : call.inputs) in.push_back(&t);
+  Node n = make_node("GroupQueryAttention", 9, present, 3, call.attrs());
+  // present_key starts one position into past_key's bytes.
+  OutputBinder bind = [&](size_t o, const ValueType& vt) {
+    if (o != 1) return Tensor();
+    float* p = call.inputs[3].data<float>() + call.H;
+    return Tensor::borrow(DType::kFloat32, vt.shape.to_shape(), p, call.inputs[3].storage());
+  };
+  expect_error([&] { compute_node(n, in, cpu_allocator(), nullptr, &bind); }, {"present_key", "partially overlaps"});
+}
+
+TEST(OpsContrib, GqaBadInputsNameTheInput) {
+  auto run = [](GqaCall call) { return call.run(false); };
+  {
+    GqaCall c(2, 1, 6, {3, 4}, 5);
+    c.inputs[1] = test::random_tensor<float>(Shape{2, 1, 12});
+    expect_error([&] { run(c); }, {"input 'key'", "[2, 1, 16]"});
+  }
+  {
+    GqaCall c(2, 1, 6, {3, 4}, 5);
+    c.inputs[5] = Tensor::from_vector<int64_t>({3, 4}, Shape{2});
+    expect_error([&] { run(c); }, {"input 'seqlens_k'", "int32"});
+  }
+  {
+    GqaCall c(2, 1, 6, {3, 7}, 5);  // the present buffer holds max(5, 6) = 6 positions
+    expect_error([&] { run(c); }, {"seqlens_k[1] = 7", "out of range"});
+  }
+  {
+    GqaCall c(2, 1, 6, {3, 4}, 5);
+    c.inputs[3] = test::random_tensor<float>(Shape{2, 4, 6, 8});
+    expect_error([&] { run(c); }, {"input 'past_key'", "BNSH"});
+  }
+  {
+    GqaCall c(2, 1, 6, {3, 4}, 5);
+    c.inputs[8] = Tensor();
+    expect_error([&] { run(c); }, {"'cos_cache' and 'sin_cache'"});
+  }
+  {
+    GqaCall c(2, 3, 6, {3, 4}, 5);  // a prompt after a past needs batch 1
+    expect_error([&] { run(c); }, {"batch size 1"});
+  }
+  {
+    GqaCall c(1, 1, 6, {40}, 41);  // position 40 is outside the 32-row caches
+    c.inputs[3] = test::random_tensor<float>(Shape{1, 2, 40, 8});
+    c.inputs[4] = test::random_tensor<float>(Shape{1, 2, 40, 8});
+    expect_error([&] { run(c); }, {"position 40", "cos_cache"});
+  }
+  {
+    GqaCall c(1, 1, 6, {3}, 6);
+    c.inputs.resize(13);
+    c.inputs[12] = test::random_tensor<float>(Shape{1});
+    expect_error([&] { run(c); }, {"input 'k_scale'", "quantized KV cache"});
+  }
+  expect_error(
+      [&] {
+        GqaCall c(1, 1, 6, {3}, 6);
+        std::vector<const Tensor*> in;
+        for (const Tensor& t : c.inputs) in.push_back(&t);
+        Node n = make_node("GroupQueryAttention", 9, std::vector<bool>(9, true), 3, {attr_int("num_heads", 4)});
+        compute_node(n, in, cpu_allocator());
+      },
+      {"kv_num_heads"});
+}
+
+}  // namespace
+
+}  // namespace onyx
