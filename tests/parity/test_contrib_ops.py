@@ -232,3 +232,100 @@ def test_group_query_attention(name, run_onyx, tmp_path):
             for b, k in enumerate(f["seqlens_k"]):
                 valid[b, :, :k + 1] = True
         check(f"{name} {n}", got[n], ref[n], tol, seed, valid)
+
+
+# ---- MatMulNBits, GatherBlockQuantized: block-quantized weights ----
+
+def pack_bits(values, bits):
+    """Packs unsigned `bits`-bit values along the last axis into bytes, the first in the low bits."""
+    per = 8 // bits
+    n = values.shape[-1]
+    out = np.zeros(values.shape[:-1] + ((n + per - 1) // per,), np.uint8)
+    for i in range(n):
+        out[..., i // per] |= (values[..., i].astype(np.uint8) << (bits * (i % per))).astype(np.uint8)
+    return out
+
+
+def nbits_weights(rng, N, K, block, bits, zp, dt):
+    """B [N, k_blocks, blob], scales, zero points (None, packed uint8 or of A's type)."""
+    kb = -(-K // block)
+    q = rng.integers(0, 2 ** bits, (N, kb, block)).astype(np.uint8)
+    scales = rng.uniform(0.01, 0.1, (N, kb)).astype(dt)
+    zero = None
+    if zp == "packed":
+        zero = pack_bits(rng.integers(0, 2 ** bits, (N, kb)), bits)
+    elif zp == "float":
+        zero = rng.uniform(0, 2 ** bits - 1, (N, kb)).astype(dt)
+    return pack_bits(q, bits), scales, zero
+
+
+# (M or A's shape, K, N, block_size, bits, zero points, bias, dtype, accuracy_level)
+NBITS_CASES = {
+    **{f"b{bits}_block{block}": ((3, ), 2 * block + (block // 2 if i % 2 else 0), 24, block, bits,
+                                 ["none", "packed", "float"][i % (2 if bits == 8 else 3)], i % 2 == 0, np.float32, 0)
+       for bits in (2, 4, 8) for i, block in enumerate((16, 32, 64, 128, 256))},
+    "b4_zp_float_bias_padded": ((5, ), 100, 12, 32, 4, "float", True, np.float32, 0),
+    "b8_zp_packed_bias_padded": ((5, ), 100, 12, 32, 8, "packed", True, np.float32, 0),
+    "b2_zp_packed_padded": ((5, ), 70, 12, 16, 2, "packed", True, np.float32, 0),
+    "b4_batched_a": ((2, 3), 64, 20, 32, 4, "packed", True, np.float32, 0),
+    "b4_vector_a": ((), 80, 16, 16, 4, "packed", False, np.float32, 0),
+    "b4_accuracy1": ((5, ), 256, 32, 32, 4, "packed", False, np.float32, 1),
+    "b4_accuracy4_int8_a": ((5, ), 256, 32, 32, 4, "packed", True, np.float32, 4),
+    "b4_fp16": ((5, ), 256, 32, 32, 4, "packed", True, np.float16, 0),
+    "b4_fp16_zp_float_padded": ((5, ), 80, 8, 16, 4, "float", True, np.float16, 0),
+    "b8_fp16": ((5, ), 96, 8, 64, 8, "none", True, np.float16, 0),
+    "b4_fp16_accuracy4": ((5, ), 128, 16, 32, 4, "packed", False, np.float16, 4),
+}
+
+
+@pytest.mark.parametrize("name", list(NBITS_CASES))
+def test_matmul_nbits(name, run_onyx, tmp_path):
+    rng, seed = fresh_rng()
+    lead, K, N, block, bits, zp, bias, dt, level = NBITS_CASES[name]
+    b, scales, zero = nbits_weights(rng, N, K, block, bits, zp, dt)
+    a = randn(rng, (*lead, K), dt)
+    ins = [("A", a), ("B", b), ("scales", scales), ("zero_points", zero), ("g_idx", None),
+           ("bias", randn(rng, (N,), dt) if bias else None)]
+    while ins[-1][1] is None:
+        ins.pop()
+    model = one_node("MatMulNBits", ins, [("Y", helper.np_dtype_to_tensor_dtype(np.dtype(dt)))],
+                     {"K": K, "N": N, "block_size": block, "bits": bits, "accuracy_level": level},
+                     weights={"B", "scales", "zero_points", "bias"})
+    ref = run_ort(model, {"A": a})
+    got = onyx_outputs(run_onyx, model, {"A": a}, tmp_path)
+    check(f"{name} Y", got["Y"], ref["Y"], TOL["nbits_int8_a" if level == 4 else "nbits"][dt], seed)
+
+
+# (data shape (unpacked), bits, block_size, zero points, indices, dtype)
+GBQ_CASES = {
+    "b4_block16": ((50, 64), 4, 16, False, [[1, 5, 49], [0, 2, -1]], np.float32),
+    "b4_block32_zp": ((50, 64), 4, 32, True, [[1, 5, 49], [0, 2, 3]], np.float32),
+    "b4_block128_zp_padded": ((40, 72), 4, 128, True, [3, 4, -40], np.float32),
+    "b8_block16_zp": ((50, 64), 8, 16, True, [3, 4], np.float32),
+    "b8_block64": ((30, 96), 8, 64, False, [[7], [29]], np.float32),
+    "b2_block16_zp": ((50, 64), 2, 16, True, [3, 4], np.float32),
+    "b4_fp16_zp": ((50, 64), 4, 16, True, [[3, 4, 5]], np.float16),
+    "b4_rank3": ((6, 5, 64), 4, 32, True, [2, 0], np.float32),
+    "b4_out_of_range_index": ((20, 32), 4, 16, True, [1, 20, -21, 7], np.float32),
+}
+
+
+@pytest.mark.parametrize("name", list(GBQ_CASES))
+def test_gather_block_quantized(name, run_onyx, tmp_path):
+    """uint8 data packed along the last axis (quantize_axis), gathered on axis 0."""
+    rng, seed = fresh_rng()
+    shape, bits, block, zp, indices, dt = GBQ_CASES[name]
+    kb = -(-shape[-1] // block)
+    q = rng.integers(0, 2 ** bits, shape)
+    scales = rng.uniform(0.01, 0.1, (*shape[:-1], kb)).astype(dt)
+    zero = pack_bits(rng.integers(0, 2 ** bits, (*shape[:-1], kb)), bits) if zp else None
+    idx = np.array(indices, np.int64 if len(shape) == 2 else np.int32)
+    ins = [("data", pack_bits(q, bits)), ("indices", idx), ("scales", scales), ("zero_points", zero)]
+    if zero is None:
+        ins.pop()
+    model = one_node("GatherBlockQuantized", ins, [("Y", helper.np_dtype_to_tensor_dtype(np.dtype(dt)))],
+                     {"bits": bits, "block_size": block, "gather_axis": 0, "quantize_axis": len(shape) - 1},
+                     weights={"data", "scales", "zero_points"})
+    ref = run_ort(model, {"indices": idx})
+    got = onyx_outputs(run_onyx, model, {"indices": idx}, tmp_path)
+    check(f"{name} Y", got["Y"], ref["Y"], TOL["gather"][dt], seed)

@@ -1,6 +1,7 @@
 // The com.microsoft contrib ops without onnxruntime: GroupQueryAttention with present bound to
 // past's own storage (the share-buffer contract of onnxruntime-genai and onyx's static KV
-// cache), and bad inputs giving errors that name the input.
+// cache), bad inputs giving errors that name the input, and the forms onnxruntime does not run
+// (MatMulNBits with 8-bit weights and float zero points) against reference loops.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -190,6 +191,152 @@ TEST(OpsContrib, GqaBadInputsNameTheInput) {
         compute_node(n, in, cpu_allocator());
       },
       {"kv_num_heads"});
+}
+
+// ---- MatMulNBits ----
+
+struct NBitsCase {
+  int64_t M, K, N, block, bits;
+  Tensor a, b, scales, zp, bias;
+  std::vector<double> w;  // dequantized [N, K]
+};
+
+// Random quantized weights with float zero points of A's type (scales in [0.01, 0.1]).
+NBitsCase nbits_case(int64_t M, int64_t K, int64_t N, int64_t block, int64_t bits) {
+  NBitsCase c{M, K, N, block, bits, {}, {}, {}, {}, {}, {}};
+  const int64_t kb = (K + block - 1) / block, blob = block * bits / 8;
+  c.a = test::random_tensor<float>(Shape{M, K});
+  c.b = test::random_tensor<uint8_t>(Shape{N, kb, blob}, 0, 255);
+  c.scales = test::random_tensor<float>(Shape{N, kb}, 0.01, 0.1);
+  c.zp = test::random_tensor<float>(Shape{N, kb}, 0, (1 << bits) - 1);
+  c.bias = test::random_tensor<float>(Shape{N});
+  c.w.resize(N * K);
+  const uint8_t* pb = c.b.data<uint8_t>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t blk = k / block, i = k % block, per = 8 / bits;
+      const int q = (pb[(n * kb + blk) * blob + i / per] >> ((i % per) * bits)) & ((1 << bits) - 1);
+      c.w[n * K + k] = (q - c.zp.get_as_double(n * kb + blk)) * c.scales.get_as_double(n * kb + blk);
+    }
+  return c;
+}
+
+std::vector<Attribute> nbits_attrs(const NBitsCase& c) {
+  return {attr_int("K", c.K), attr_int("N", c.N), attr_int("block_size", c.block), attr_int("bits", c.bits)};
+}
+
+// 8-bit weights with float zero points (onnxruntime's CPU kernel refuses them) and K padded
+// inside the last block, against the dequantized product.
+TEST(OpsContrib, MatMulNBitsFloatZeroPointsAndPaddedK) {
+  for (int64_t bits : {2, 4, 8}) {
+    NBitsCase c = nbits_case(3, 40, 5, 16, bits);
+    std::vector<Tensor> y = test::compute_op("MatMulNBits", {c.a, c.b, c.scales, c.zp, Tensor(), c.bias},
+                                             nbits_attrs(c), 1, 1, "com.microsoft");
+    ASSERT_EQ(y[0].shape(), (Shape{3, 5}));
+    for (int64_t m = 0; m < c.M; ++m)
+      for (int64_t n = 0; n < c.N; ++n) {
+        double want = c.bias.get_as_double(n);
+        for (int64_t k = 0; k < c.K; ++k) want += c.a.get_as_double(m * c.K + k) * c.w[n * c.K + k];
+        EXPECT_NEAR(y[0].data<float>()[m * c.N + n], want, 1e-5 * (1 + std::abs(want))) << "bits " << bits;
+      }
+  }
+}
+
+TEST(OpsContrib, MatMulNBitsOmittedProjectionIsTheBias) {
+  NBitsCase c = nbits_case(2, 32, 4, 16, 4);
+  Tensor empty(DType::kUInt8, Shape{4, 0, 8});
+  std::vector<Tensor> y = test::compute_op("MatMulNBits", {c.a, empty, c.scales, Tensor(), Tensor(), c.bias},
+                                           nbits_attrs(c), 1, 1, "com.microsoft");
+  for (int64_t m = 0; m < 2; ++m)
+    for (int64_t n = 0; n < 4; ++n) EXPECT_EQ(y[0].data<float>()[m * 4 + n], c.bias.data<float>()[n]);
+}
+
+TEST(OpsContrib, MatMulNBitsBadInputsNameTheInput) {
+  NBitsCase c = nbits_case(2, 40, 4, 16, 4);
+  auto run = [&](std::vector<Tensor> in, std::vector<Attribute> attrs) {
+    return test::compute_op("MatMulNBits", in, attrs, 1, 1, "com.microsoft");
+  };
+  expect_error(
+      [&] {
+        run({c.a, test::random_tensor<uint8_t>(Shape{4, 2, 8}, 0, 255), c.scales}, nbits_attrs(c));
+      },
+      {"input 'B'", "[4, 3, 8]"});
+  expect_error(
+      [&] {
+        run({test::random_tensor<float>(Shape{2, 41}), c.b, c.scales}, nbits_attrs(c));
+      },
+      {"input 'A'", "K = 40"});
+  expect_error([&] { run({c.a, c.b, test::random_tensor<float>(Shape{4, 2})}, nbits_attrs(c)); }, {"input 'scales'"});
+  expect_error(
+      [&] {
+        run({c.a, c.b, c.scales, test::random_tensor<uint8_t>(Shape{4, 1}, 0, 255)}, nbits_attrs(c));
+      },
+      {"input 'zero_points'", "[4, 2]"});
+  expect_error(
+      [&] {
+        run({c.a, c.b, c.scales, Tensor(), Tensor(), test::random_tensor<float>(Shape{5})}, nbits_attrs(c));
+      },
+      {"input 'bias'"});
+  std::vector<int32_t> g(40);
+  for (int k = 0; k < 40; ++k) g[k] = (k / 16 + 1) % 3;
+  expect_error(
+      [&] {
+        run({c.a, c.b, c.scales, Tensor(), Tensor::from_vector<int32_t>(g, Shape{40})}, nbits_attrs(c));
+      },
+      {"g_idx[0] = 1", "not support"});
+  std::vector<Attribute> bad = nbits_attrs(c);
+  bad[2] = attr_int("block_size", 24);
+  expect_error([&] { run({c.a, c.b, c.scales}, bad); }, {"block_size", "power of two"});
+  bad = nbits_attrs(c);
+  bad[3] = attr_int("bits", 3);
+  expect_error([&] { run({c.a, c.b, c.scales}, bad); }, {"bits must be 2, 4 or 8"});
+}
+
+TEST(OpsContrib, MatMulNBitsIdentityGIdxIsAccepted) {
+  NBitsCase c = nbits_case(2, 40, 4, 16, 4);
+  std::vector<int32_t> g(40);
+  for (int k = 0; k < 40; ++k) g[k] = k / 16;
+  Tensor gi = Tensor::from_vector<int32_t>(g, Shape{40});
+  auto with = test::compute_op("MatMulNBits", {c.a, c.b, c.scales, c.zp, gi}, nbits_attrs(c), 1, 1, "com.microsoft");
+  auto without = test::compute_op("MatMulNBits", {c.a, c.b, c.scales, c.zp}, nbits_attrs(c), 1, 1, "com.microsoft");
+  EXPECT_TRUE(same_bytes(with[0], without[0]));
+}
+
+// ---- GatherBlockQuantized ----
+
+TEST(OpsContrib, GatherBlockQuantizedOutOfRangeRowsAreZeros) {
+  Tensor data = test::random_tensor<uint8_t>(Shape{5, 16}, 0, 255);  // 5 rows of 32 4-bit values
+  Tensor scales = test::random_tensor<float>(Shape{5, 2}, 0.01, 0.1);
+  Tensor idx = Tensor::from_vector<int64_t>({-1, 5, 2}, Shape{3});
+  auto y = test::compute_op("GatherBlockQuantized", {data, idx, scales}, {attr_int("block_size", 16)}, 1, 1,
+                            "com.microsoft");
+  ASSERT_EQ(y[0].shape(), (Shape{3, 32}));
+  for (int64_t c = 0; c < 32; ++c) {
+    EXPECT_EQ(y[0].data<float>()[32 + c], 0.f);                                  // index 5 of 5 rows
+    const int q = (data.data<uint8_t>()[4 * 16 + c / 2] >> (4 * (c % 2))) & 15;  // index -1: row 4
+    EXPECT_FLOAT_EQ(y[0].data<float>()[c], static_cast<float>((q - 8) * scales.get_as_double(4 * 2 + c / 16)));
+  }
+}
+
+TEST(OpsContrib, GatherBlockQuantizedBadInputsNameTheInput) {
+  Tensor data = test::random_tensor<uint8_t>(Shape{5, 16}, 0, 255);
+  Tensor idx = Tensor::from_vector<int64_t>({1}, Shape{1});
+  auto run = [&](Tensor scales, std::vector<Attribute> attrs, Tensor zp = Tensor()) {
+    return test::compute_op("GatherBlockQuantized", {data, idx, scales, zp}, attrs, 1, 1, "com.microsoft");
+  };
+  Tensor scales = test::random_tensor<float>(Shape{5, 2}, 0.01, 0.1);
+  expect_error(
+      [&] {
+        run(test::random_tensor<float>(Shape{5, 3}), {attr_int("block_size", 16)});
+      },
+      {"input 'scales'", "[5,2]"});
+  expect_error([&] { run(scales, {attr_int("block_size", 16), attr_int("gather_axis", 1)}); }, {"gather_axis"});
+  expect_error(
+      [&] {
+        run(scales, {attr_int("block_size", 16)}, test::random_tensor<uint8_t>(Shape{5, 2}, 0, 255));
+      },
+      {"input 'zero_points'", "[5,1]"});
+  expect_error([&] { run(scales, {attr_int("block_size", 8)}); }, {"block_size"});
 }
 
 }  // namespace
