@@ -27,6 +27,7 @@ OpRegistry& OpRegistry::global_mutable() {
     register_normalization_ops(r);
     register_attention_ops(r);
     register_group_query_attention_ops(r);
+    register_multi_head_attention_ops(r);
     register_matmul_nbits_ops(r);
     register_gather_block_quantized_ops(r);
     register_loss_ops(r);

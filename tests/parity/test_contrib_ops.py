@@ -329,3 +329,74 @@ def test_gather_block_quantized(name, run_onyx, tmp_path):
     ref = run_ort(model, {"indices": idx})
     got = onyx_outputs(run_onyx, model, {"indices": idx}, tmp_path)
     check(f"{name} Y", got["Y"], ref["Y"], TOL["gather"][dt], seed)
+
+
+# ---- MultiHeadAttention ----
+
+MHA_INPUTS = ["query", "key", "value", "bias", "key_padding_mask", "attention_bias", "past_key", "past_value"]
+
+# B, S (queries), L (new keys), N, H, Hv, P (past), and what else the call has.
+MHA_CASES = {
+    "self": dict(B=2, S=4, L=4, N=2, H=8),
+    "cross_v_head": dict(B=2, S=3, L=5, N=2, H=8, Hv=4),
+    "bias": dict(B=2, S=3, L=5, N=4, H=8, bias=True),
+    "padding_mask_2d": dict(B=2, S=3, L=5, N=2, H=8, mask="2d"),
+    "padding_mask_2d_filter": dict(B=2, S=3, L=5, N=2, H=8, mask="2d", attrs={"mask_filter_value": -3.0}),
+    "padding_mask_lengths": dict(B=3, S=3, L=5, N=2, H=8, mask="1d"),
+    "padding_mask_3d": dict(B=2, S=3, L=5, N=2, H=8, mask="3d"),
+    "attention_bias": dict(B=2, S=3, L=5, N=2, H=8, attn_bias=(2, 2)),
+    "attention_bias_broadcast": dict(B=2, S=3, L=5, N=4, H=8, attn_bias=(1, 4)),
+    "unidirectional": dict(B=2, S=5, L=5, N=2, H=8, attrs={"unidirectional": 1}),
+    "decode_past": dict(B=2, S=1, L=1, N=2, H=8, P=6, attrs={"unidirectional": 1}, bias=True),
+    "prompt_past_mask_bias": dict(B=2, S=3, L=3, N=2, H=8, P=4, mask="2d", attn_bias=(1, 2),
+                                  attrs={"unidirectional": 1}),
+    "kv_bnsh": dict(B=2, S=3, L=5, N=2, H=8, bnsh=True, mask="2d"),
+    "kv_bnsh_bias": dict(B=2, S=3, L=5, N=2, H=8, bnsh=True, bias=True),
+    "scale": dict(B=2, S=3, L=5, N=2, H=8, attrs={"scale": 0.2}),
+    "fp16": dict(B=2, S=3, L=5, N=2, H=8, mask="2d", dt=np.float16),
+    "fp16_past_bias": dict(B=2, S=1, L=1, N=2, H=8, P=5, bias=True, dt=np.float16),
+}
+
+
+@pytest.mark.parametrize("name", list(MHA_CASES))
+def test_multi_head_attention(name, run_onyx, tmp_path):
+    rng, seed = fresh_rng()
+    c = dict(MHA_CASES[name])
+    B, S, L, N, H = c["B"], c["S"], c["L"], c["N"], c["H"]
+    Hv, P, dt = c.get("Hv", H), c.get("P", 0), c.get("dt", np.float32)
+    T = P + L
+    f = {n: None for n in MHA_INPUTS}
+    f["query"] = randn(rng, (B, S, N * H), dt)
+    if c.get("bnsh"):
+        f["key"], f["value"] = randn(rng, (B, N, L, H), dt), randn(rng, (B, N, L, Hv), dt)
+    else:
+        f["key"], f["value"] = randn(rng, (B, L, N * H), dt), randn(rng, (B, L, N * Hv), dt)
+    if c.get("bias"):
+        f["bias"] = randn(rng, (2 * N * H + N * Hv,), dt)
+    mask = c.get("mask")
+    if mask == "2d":  # padding on the right of row 0, on the left of row 1; every row sees a key
+        m = np.ones((B, T), np.int32)
+        m[0, -2:] = 0
+        m[-1, :1] = 0
+        f["key_padding_mask"] = m
+    elif mask == "1d":
+        f["key_padding_mask"] = rng.integers(1, T + 1, (B,)).astype(np.int32)
+    elif mask == "3d":
+        m = rng.integers(0, 2, (B, S, T)).astype(np.int32)
+        m[..., 0] = 1
+        f["key_padding_mask"] = m
+    if c.get("attn_bias"):
+        f["attention_bias"] = randn(rng, (*c["attn_bias"], S, T), dt)
+    if P:
+        f["past_key"], f["past_value"] = randn(rng, (B, N, P, H), dt), randn(rng, (B, N, P, Hv), dt)
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    last = max(i for i, n in enumerate(MHA_INPUTS) if f[n] is not None)
+    model = one_node("MultiHeadAttention", [(n, f[n]) for n in MHA_INPUTS[:last + 1]],
+                     [("output", t), ("present_key", t), ("present_value", t)],
+                     {"num_heads": N, **c.get("attrs", {})})
+    feeds = {n: v for n, v in f.items() if v is not None}
+    ref = run_ort(model, feeds)
+    got = onyx_outputs(run_onyx, model, feeds, tmp_path)
+    for n in ("output", "present_key", "present_value"):
+        check(f"{name} {n}", got[n], ref[n], TOL["attention"][dt], seed)
+

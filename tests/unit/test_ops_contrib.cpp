@@ -339,6 +339,31 @@ TEST(OpsContrib, GatherBlockQuantizedBadInputsNameTheInput) {
   expect_error([&] { run(scales, {attr_int("block_size", 8)}); }, {"block_size"});
 }
 
+// ---- MultiHeadAttention ----
+
+TEST(OpsContrib, MultiHeadAttentionRefusesWhatItDoesNotRun) {
+  Tensor q = test::random_tensor<float>(Shape{2, 3, 16});
+  Tensor k = test::random_tensor<float>(Shape{2, 5, 16});
+  std::vector<Attribute> attrs = {attr_int("num_heads", 2)};
+  auto run = [&](std::vector<Tensor> in, std::vector<Attribute> a) {
+    return test::compute_op("MultiHeadAttention", in, a, 1, 1, "com.microsoft");
+  };
+  expect_error([&] { run({test::random_tensor<float>(Shape{2, 3, 2, 3, 8})}, attrs); }, {"packed QKV"});
+  expect_error([&] { run({q, test::random_tensor<float>(Shape{2, 5, 2, 2, 8}), k}, attrs); }, {"packed KV"});
+  expect_error(
+      [&] {
+        run({q, k, k}, {attr_int("num_heads", 2), attr_int("unidirectional", 1)});
+      },
+      {"unidirectional", "5 keys for 3 queries"});
+  expect_error(
+      [&] {
+        run({q, k, k, Tensor(), Tensor::from_vector<int32_t>({1, 1, 1, 1, 1, 1, 1, 1}, Shape{8})}, attrs);
+      },
+      {"input 'key_padding_mask'"});
+  expect_error([&] { run({q, k, test::random_tensor<float>(Shape{2, 4, 16})}, attrs); }, {"input 'value'"});
+  expect_error([&] { run({q, k, k, test::random_tensor<float>(Shape{47})}, attrs); }, {"input 'bias'", "[48]"});
+}
+
 }  // namespace
 
 }  // namespace onyx
