@@ -400,3 +400,83 @@ def test_multi_head_attention(name, run_onyx, tmp_path):
     for n in ("output", "present_key", "present_value"):
         check(f"{name} {n}", got[n], ref[n], TOL["attention"][dt], seed)
 
+
+
+# ---- SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization (RMSNorm) ----
+
+F32 = TensorProto.FLOAT
+
+# x shape, scale shape, axis, x dtype, scale dtype, epsilon
+SLN_CASES = {
+    "last_axis": ((2, 3, 64), (64,), -1, np.float32, np.float32, 1e-6),
+    "axis1": ((2, 3, 16), (3, 16), 1, np.float32, np.float32, 1e-5),
+    "fp16": ((2, 5, 64), (64,), -1, np.float16, np.float16, 1e-6),
+    "fp16_x_float_scale": ((2, 5, 32), (32,), -1, np.float16, np.float32, 1e-6),
+    "float_x_fp16_scale": ((4, 32), (32,), -1, np.float32, np.float16, 1e-5),
+}
+
+
+@pytest.mark.parametrize("name", list(SLN_CASES))
+def test_simplified_layer_norm(name, run_onyx, tmp_path):
+    """ONNX-domain SimplifiedLayerNormalization (onnxruntime has no com.microsoft one): Y has the
+    scale's type, inv_std_var float32 (stash_type 1)."""
+    rng, seed = fresh_rng()
+    xs, ss, axis, xt, st, eps = SLN_CASES[name]
+    x, scale = randn(rng, xs, xt), randn(rng, ss, st)
+    node = helper.make_node("SimplifiedLayerNormalization", ["x", "scale"], ["y", "inv_std_var"], axis=axis,
+                            epsilon=eps)
+    graph = helper.make_graph(
+        [node], "sln", [helper.make_tensor_value_info("x", elem_type(x), xs),
+                        helper.make_tensor_value_info("scale", elem_type(scale), ss)],
+        [helper.make_tensor_value_info("y", elem_type(scale), None),
+         helper.make_tensor_value_info("inv_std_var", F32, None)])
+    model = helper.make_model(graph, opset_imports=OPSET, ir_version=10)
+    feeds = {"x": x, "scale": scale}
+    ref = run_ort(model, feeds)
+    got = onyx_outputs(run_onyx, model, feeds, tmp_path)
+    tol = TOL["norm"][np.float16 if np.float16 in (xt, st) else np.float32]
+    for n in ("y", "inv_std_var"):
+        check(f"{name} {n}", got[n], ref[n], tol, seed)
+
+
+# x shape, skip shape, bias, beta (SkipLayerNormalization), outputs wanted, dtype
+SKIP_CASES = {
+    "simplified_bias_all_outputs": ("SkipSimplifiedLayerNormalization", (2, 3, 64), (2, 3, 64), True, False,
+                                    ("output", "mean", "inv_std_var", "input_skip_bias_sum"), np.float32),
+    "simplified_sum_only": ("SkipSimplifiedLayerNormalization", (2, 3, 64), (2, 3, 64), False, False,
+                            ("output", "", "", "input_skip_bias_sum"), np.float32),
+    "simplified_tokens_2d": ("SkipSimplifiedLayerNormalization", (6, 32), (6, 32), True, False,
+                             ("output", "", "inv_std_var"), np.float32),
+    "simplified_skip_broadcast": ("SkipSimplifiedLayerNormalization", (2, 3, 32), (3, 32), True, False,
+                                  ("output", "", "", "input_skip_bias_sum"), np.float32),
+    "simplified_fp16": ("SkipSimplifiedLayerNormalization", (2, 3, 64), (2, 3, 64), True, False,
+                        ("output", "mean", "inv_std_var", "input_skip_bias_sum"), np.float16),
+    "layer_norm_beta_bias": ("SkipLayerNormalization", (2, 3, 32), (2, 3, 32), True, True,
+                             ("output", "mean", "inv_std_var", "input_skip_bias_sum"), np.float32),
+    "layer_norm_fp16": ("SkipLayerNormalization", (2, 3, 32), (2, 3, 32), True, True,
+                        ("output", "mean", "inv_std_var", "input_skip_bias_sum"), np.float16),
+}
+
+
+@pytest.mark.parametrize("name", list(SKIP_CASES))
+def test_skip_layer_norm(name, run_onyx, tmp_path):
+    """com.microsoft Skip(Simplified)LayerNormalization: output, mean and inv_std_var (float32),
+    input_skip_bias_sum (the residual the next layer reads)."""
+    rng, seed = fresh_rng()
+    op, xs, ks, bias, beta, outs, dt = SKIP_CASES[name]
+    h = xs[-1]
+    ins = [("input", randn(rng, xs, dt)), ("skip", randn(rng, ks, dt)), ("gamma", randn(rng, (h,), dt))]
+    if op == "SkipLayerNormalization":
+        ins.append(("beta", randn(rng, (h,), dt) if beta else None))
+    ins.append(("bias", randn(rng, (h,), dt) if bias else None))
+    while ins[-1][1] is None:
+        ins.pop()
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    types = {"output": t, "mean": F32, "inv_std_var": F32, "input_skip_bias_sum": t}
+    model = one_node(op, ins, [(n, types.get(n)) for n in outs], {"epsilon": 1e-6}, weights={"gamma", "beta", "bias"})
+    feeds = {n: a for n, a in ins if a is not None and n in ("input", "skip")}
+    ref = run_ort(model, feeds)
+    got = onyx_outputs(run_onyx, model, feeds, tmp_path)
+    for n in outs:
+        if n:
+            check(f"{name} {n}", got[n], ref[n], TOL["norm"][dt], seed)
