@@ -206,7 +206,29 @@ GQA_CASES = {
     "decode_packed": dict(B=2, S=1, N=4, kvN=2, H=16, seqlens=[3, 8], past=12, packed=True, rotary=8),
     "decode_fp16": dict(B=3, S=1, N=4, kvN=2, H=16, seqlens=[6, 2, 9], past=12, rotary=8, dt=np.float16,
                         attrs={"local_window_size": 5}),
+    # sliding_window_cache (Gemma 2's local layers): past/present of capacity C hold the last positions
+    "window_cache_decode": dict(B=3, S=1, N=4, kvN=2, H=16, seqlens=[5, 12, 20], past=8, rotary=8,
+                                attrs={"local_window_size": 8, "sliding_window_cache": 1}),
+    "window_cache_decode_slack": dict(B=3, S=1, N=4, kvN=2, H=16, seqlens=[9, 13, 30], past=10, rotary=8,
+                                      attrs={"local_window_size": 6, "sliding_window_cache": 1, "softcap": 3.0}),
+    "window_cache_decode_unshared": dict(B=2, S=1, N=4, kvN=2, H=16, seqlens=[4, 17], past=8, shared=False,
+                                         attrs={"local_window_size": 8, "sliding_window_cache": 1}),
+    "window_cache_prompt": dict(B=2, S=5, N=4, kvN=2, H=16, seqlens=[4, 4], past=8, rotary=8,
+                                attrs={"local_window_size": 8, "sliding_window_cache": 1}),
+    "window_cache_prompt_over_capacity": dict(B=2, S=12, N=4, kvN=2, H=16, seqlens=[11, 11], past=8, rotary=8,
+                                              attrs={"local_window_size": 6, "sliding_window_cache": 1}),
+    "window_cache_prompt_after_past_fp16": dict(B=1, S=3, N=4, kvN=2, H=16, seqlens=[14], past=10, rotary=8,
+                                                dt=np.float16,
+                                                attrs={"local_window_size": 6, "sliding_window_cache": 1}),
 }
+
+
+def window_cache_held(T, capacity, window):
+    """Positions a window cache holds after T tokens (onnxruntime's layout)."""
+    if T <= capacity:
+        return T
+    gap = capacity - window + 1
+    return T - gap * -(-(T - capacity) // gap)
 
 
 @pytest.mark.parametrize("name", list(GQA_CASES))
@@ -216,11 +238,13 @@ def test_group_query_attention(name, run_onyx, tmp_path):
     rng, seed = fresh_rng()
     case = dict(GQA_CASES[name])
     dt = case.pop("dt", np.float32)
+    want_shared = case.pop("shared", True)
     f, a = gqa_case(rng, dt=dt, **case)
     model = gqa_model(f, a, dt)
     feeds = {n: v for n, v in f.items() if v is not None}
     total = int(f["total_sequence_length"])
-    shared = f["past_key"] is not None and f["past_key"].shape[2] >= total
+    windowed = a.get("sliding_window_cache") == 1
+    shared = want_shared and f["past_key"] is not None and (windowed or f["past_key"].shape[2] >= total)
     ref = ort_gqa_shared(model, feeds) if shared else run_ort(model, feeds)
     got = onyx_outputs(run_onyx, model, feeds, tmp_path)
     tol = TOL["attention"][dt]
@@ -230,7 +254,8 @@ def test_group_query_attention(name, run_onyx, tmp_path):
         if not shared:  # positions past each row's length are unspecified
             valid = np.zeros(ref[n].shape, bool)
             for b, k in enumerate(f["seqlens_k"]):
-                valid[b, :, :k + 1] = True
+                held = window_cache_held(k + 1, f["past_key"].shape[2], a["local_window_size"]) if windowed else k + 1
+                valid[b, :, :held] = True
         check(f"{name} {n}", got[n], ref[n], tol, seed, valid)
 
 

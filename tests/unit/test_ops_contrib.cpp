@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "op_test_util.h"
+#include "ops/gqa.h"
 
 namespace onyx {
 
@@ -51,6 +52,7 @@ struct GqaCall {
   std::vector<int32_t> seqlens;
   int32_t total;
   bool rotary = true;
+  int64_t window_cache = 0;    // sliding_window_cache=1 with this local_window_size
   std::vector<Tensor> inputs;  // in the op's order; undefined = omitted
 
   GqaCall(int64_t b, int64_t s, int64_t past, std::vector<int32_t> lens, int32_t tot)
@@ -67,7 +69,13 @@ struct GqaCall {
     inputs[8] = test::random_tensor<float>(Shape{32, H / 2}, -1, 1);
   }
   std::vector<Attribute> attrs() const {
-    return {attr_int("num_heads", N), attr_int("kv_num_heads", kvN), attr_int("do_rotary", rotary ? 1 : 0)};
+    std::vector<Attribute> a = {attr_int("num_heads", N), attr_int("kv_num_heads", kvN),
+                                attr_int("do_rotary", rotary ? 1 : 0)};
+    if (window_cache) {
+      a.push_back(attr_int("local_window_size", window_cache));
+      a.push_back(attr_int("sliding_window_cache", 1));
+    }
+    return a;
   }
   // Runs the node; with `bind`, present_key/present_value are written into past's tensors.
   std::vector<Tensor> run(bool alias) {
@@ -103,11 +111,27 @@ void check_aliasing(GqaCall call) {
   const bool first_prompt = call.S == call.total;
   const int64_t kvN = call.kvN, L = call.past_len, H = call.H;
   for (int64_t b = 0; b < call.B; ++b) {
-    const int64_t first_new = first_prompt ? 0 : call.seqlens[b] + 1 - call.S;
+    const int64_t T = call.seqlens[b] + 1;
+    int64_t first_new = first_prompt ? 0 : T - call.S;
+    // A window cache's rows [0, held) hold positions [T - held, T): the kept past positions
+    // moved to the front (from past row `shift` on), then the new ones.
+    int64_t shift = 0;
+    if (call.window_cache) {
+      const int64_t held = window_cache_held(T, L, call.window_cache);
+      const int64_t held_before = window_cache_held(T - call.S, L, call.window_cache);
+      first_new = held - call.S;
+      shift = held_before - first_new;
+    }
     for (int64_t h = 0; h < kvN; ++h)
       for (int64_t p = 0; p < L; ++p) {
-        const bool written = p >= first_new && p < first_new + call.S;
         const int64_t at = ((b * kvN + h) * L + p) * H;
+        if (p < first_new) {
+          const int64_t from = ((b * kvN + h) * L + p + shift) * H;
+          EXPECT_EQ(std::memcmp(call.inputs[4].data<float>() + at, past_v.data<float>() + from, H * sizeof(float)), 0)
+              << "row " << b << " head " << h << ": kept position at row " << p;
+          continue;
+        }
+        const bool written = p >= first_new && p < first_new + call.S;
         const float* got_v = call.inputs[4].data<float>() + at;
         if (!written) {
           EXPECT_EQ(std::memcmp(got_v, past_v.data<float>() + at, H * sizeof(float)), 0)
@@ -124,6 +148,17 @@ void check_aliasing(GqaCall call) {
 TEST(OpsContrib, GqaDecodeIntoSharedBuffer) { check_aliasing(GqaCall(3, 1, 10, {4, 9, 0}, 10)); }
 
 TEST(OpsContrib, GqaPromptIntoSharedBuffer) { check_aliasing(GqaCall(2, 3, 8, {2, 1}, 3)); }
+
+// A window cache of 8 rows for a window of 5: row 0 (11 tokens) has evicted positions and
+// compacted (held = 11 - 4 * 1 = 7), row 1 (4 tokens) still fills it.
+TEST(OpsContrib, GqaWindowCacheInSharedBuffer) {
+  EXPECT_EQ(window_cache_held(11, 8, 5), 7);
+  EXPECT_EQ(window_cache_held(8, 8, 5), 8);
+  EXPECT_EQ(window_cache_held(9, 8, 5), 5);
+  GqaCall call(2, 1, 8, {10, 3}, 11);
+  call.window_cache = 5;
+  check_aliasing(call);
+}
 
 TEST(OpsContrib, GqaPresentOverlappingPastIsAnError) {
   GqaCall call(1, 1, 6, {3}, 6);
@@ -181,6 +216,11 @@ TEST(OpsContrib, GqaBadInputsNameTheInput) {
     c.inputs.resize(13);
     c.inputs[12] = test::random_tensor<float>(Shape{1});
     expect_error([&] { run(c); }, {"input 'k_scale'", "quantized KV cache"});
+  }
+  {
+    GqaCall c(1, 1, 6, {3}, 6);
+    c.window_cache = 7;  // more than the cache's 6 rows
+    expect_error([&] { run(c); }, {"sliding_window_cache=1", "capacity 6", "local_window_size 7"});
   }
   expect_error(
       [&] {
