@@ -73,7 +73,6 @@ GqaGeometry gqa_geometry(const GqaAttrs& a, const std::vector<const Shape*>& in)
   for (size_t i : {kQNormWeight, kKNormWeight})
     ONYX_CHECK(!has(i), "input '", input_name(i),
                "': the per-head Q/K RMS normalization is not supported by onyx (nor by onnxruntime's CPU kernel)");
-  ONYX_CHECK(!has(kQuerySeqlens), "input 'query_seqlens' (right-padded query chunks) is not supported by onyx");
   ONYX_CHECK(in.size() <= kQuerySeqlens + 1, "GroupQueryAttention takes at most ", kQuerySeqlens + 1, " inputs, got ",
              in.size());
 
@@ -131,6 +130,7 @@ GqaGeometry gqa_geometry(const GqaAttrs& a, const std::vector<const Shape*>& in)
                "(max_position, rotary_dim / 2), got ", c.str(), " and ", in[kSinCache]->str());
     g.half = c[1];
     g.cache_rows = c[0];
+    ONYX_CHECK(g.cache_rows > 0, "input 'cos_cache' has no positions");
     ONYX_CHECK(g.half > 0 && 2 * g.half <= g.H, "input 'cos_cache' width ", g.half,
                " must be positive and at most head_size / 2 = ", g.H / 2);
   }
@@ -144,6 +144,13 @@ GqaGeometry gqa_geometry(const GqaAttrs& a, const std::vector<const Shape*>& in)
     ONYX_CHECK(b.rank() == 4 && (b[0] == 1 || b[0] == g.B) && (b[1] == 1 || b[1] == g.N) && b[2] == g.S,
                "input 'attention_bias' must be [", g.B, " or 1, ", g.N, " or 1, ", g.S,
                ", total_sequence_length], got ", b.str());
+  }
+  if (has(kQuerySeqlens)) {
+    const Shape& q = *in[kQuerySeqlens];
+    ONYX_CHECK(q.rank() == 1 && q[0] == g.B, "input 'query_seqlens' must be [", g.B, "] (one count per row), got ",
+               q.str());
+    ONYX_CHECK(a.causal, "input 'query_seqlens' needs causal=1");
+    ONYX_CHECK(has(kPastKey), "input 'query_seqlens' needs past_key and past_value");
   }
   if (has(kHeadSink)) {
     const Shape& h = *in[kHeadSink];
@@ -160,8 +167,9 @@ void check_gqa_dtypes(const std::vector<DType>& dt) {
     if (has(i))
       ONYX_CHECK(dt[i] == t, "input '", input_name(i), "' has dtype ", dtype_name(dt[i]), ", but query has ",
                  dtype_name(t), i == kPastKey || i == kPastValue ? " (a quantized KV cache is not supported)" : "");
-  for (size_t i : {kSeqlensK, kTotalSeqLen})
-    ONYX_CHECK(dt[i] == DType::kInt32, "input '", input_name(i), "' must be int32, got ", dtype_name(dt[i]));
+  for (size_t i : {kSeqlensK, kTotalSeqLen, kQuerySeqlens})
+    if (has(i))
+      ONYX_CHECK(dt[i] == DType::kInt32, "input '", input_name(i), "' must be int32, got ", dtype_name(dt[i]));
   if (has(kPositionIds))
     ONYX_CHECK(dt[kPositionIds] == DType::kInt64, "input 'position_ids' must be int64, got ",
                dtype_name(dt[kPositionIds]));
@@ -178,24 +186,34 @@ int64_t window_cache_held(int64_t T, int64_t capacity, int64_t window) {
   return T - gap * ((T - capacity + gap - 1) / gap);
 }
 
-GqaStep gqa_step(const GqaAttrs& a, const GqaGeometry& g, int64_t total, const int32_t* seqlens_k, int64_t bias_len) {
+GqaStep gqa_step(const GqaAttrs& a, const GqaGeometry& g, int64_t total, const int32_t* seqlens_k,
+                 const int32_t* query_seqlens, int64_t bias_len) {
   GqaStep st;
   const int64_t B = g.B, S = g.S;
   st.present_len = g.present_len(total, a);
-  // Which kind of step this is, as onnxruntime decides it.
-  st.first_prompt = S == total;
-  ONYX_CHECK(S == 1 || st.first_prompt || B == 1, "sequence_length ", S, " differs from total_sequence_length ", total,
-             " (a prompt after a past): that needs batch size 1, got ", B);
   const int64_t L = st.present_len;
+  // Which kind of step this is, as onnxruntime decides it (query_seqlens says it per row).
+  st.first_prompt = !query_seqlens && S == total;
+  ONYX_CHECK(query_seqlens || S == 1 || st.first_prompt || B == 1, "sequence_length ", S,
+             " differs from total_sequence_length ", total, " (a prompt after a past): that needs batch size 1, got ",
+             B);
   st.rows.resize(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     GqaRow& r = st.rows[b];
     const int32_t sk = seqlens_k[b];
-    r.total = int64_t{sk} + 1;
     ONYX_CHECK(sk >= 0, "seqlens_k[", b, "] = ", sk, " is negative");
+    r.total = int64_t{sk} + 1;
+    r.valid = S;
+    if (query_seqlens) {  // right-padded chunk: only its first query_seqlens[b] tokens are real
+      r.valid = query_seqlens[b];
+      ONYX_CHECK(r.valid >= 0 && r.valid <= std::min(S, r.total), "query_seqlens[", b, "] = ", r.valid,
+                 " must be in [0, min(sequence_length ", S, ", seqlens_k[", b, "] + 1 = ", r.total, ")]");
+      ONYX_CHECK(r.total <= total, "seqlens_k[", b, "] + 1 = ", r.total, " exceeds total_sequence_length ", total,
+                 " (with query_seqlens it bounds every row)");
+    }
     if (a.window_cache) {
       // Positions are absolute and the cache holds the last ones; the prompt rule does not apply.
-      r.past = r.total - S;
+      r.past = r.total - r.valid;
       ONYX_CHECK(r.past >= 0, "seqlens_k[", b, "] = ", sk, " is too small for sequence_length ", S,
                  " (a row cannot hold fewer tokens than this step adds)");
       r.held_before = window_cache_held(r.past, L, a.window);
@@ -203,7 +221,7 @@ GqaStep gqa_step(const GqaAttrs& a, const GqaGeometry& g, int64_t total, const i
     } else {
       ONYX_CHECK(r.total <= L, "seqlens_k[", b, "] = ", sk, " is out of range [0, ", L, ") (the present buffer holds ",
                  L, " positions)");
-      r.past = st.first_prompt ? 0 : r.total - S;
+      r.past = st.first_prompt ? 0 : r.total - r.valid;
       ONYX_CHECK(r.past >= 0, "seqlens_k[", b, "] = ", sk, " is too small for sequence_length ", S,
                  " (a row cannot hold fewer tokens than this step adds)");
       ONYX_CHECK(r.past <= g.past_len, "seqlens_k[", b, "] = ", sk, " needs ", r.past,
@@ -211,7 +229,7 @@ GqaStep gqa_step(const GqaAttrs& a, const GqaGeometry& g, int64_t total, const i
       ONYX_CHECK(r.past + S <= L, "row ", b, " writes positions up to ", r.past + S, ", beyond the present buffer of ",
                  L);
       r.held_before = r.past;
-      r.held_after = r.past + S;
+      r.held_after = r.past + r.valid;
     }
     if (bias_len >= 0)
       ONYX_CHECK(r.total <= bias_len, "seqlens_k[", b, "] = ", sk,

@@ -71,7 +71,8 @@ void check_gqa_dtypes(const std::vector<DType>& dt);
 // Where row b's tokens are in this step.
 struct GqaRow {
   int64_t total = 0;  // T_b = seqlens_k[b] + 1: the row's tokens after this step
-  int64_t past = 0;   // P_b: the row's tokens before it; its new tokens are at positions [P_b, P_b + S)
+  int64_t past = 0;   // P_b: the row's tokens before it; its new tokens are at positions [P_b, P_b + valid)
+  int64_t valid = 0;  // the step's real tokens in this row: S, or query_seqlens[b] (the rest is padding)
   // Rows of past/present holding positions: before the step past's rows [0, held_before) hold
   // positions [P_b - held_before, P_b), after it present's rows [0, held_after) hold
   // [T_b - held_after, T_b). Without a window cache row p holds position p (held_before = P_b).
@@ -84,9 +85,12 @@ struct GqaStep {
   std::vector<GqaRow> rows;
 };
 
-// The step from total_sequence_length and seqlens_k; `bias_len` is attention_bias's last
-// dimension (-1 without one). Throws naming the row whose length does not fit.
-GqaStep gqa_step(const GqaAttrs& a, const GqaGeometry& g, int64_t total, const int32_t* seqlens_k, int64_t bias_len);
+// The step from total_sequence_length, seqlens_k and query_seqlens (null when absent: every
+// token is real; given: a right-padded chunk, P_b = T_b - query_seqlens[b] and no first-prompt
+// rule); `bias_len` is attention_bias's last dimension (-1 without one). Throws naming the row
+// whose lengths do not fit.
+GqaStep gqa_step(const GqaAttrs& a, const GqaGeometry& g, int64_t total, const int32_t* seqlens_k,
+                 const int32_t* query_seqlens, int64_t bias_len);
 
 // A window cache of `capacity` rows for a window of `window` positions holds the most recent
 // of T positions in rows [0, window_cache_held(T)): T while it fits, then whole blocks of

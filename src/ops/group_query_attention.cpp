@@ -21,6 +21,8 @@
 //   softmax, with exp(head_sink[h]) (or exp(0) for smooth_softmax) added to the denominator.
 // - Rotary (do_rotary): queries and keys rotated at their positions, which are P_b + s, or
 //   position_ids[b, s]; on a first prompt s, or position_ids[0, 0] + s, for every row.
+// - query_seqlens (a right-padded chunk): row b's first query_seqlens[b] = Q_b tokens are real,
+//   P_b = T_b - Q_b, only they are written to present, and the padding tokens' outputs are zeros.
 // - Query head h reads KV head h / (num_heads / kv_num_heads).
 // The kernel accumulates in double and rounds rotated values and outputs to the input type.
 #include <cmath>
@@ -104,7 +106,9 @@ void gqa_kernel(KernelContext& ctx) {
   const int64_t B = g.B, S = g.S, N = g.N, kvN = g.kvN, H = g.H;
   const int64_t total = ctx.input(kTotalSeqLen).get_as_int64(0);
   const Tensor* bias = ctx.has_input(kAttentionBias) ? &ctx.input(kAttentionBias) : nullptr;
-  const GqaStep st = gqa_step(a, g, total, ctx.input(kSeqlensK).data<int32_t>(), bias ? bias->shape()[3] : -1);
+  const int32_t* query_seqlens = ctx.has_input(kQuerySeqlens) ? ctx.input(kQuerySeqlens).data<int32_t>() : nullptr;
+  const GqaStep st =
+      gqa_step(a, g, total, ctx.input(kSeqlensK).data<int32_t>(), query_seqlens, bias ? bias->shape()[3] : -1);
   const int64_t L = st.present_len;
 
   // The new queries, keys and values, as [B, heads, S, H].
@@ -131,6 +135,10 @@ void gqa_kernel(KernelContext& ctx) {
     const Tensor* pids = ctx.has_input(kPositionIds) ? &ctx.input(kPositionIds) : nullptr;
     for (int64_t b = 0; b < B; ++b)
       for (int64_t s = 0; s < S; ++s) {
+        if (s >= st.rows[b].valid) {  // padding (query_seqlens): rotated at position 0, never read
+          pos[b * S + s] = 0;
+          continue;
+        }
         int64_t p = st.first_prompt ? s : st.rows[b].past + s;
         if (pids) p = st.first_prompt ? pids->data<int64_t>()[0] + s : pids->data<int64_t>()[b * S + s];
         ONYX_CHECK(p >= 0 && p < g.cache_rows, "row ", b, " token ", s, " is at position ", p, ", outside cos_cache's ",
@@ -188,18 +196,18 @@ void gqa_kernel(KernelContext& ctx) {
     if (!a.window_cache) {
       for (int i = 0; i < 2; ++i)
         for (int64_t h = 0; h < kvN; ++h)
-          std::memcpy(dst[i] + (h * L + r.past) * H, fresh[i]->data() + (b * kvN + h) * S * H, sizeof(T) * S * H);
+          std::memcpy(dst[i] + (h * L + r.past) * H, fresh[i]->data() + (b * kvN + h) * S * H, sizeof(T) * r.valid * H);
       keys[b] = {dst[0], dst[1], L, 0};
       continue;
     }
-    const int64_t n = r.held_before + S, base = r.past - r.held_before, keep = r.total - r.held_after - base;
+    const int64_t n = r.held_before + r.valid, base = r.past - r.held_before, keep = r.total - r.held_after - base;
     std::vector<T>* win[2] = {&window_k[b], &window_v[b]};
     for (int i = 0; i < 2; ++i) {
       win[i]->resize(static_cast<size_t>(kvN * n * H));
       for (int64_t h = 0; h < kvN; ++h) {
         T* w = win[i]->data() + h * n * H;
         std::memcpy(w, past_kv[i] + ((b * kvN + h) * g.past_len) * H, sizeof(T) * r.held_before * H);
-        std::memcpy(w + r.held_before * H, fresh[i]->data() + (b * kvN + h) * S * H, sizeof(T) * S * H);
+        std::memcpy(w + r.held_before * H, fresh[i]->data() + (b * kvN + h) * S * H, sizeof(T) * r.valid * H);
       }
       // Read from this row's window, written after it was built: right when present is past.
       for (int64_t h = 0; h < kvN; ++h)
@@ -225,6 +233,11 @@ void gqa_kernel(KernelContext& ctx) {
       for (int64_t s = 0; s < S; ++s) {
         const T* qs = &q[((b * N + h) * S + s) * H];
         const GqaRow& r = st.rows[b];
+        T* ys = y + (b * S + s) * N * H + h * H;
+        if (s >= r.valid) {  // a padding token of a right-padded chunk: zeros
+          std::fill(ys, ys + H, static_cast<T>(0.0f));
+          continue;
+        }
         const int64_t causal_end = r.past + s + 1;
         const int64_t hi = a.causal ? std::min(causal_end, r.total) : r.total;
         const int64_t lo = std::min(hi, a.window > 0 ? std::max<int64_t>(0, causal_end - a.window) : 0);
@@ -251,7 +264,6 @@ void gqa_kernel(KernelContext& ctx) {
               return static_cast<double>(static_cast<compute_t<T>>(vh[(lo - kb.base + j) * H + x]));
             },
             acc.data());
-        T* ys = y + (b * S + s) * N * H + h * H;
         for (int64_t x = 0; x < H; ++x) ys[x] = static_cast<T>(static_cast<compute_t<T>>(acc[x]));
       }
     }

@@ -108,14 +108,17 @@ def randn(rng, shape, dt):
 # ---- GroupQueryAttention ----
 
 GQA_INPUTS = ["query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length",
-              "cos_cache", "sin_cache", "position_ids", "attention_bias", "head_sink"]
+              "cos_cache", "sin_cache", "position_ids", "attention_bias", "head_sink", "k_scale", "v_scale",
+              "q_norm_weight", "k_norm_weight", "query_seqlens"]
 
 
 def gqa_case(rng, *, B, S, N, kvN, H, seqlens, past=0, dt=np.float32, packed=False, rotary=0, interleaved=0,
-             pids=False, bias=False, sink=False, attrs=None):
+             pids=False, bias=False, sink=False, qlens=None, attrs=None):
     """Inputs and attributes of one GroupQueryAttention call; `past` is past_key's length."""
     seqlens = np.array(seqlens, np.int32)
-    if past == 0 or (S > 1 and B > 1):
+    if qlens is not None:
+        total = max(past, int(seqlens.max()) + 1)  # with query_seqlens only an upper bound of every row
+    elif past == 0 or (S > 1 and B > 1):
         total = S  # a first prompt (total_sequence_length == sequence_length)
     else:
         total = int(seqlens.max()) + 1  # a decode step, or a prompt after a past (batch 1)
@@ -142,6 +145,8 @@ def gqa_case(rng, *, B, S, N, kvN, H, seqlens, past=0, dt=np.float32, packed=Fal
         f["attention_bias"] = randn(rng, (B, 1, S, max(total, 1)), dt)
     if sink:
         f["head_sink"] = randn(rng, (N,), dt)
+    if qlens is not None:
+        f["query_seqlens"] = np.array(qlens, np.int32)
     return f, a
 
 
@@ -206,6 +211,10 @@ GQA_CASES = {
     "decode_packed": dict(B=2, S=1, N=4, kvN=2, H=16, seqlens=[3, 8], past=12, packed=True, rotary=8),
     "decode_fp16": dict(B=3, S=1, N=4, kvN=2, H=16, seqlens=[6, 2, 9], past=12, rotary=8, dt=np.float16,
                         attrs={"local_window_size": 5}),
+    # right-padded chunks (query_seqlens): row b's first qlens[b] tokens are real; 0 is an idle row
+    "chunk_query_seqlens": dict(B=3, S=4, N=4, kvN=2, H=16, seqlens=[6, 4, 2], qlens=[4, 2, 0], past=12),
+    "chunk_query_seqlens_rotary_window": dict(B=2, S=4, N=4, kvN=2, H=16, seqlens=[9, 3], qlens=[3, 4], past=12,
+                                              rotary=8, attrs={"local_window_size": 4}),
     # sliding_window_cache (Gemma 2's local layers): past/present of capacity C hold the last positions
     "window_cache_decode": dict(B=3, S=1, N=4, kvN=2, H=16, seqlens=[5, 12, 20], past=8, rotary=8,
                                 attrs={"local_window_size": 8, "sliding_window_cache": 1}),
@@ -217,6 +226,8 @@ GQA_CASES = {
                                 attrs={"local_window_size": 8, "sliding_window_cache": 1}),
     "window_cache_prompt_over_capacity": dict(B=2, S=12, N=4, kvN=2, H=16, seqlens=[11, 11], past=8, rotary=8,
                                               attrs={"local_window_size": 6, "sliding_window_cache": 1}),
+    "window_cache_chunk_query_seqlens": dict(B=2, S=3, N=4, kvN=2, H=16, seqlens=[10, 5], qlens=[3, 1], past=8,
+                                             rotary=8, attrs={"local_window_size": 6, "sliding_window_cache": 1}),
     "window_cache_prompt_after_past_fp16": dict(B=1, S=3, N=4, kvN=2, H=16, seqlens=[14], past=10, rotary=8,
                                                 dt=np.float16,
                                                 attrs={"local_window_size": 6, "sliding_window_cache": 1}),
@@ -248,7 +259,12 @@ def test_group_query_attention(name, run_onyx, tmp_path):
     ref = ort_gqa_shared(model, feeds) if shared else run_ort(model, feeds)
     got = onyx_outputs(run_onyx, model, feeds, tmp_path)
     tol = TOL["attention"][dt]
-    check(f"{name} output", got["output"], ref["output"], tol, seed)
+    out_valid = None
+    if f["query_seqlens"] is not None:  # the outputs of a chunk's padding tokens are unspecified
+        out_valid = np.zeros(ref["output"].shape, bool)
+        for b, q in enumerate(f["query_seqlens"]):
+            out_valid[b, :q] = True
+    check(f"{name} output", got["output"], ref["output"], tol, seed, out_valid)
     for n in ("present_key", "present_value"):
         valid = None
         if not shared:  # positions past each row's length are unspecified

@@ -218,6 +218,14 @@ TEST(OpsContrib, GqaBadInputsNameTheInput) {
     expect_error([&] { run(c); }, {"input 'k_scale'", "quantized KV cache"});
   }
   {
+    GqaCall c(2, 3, 8, {5, 2}, 8);  // a right-padded chunk of 3: row 1 holds 3 tokens, 4 are claimed
+    c.inputs.resize(17);
+    c.inputs[16] = Tensor::from_vector<int32_t>({3, 4}, Shape{2});
+    expect_error([&] { run(c); }, {"query_seqlens[1] = 4", "min(sequence_length 3"});
+    c.inputs[16] = Tensor::from_vector<int64_t>({3, 1}, Shape{2});
+    expect_error([&] { run(c); }, {"input 'query_seqlens' must be int32"});
+  }
+  {
     GqaCall c(1, 1, 6, {3}, 6);
     c.window_cache = 7;  // more than the cache's 6 rows
     expect_error([&] { run(c); }, {"sliding_window_cache=1", "capacity 6", "local_window_size 7"});
