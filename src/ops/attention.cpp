@@ -5,6 +5,7 @@
 
 #include "ops/common.h"
 #include "ops/rotary.h"
+#include "ops/rotate.h"
 
 namespace onyx {
 

@@ -32,7 +32,7 @@
 #include "ops/attention_math.h"
 #include "ops/common.h"
 #include "ops/gqa.h"
-#include "ops/rotary.h"
+#include "ops/rotate.h"
 
 namespace onyx {
 
@@ -76,7 +76,7 @@ void infer_gqa(InferContext& ctx) {
     if (ctx.has_output(o)) ctx.set_output(o, t, present);
 }
 
-// Whether `a` and `b` share bytes; throws when they overlap without being the same tensor.
+// Whether present is past itself (one buffer bound to both); throws when they overlap otherwise.
 bool same_buffer(const Tensor& past, const Tensor& present, const char* name) {
   const char* p0 = static_cast<const char*>(past.raw());
   const char* q0 = static_cast<const char*>(present.raw());
