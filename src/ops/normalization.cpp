@@ -96,7 +96,9 @@ void infer_layer_norm(InferContext& ctx, std::vector<size_t> stat_outputs, DType
   }
 }
 
-// center: LayerNormalization; otherwise RMS. Bias is input 2 when `bias_input`.
+// center: LayerNormalization; otherwise RMS. Bias is input 2 when `bias_input`. T is the
+// input's type; the output has the type inference gave it (SimplifiedLayerNormalization: the
+// scale's).
 template <class T>
 void layer_norm_kernel(KernelContext& ctx, bool center, bool bias_input, int mean_out, int inv_out) {
   const Tensor& x = ctx.input(0);
@@ -110,26 +112,40 @@ void layer_norm_kernel(KernelContext& ctx, bool center, bool bias_input, int mea
   if (bias_input && ctx.has_input(2)) bias = broadcast_values(ctx.input(2), norm_shape, "bias");
   const double eps = ctx.attr_float("epsilon", 1e-5f);
   const T* px = x.data<T>();
-  T* py = ctx.output(0).data<T>();
+  Tensor& y = ctx.output(0);
   std::vector<double> mean, inv;
-  normalize_rows(
-      rows, cols, eps, center,
-      [&](int64_t r, double* buf) {
-        for (int64_t j = 0; j < cols; ++j) buf[j] = to_d(px[r * cols + j]);
-      },
-      [&](int64_t r, int64_t j, double v) {
-        double y = v * scale[j] + (bias.empty() ? 0.0 : bias[j]);
-        py[r * cols + j] = from_d<T>(y);
-      },
-      &mean, &inv);
+  dispatch<FloatTypes>(y.dtype(), "output", [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    U* py = y.data<U>();
+    normalize_rows(
+        rows, cols, eps, center,
+        [&](int64_t r, double* buf) {
+          for (int64_t j = 0; j < cols; ++j) buf[j] = to_d(px[r * cols + j]);
+        },
+        [&](int64_t r, int64_t j, double v) {
+          py[r * cols + j] = from_d<U>(v * scale[j] + (bias.empty() ? 0.0 : bias[j]));
+        },
+        &mean, &inv);
+  });
   if (mean_out >= 0) write_stats<T>(ctx, mean_out, mean);
   if (inv_out >= 0) write_stats<T>(ctx, inv_out, inv);
 }
 
+// SimplifiedLayerNormalization: Y has the scale's type (onnxruntime's V), inv_std_var the
+// stash type (float32 by default).
+void infer_simplified_layer_norm(InferContext& ctx) {
+  infer_layer_norm(ctx, {1}, stash_dtype(ctx));
+  ONYX_CHECK(ctx.num_inputs() >= 2 && ctx.has_input(1), "SimplifiedLayerNormalization needs the scale input");
+  const DType scale = ctx.input_dtype(1);
+  ONYX_CHECK(dtype_is_float(scale), "scale must be a float tensor, got ", dtype_name(scale));
+  ctx.set_output(0, scale, ctx.input_shape(0));
+}
+
 // ---- SkipLayerNormalization / SkipSimplifiedLayerNormalization (com.microsoft) ----
 // Inputs: input, skip, gamma, [beta (Skip LN only)], [bias]. Outputs: output,
-// mean, inv_std_var, input_skip_bias_sum. The statistics are emitted in the
-// input's dtype (inference cannot see the dtype a model declares for them).
+// mean, inv_std_var, input_skip_bias_sum. The statistics are float32, as onnxruntime
+// types them; the simplified form's mean is 0 (no mean is removed), as onnxruntime
+// writes it.
 
 void infer_skip_norm(InferContext& ctx) {
   const PartialShape& x = ctx.input_shape(0);
@@ -139,7 +155,7 @@ void infer_skip_norm(InferContext& ctx) {
     if (!ctx.has_output(o)) continue;
     PartialShape s = x;
     if (s.rank_known && !s.dims.empty()) s.dims.back() = 1;
-    ctx.set_output(o, dt, s);
+    ctx.set_output(o, DType::kFloat32, s);
   }
   if (ctx.has_output(3)) ctx.set_output(3, dt, x);
 }
@@ -183,6 +199,7 @@ void skip_norm_kernel(KernelContext& ctx, bool center) {
         py[r * cols + j] = from_d<T>(v * gamma[j] + (beta.empty() ? 0.0 : beta[j]));
       },
       &mean, &inv);
+  if (!center) std::fill(mean.begin(), mean.end(), 0.0);
   write_stats<T>(ctx, 1, mean);
   write_stats<T>(ctx, 2, inv);
 }
@@ -377,8 +394,7 @@ void register_normalization_ops(OpRegistry& r) {
                            }))
             .in_place({0}));
   for (const char* domain : {"", "com.microsoft"}) {
-    r.add(domain_op(domain, "SimplifiedLayerNormalization", 1,
-                    [](InferContext& ctx) { infer_layer_norm(ctx, {1}, DType::kUndefined); },
+    r.add(domain_op(domain, "SimplifiedLayerNormalization", 1, infer_simplified_layer_norm,
                     float_kernel("SimplifiedLayerNormalization",
                                  [](auto tag, KernelContext& ctx) {
                                    layer_norm_kernel<typename decltype(tag)::type>(ctx, false, false, -1, 1);

@@ -26,6 +26,10 @@ OpRegistry& OpRegistry::global_mutable() {
     register_sort_ops(r);
     register_normalization_ops(r);
     register_attention_ops(r);
+    register_group_query_attention_ops(r);
+    register_multi_head_attention_ops(r);
+    register_matmul_nbits_ops(r);
+    register_gather_block_quantized_ops(r);
     register_loss_ops(r);
     register_conv_pool_ops(r);
     register_resize_ops(r);

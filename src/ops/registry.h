@@ -53,6 +53,10 @@ void register_gather_scatter_ops(OpRegistry& r);
 void register_sort_ops(OpRegistry& r);  // sort_ops.cpp: TopK, Unique
 void register_normalization_ops(OpRegistry& r);
 void register_attention_ops(OpRegistry& r);
+void register_group_query_attention_ops(OpRegistry& r);   // group_query_attention.cpp (com.microsoft)
+void register_multi_head_attention_ops(OpRegistry& r);    // multi_head_attention.cpp (com.microsoft)
+void register_matmul_nbits_ops(OpRegistry& r);            // matmul_nbits.cpp (com.microsoft)
+void register_gather_block_quantized_ops(OpRegistry& r);  // gather_block_quantized.cpp (com.microsoft)
 void register_loss_ops(OpRegistry& r);
 void register_conv_pool_ops(OpRegistry& r);
 void register_resize_ops(OpRegistry& r);

@@ -1,0 +1,200 @@
+// com.microsoft MatMulNBits: Y = A x dequantize(B)^T, B an [N, K] weight quantized in blocks
+// of block_size along K (format in ops/block_quant.h). The weights that onnxruntime-genai's
+// builder and Optimum's quantizers emit for int4 (and int8, int2) models.
+//
+// B is uint8 [N, k_blocks, block_size * bits / 8] (the last block padded past K), scales
+// [N, k_blocks] (or flat), zero_points absent (2^(bits-1)), packed uint8 [N, ceil(k_blocks *
+// bits / 8)] or unpacked of A's type [N, k_blocks]; bias [N]. accuracy_level only lets
+// onnxruntime compute in lower precision: this kernel computes in double whatever it says.
+// A B with a zero dimension is an omitted projection: Y is the bias (or zeros).
+#include <vector>
+
+#include "ops/block_quant.h"
+#include "ops/common.h"
+
+namespace onyx {
+
+namespace {
+
+enum Input : size_t { kA, kB, kScales, kZeroPoints, kGIdx, kBias };
+
+struct NBits {
+  int64_t K = 0, N = 0, block_size = 0, bits = 0, k_blocks = 0, blob = 0;
+};
+
+NBits nbits_attrs(const NodeView& n) {
+  NBits p;
+  ONYX_CHECK(n.has_attr("K") && n.has_attr("N") && n.has_attr("block_size"),
+             "MatMulNBits needs the K, N and block_size attributes");
+  p.K = n.attr_int("K");
+  p.N = n.attr_int("N");
+  ONYX_CHECK(p.K > 0 && p.N > 0, "K and N must be positive, got K=", p.K, " N=", p.N);
+  p.block_size = n.attr_int("block_size");
+  check_quant_block_size(p.block_size);
+  p.bits = n.attr_int("bits", 4);
+  check_quant_bits(p.bits);
+  const int64_t level = n.attr_int("accuracy_level", 0);
+  ONYX_CHECK(level >= 0 && level <= 4, "accuracy_level must be 0..4, got ", level);
+  const int64_t prepacked = n.attr_int("weight_prepacked", 0);
+  ONYX_CHECK(prepacked == 0, "weight_prepacked=", prepacked,
+             ": B in a device-specific prepacked layout is not supported by onyx");
+  p.k_blocks = (p.K + p.block_size - 1) / p.block_size;
+  p.blob = p.block_size * p.bits / 8;
+  return p;
+}
+
+// B with one or more dimensions 0 (the others as expected): an omitted projection.
+bool is_omitted(const Shape& b, const NBits& p) {
+  if (b.rank() != 3 || b.numel() != 0) return false;
+  const int64_t want[3] = {p.N, p.k_blocks, p.blob};
+  for (size_t i = 0; i < 3; ++i)
+    if (b[i] != 0 && b[i] != want[i]) return false;
+  return true;
+}
+
+// Checks every input against the attributes; throws naming the input.
+void check_inputs(const NBits& p, DType a_dtype, const std::vector<const Shape*>& in, const std::vector<DType>& dt) {
+  auto has = [&](size_t i) { return i < in.size() && in[i] != nullptr; };
+  ONYX_CHECK(dtype_is_float(a_dtype), "input 'A' must be a float tensor, got ", dtype_name(a_dtype));
+  const Shape& a = *in[kA];
+  ONYX_CHECK(a.rank() >= 1 && a[a.rank() - 1] == p.K, "input 'A' must end in K = ", p.K, ", got ", a.str());
+  ONYX_CHECK(dt[kB] == DType::kUInt8, "input 'B' must be uint8, got ", dtype_name(dt[kB]));
+  const Shape& b = *in[kB];
+  if (is_omitted(b, p)) return;
+  ONYX_CHECK(b == Shape({p.N, p.k_blocks, p.blob}), "input 'B' must be [N, k_blocks, block_size * bits / 8] = [", p.N,
+             ", ", p.k_blocks, ", ", p.blob, "], got ", b.str());
+  ONYX_CHECK(dt[kScales] == a_dtype, "input 'scales' must have A's dtype ", dtype_name(a_dtype), ", got ",
+             dtype_name(dt[kScales]));
+  const Shape& s = *in[kScales];
+  ONYX_CHECK(s.numel() == p.N * p.k_blocks && (s.rank() == 1 || s == Shape({p.N, p.k_blocks})),
+             "input 'scales' must be [N, k_blocks] = [", p.N, ", ", p.k_blocks, "] (or flat), got ", s.str());
+  if (has(kZeroPoints)) {
+    const Shape& z = *in[kZeroPoints];
+    if (dt[kZeroPoints] == DType::kUInt8) {
+      const int64_t per_row = packed_bytes(p.k_blocks, p.bits);
+      ONYX_CHECK(z.numel() == p.N * per_row && (z.rank() == 1 || z == Shape({p.N, per_row})),
+                 "packed uint8 input 'zero_points' must be [N, ceil(k_blocks * bits / 8)] = [", p.N, ", ", per_row,
+                 "], got ", z.str());
+    } else {
+      ONYX_CHECK(dt[kZeroPoints] == a_dtype, "input 'zero_points' must be uint8 (packed) or A's dtype ",
+                 dtype_name(a_dtype), ", got ", dtype_name(dt[kZeroPoints]));
+      ONYX_CHECK(z.numel() == p.N * p.k_blocks && (z.rank() == 1 || z == Shape({p.N, p.k_blocks})),
+                 "input 'zero_points' of A's type must be [N, k_blocks] = [", p.N, ", ", p.k_blocks, "], got ",
+                 z.str());
+    }
+  }
+  if (has(kGIdx)) {
+    ONYX_CHECK(dt[kGIdx] == DType::kInt32, "input 'g_idx' must be int32, got ", dtype_name(dt[kGIdx]));
+    ONYX_CHECK(in[kGIdx]->numel() == p.K, "input 'g_idx' must hold K = ", p.K, " values, got shape ", in[kGIdx]->str());
+  }
+  if (has(kBias)) {
+    ONYX_CHECK(dt[kBias] == a_dtype, "input 'bias' must have A's dtype ", dtype_name(a_dtype), ", got ",
+               dtype_name(dt[kBias]));
+    ONYX_CHECK(in[kBias]->numel() == p.N && in[kBias]->rank() == 1, "input 'bias' must be [N] = [", p.N, "], got ",
+               in[kBias]->str());
+  }
+}
+
+void infer_matmul_nbits(InferContext& ctx) {
+  const NBits p = nbits_attrs(ctx);
+  const DType t = ctx.input_dtype(kA);
+  ONYX_CHECK(ctx.num_inputs() >= 3 && ctx.has_input(kB) && ctx.has_input(kScales),
+             "MatMulNBits needs the inputs A, B and scales");
+  const PartialShape& a = ctx.input_shape(kA);
+  bool known = true;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.has_input(i)) known &= ctx.input_shape(i).fully_known();
+  if (known) {
+    std::vector<Shape> shapes(ctx.num_inputs());
+    std::vector<const Shape*> in(ctx.num_inputs(), nullptr);
+    std::vector<DType> dt(ctx.num_inputs(), DType::kUndefined);
+    for (size_t i = 0; i < ctx.num_inputs(); ++i)
+      if (ctx.has_input(i)) {
+        shapes[i] = ctx.input_concrete_shape(i);
+        in[i] = &shapes[i];
+        dt[i] = ctx.input_dtype(i);
+      }
+    check_inputs(p, t, in, dt);
+  }
+  if (!a.rank_known) {
+    ctx.set_output(0, t, PartialShape());
+    return;
+  }
+  ONYX_CHECK(!a.dims.empty(), "input 'A' must have rank >= 1");
+  PartialShape y = a;
+  y.dims.back() = p.N;
+  ctx.set_output(0, t, y);
+}
+
+template <class T>
+void matmul_nbits_kernel(KernelContext& ctx) {
+  const NBits p = nbits_attrs(ctx);
+  std::vector<const Shape*> in(ctx.num_inputs(), nullptr);
+  std::vector<DType> dt(ctx.num_inputs(), DType::kUndefined);
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.has_input(i)) {
+      in[i] = &ctx.input(i).shape();
+      dt[i] = ctx.input(i).dtype();
+    }
+  const Tensor& a = ctx.input(kA);
+  check_inputs(p, a.dtype(), in, dt);
+  const int64_t K = p.K, N = p.N, M = a.numel() / K;
+  T* y = ctx.output(0).data<T>();
+  std::vector<double> bias(static_cast<size_t>(N), 0.0);
+  if (ctx.has_input(kBias))
+    for (int64_t n = 0; n < N; ++n) bias[n] = ctx.input(kBias).get_as_double(n);
+  if (is_omitted(ctx.input(kB).shape(), p)) {
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) y[m * N + n] = static_cast<T>(static_cast<compute_t<T>>(bias[n]));
+    return;
+  }
+  // g_idx (deprecated) maps each k to its block; only the identity map k / block_size is supported.
+  if (ctx.has_input(kGIdx)) {
+    const int32_t* g = ctx.input(kGIdx).data<int32_t>();
+    for (int64_t k = 0; k < K; ++k)
+      ONYX_CHECK(g[k] == k / p.block_size, "input 'g_idx': g_idx[", k, "] = ", g[k],
+                 " reorders the blocks, which onyx does not support (only g_idx[k] = k / block_size)");
+  }
+
+  std::vector<double> av(static_cast<size_t>(M * K));
+  const T* pa = a.data<T>();
+  for (int64_t i = 0; i < M * K; ++i) av[i] = static_cast<double>(static_cast<compute_t<T>>(pa[i]));
+  const uint8_t* pb = ctx.input(kB).data<uint8_t>();
+  const Tensor& scales = ctx.input(kScales);
+  const Tensor* zp = ctx.has_input(kZeroPoints) ? &ctx.input(kZeroPoints) : nullptr;
+  const bool zp_packed = zp && zp->dtype() == DType::kUInt8;
+  const int64_t zp_row = packed_bytes(p.k_blocks, p.bits);
+
+  // One dequantized row of B (one output feature) at a time.
+  std::vector<double> w(static_cast<size_t>(K));
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t blk = 0; blk < p.k_blocks; ++blk) {
+      const double scale = scales.get_as_double(n * p.k_blocks + blk);
+      double zero = default_zero_point(p.bits);
+      if (zp_packed)
+        zero = packed_value(zp->data<uint8_t>() + n * zp_row, blk, p.bits);
+      else if (zp)
+        zero = zp->get_as_double(n * p.k_blocks + blk);
+      const uint8_t* blob = pb + (n * p.k_blocks + blk) * p.blob;
+      const int64_t k0 = blk * p.block_size, k1 = std::min(K, k0 + p.block_size);
+      for (int64_t k = k0; k < k1; ++k) w[k] = (packed_value(blob, k - k0, p.bits) - zero) * scale;
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      const double* am = &av[m * K];
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += am[k] * w[k];
+      y[m * N + n] = static_cast<T>(static_cast<compute_t<T>>(acc + bias[n]));
+    }
+  }
+}
+
+}  // namespace
+
+void register_matmul_nbits_ops(OpRegistry& r) {
+  r.add(domain_op("com.microsoft", "MatMulNBits", 1, infer_matmul_nbits, [](KernelContext& ctx) {
+    dispatch<FloatTypes>(ctx.input(kA).dtype(), "MatMulNBits",
+                         [&](auto tag) { matmul_nbits_kernel<typename decltype(tag)::type>(ctx); });
+  }));
+}
+
+}  // namespace onyx
