@@ -9,6 +9,7 @@ out=${OUT:-$here/out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}"
 bin=$here/bin
+for z in "$bin"/*.gz; do [ -e "$z" ] && gunzip -f "$z" && chmod +x "${z%.gz}"; done
 res=$out/gpu-results.md
 fails=0
 note() { echo "$*" | tee -a "$res"; }
@@ -56,6 +57,14 @@ note "- models, cuda:0 vs cpu (float32, max relative difference, tolerance 1e-4,
 sed 's/^/    /' "$out/compare.txt" | tee -a "$res"
 note "- step latency (onyx run --repeat 20; median includes copying inputs in and outputs out):"
 tee -a "$res" < "$out/timings.txt"
+
+part "generation: cuda:0 against cpu"
+# The fixtures are the repository's (gpu/ sits in the checkout's root).
+timeout 400 python3 "$here/gpu_generate_check.py" "$bin/onyx" "$here/../tests/fixtures/genai" > "$out/generate.log" 2>&1
+rc=$?
+note "- onyx generate on the genai fixtures (greedy, 40 new tokens), cuda:0 captured and eager against cpu: exit $rc"
+sed 's/^/    /' "$out/generate.log" | tee -a "$res"
+[ $rc -eq 0 ] || fails=$((fails+1))
 
 part "a device that does not exist"
 msg=$("$bin/onyx" run "$here/models/mlp.onnx" --device cuda:1 2>&1); rc=$?

@@ -24,9 +24,14 @@ fi
 # OpenBLAS is 36 MB; the staged binaries only call cblas_sgemm/dgemm, which the small
 # reference BLAS also provides, so they load that instead.
 for b in gpu/bin/*; do patchelf --replace-needed libopenblas.so.0 libblas.so.3 "$b"; strip "$b"; done
+# A call to the GPU machine carries at most 64 MiB with the checkout: the binaries travel
+# compressed (gpu/run.sh unpacks them).
+gzip -9 gpu/bin/*
 cp -L /usr/lib/x86_64-linux-gnu/blas/libblas.so.3 gpu/lib/
+# The tokenizer's libraries (Debian packages the GPU machine lacks).
+cp -L /usr/lib/x86_64-linux-gnu/libutf8proc.so.2 /usr/lib/x86_64-linux-gnu/libpcre2-8.so.0 gpu/lib/
 cp scripts/gpu_run.sh gpu/run.sh
-cp bench/torch_decoder.py tools/compare_npy.py gpu/
+cp bench/torch_decoder.py tools/compare_npy.py tools/gpu_generate_check.py gpu/
 git rev-parse --short HEAD > gpu/COMMIT
 git diff --quiet HEAD -- src include tests bench scripts || echo "+ uncommitted changes" >> gpu/COMMIT
 

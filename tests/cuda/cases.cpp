@@ -119,11 +119,13 @@ void reductions(std::vector<Case>& v) {
       v.push_back({"attr_outer_" + k, op, kFloats, {X({4, 5, 6})}, {attr_ints("axes", {0, -1}), attr_int("keepdims", keep)},
                    1, 11});
       v.push_back({"attr_all_" + k, op, kFloats, {X({4, 5, 6})}, {attr_int("keepdims", keep)}, 1, 11});
-      // With axes as an input their values live on the device: a kernel may decline keepdims=0.
-      v.push_back({"input_last_" + k, op, kFloats, {X({3, 4, 50}), I64({-1})}, {attr_int("keepdims", keep)}, 1, 18, "",
-                   keep ? Expect::kRun : Expect::kMayFall});
-      v.push_back({"input_mid_" + k, op, kFloats, {X({3, 4, 50}), I64({1})}, {attr_int("keepdims", keep)}, 1, 18, "",
-                   keep ? Expect::kRun : Expect::kMayFall});
+      // With axes as an input their values live on the device: the shapes tell the reduced axes,
+      // with keepdims=0 only when no two axes longer than 1 have one length.
+      v.push_back({"input_last_" + k, op, kFloats, {X({3, 4, 50}), I64({-1})}, {attr_int("keepdims", keep)}, 1, 18});
+      v.push_back({"input_mid_" + k, op, kFloats, {X({3, 4, 50}), I64({1})}, {attr_int("keepdims", keep)}, 1, 18});
+      v.push_back({"input_two_ones_" + k, op, kFloats, {X({1, 6, 1, 5}), I64({0, 3})}, {attr_int("keepdims", keep)}, 1, 18});
+      v.push_back({"input_equal_lengths_" + k, op, kFloats, {X({4, 4, 3}), I64({1})}, {attr_int("keepdims", keep)}, 1,
+                   18, "", keep ? Expect::kRun : Expect::kDecline});
     }
     v.push_back({"long_rows", op, kFloats, {X({8, 4096})}, {attr_ints("axes", {-1})}, 1, 11});
     v.push_back({"long_cols", op, {D::kFloat32}, {X({3000, 7})}, {attr_ints("axes", {0})}, 1, 11});
@@ -201,6 +203,20 @@ void genai_ops(std::vector<Case>& v) {
   v.push_back({"decode", "CacheUpdate", kAll, {X({2, 3, 8, 4}), X({2, 3, 1, 4}), Vals(D::kInt64, {}, {5})}, {}, 1, 1, g});
   v.push_back({"prompt", "CacheUpdate", kAll, {X({1, 2, 16, 8}), X({1, 2, 7, 8}), Vals(D::kInt64, {}, {0})}, {}, 1, 1, g});
   v.push_back({"last", "CacheUpdate", kFloats, {X({3, 2, 9, 5}), X({3, 2, 2, 5}), Vals(D::kInt64, {}, {7})}, {}, 1, 1, g});
+  // Sample: per row temperature, top_k, top_p, min_p, repetition_penalty; (seed, counter); history; position.
+  const D f32 = D::kFloat32, i64 = D::kInt64;
+  v.push_back({"greedy", "Sample", kFloats,
+               {X({3, 1, 1000}), Vals(f32, {3, 5}, {0, 0, 1, 0, 1, 0, 0, 1, 0, 1, 0, 0, 1, 0, 1}),
+                Vals(i64, {3, 2}, {1, 0, 2, 0, 3, 0})}, {}, 2, 1, g});
+  v.push_back({"mixed_rows", "Sample", kFloats,
+               {X({3, 4, 777}),
+                Vals(f32, {3, 5}, {0.7, 40, 1, 0, 1, /**/ 1.3, 0, 0.9, 0, 1.2, /**/ 1.0, 20, 0.8, 0.05, 1.1}),
+                Vals(i64, {3, 2}, {11, 5, 12, 9, 13, 100}), Ints({3, 6}, 0, 776, i64), Vals(i64, {3}, {3, 1, 0})},
+               {}, 2, 1, g});
+  v.push_back({"greedy_penalty", "Sample", kFloats,
+               {X({2, 2, 5000}), Vals(f32, {2, 5}, {0, 0, 1, 0, 1.5, 0, 0, 1, 0, 0.8}), Vals(i64, {2, 2}, {0, 0, 0, 0}),
+                Ints({2, 30}, 0, 4999, i64)},
+               {}, 2, 1, g});
   v.push_back({"fill_f32", "ConstantOfShape", {D::kFloat32}, {Vals(D::kInt64, {3}, {2, 3, 5})},
                {attr_tensor("value", Tensor::from_vector<float>({-2.5f}, Shape{1}))}, 1, 9});
   v.push_back({"fill_i64", "ConstantOfShape", {D::kFloat32}, {Vals(D::kInt64, {2}, {4, 7})},
@@ -226,6 +242,86 @@ void rotary(std::vector<Case>& v) {
   v.push_back({"ms_offset_interleaved", "RotaryEmbedding", kFloats,
                {X({1, 5, 2, 16}), Vals(D::kInt64, {1}, {3}), Uni({16, 8}, -1, 1), Uni({16, 8}, -1, 1)},
                {attr_int("interleaved", 1)}, 1, 1, ms});
+}
+
+// com.microsoft GroupQueryAttention and MatMulNBits (onnxruntime-genai's builder models).
+void contrib(std::vector<Case>& v) {
+  const std::string ms = "com.microsoft";
+  const D i32 = D::kInt32;
+  auto heads = [](int64_t n, int64_t kv) { return std::vector<Attribute>{attr_int("num_heads", n), attr_int("kv_num_heads", kv)}; };
+  auto with = [](std::vector<Attribute> a, std::vector<Attribute> more) {
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  const std::vector<Attribute> rot = {attr_int("do_rotary", 1)};
+  auto gqa = [&](std::string name, std::vector<In> in, std::vector<Attribute> at, Expect e = Expect::kRun) {
+    Case c{std::move(name), "GroupQueryAttention", kFloats, std::move(in), std::move(at), 3, 1, ms, e};
+    c.f32_tol = 1e-4;
+    v.push_back(std::move(c));
+  };
+  // Decode, batch 3 (rows at different lengths), 4 query heads on 2 KV heads of 32, a separate present.
+  gqa("decode", {X({3, 1, 128}), X({3, 1, 64}), X({3, 1, 64}), X({3, 2, 16, 32}), X({3, 2, 16, 32}),
+                 Vals(i32, {3}, {9, 15, 0}), Vals(i32, {1}, {16})}, heads(4, 2));
+  // Decode past a past shorter than total (present grows), with rotary from per-row positions.
+  gqa("decode_grow_rotary_pos_ids",
+      {X({2, 1, 256}), X({2, 1, 64}), X({2, 1, 64}), X({2, 1, 11, 64}), X({2, 1, 11, 64}), Vals(i32, {2}, {11, 6}),
+       Vals(i32, {1}, {12}), Uni({40, 32}, -1, 1), Uni({40, 32}, -1, 1), Ints({2, 1}, 0, 39, D::kInt64)},
+      with(heads(4, 1), rot));
+  // A first prompt of a right-padded batch into a shared-size cache: packed QKV, rotary (partial, interleaved).
+  gqa("prompt_packed_rotary_interleaved",
+      {X({2, 7, 6 * 16}), None(), None(), X({2, 2, 12, 16}), X({2, 2, 12, 16}), Vals(i32, {2}, {6, 3}),
+       Vals(i32, {1}, {7}), Uni({20, 4}, -1, 1), Uni({20, 4}, -1, 1)},
+      with(heads(2, 2), {attr_int("do_rotary", 1), attr_int("rotary_interleaved", 1)}));
+  // A chunk after a past (batch 1), a head size of 80 (not a multiple of 32), softcap and a local window.
+  gqa("chunk_softcap_window_h80",
+      {X({1, 5, 160}), X({1, 5, 80}), X({1, 5, 80}), X({1, 1, 20, 80}), X({1, 1, 20, 80}), Vals(i32, {1}, {17}),
+       Vals(i32, {1}, {20})},
+      with(heads(2, 1), {attr_float("softcap", 2.5f), attr_int("local_window_size", 6), attr_float("scale", 0.3f)}));
+  // No past; attention_bias, head_sink; non-causal.
+  gqa("bias_sink_noncausal",
+      {X({2, 4, 64}), X({2, 4, 32}), X({2, 4, 32}), None(), None(), Vals(i32, {2}, {3, 3}), Vals(i32, {1}, {4}),
+       None(), None(), None(), Uni({2, 1, 4, 4}, -2, 2), Uni({4}, -1, 1)},
+      with(heads(4, 2), {attr_int("causal", 0)}));
+  gqa("smooth_softmax_decode",
+      {X({1, 1, 64}), X({1, 1, 64}), X({1, 1, 64}), X({1, 1, 9, 64}), X({1, 1, 9, 64}), Vals(i32, {1}, {8}),
+       Vals(i32, {1}, {9})},
+      with(heads(1, 1), {attr_int("smooth_softmax", 1)}));
+  // On the CPU only: a window cache, query_seqlens, heads over 256.
+  gqa("window_cache",
+      {X({1, 1, 32}), X({1, 1, 32}), X({1, 1, 32}), X({1, 1, 8, 32}), X({1, 1, 8, 32}), Vals(i32, {1}, {10}),
+       Vals(i32, {1}, {11})},
+      with(heads(1, 1), {attr_int("local_window_size", 4), attr_int("sliding_window_cache", 1)}), Expect::kDecline);
+  gqa("head_512",
+      {X({1, 1, 512}), X({1, 1, 512}), X({1, 1, 512}), X({1, 1, 4, 512}), X({1, 1, 4, 512}), Vals(i32, {1}, {3}),
+       Vals(i32, {1}, {4})},
+      heads(1, 1), Expect::kDecline);
+
+  auto nbits = [&](std::string name, int64_t M0, int64_t M1, int64_t K, int64_t N, int64_t block, int64_t bits,
+                   int zp, bool bias) {
+    const int64_t kb = (K + block - 1) / block;
+    std::vector<In> in = {M1 ? X({M0, M1, K}) : X({M0, K}), Ints({N, kb, block * bits / 8}, 0, 255, D::kUInt8),
+                          Pos({N, kb}, 0.01, 0.2)};
+    if (zp == 1) in.push_back(Ints({N, (kb * bits + 7) / 8}, 0, 255, D::kUInt8));  // packed
+    else if (zp == 2) in.push_back(Uni({N, kb}, 0, double((1 << bits) - 1)));      // A's type
+    else in.push_back(None());
+    if (bias) {
+      in.push_back(None());  // g_idx
+      in.push_back(X({N}));
+    }
+    Case c{std::move(name), "MatMulNBits", kFloats, std::move(in),
+           {attr_int("K", K), attr_int("N", N), attr_int("block_size", block), attr_int("bits", bits),
+            attr_int("accuracy_level", 4)},
+           1, 1, ms};
+    c.f32_tol = 2e-5;
+    v.push_back(std::move(c));
+  };
+  nbits("gemv_m1", 1, 0, 128, 72, 32, 4, 0, false);
+  nbits("gemv_m3_zp_bias", 3, 0, 96, 40, 32, 4, 1, true);
+  nbits("gemv_m8_k_padded", 1, 8, 72, 33, 32, 4, 2, false);  // K = 72: the last block padded
+  nbits("gemv_int8", 2, 0, 64, 24, 16, 8, 1, true);
+  nbits("gemv_int2", 1, 0, 128, 20, 64, 2, 1, false);
+  nbits("gemm_m37", 37, 0, 160, 70, 32, 4, 1, true);
+  nbits("gemm_3d_block128", 2, 45, 256, 130, 128, 4, 0, true);
 }
 
 void matmul(std::vector<Case>& v) {
@@ -282,6 +378,7 @@ std::vector<TestCase> all_cases() {
   data(v);
   genai_ops(v);
   rotary(v);
+  contrib(v);
   matmul(v);
   return expand(v);
 }

@@ -53,6 +53,7 @@ Tensor make_tensor(DType d, const Shape& s, const std::vector<double>& v) {
       case DType::kInt32: t.data<int32_t>()[i] = static_cast<int32_t>(x); break;
       case DType::kInt64: t.data<int64_t>()[i] = static_cast<int64_t>(x); break;
       case DType::kBool: t.data<bool>()[i] = x != 0; break;
+      case DType::kUInt8: t.data<uint8_t>()[i] = static_cast<uint8_t>(x); break;
       default: throw Error(cat("harness cannot fill ", dtype_name(d)));
     }
   }

@@ -148,9 +148,13 @@ class CudaBackend final : public Backend {
     std::string what;
     if (word & kDeviceErrorGatherIndex) what += "Gather: an index was out of range";
     if (word & kDeviceErrorRotaryPosition)
-      what += cat(what.empty() ? "" : "; ", "RotaryEmbedding: a position id was outside the cos/sin cache");
+      what += cat(what.empty() ? "" : "; ",
+                  "RotaryEmbedding or GroupQueryAttention: a position was outside the cos/sin cache");
     if (word & kDeviceErrorCachePosition)
       what += cat(what.empty() ? "" : "; ", "CacheUpdate: the write position was outside the cache");
+    if (word & kDeviceErrorAttentionLengths)
+      what += cat(what.empty() ? "" : "; ",
+                  "GroupQueryAttention: seqlens_k or total_sequence_length do not fit the past/present buffers");
     return what;
   }
 

@@ -41,6 +41,7 @@ CudaKernelRegistry& CudaKernelRegistry::global_mutable() {
     register_rotary_kernels(r);
     register_matmul_kernels(r);
     register_genai_kernels(r);
+    register_contrib_kernels(r);
     return r;
   }();
   return registry;

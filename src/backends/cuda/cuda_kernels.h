@@ -41,6 +41,7 @@ struct CudaContext {
 constexpr unsigned int kDeviceErrorGatherIndex = 1u;
 constexpr unsigned int kDeviceErrorRotaryPosition = 2u;
 constexpr unsigned int kDeviceErrorCachePosition = 4u;
+constexpr unsigned int kDeviceErrorAttentionLengths = 8u;
 
 using CudaKernelFn = std::function<void(KernelContext& ctx, CudaContext& cu)>;
 // "" when the kernel handles these input types and attributes, else why not.
@@ -102,6 +103,7 @@ void register_norm_kernels(CudaKernelRegistry& r);        // norm.cu: Softmax, L
 void register_data_kernels(CudaKernelRegistry& r);        // data.cu: Gather, Concat, Split, Slice, Transpose
 void register_rotary_kernels(CudaKernelRegistry& r);      // rotary.cu: RotaryEmbedding
 void register_matmul_kernels(CudaKernelRegistry& r);      // matmul.cpp: MatMul, Gemm (cuBLASLt)
-void register_genai_kernels(CudaKernelRegistry& r);       // genai.cu: onyx.genai CacheUpdate
+void register_genai_kernels(CudaKernelRegistry& r);       // genai.cu: onyx.genai CacheUpdate, Sample
+void register_contrib_kernels(CudaKernelRegistry& r);     // contrib.cu: GroupQueryAttention, MatMulNBits
 
 }  // namespace onyx::cuda

@@ -196,7 +196,7 @@ __global__ void norm_rows_kernel(NormArgs a) {
       y[base + j] = from_compute<T>(out);
     }
     if (threadIdx.x == 0) {
-      if (a.mean_out) store_f(a.mean_out, a.mean_code, row, mean);
+      if (a.mean_out) store_f(a.mean_out, a.mean_code, row, shift);  // RMS forms write 0, as the CPU op
       if (a.inv_out) store_f(a.inv_out, a.inv_code, row, inv);
     }
   }
@@ -235,8 +235,8 @@ __global__ void norm_rows_fast_kernel(NormArgs a) {
         }
       }
     }
-    // RMS norms skip the mean unless a statistics output asks for it.
-    const float mean = (a.center || a.mean_out) ? block_reduce(sum, AddF{}, scratch) / fcols : 0.f;
+    // RMS norms skip the mean (their mean output, SkipSimplifiedLayerNormalization's, is 0).
+    const float mean = a.center ? block_reduce(sum, AddF{}, scratch) / fcols : 0.f;
     const float shift = a.center ? mean : 0.f;
     float sq = 0.f;
 #pragma unroll
@@ -263,7 +263,7 @@ __global__ void norm_rows_fast_kernel(NormArgs a) {
       }
     }
     if (threadIdx.x == 0) {
-      if (a.mean_out) store_f(a.mean_out, a.mean_code, row, mean);
+      if (a.mean_out) store_f(a.mean_out, a.mean_code, row, shift);  // RMS forms write 0, as the CPU op
       if (a.inv_out) store_f(a.inv_out, a.inv_code, row, inv);
     }
   }
@@ -420,7 +420,12 @@ void register_norm_kernels(CudaKernelRegistry& r) {
   for (const char* domain : {"", "com.microsoft"}) {
     r.add(domain_kernel(domain, "SimplifiedLayerNormalization", 1,
         [](KernelContext& ctx, CudaContext& cu) { run_layer_norm(ctx, cu, false, false, -1, 1); },
-        float_inputs("SimplifiedLayerNormalization")));
+        [base = float_inputs("SimplifiedLayerNormalization")](const Node& node, const std::vector<ValueType>& in) {
+          // Y takes the scale's dtype; the kernel writes the input's.
+          if (in.size() > 1 && in[1].dtype != in[0].dtype)
+            return std::string("SimplifiedLayerNormalization on CUDA needs the scale in the input's dtype");
+          return base(node, in);
+        }));
     r.add(domain_kernel(domain, "SkipLayerNormalization", 1, [](KernelContext& ctx, CudaContext& cu) { run_skip_norm(ctx, cu, true); },
         float_inputs("SkipLayerNormalization")));
     r.add(domain_kernel(domain, "SkipSimplifiedLayerNormalization", 1,

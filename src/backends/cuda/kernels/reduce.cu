@@ -206,8 +206,21 @@ void launch_reduce(KernelContext& ctx, CudaContext& cu, const std::vector<bool>&
   ONYX_CUDA_CHECK_LAUNCH("Reduce (strided)");
 }
 
+// Whether the reduced axes of `in` are told by the output shape alone when keepdims=0: no
+// two axes longer than 1 have the same length (reducing an axis of length 1 changes nothing).
+bool axes_told_by_shape(const PartialShape& in) {
+  if (!in.rank_known) return false;
+  for (size_t i = 0; i < in.dims.size(); ++i) {
+    if (in.dims[i] < 0) return false;
+    for (size_t j = i + 1; j < in.dims.size(); ++j)
+      if (in.dims[i] > 1 && in.dims[i] == in.dims[j]) return false;
+  }
+  return true;
+}
+
 // Which input axes are reduced. With axes as an input (their values are on the
-// device), keepdims=1 lets the shapes tell: an axis of size != 1 that became 1.
+// device) the shapes tell: keepdims=1, an axis of size != 1 that became 1; keepdims=0,
+// the axes missing from the output (unambiguous by axes_told_by_shape).
 std::vector<bool> reduced_axes(KernelContext& ctx, const std::string& name) {
   const Shape& in = ctx.input(0).shape();
   const Shape& out = ctx.output(0).shape();
@@ -216,9 +229,21 @@ std::vector<bool> reduced_axes(KernelContext& ctx, const std::string& name) {
   std::vector<int64_t> axes;
   if (ctx.opset() >= axes_input_opset(name)) {
     if (ctx.has_input(1) && ctx.input(1).numel() > 0) {
-      ONYX_CHECK(keep && out.rank() == in.rank(), name, " on CUDA with an axes input needs keepdims=1");
       std::vector<bool> r(rank, false);
-      for (int64_t i = 0; i < rank; ++i) r[i] = in[i] != out[i];
+      if (keep) {
+        ONYX_CHECK(out.rank() == in.rank(), name, ": keepdims=1 but the output ", out.str(), " has another rank than ",
+                   in.str());
+        for (int64_t i = 0; i < rank; ++i) r[i] = in[i] != out[i];
+        return r;
+      }
+      ONYX_CHECK(axes_told_by_shape(PartialShape(in)), name, " on CUDA: keepdims=0 over ", in.str(),
+                 " needs distinct axis lengths");
+      size_t j = 0;
+      for (int64_t i = 0; i < rank; ++i) {
+        if (j < out.rank() && in[i] == out[j]) ++j;
+        else r[i] = true;
+      }
+      ONYX_CHECK(j == out.rank(), name, ": the output ", out.str(), " is not ", in.str(), " less some axes");
       return r;
     }
     if (ctx.attr_int("noop_with_empty_axes", 0) != 0) return std::vector<bool>(rank, false);
@@ -243,8 +268,10 @@ void add_reduce(CudaKernelRegistry& r, const std::string& name, int op) {
     if (!is_cuda_float(dt) && dt != DType::kInt32 && dt != DType::kInt64)
       return name + " on CUDA supports float32/float16/bfloat16/int32/int64";
     NodeView n(node);
-    if (n.opset() >= axes_input_opset(name) && n.has_input(1) && n.attr_int("keepdims", 1) == 0)
-      return name + " on CUDA needs keepdims=1 when axes come as an input (their values stay on the device)";
+    if (n.opset() >= axes_input_opset(name) && n.has_input(1) && n.attr_int("keepdims", 1) == 0 &&
+        !axes_told_by_shape(inputs[0].shape))
+      return name + " on CUDA with keepdims=0 and an axes input needs the input's axes of distinct lengths "
+                    "(the axes' values stay on the device; the output shape tells which were reduced)";
     if (inputs[0].shape.rank_known && inputs[0].shape.dims.size() > static_cast<size_t>(kMaxRank))
       return name + " on CUDA supports rank <= 8";
     return "";

@@ -1,0 +1,544 @@
+// CUDA kernels of the com.microsoft ops that onnxruntime-genai's builder emits:
+// GroupQueryAttention and MatMulNBits. The semantics are the CPU kernels' (ops/gqa.h,
+// ops/group_query_attention.cpp, ops/matmul_nbits.cpp), which the harness compares these with.
+//
+// GroupQueryAttention reads seqlens_k and total_sequence_length on the device, so a captured
+// decode step serves every length: each block works out its row's lengths itself, and lengths
+// that do not fit the buffers set the device error word (the CPU kernel's checks) and leave the
+// row's output zero. Two launches: the new keys (rotated) and values into present at their
+// positions, then one block per (query, head, batch row) with an online softmax over its keys,
+// its warps taking keys in turn and merging at the end, in float. Not on CUDA (the CPU kernel
+// runs them): sliding_window_cache, query_seqlens, head sizes above 256, an absent present.
+//
+// MatMulNBits: up to 8 rows of A (decode) a warp per output feature reads the feature's packed
+// blocks once for every row; more rows, 64x64 tiles of Y with B dequantized into shared memory
+// as it is loaded. Both accumulate in float.
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/kernels/common/convert.cuh"
+#include "backends/cuda/kernels/common/launch.cuh"
+#include "backends/cuda/kernels/common/reduce.cuh"
+#include "ops/block_quant.h"
+#include "ops/gqa.h"
+
+namespace onyx::cuda {
+
+namespace {
+
+// ================================ GroupQueryAttention ================================
+
+constexpr int kGqaThreads = 256;
+constexpr int kGqaWarps = kGqaThreads / 32;
+constexpr int kGqaMaxHead = 256;
+constexpr int kGqaPerLane = kGqaMaxHead / 32;
+
+struct GqaArgs {
+  const void* q;  // [B, S, qw]: the queries, and for a packed query the keys and values after them
+  const void* k;  // [B, S, kvN * H] (null: packed)
+  const void* v;
+  void* present_k;  // [B, kvN, L, H]
+  void* present_v;
+  void* y;  // [B, S, N * H]
+  const int32_t* seqlens_k;
+  const int32_t* total;  // total_sequence_length, one value
+  const void* cosc;      // [cache_rows, half] (null: no rotary)
+  const void* sinc;
+  const int64_t* pos_ids;  // [B, S] (null: none)
+  const void* bias;        // attention_bias [b0, b1, S, bias_len] (null: none)
+  const void* sink;        // head_sink [N] (null: none)
+  int64_t B, S, N, kvN, H, L, past_len, qw;
+  int64_t half, cache_rows;
+  int64_t bias_b, bias_h, bias_len;
+  int64_t window;  // -1: none
+  float scale, softcap;
+  int interleaved, causal, smooth;
+  unsigned int* err;
+};
+
+// Row b's lengths for this step, as gqa_step works them out; false (the error word set) when
+// they do not fit, as the CPU kernel's checks would have thrown.
+struct GqaRowDev {
+  int64_t total, past;
+  bool first_prompt;
+};
+
+__device__ __forceinline__ bool gqa_row(const GqaArgs& a, int64_t b, GqaRowDev& r) {
+  const int64_t total = *a.total;
+  const int32_t sk = a.seqlens_k[b];
+  r.first_prompt = a.S == total;
+  r.total = int64_t{sk} + 1;
+  r.past = r.first_prompt ? 0 : r.total - a.S;
+  const bool ok = total >= 1 && sk >= 0 && (a.S == 1 || r.first_prompt || a.B == 1) && r.total <= a.L &&
+                  r.past >= 0 && r.past <= a.past_len && r.past + a.S <= a.L && (!a.bias || r.total <= a.bias_len);
+  if (!ok) atomicOr(a.err, kDeviceErrorAttentionLengths);
+  return ok;
+}
+
+// The rotary position of token s of row b (false, the error word set: outside the caches).
+__device__ __forceinline__ bool gqa_position(const GqaArgs& a, int64_t b, int64_t s, const GqaRowDev& r,
+                                             int64_t& p) {
+  p = r.first_prompt ? s : r.past + s;
+  if (a.pos_ids) p = r.first_prompt ? a.pos_ids[0] + s : a.pos_ids[b * a.S + s];
+  if (p < 0 || p >= a.cache_rows) {
+    atomicOr(a.err, kDeviceErrorRotaryPosition);
+    return false;
+  }
+  return true;
+}
+
+// Element d of a rotated head vector x (its first 2 * half values rotated, in halves or pairs).
+template <class T>
+__device__ __forceinline__ float rotated(const GqaArgs& a, const T* x, int64_t d, int64_t p) {
+  if (!a.cosc || d >= 2 * a.half) return to_compute(x[d]);
+  int64_t j, i1, i2;
+  bool first;
+  if (a.interleaved) {
+    j = d / 2;
+    first = (d & 1) == 0;
+    i1 = 2 * j;
+    i2 = i1 + 1;
+  } else {
+    first = d < a.half;
+    j = first ? d : d - a.half;
+    i1 = j;
+    i2 = j + a.half;
+  }
+  const float c = to_compute(static_cast<const T*>(a.cosc)[p * a.half + j]);
+  const float sn = to_compute(static_cast<const T*>(a.sinc)[p * a.half + j]);
+  const float x1 = to_compute(x[i1]), x2 = to_compute(x[i2]);
+  // Rounded to T, as the CPU kernel stores rotated values.
+  return to_compute(from_compute<T>(first ? c * x1 - sn * x2 : sn * x1 + c * x2));
+}
+
+// One block per (token s, batch row b): the token's keys (rotated) and values into present.
+template <class T>
+__global__ void __launch_bounds__(kGqaThreads) gqa_store_kernel(GqaArgs a) {
+  const int64_t s = blockIdx.x, b = blockIdx.y;
+  GqaRowDev r;
+  if (!gqa_row(a, b, r)) return;
+  int64_t p = 0;
+  if (a.cosc && !gqa_position(a, b, s, r, p)) return;
+  const T* row = static_cast<const T*>(a.q) + (b * a.S + s) * a.qw;
+  const T* krow = a.k ? static_cast<const T*>(a.k) + (b * a.S + s) * a.kvN * a.H : row + a.N * a.H;
+  const T* vrow = a.k ? static_cast<const T*>(a.v) + (b * a.S + s) * a.kvN * a.H : row + (a.N + a.kvN) * a.H;
+  T* pk = static_cast<T*>(a.present_k);
+  T* pv = static_cast<T*>(a.present_v);
+  for (int64_t e = threadIdx.x; e < a.kvN * a.H; e += blockDim.x) {
+    const int64_t h = e / a.H, d = e % a.H;
+    const int64_t at = ((b * a.kvN + h) * a.L + r.past + s) * a.H + d;
+    pk[at] = from_compute<T>(rotated(a, krow + h * a.H, d, p));
+    pv[at] = vrow[e];
+  }
+}
+
+// One block per (query token s, query head h, batch row b).
+template <class T>
+__global__ void __launch_bounds__(kGqaThreads) gqa_attend_kernel(GqaArgs a) {
+  __shared__ float qs[kGqaMaxHead];
+  __shared__ float wm[kGqaWarps], wl[kGqaWarps];
+  __shared__ float wacc[kGqaWarps][kGqaMaxHead];
+  const int64_t s = blockIdx.x, h = blockIdx.y, b = blockIdx.z, H = a.H;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  T* ys = static_cast<T*>(a.y) + (b * a.S + s) * a.N * H + h * H;
+  GqaRowDev r;
+  const bool ok = gqa_row(a, b, r);
+  int64_t p = 0;
+  const bool pos_ok = ok && (!a.cosc || gqa_position(a, b, s, r, p));
+  if (!pos_ok) {  // the error word is set; the output is zeros
+    for (int64_t d = threadIdx.x; d < H; d += blockDim.x) ys[d] = from_compute<T>(0.f);
+    return;
+  }
+  const T* qrow = static_cast<const T*>(a.q) + (b * a.S + s) * a.qw + h * H;
+  for (int64_t d = threadIdx.x; d < H; d += blockDim.x) qs[d] = rotated(a, qrow, d, p);
+  __syncthreads();
+
+  const int64_t causal_end = r.past + s + 1;
+  const int64_t hi = a.causal ? min(causal_end, r.total) : r.total;
+  const int64_t lo = min(hi, a.window > 0 ? max(int64_t{0}, causal_end - a.window) : int64_t{0});
+  const int64_t kvh = h / (a.N / a.kvN);
+  const T* kh = static_cast<const T*>(a.present_k) + (b * a.kvN + kvh) * a.L * H;
+  const T* vh = static_cast<const T*>(a.present_v) + (b * a.kvN + kvh) * a.L * H;
+  const int per_lane = static_cast<int>((H + 31) / 32);
+  float qreg[kGqaPerLane], acc[kGqaPerLane];
+  ONYX_UNROLL
+  for (int i = 0; i < kGqaPerLane; ++i) {
+    const int64_t d = lane + 32 * i;
+    qreg[i] = i < per_lane && d < H ? qs[d] : 0.f;
+    acc[i] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  for (int64_t j = lo + warp; j < hi; j += kGqaWarps) {
+    const T* kj = kh + j * H;
+    float dot = 0.f;
+    ONYX_UNROLL
+    for (int i = 0; i < kGqaPerLane; ++i) {
+      const int64_t d = lane + 32 * i;
+      if (i < per_lane && d < H) dot += qreg[i] * to_compute(kj[d]);
+    }
+    dot = warp_reduce(dot, [](float x, float y) { return x + y; });
+    float sc = dot * a.scale;
+    if (a.softcap > 0.f) sc = a.softcap * tanhf(sc / a.softcap);
+    if (a.bias) {
+      const int64_t bi = (((a.bias_b == 1 ? 0 : b) * a.bias_h + (a.bias_h == 1 ? 0 : h)) * a.S + s) * a.bias_len + j;
+      sc += to_compute(static_cast<const T*>(a.bias)[bi]);
+    }
+    if (sc == -INFINITY) continue;  // a masked key
+    const float mn = fmaxf(m, sc);
+    const float corr = expf(m - mn), w = expf(sc - mn);
+    l = l * corr + w;
+    const T* vj = vh + j * H;
+    ONYX_UNROLL
+    for (int i = 0; i < kGqaPerLane; ++i) {
+      const int64_t d = lane + 32 * i;
+      if (i < per_lane && d < H) acc[i] = acc[i] * corr + w * to_compute(vj[d]);
+    }
+    m = mn;
+  }
+  if (lane == 0) {
+    wm[warp] = m;
+    wl[warp] = l;
+  }
+  ONYX_UNROLL
+  for (int i = 0; i < kGqaPerLane; ++i) {
+    const int64_t d = lane + 32 * i;
+    if (i < per_lane && d < H) wacc[warp][d] = acc[i];
+  }
+  __syncthreads();
+  // A sink is one more logit in the softmax that carries no value (none for an empty range).
+  float mx = -INFINITY;
+  for (int w = 0; w < kGqaWarps; ++w) mx = fmaxf(mx, wm[w]);
+  const bool any = mx != -INFINITY;
+  const bool has_sink = hi > lo && (a.sink || a.smooth);
+  const float sink = a.sink ? to_compute(static_cast<const T*>(a.sink)[h]) : 0.f;
+  if (has_sink) mx = fmaxf(mx, sink);
+  float den = has_sink ? expf(sink - mx) : 0.f;
+  for (int w = 0; w < kGqaWarps; ++w)
+    if (wm[w] != -INFINITY) den += wl[w] * expf(wm[w] - mx);
+  for (int64_t d = threadIdx.x; d < H; d += blockDim.x) {
+    float out = 0.f;
+    if (any) {
+      for (int w = 0; w < kGqaWarps; ++w)
+        if (wm[w] != -INFINITY) out += wacc[w][d] * expf(wm[w] - mx);
+      out /= den;
+    }
+    ys[d] = from_compute<T>(out);
+  }
+}
+
+using namespace gqa;
+
+void run_gqa(KernelContext& ctx, CudaContext& cu) {
+  const GqaAttrs at = gqa_attrs(ctx);
+  std::vector<const Shape*> in(ctx.num_inputs(), nullptr);
+  std::vector<DType> dts(ctx.num_inputs(), DType::kUndefined);
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.has_input(i)) {
+      in[i] = &ctx.input(i).shape();
+      dts[i] = ctx.input(i).dtype();
+    }
+  check_gqa_dtypes(dts);
+  const GqaGeometry g = gqa_geometry(at, in);
+  Tensor& y = ctx.output(0);
+  Tensor& pk = ctx.output(1);
+  Tensor& pv = ctx.output(2);
+  const int64_t L = pk.shape()[2];
+  ONYX_CHECK(pk.shape() == Shape({g.B, g.kvN, L, g.H}) && pv.shape() == pk.shape(), "present outputs ",
+             pk.shape().str(), " and ", pv.shape().str(), " are not [", g.B, ", ", g.kvN, ", L, ", g.H, "]");
+  const size_t es = dtype_size(y.dtype());
+  // present starts as past's positions and zeros, unless it is past's own storage.
+  for (int i = 0; i < 2; ++i) {
+    Tensor& pt = i == 0 ? pk : pv;
+    const size_t past_in = i == 0 ? kPastKey : kPastValue;
+    const Tensor* past = ctx.has_input(past_in) ? &ctx.input(past_in) : nullptr;
+    if (past && past->raw() == pt.raw()) {
+      ONYX_CHECK(past->shape() == pt.shape(), i == 0 ? "present_key" : "present_value", " shares past's buffer but has shape ",
+                 pt.shape().str(), " instead of past's ", past->shape().str());
+      continue;
+    }
+    const int64_t P = past ? g.past_len : 0;
+    ONYX_CHECK(P <= L, "past holds ", P, " positions, more than present's ", L);
+    char* dst = static_cast<char*>(pt.raw());
+    const size_t pitch = static_cast<size_t>(L * g.H) * es, rows = static_cast<size_t>(g.B * g.kvN);
+    if (rows == 0 || pitch == 0) continue;
+    if (P > 0)
+      ONYX_CUDA_CHECK(cudaMemcpy2DAsync(dst, pitch, past->raw(), static_cast<size_t>(P * g.H) * es,
+                                        static_cast<size_t>(P * g.H) * es, rows, cudaMemcpyDeviceToDevice, cu.stream));
+    if (P < L)
+      ONYX_CUDA_CHECK(cudaMemset2DAsync(dst + P * g.H * es, pitch, 0, static_cast<size_t>((L - P) * g.H) * es, rows,
+                                        cu.stream));
+  }
+  if (g.B == 0 || g.S == 0) return;
+  GqaArgs a{};
+  a.q = ctx.input(kQuery).raw();
+  a.k = g.packed ? nullptr : ctx.input(kKey).raw();
+  a.v = g.packed ? nullptr : ctx.input(kValue).raw();
+  a.present_k = pk.raw();
+  a.present_v = pv.raw();
+  a.y = y.raw();
+  a.seqlens_k = ctx.input(kSeqlensK).data<int32_t>();
+  a.total = ctx.input(kTotalSeqLen).data<int32_t>();
+  if (at.rotary) {
+    a.cosc = ctx.input(kCosCache).raw();
+    a.sinc = ctx.input(kSinCache).raw();
+    a.half = g.half;
+    a.cache_rows = g.cache_rows;
+  }
+  a.pos_ids = ctx.has_input(kPositionIds) ? ctx.input(kPositionIds).data<int64_t>() : nullptr;
+  if (ctx.has_input(kAttentionBias)) {
+    const Tensor& bt = ctx.input(kAttentionBias);
+    a.bias = bt.raw();
+    a.bias_b = bt.shape()[0];
+    a.bias_h = bt.shape()[1];
+    a.bias_len = bt.shape()[3];
+  }
+  a.sink = ctx.has_input(kHeadSink) ? ctx.input(kHeadSink).raw() : nullptr;
+  a.B = g.B;
+  a.S = g.S;
+  a.N = g.N;
+  a.kvN = g.kvN;
+  a.H = g.H;
+  a.L = L;
+  a.past_len = ctx.has_input(kPastKey) ? g.past_len : 0;
+  a.qw = g.packed ? (g.N + 2 * g.kvN) * g.H : g.N * g.H;
+  a.window = at.window;
+  a.scale = static_cast<float>(at.scale != 0 ? at.scale : 1.0 / std::sqrt(static_cast<double>(g.H)));
+  a.softcap = static_cast<float>(at.softcap);
+  a.interleaved = at.interleaved;
+  a.causal = at.causal;
+  a.smooth = at.smooth;
+  a.err = cu.error_word;
+  ONYX_CHECK(g.S <= 65535 && g.N <= 65535 && g.B <= 65535, "GroupQueryAttention on CUDA: batch ", g.B, ", sequence ",
+             g.S, " or heads ", g.N, " exceed a grid dimension");
+  dispatch_float(y.dtype(), "GroupQueryAttention", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    gqa_store_kernel<T><<<dim3(static_cast<unsigned>(g.S), static_cast<unsigned>(g.B)), kGqaThreads, 0, cu.stream>>>(a);
+    gqa_attend_kernel<T><<<dim3(static_cast<unsigned>(g.S), static_cast<unsigned>(g.N), static_cast<unsigned>(g.B)),
+                           kGqaThreads, 0, cu.stream>>>(a);
+  });
+  ONYX_CUDA_CHECK_LAUNCH("GroupQueryAttention");
+}
+
+std::string gqa_support(const Node& node, const std::vector<ValueType>& in) {
+  GqaAttrs at;
+  try {
+    at = gqa_attrs(NodeView(node));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  if (at.window_cache) return "GroupQueryAttention on CUDA does not take sliding_window_cache=1";
+  auto has = [&](size_t i) { return i < node.inputs.size() && node.inputs[i] >= 0; };
+  if (has(kQuerySeqlens)) return "GroupQueryAttention on CUDA does not take query_seqlens";
+  for (size_t o : {1, 2})
+    if (o >= node.outputs.size() || node.outputs[o] < 0)
+      return "GroupQueryAttention on CUDA needs the present_key and present_value outputs";
+  if (node.outputs.size() > 3 && node.outputs[3] >= 0) return "output 'output_qk' is not supported by onyx";
+  if (in.empty() || !is_cuda_float(in[kQuery].dtype)) return "GroupQueryAttention on CUDA takes float32/float16/bfloat16";
+  const PartialShape& q = in[kQuery].shape;
+  if (q.rank_known && q.dims.size() == 3 && q.dims[2] >= 0) {
+    const int64_t heads = has(kKey) ? at.num_heads : at.num_heads + 2 * at.kv_num_heads;
+    if (q.dims[2] % heads == 0 && q.dims[2] / heads > kGqaMaxHead)
+      return cat("GroupQueryAttention on CUDA takes head sizes up to ", kGqaMaxHead);
+  }
+  return "";
+}
+
+// ==================================== MatMulNBits ====================================
+
+struct NBitsArgs {
+  const void* a;  // [M, K]
+  const uint8_t* b;  // [N, k_blocks, blob]
+  const void* scales;  // [N, k_blocks]
+  const void* zp;      // null: the default; packed uint8 or A's type
+  int zp_packed;
+  const void* bias;  // [N] or null
+  void* y;           // [M, N]
+  int64_t M, N, K, block, k_blocks, bits, zp_row;
+};
+
+template <class T>
+__device__ __forceinline__ float nbits_zero(const NBitsArgs& p, int64_t n, int64_t blk) {
+  if (!p.zp) return static_cast<float>(1 << (p.bits - 1));
+  if (p.zp_packed) {
+    const int64_t per_byte = 8 / p.bits;
+    const uint8_t byte = static_cast<const uint8_t*>(p.zp)[n * p.zp_row + blk / per_byte];
+    return static_cast<float>((byte >> ((blk % per_byte) * p.bits)) & ((1 << p.bits) - 1));
+  }
+  return to_compute(static_cast<const T*>(p.zp)[n * p.k_blocks + blk]);
+}
+
+// Up to MR rows of A: a warp per output feature n; each lane takes 4-byte words of the
+// feature's packed row in turn (a word never straddles a block: blobs are >= 4 bytes).
+template <class T, int MR>
+__global__ void __launch_bounds__(256) nbits_gemv_kernel(NBitsArgs p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (n >= p.N) return;
+  const T* A = static_cast<const T*>(p.a);
+  const int64_t blob = p.block * p.bits / 8, per_word = 32 / p.bits, mask = (1 << p.bits) - 1;
+  const int64_t words = p.k_blocks * blob / 4;
+  const uint32_t* row = reinterpret_cast<const uint32_t*>(p.b + n * p.k_blocks * blob);
+  float acc[MR];
+  ONYX_UNROLL
+  for (int m = 0; m < MR; ++m) acc[m] = 0.f;
+  for (int64_t w = lane; w < words; w += 32) {
+    const uint32_t word = __ldg(row + w);
+    const int64_t k0 = w * per_word, blk = k0 / p.block;
+    const float scale = to_compute(static_cast<const T*>(p.scales)[n * p.k_blocks + blk]);
+    const float zero = nbits_zero<T>(p, n, blk);
+    for (int64_t i = 0; i < per_word; ++i) {
+      const int64_t k = k0 + i;
+      if (k >= p.K) break;
+      const float wv = (static_cast<float>((word >> (i * p.bits)) & mask) - zero) * scale;
+      ONYX_UNROLL
+      for (int m = 0; m < MR; ++m)
+        if (m < p.M) acc[m] += to_compute(A[m * p.K + k]) * wv;
+    }
+  }
+  ONYX_UNROLL
+  for (int m = 0; m < MR; ++m) {
+    const float s = warp_reduce(acc[m], [](float x, float y) { return x + y; });
+    if (lane == 0 && m < p.M) {
+      const float bias = p.bias ? to_compute(static_cast<const T*>(p.bias)[n]) : 0.f;
+      static_cast<T*>(p.y)[m * p.N + n] = from_compute<T>(s + bias);
+    }
+  }
+}
+
+// 64x64 tiles of Y, 256 threads of 4x4 outputs each, K in steps of 16; B's tile is
+// dequantized into shared memory as it is loaded.
+constexpr int kTileM = 64, kTileN = 64, kTileK = 16;
+
+template <class T>
+__global__ void __launch_bounds__(256) nbits_gemm_kernel(NBitsArgs p) {
+  __shared__ float As[kTileK][kTileM + 1];
+  __shared__ float Bs[kTileK][kTileN + 1];
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTileM, n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
+  const T* A = static_cast<const T*>(p.a);
+  const int64_t blob = p.block * p.bits / 8, mask = (1 << p.bits) - 1;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < p.K; k0 += kTileK) {
+    for (int e = threadIdx.x; e < kTileK * kTileM; e += blockDim.x) {
+      const int kk = e % kTileK, mm = e / kTileK;
+      const int64_t m = m0 + mm, k = k0 + kk;
+      As[kk][mm] = m < p.M && k < p.K ? to_compute(A[m * p.K + k]) : 0.f;
+    }
+    for (int e = threadIdx.x; e < kTileK * kTileN; e += blockDim.x) {
+      const int kk = e % kTileK, nn = e / kTileK;
+      const int64_t n = n0 + nn, k = k0 + kk;
+      float wv = 0.f;
+      if (n < p.N && k < p.K) {
+        const int64_t blk = k / p.block, i = k % p.block;
+        const uint8_t* bb = p.b + (n * p.k_blocks + blk) * blob;
+        const int64_t per_byte = 8 / p.bits;
+        const int q = (bb[i / per_byte] >> ((i % per_byte) * p.bits)) & mask;
+        wv = (static_cast<float>(q) - nbits_zero<T>(p, n, blk)) *
+             to_compute(static_cast<const T*>(p.scales)[n * p.k_blocks + blk]);
+      }
+      Bs[kk][nn] = wv;
+    }
+    __syncthreads();
+    ONYX_UNROLL
+    for (int kk = 0; kk < kTileK; ++kk) {
+      float av[4], bv[4];
+      ONYX_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        av[i] = As[kk][ty * 4 + i];
+        bv[i] = Bs[kk][tx * 4 + i];
+      }
+      ONYX_UNROLL
+      for (int i = 0; i < 4; ++i)
+        ONYX_UNROLL
+        for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * bv[j];
+    }
+    __syncthreads();
+  }
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) {
+      const int64_t m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;
+      if (m >= p.M || n >= p.N) continue;
+      const float bias = p.bias ? to_compute(static_cast<const T*>(p.bias)[n]) : 0.f;
+      static_cast<T*>(p.y)[m * p.N + n] = from_compute<T>(acc[i][j] + bias);
+    }
+}
+
+template <class T>
+__global__ void nbits_bias_kernel(const void* bias, void* y, int64_t M, int64_t N) {
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < M * N;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    static_cast<T*>(y)[e] = bias ? static_cast<const T*>(bias)[e % N] : from_compute<T>(0.f);
+}
+
+void run_matmul_nbits(KernelContext& ctx, CudaContext& cu) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  NBitsArgs p{};
+  p.K = ctx.attr_int("K");
+  p.N = ctx.attr_int("N");
+  p.block = ctx.attr_int("block_size");
+  p.bits = ctx.attr_int("bits", 4);
+  check_quant_bits(p.bits);
+  check_quant_block_size(p.block);
+  p.k_blocks = (p.K + p.block - 1) / p.block;
+  p.M = a.numel() / p.K;
+  p.a = a.raw();
+  p.b = b.data<uint8_t>();
+  p.scales = ctx.input(2).raw();
+  if (ctx.has_input(3)) {
+    p.zp = ctx.input(3).raw();
+    p.zp_packed = ctx.input(3).dtype() == DType::kUInt8;
+    p.zp_row = packed_bytes(p.k_blocks, p.bits);
+  }
+  p.bias = ctx.has_input(5) ? ctx.input(5).raw() : nullptr;
+  Tensor& y = ctx.output(0);
+  p.y = y.raw();
+  if (p.M == 0) return;
+  ONYX_CHECK(b.shape() == Shape({p.N, p.k_blocks, p.block * p.bits / 8}) || b.numel() == 0, "input 'B' must be [",
+             p.N, ", ", p.k_blocks, ", ", p.block * p.bits / 8, "], got ", b.shape().str());
+  dispatch_float(a.dtype(), "MatMulNBits", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (b.numel() == 0) {  // an omitted projection: the bias, or zeros
+      nbits_bias_kernel<T><<<resident_blocks_for(p.M * p.N, cu.device), kThreads, 0, cu.stream>>>(p.bias, p.y, p.M,
+                                                                                                    p.N);
+      return;
+    }
+    const unsigned warps_blocks = static_cast<unsigned>((p.N + 7) / 8);
+    if (p.M == 1)
+      nbits_gemv_kernel<T, 1><<<warps_blocks, 256, 0, cu.stream>>>(p);
+    else if (p.M <= 4)
+      nbits_gemv_kernel<T, 4><<<warps_blocks, 256, 0, cu.stream>>>(p);
+    else if (p.M <= 8)
+      nbits_gemv_kernel<T, 8><<<warps_blocks, 256, 0, cu.stream>>>(p);
+    else {
+      ONYX_CHECK((p.M + kTileM - 1) / kTileM <= 65535, "MatMulNBits on CUDA: ", p.M, " rows exceed the grid");
+      nbits_gemm_kernel<T><<<dim3(static_cast<unsigned>((p.N + kTileN - 1) / kTileN),
+                                  static_cast<unsigned>((p.M + kTileM - 1) / kTileM)),
+                             256, 0, cu.stream>>>(p);
+    }
+  });
+  ONYX_CUDA_CHECK_LAUNCH("MatMulNBits");
+}
+
+std::string nbits_support(const Node& node, const std::vector<ValueType>& in) {
+  NodeView n(node);
+  if (in.empty() || !is_cuda_float(in[0].dtype)) return "MatMulNBits on CUDA takes float32/float16/bfloat16 A";
+  if (n.attr_int("weight_prepacked", 0) != 0) return "weight_prepacked B is not supported by onyx";
+  const int64_t bits = n.attr_int("bits", 4), block = n.attr_int("block_size", 0);
+  if (bits != 2 && bits != 4 && bits != 8) return "MatMulNBits on CUDA takes 2, 4 or 8 bits";
+  if (block < 16 || (block & (block - 1)) != 0) return "MatMulNBits block_size must be a power of two >= 16";
+  if (node.inputs.size() > 4 && node.inputs[4] >= 0) return "MatMulNBits on CUDA does not take g_idx";
+  for (size_t i : {size_t{2}, size_t{5}})
+    if (i < in.size() && node.inputs[i] >= 0 && in[i].dtype != in[0].dtype)
+      return "MatMulNBits: scales and bias must have A's dtype";
+  if (in.size() > 3 && node.inputs[3] >= 0 && in[3].dtype != DType::kUInt8 && in[3].dtype != in[0].dtype)
+    return "MatMulNBits: zero_points must be uint8 or A's dtype";
+  return "";
+}
+
+}  // namespace
+
+void register_contrib_kernels(CudaKernelRegistry& r) {
+  r.add(domain_kernel("com.microsoft", "GroupQueryAttention", 1, run_gqa, gqa_support));
+  r.add(domain_kernel("com.microsoft", "MatMulNBits", 1, run_matmul_nbits, nbits_support));
+}
+
+}  // namespace onyx::cuda
