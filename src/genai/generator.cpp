@@ -107,7 +107,8 @@ std::vector<SequenceResult> Generator::generate(const std::vector<std::vector<in
   };
 
   auto t0 = std::chrono::steady_clock::now();
-  Next next = model_.start(prompts, static_cast<int64_t>(longest) + search.max_new_tokens, draw_for(0));
+  const int64_t capacity = search.kv_capacity > 0 ? search.kv_capacity : static_cast<int64_t>(longest) + search.max_new_tokens;
+  Next next = model_.start(prompts, capacity, draw_for(0));
   stats_.prefill_seconds = seconds_since(t0);
   stats_.kv_cache_bytes = model_.cache_bytes();
   std::vector<int64_t> tokens(n, 0);
@@ -142,6 +143,8 @@ std::vector<SequenceResult> Generator::generate(const std::vector<std::vector<in
   }
   stats_.decode_seconds = seconds_since(t1);
   stats_.capture = model_.capture_report();
+  stats_.kv_cache_bytes = std::max(stats_.kv_cache_bytes, model_.cache_bytes());
+  stats_.kv_cache_grows = model_.cache_grows();
   return out;
 }
 

@@ -24,7 +24,8 @@ struct SequenceResult {
 struct GenerationStats {
   int64_t sequences = 0, prompt_tokens = 0, generated_tokens = 0, decode_steps = 0;
   double prefill_seconds = 0, decode_seconds = 0;
-  size_t kv_cache_bytes = 0;
+  size_t kv_cache_bytes = 0;    // at the end (after any growth)
+  int64_t kv_cache_grows = 0;   // times the cache grew by a block
   CaptureReport capture;  // the decode steps' (in a capture session)
 };
 

@@ -267,8 +267,8 @@ Next LanguageModel::step(const std::vector<int64_t>& tokens, const Draw& draw) {
              "), got ", tokens.size());
   ONYX_CHECK(static_cast<int64_t>(draw.options.size()) == bt.rows, "the draw needs options per sequence");
   const int64_t next = *std::max_element(bt.length.begin(), bt.length.end());
-  ONYX_CHECK(mode_ == CacheMode::kGrowing || next < bt.capacity, "the cache of ", bt.capacity, " positions is full");
   ONYX_CHECK(next < folder_.context_length, "the context of ", folder_.context_length, " positions is full");
+  if (mode_ != CacheMode::kGrowing && next >= bt.capacity) grow(next + 1);
   std::vector<int64_t> rows(tokens.begin(), tokens.end());
   rows.resize(bt.size, tokens[0]);
   Next out = run(mode_ == CacheMode::kGrowing ? *prompt_ : *step_, step_feeds(rows), false, draw);
@@ -278,6 +278,32 @@ Next LanguageModel::step(const std::vector<int64_t>& tokens, const Draw& draw) {
 }
 
 int64_t LanguageModel::bucket() const { return batch_ ? batch_->size : 0; }
+
+int64_t LanguageModel::cache_grows() const { return batch_ ? batch_->grows : 0; }
+
+// The cache to the next block boundary that holds `need` positions: new buffers (zeros past
+// the old capacity), each (row, head)'s positions copied over; the old buffers go back to the
+// pool after the copies, in stream order. A new capacity is a new decode signature.
+void LanguageModel::grow(int64_t need) {
+  Batch& bt = *batch_;
+  const int64_t cap = std::min((need + kCacheBlock - 1) / kCacheBlock * kCacheBlock, folder_.context_length);
+  ONYX_CHECK(cap >= need && cap > bt.capacity, "the cache cannot grow past the context of ", folder_.context_length,
+             " positions");
+  for (Tensor& t : bt.cache) {
+    Tensor bigger = cache_tensor(bt.size, cap);
+    const size_t pos_bytes = static_cast<size_t>(folder_.head_size) * dtype_size(folder_.kv_dtype);
+    const size_t old_row = static_cast<size_t>(bt.capacity) * pos_bytes, new_row = static_cast<size_t>(cap) * pos_bytes;
+    for (int64_t r = 0; r < bt.size * folder_.kv_heads; ++r) {
+      char* dst = static_cast<char*>(bigger.raw()) + r * new_row;
+      const char* src = static_cast<const char*>(t.raw()) + r * old_row;
+      if (backend_) backend_->copy_on_device(dst, src, old_row);
+      else std::memcpy(dst, src, old_row);
+    }
+    t = std::move(bigger);
+  }
+  bt.capacity = cap;
+  ++bt.grows;
+}
 
 // Row `r` of every batch tensor, gathered: [rows, ...] from [size, ...].
 Tensor LanguageModel::take_rows(const Tensor& t, const std::vector<size_t>& rows) {

@@ -64,7 +64,8 @@ class LanguageModel {
   // (prompt and new tokens); draws each sequence's first new token. The batch runs padded to
   // a bucket (1, 2, 4, 8, ...): each bucket is one signature of the decode step.
   Next start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity, const Draw& draw);
-  // One decode step: each sequence's new token in, its next token out.
+  // One decode step: each sequence's new token in, its next token out. A full cache first
+  // grows by a block of 64 positions (to the context length at most), its contents kept.
   Next step(const std::vector<int64_t>& tokens, const Draw& draw);
   // Keeps only the sequences `keep` (ascending indexes into the current ones; the rest have
   // finished), moving the batch to the smallest bucket that holds them.
@@ -73,6 +74,8 @@ class LanguageModel {
   int64_t bucket() const;
 
   size_t cache_bytes() const;
+  // Times the cache of the generation in flight grew.
+  int64_t cache_grows() const;
   // The most device memory leased at once so far (0 on the CPU).
   size_t peak_device_bytes() const;
   CaptureReport capture_report() const;
@@ -89,6 +92,7 @@ class LanguageModel {
   void add_draw_feeds(std::vector<std::pair<std::string, Tensor>>& feeds, bool prompt, const Draw& draw) const;
   Tensor cache_tensor(int64_t batch, int64_t capacity);
   Tensor take_rows(const Tensor& t, const std::vector<size_t>& rows);
+  void grow(int64_t need);
 
   SessionOptions options_;
   Device device_;

@@ -31,6 +31,7 @@ struct LanguageModel::Batch {
   int64_t size = 0;  // rows the decoder runs: the bucket
   int64_t rows = 0;  // of which sequences (the rest pad the bucket)
   int64_t prompt = 0, capacity = 0, steps = 0;
+  int64_t grows = 0;            // times the cache grew (by whole blocks) during this generation
   std::vector<int64_t> length;  // per row: positions of the cache this row has filled (shared)
   std::vector<int64_t> offset;  // per row: its left padding (static, growing)
   std::vector<Tensor> cache;    // per layer: key, value, [batch, kv heads, capacity, head size]

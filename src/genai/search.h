@@ -22,6 +22,9 @@ struct SearchOptions {
   double repetition_penalty = 1.0;  // > 1 makes tokens already in the sequence less likely
   uint64_t seed = 0;
   std::vector<std::string> stop;  // stop strings: generation ends when one appears (not part of the text)
+  // Positions the KV cache starts with (0: the longest prompt and max_new_tokens); a full
+  // cache grows by blocks of 64 positions, up to the context length.
+  int64_t kv_capacity = 0;
 };
 
 // Checks the options; names what is wrong.

@@ -292,3 +292,46 @@ def test_onyx_tokenize_matches_og(name, onyx):
 
     problems = sum(in_parallel(one, ref["cases"]), [])
     assert not problems, f"{name}: onyx's tokenizer differs from onnxruntime-genai's:\n  " + "\n  ".join(problems)
+
+
+# -- the cache over longer generations ---------------------------------------------------------
+
+OPTIMUM = [n for n in FIXTURES if not reference(n)["og_loads_folder"]]
+
+
+@pytest.mark.parametrize("name", OPTIMUM)
+def test_static_cache_equals_the_exported_decoder_for_64_steps(name, onyx):
+    """The Concat(past, new) decoder rewritten to a static cache gives the exported decoder's
+    logits at every one of 64 teacher-forced steps (onyx generate --verify-cache)."""
+    require_command(onyx, "generate", "onyx generate is not built yet")
+    ids = next(c["prompt_ids"] for c in reference(name)["cases"] if c["name"] == "sentence")
+    proc = onyx("generate", FIXTURES_DIR / name, "--prompt-ids", " ".join(map(str, ids)), "--verify-cache", 64)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "kv cache: static" in proc.stdout
+    assert proc.stdout.count("max relative logit difference") == 65
+
+
+@pytest.mark.parametrize("name", ["llama-builder-fp32", "llama-optimum"])
+def test_a_full_cache_grows_and_keeps_og_tokens(name, onyx, og, tmp_path_factory):
+    """--kv-capacity 1 starts the cache at one block of 64 positions; a long greedy generation
+    makes it grow by blocks (a new decode signature each time) and still gives og's tokens."""
+    require_command(onyx, "generate", "onyx generate is not built yet")
+    ref = reference(name)
+    new = 180
+    model = mgf.og_model(og_folder(name, tmp_path_factory))
+    problems, grew = [], 0
+    for case in [c for c in ref["cases"] if c["name"] in ("one_char", "sentence")]:
+        ids = case["prompt_ids"]
+        _, chosen, margins = mgf.og_generate(model, ids, len(ids) + new)
+        got = parse_json(onyx("generate", FIXTURES_DIR / name, "--prompt-ids", " ".join(map(str, ids)),
+                              "--max-new-tokens", new, "--kv-capacity", 1, "--json"), case["name"])
+        problems += [f"{case['name']}: {p}" for p in compare_sequence(got, ids, chosen, ref["eos_token_id"], margins)]
+        # The last step writes position len(ids) + steps - 1, steps = generated - 1.
+        need = len(ids) + len(chosen) - 1
+        want_grows = (need - 1) // 64
+        if got.get("stats", {}).get("kv_cache_grows") != want_grows:
+            problems.append(f"{case['name']}: the cache grew {got.get('stats', {}).get('kv_cache_grows')} times, "
+                            f"expected {want_grows} for {need} positions")
+        grew += want_grows
+    assert not problems, f"{name}:\n  " + "\n  ".join(problems)
+    assert grew > 0, f"{name}: og stopped too early for the cache to grow; pick longer cases"

@@ -111,6 +111,8 @@ def test_greedy_batch_of_different_lengths_equals_onnxruntime(run_onyx, folder, 
 
 
 def test_static_cache_equals_the_exported_decoder_at_every_step(run_onyx, folder):
+    # This decoder's context is 64 positions: 3 + 56 steps fill most of it (64 steps on a
+    # longer context: test_genai_fixtures.py).
     r = run_onyx("generate", folder, "--prompt-ids", "5 9 17", "--verify-cache", 56)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "kv cache: static" in r.stdout

@@ -33,6 +33,8 @@ options:
   --seed N                      seed of the sampler (default 0: reproducible)
   --stop TEXT                   stop when TEXT appears (repeatable; not part of the output)
   --no-special                  encode the prompt without the tokenizer's special tokens
+  --kv-capacity N               positions the KV cache starts with (default: the prompt and
+                                --max-new-tokens); a full cache grows by 64 positions
   --device DEVICE               cpu (default), cuda or cuda:N
   --capture off|auto|require    on a GPU, replay decode steps from CUDA graphs (default auto)
   --memory-report               print the memory governor's holders after the run
@@ -133,6 +135,10 @@ GenerateArgs parse(const std::vector<std::string>& args) {
     else if (opt == "--seed") g.search.seed = static_cast<uint64_t>(to_int(a.value()));
     else if (opt == "--stop") g.search.stop.push_back(a.value());
     else if (opt == "--no-special") g.special = false;
+    else if (opt == "--kv-capacity") {
+      g.search.kv_capacity = to_int(a.value());
+      if (g.search.kv_capacity <= 0) throw UsageError("--kv-capacity must be positive");
+    }
     else if (opt == "--device") g.session.device = a.value();
     else if (opt == "--memory-report") g.memory_report = true;
     else if (opt == "--json") g.json = true;
@@ -165,6 +171,7 @@ void print_figures(const genai::GenerationStats& s, genai::LanguageModel& lm, bo
                s.sequences == 1 ? "" : "s");
   std::fprintf(stderr, "kv cache: %s, %s", std::string(genai::cache_mode_name(lm.cache_mode())).c_str(),
                human_bytes(double(s.kv_cache_bytes)).c_str());
+  if (s.kv_cache_grows) std::fprintf(stderr, " (grew %lld times)", static_cast<long long>(s.kv_cache_grows));
   if (!lm.cache_note().empty()) std::fprintf(stderr, " (%s)", lm.cache_note().c_str());
   std::fprintf(stderr, "\ndevice: %s", lm.device().str().c_str());
   if (!lm.device().is_cpu())
@@ -257,6 +264,7 @@ int cmd_generate(const std::vector<std::string>& args) {
                     {"prefill_ms", st.prefill_seconds * 1e3}, {"decode_steps", st.decode_steps},
                     {"decode_ms", st.decode_seconds * 1e3}, {"kv_cache", std::string(genai::cache_mode_name(lm.cache_mode()))},
                     {"kv_cache_note", lm.cache_note()},       {"kv_cache_bytes", st.kv_cache_bytes},
+                    {"kv_cache_grows", st.kv_cache_grows},
                     {"device", lm.device().str()},           {"captures", st.capture.captures},
                     {"replays", st.capture.replays},         {"eager_steps", st.capture.eager_runs},
                     {"peak_device_bytes", lm.peak_device_bytes()}};
