@@ -9,6 +9,7 @@ out=${OUT:-$here/out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}"
 bin=$here/bin
+export ONYX_GENAI_FIXTURES="$here/../tests/fixtures/genai" ONYX_GENAI_PRECISION_DIR="$here/genai16"
 for z in "$bin"/*.gz; do [ -e "$z" ] && gunzip -f "$z" && chmod +x "${z%.gz}"; done
 res=$out/gpu-results.md
 fails=0
@@ -73,9 +74,15 @@ note "- onyx run --device cuda:1: exit $rc: $msg"
 
 part "compute-sanitizer memcheck"
 if command -v compute-sanitizer >/dev/null; then
-  timeout 420 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/onyx_cuda_tests" > "$out/memcheck_tests.log" 2>&1
+  ONYX_STRESS_STEPS=300 timeout 420 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/onyx_cuda_tests" > "$out/memcheck_tests.log" 2>&1
   rc=$?
-  note "- memcheck, onyx_cuda_tests: exit $rc; $(grep -E 'ERROR SUMMARY' "$out/memcheck_tests.log" | tail -1)"
+  note "- memcheck, onyx_cuda_tests (stress tests shortened to 300 steps): exit $rc; $(grep -E 'ERROR SUMMARY' "$out/memcheck_tests.log" | tail -1)"
+  [ $rc -eq 0 ] || fails=$((fails+1))
+  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/onyx" generate \
+    "$ONYX_GENAI_FIXTURES/llama-builder-int4" --prompt "the quick brown fox" --max-new-tokens 16 --device cuda:0 \
+    --capture require > "$out/memcheck_generate.log" 2>&1
+  rc=$?
+  note "- memcheck, onyx generate (int4 builder fixture, 16 tokens, captured) on cuda:0: exit $rc; $(grep -E 'ERROR SUMMARY' "$out/memcheck_generate.log" | tail -1)"
   [ $rc -eq 0 ] || fails=$((fails+1))
   llama=(); for f in "$here"/inputs/llama_layer.decode/*.npy; do llama+=(--input "$(basename "$f" .npy)=$f"); done
   timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/onyx" run "$here/models/llama_layer.onnx" \
@@ -91,9 +98,9 @@ part "capture under compute-sanitizer"
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck initcheck synccheck; do
     ONYX_STRESS_STEPS=300 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 "$bin/onyx_cuda_tests" \
-      --gtest_filter='Capture.Seed000*:Capture.Interleaved*' > "$out/capture_$tool.log" 2>&1
+      --gtest_filter='Capture.Seed000*:Capture.Interleaved*:Fixtures/GenerateGpu.*' > "$out/capture_$tool.log" 2>&1
     rc=$?
-    note "- $tool on capture tests (seed 000 sequence; stress shortened to 300 steps): exit $rc; $(grep -E 'ERROR SUMMARY' "$out/capture_$tool.log" | tail -1)"
+    note "- $tool on capture tests (seed 000 sequence, interleaved stress and batched generation, shortened to 300 steps): exit $rc; $(grep -E 'ERROR SUMMARY' "$out/capture_$tool.log" | tail -1)"
     [ $rc -eq 0 ] || fails=$((fails+1))
   done
 fi

@@ -35,6 +35,10 @@ cp bench/torch_decoder.py tools/compare_npy.py tools/gpu_generate_check.py gpu/
 git rev-parse --short HEAD > gpu/COMMIT
 git diff --quiet HEAD -- src include tests bench scripts || echo "+ uncommitted changes" >> gpu/COMMIT
 
+# float16 and bfloat16 copies of the fp32 builder fixture, for the precision agreement test.
+for t in float16 bfloat16 bfloat16-weights; do
+  .venv/bin/python tools/convert_float_precision.py tests/fixtures/genai/llama-builder-fp32 gpu/genai16/llama-builder-$t --to $t >/dev/null
+done
 .venv/bin/python tools/gen_models.py --out gpu/models --only mlp bert_layer llama_layer >/dev/null
 .venv/bin/python tools/gen_models.py --planner-set gpu/models.tmp >/dev/null
 mv gpu/models.tmp/decoder_large.onnx gpu/models.tmp/encoder24_small.onnx gpu/models/ && rm -rf gpu/models.tmp

@@ -14,6 +14,7 @@ namespace onyx::genai {
 namespace {
 
 constexpr int64_t kCacheBlock = 64;  // cache capacities are multiples of this many positions
+constexpr size_t kSpareCacheSets = 8;  // retired cache sets kept for reuse (buckets 1-8 at two capacities)
 
 using Feeds = std::vector<std::pair<std::string, Tensor>>;
 
@@ -221,6 +222,31 @@ Tensor LanguageModel::cache_tensor(int64_t batch, int64_t capacity) {
   return t;
 }
 
+std::vector<Tensor> LanguageModel::cache_set(int64_t batch, int64_t capacity) {
+  const std::pair<int64_t, int64_t> key{batch, capacity};
+  for (auto it = spare_caches_.begin(); it != spare_caches_.end(); ++it)
+    if (it->first == key) {
+      std::vector<Tensor> set = std::move(it->second);
+      spare_caches_.erase(it);
+      for (Tensor& t : set) {
+        if (backend_) backend_->zero(t.raw(), t.bytes());
+        else std::memset(t.raw(), 0, t.bytes());
+      }
+      return set;
+    }
+  std::vector<Tensor> set;
+  for (size_t i = 0; i < 2 * folder_.layers.size(); ++i) set.push_back(cache_tensor(batch, capacity));
+  return set;
+}
+
+// The batch's cache set goes to the spares (the oldest spare beyond kSpareCacheSets is freed).
+void LanguageModel::retire_cache() {
+  if (!batch_ || batch_->cache.empty()) return;
+  spare_caches_.insert(spare_caches_.begin(), {{batch_->size, batch_->capacity}, std::move(batch_->cache)});
+  batch_->cache.clear();
+  if (spare_caches_.size() > kSpareCacheSets) spare_caches_.pop_back();
+}
+
 Next LanguageModel::start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity, const Draw& draw) {
   ONYX_CHECK(!prompts.empty(), "no prompt to generate from");
   int64_t longest = 0;
@@ -235,6 +261,7 @@ Next LanguageModel::start(const std::vector<std::vector<int64_t>>& prompts, int6
              folder_.context_length);
   ONYX_CHECK(draw.options.size() == prompts.size() && draw.seeds.size() == prompts.size(),
              "the draw needs options and a seed per sequence");
+  retire_cache();
   batch_ = std::make_unique<Batch>();
   Batch& bt = *batch_;
   bt.rows = static_cast<int64_t>(prompts.size());
@@ -255,8 +282,7 @@ Next LanguageModel::start(const std::vector<std::vector<int64_t>>& prompts, int6
     bt.length.push_back(right ? n : longest);
     bt.offset.push_back(right ? 0 : longest - n);
   }
-  if (mode_ != CacheMode::kGrowing)
-    for (size_t i = 0; i < 2 * folder_.layers.size(); ++i) bt.cache.push_back(cache_tensor(bt.size, bt.capacity));
+  if (mode_ != CacheMode::kGrowing) bt.cache = cache_set(bt.size, bt.capacity);
   return run(*prompt_, prompt_feeds(rows), true, draw);
 }
 
@@ -289,8 +315,10 @@ void LanguageModel::grow(int64_t need) {
   const int64_t cap = std::min((need + kCacheBlock - 1) / kCacheBlock * kCacheBlock, folder_.context_length);
   ONYX_CHECK(cap >= need && cap > bt.capacity, "the cache cannot grow past the context of ", folder_.context_length,
              " positions");
-  for (Tensor& t : bt.cache) {
-    Tensor bigger = cache_tensor(bt.size, cap);
+  std::vector<Tensor> set = cache_set(bt.size, cap);
+  for (size_t k = 0; k < bt.cache.size(); ++k) {
+    Tensor& t = bt.cache[k];
+    Tensor& bigger = set[k];
     const size_t pos_bytes = static_cast<size_t>(folder_.head_size) * dtype_size(folder_.kv_dtype);
     const size_t old_row = static_cast<size_t>(bt.capacity) * pos_bytes, new_row = static_cast<size_t>(cap) * pos_bytes;
     for (int64_t r = 0; r < bt.size * folder_.kv_heads; ++r) {
@@ -299,8 +327,9 @@ void LanguageModel::grow(int64_t need) {
       if (backend_) backend_->copy_on_device(dst, src, old_row);
       else std::memcpy(dst, src, old_row);
     }
-    t = std::move(bigger);
   }
+  retire_cache();
+  bt.cache = std::move(set);
   bt.capacity = cap;
   ++bt.grows;
 }
@@ -308,16 +337,23 @@ void LanguageModel::grow(int64_t need) {
 // Row `r` of every batch tensor, gathered: [rows, ...] from [size, ...].
 Tensor LanguageModel::take_rows(const Tensor& t, const std::vector<size_t>& rows) {
   Shape s = t.shape();
-  const size_t row_bytes = t.bytes() / static_cast<size_t>(s[0]);
   s[0] = static_cast<int64_t>(rows.size());
   Tensor out(t.dtype(), s, t.on_host() ? *host_ : *kv_pool_);
+  copy_rows(t, rows, out);
+  return out;
+}
+
+// out[i] = t[rows[i]] along dimension 0 (out has rows.size() rows of t's row size).
+void LanguageModel::copy_rows(const Tensor& t, const std::vector<size_t>& rows, Tensor& out) {
+  const size_t row_bytes = t.bytes() / static_cast<size_t>(t.shape()[0]);
+  ONYX_ASSERT(out.bytes() == row_bytes * rows.size(), "copy_rows: ", out.type_str(), " for ", rows.size(), " rows of ",
+              t.type_str());
   for (size_t i = 0; i < rows.size(); ++i) {
     char* dst = static_cast<char*>(out.raw()) + i * row_bytes;
     const char* src = static_cast<const char*>(t.raw()) + rows[i] * row_bytes;
     if (t.on_host()) std::memcpy(dst, src, row_bytes);
     else backend_->copy_on_device(dst, src, row_bytes);
   }
-  return out;
 }
 
 void LanguageModel::keep(const std::vector<size_t>& keep) {
@@ -330,8 +366,13 @@ void LanguageModel::keep(const std::vector<size_t>& keep) {
   while (size < static_cast<int64_t>(keep.size())) size *= 2;
   std::vector<size_t> rows(keep.begin(), keep.end());
   rows.resize(size, keep[0]);
-  for (auto* list : {&bt.cache, &bt.past})
-    for (Tensor& t : *list) t = take_rows(t, rows);
+  for (Tensor& t : bt.past) t = take_rows(t, rows);
+  if (!bt.cache.empty()) {  // into a set of the smaller bucket's geometry (reused when there is one)
+    std::vector<Tensor> set = cache_set(size, bt.capacity);
+    for (size_t k = 0; k < set.size(); ++k) copy_rows(bt.cache[k], rows, set[k]);
+    retire_cache();
+    bt.cache = std::move(set);
+  }
   std::vector<int64_t> length, offset;
   for (size_t r : rows) {
     length.push_back(bt.length[r]);

@@ -91,7 +91,13 @@ class LanguageModel {
   std::vector<std::pair<std::string, Tensor>> step_feeds(const std::vector<int64_t>& tokens);
   void add_draw_feeds(std::vector<std::pair<std::string, Tensor>>& feeds, bool prompt, const Draw& draw) const;
   Tensor cache_tensor(int64_t batch, int64_t capacity);
+  // The cache buffers (key, value per layer) for a bucket and capacity: a retired set of that
+  // geometry when there is one (zeroed), so that a captured decode step finds the buffers it
+  // was captured with and replays, else new ones.
+  std::vector<Tensor> cache_set(int64_t batch, int64_t capacity);
+  void retire_cache();
   Tensor take_rows(const Tensor& t, const std::vector<size_t>& rows);
+  void copy_rows(const Tensor& t, const std::vector<size_t>& rows, Tensor& out);
   void grow(int64_t need);
 
   SessionOptions options_;
@@ -111,6 +117,9 @@ class LanguageModel {
   std::string note_;
   std::string index_input_;
   std::unique_ptr<Batch> batch_;
+  // Cache sets of finished generations by (bucket, capacity), most recent first (at most
+  // kSpareCacheSets): kept in the "kv cache" lease for the next generation of that geometry.
+  std::vector<std::pair<std::pair<int64_t, int64_t>, std::vector<Tensor>>> spare_caches_;
 };
 
 }  // namespace onyx::genai

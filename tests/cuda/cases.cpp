@@ -120,14 +120,19 @@ void reductions(std::vector<Case>& v) {
                    1, 11});
       v.push_back({"attr_all_" + k, op, kFloats, {X({4, 5, 6})}, {attr_int("keepdims", keep)}, 1, 11});
       // With axes as an input their values live on the device: the shapes tell the reduced axes,
-      // with keepdims=0 only when no two axes longer than 1 have one length.
+      // with keepdims=0 only when no two axes longer than 1 have one length (else the kernel
+      // reads the axes on the device).
       v.push_back({"input_last_" + k, op, kFloats, {X({3, 4, 50}), I64({-1})}, {attr_int("keepdims", keep)}, 1, 18});
       v.push_back({"input_mid_" + k, op, kFloats, {X({3, 4, 50}), I64({1})}, {attr_int("keepdims", keep)}, 1, 18});
       v.push_back({"input_two_ones_" + k, op, kFloats, {X({1, 6, 1, 5}), I64({0, 3})}, {attr_int("keepdims", keep)}, 1, 18});
       v.push_back({"input_equal_lengths_" + k, op, kFloats, {X({4, 4, 3}), I64({1})}, {attr_int("keepdims", keep)}, 1,
-                   18, "", keep ? Expect::kRun : Expect::kDecline});
+                   18});
+      v.push_back({"input_equal_lengths_neg_two_" + k, op, kFloats, {X({5, 3, 5, 3}), I64({-1, 0})},
+                   {attr_int("keepdims", keep)}, 1, 18});
     }
     v.push_back({"long_rows", op, kFloats, {X({8, 4096})}, {attr_ints("axes", {-1})}, 1, 11});
+    // onnxruntime-genai's sequence lengths: the int64 mask [batch, length] summed over axis 1 (batch == length here).
+    v.push_back({"mask_lengths", op, {D::kInt64, D::kInt32}, {Uni({6, 6}, 0, 1), I64({1})}, {attr_int("keepdims", 0)}, 1, 18});
     v.push_back({"long_cols", op, {D::kFloat32}, {X({3000, 7})}, {attr_ints("axes", {0})}, 1, 11});
   }
 }

@@ -136,6 +136,78 @@ __global__ void reduce_strided_kernel(const T* __restrict__ x, T* __restrict__ y
   }
 }
 
+// keepdims=0 with the axes on the device and a shape that does not tell them: each thread
+// reads the axes itself (at most kMaxRank of them), then reduces as reduce_strided_kernel.
+struct DeviceAxesReduce {
+  int rank = 0;
+  int64_t dims[kMaxRank];
+  const void* axes = nullptr;
+  int naxes = 0, axes64 = 1;
+  int64_t outputs = 0;
+  unsigned int* err = nullptr;
+};
+
+template <class T>
+__global__ void reduce_device_axes_kernel(const T* __restrict__ x, T* __restrict__ y, DeviceAxesReduce s, int op) {
+  using A = typename RTraits<T>::Acc;
+  const Combine<A> comb{op};
+  bool red[kMaxRank] = {};
+  for (int i = 0; i < s.naxes; ++i) {
+    int64_t a = load_index(s.axes, s.axes64 != 0, i);
+    if (a < 0) a += s.rank;
+    if (a < 0 || a >= s.rank) {  // inference checked the axes at planning; never read outside
+      if (s.err && blockIdx.x == 0 && threadIdx.x == 0) atomicOr(s.err, kDeviceErrorGatherIndex);
+      return;
+    }
+    red[a] = true;
+  }
+  int64_t stride[kMaxRank], count = 1, st = 1;
+  for (int a = s.rank - 1; a >= 0; --a) {
+    stride[a] = st;
+    st *= s.dims[a];
+    if (red[a]) count *= s.dims[a];
+  }
+  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < s.outputs;
+       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t base = 0, rem = o;
+    for (int a = s.rank - 1; a >= 0; --a)
+      if (!red[a]) {
+        base += (rem % s.dims[a]) * stride[a];
+        rem /= s.dims[a];
+      }
+    A acc = reduce_init<T>(op);
+    for (int64_t r = 0; r < count; ++r) {
+      int64_t off = base, q = r;
+      for (int a = s.rank - 1; a >= 0; --a)
+        if (red[a]) {
+          off += (q % s.dims[a]) * stride[a];
+          q /= s.dims[a];
+        }
+      acc = comb(acc, RTraits<T>::load(x[off]));
+    }
+    y[o] = reduce_finish<T>(op, acc, count);
+  }
+}
+
+template <class T>
+void launch_reduce_device_axes(KernelContext& ctx, CudaContext& cu, int op) {
+  const Tensor& xin = ctx.input(0);
+  Tensor& out = ctx.output(0);
+  if (out.numel() == 0) return;
+  DeviceAxesReduce s;
+  s.rank = static_cast<int>(xin.rank());
+  ONYX_CHECK(s.rank <= kMaxRank && ctx.input(1).numel() <= kMaxRank, "Reduce on CUDA: too many dimensions");
+  for (int i = 0; i < s.rank; ++i) s.dims[i] = xin.shape()[i];
+  s.axes = ctx.input(1).raw();
+  s.naxes = static_cast<int>(ctx.input(1).numel());
+  s.axes64 = ctx.input(1).dtype() == DType::kInt64;
+  s.outputs = out.numel();
+  s.err = cu.error_word;
+  reduce_device_axes_kernel<T><<<blocks_for(s.outputs, 256), 256, 0, cu.stream>>>(
+      static_cast<const T*>(xin.raw()), static_cast<T*>(out.raw()), s, op);
+  ONYX_CUDA_CHECK_LAUNCH("Reduce (axes on the device)");
+}
+
 // The opset from which `axes` is an input rather than an attribute (as the CPU op).
 int axes_input_opset(const std::string& name) { return name == "ReduceSum" ? 13 : 18; }
 
@@ -220,7 +292,7 @@ bool axes_told_by_shape(const PartialShape& in) {
 
 // Which input axes are reduced. With axes as an input (their values are on the
 // device) the shapes tell: keepdims=1, an axis of size != 1 that became 1; keepdims=0,
-// the axes missing from the output (unambiguous by axes_told_by_shape).
+// the axes missing from the output when axes_told_by_shape (else the device-axes kernel runs).
 std::vector<bool> reduced_axes(KernelContext& ctx, const std::string& name) {
   const Shape& in = ctx.input(0).shape();
   const Shape& out = ctx.output(0).shape();
@@ -236,8 +308,8 @@ std::vector<bool> reduced_axes(KernelContext& ctx, const std::string& name) {
         for (int64_t i = 0; i < rank; ++i) r[i] = in[i] != out[i];
         return r;
       }
-      ONYX_CHECK(axes_told_by_shape(PartialShape(in)), name, " on CUDA: keepdims=0 over ", in.str(),
-                 " needs distinct axis lengths");
+      ONYX_ASSERT(axes_told_by_shape(PartialShape(in)), name, ": keepdims=0 over ", in.str(),
+                  " takes the device-axes kernel");
       size_t j = 0;
       for (int64_t i = 0; i < rank; ++i) {
         if (j < out.rank() && in[i] == out[j]) ++j;
@@ -257,8 +329,14 @@ std::vector<bool> reduced_axes(KernelContext& ctx, const std::string& name) {
 
 void add_reduce(CudaKernelRegistry& r, const std::string& name, int op) {
   auto run = [name, op](KernelContext& ctx, CudaContext& cu) {
-    const std::vector<bool> reduced = reduced_axes(ctx, name);
     const DType dt = ctx.input(0).dtype();
+    if (ctx.opset() >= axes_input_opset(name) && ctx.has_input(1) && ctx.input(1).numel() > 0 &&
+        ctx.attr_int("keepdims", 1) == 0 && !axes_told_by_shape(PartialShape(ctx.input(0).shape()))) {
+      if (dt == DType::kInt32) return launch_reduce_device_axes<int32_t>(ctx, cu, op);
+      if (dt == DType::kInt64) return launch_reduce_device_axes<int64_t>(ctx, cu, op);
+      return dispatch_float(dt, name.c_str(), [&](auto tag) { launch_reduce_device_axes<typename decltype(tag)::type>(ctx, cu, op); });
+    }
+    const std::vector<bool> reduced = reduced_axes(ctx, name);
     if (dt == DType::kInt32) return launch_reduce<int32_t>(ctx, cu, reduced, op);
     if (dt == DType::kInt64) return launch_reduce<int64_t>(ctx, cu, reduced, op);
     dispatch_float(dt, name.c_str(), [&](auto tag) { launch_reduce<typename decltype(tag)::type>(ctx, cu, reduced, op); });
@@ -267,11 +345,6 @@ void add_reduce(CudaKernelRegistry& r, const std::string& name, int op) {
     const DType dt = inputs.empty() ? DType::kUndefined : inputs[0].dtype;
     if (!is_cuda_float(dt) && dt != DType::kInt32 && dt != DType::kInt64)
       return name + " on CUDA supports float32/float16/bfloat16/int32/int64";
-    NodeView n(node);
-    if (n.opset() >= axes_input_opset(name) && n.has_input(1) && n.attr_int("keepdims", 1) == 0 &&
-        !axes_told_by_shape(inputs[0].shape))
-      return name + " on CUDA with keepdims=0 and an axes input needs the input's axes of distinct lengths "
-                    "(the axes' values stay on the device; the output shape tells which were reduced)";
     if (inputs[0].shape.rank_known && inputs[0].shape.dims.size() > static_cast<size_t>(kMaxRank))
       return name + " on CUDA supports rank <= 8";
     return "";
