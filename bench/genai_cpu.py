@@ -7,8 +7,8 @@ special tokens) both engines generate greedily, batch 1, --new-tokens tokens, al
 one), after one untimed warm-up of each:
 
   og    onnxruntime_genai in this process, CPU provider, the decoder's session_options with
-        intra_op_num_threads = --threads (default 1), inter_op_num_threads = 1 (in a copy of genai_config.json, in a
-        folder whose other files are symlinks to FOLDER's). Timed with perf_counter:
+        intra_op_num_threads = --threads (default 1), inter_op_num_threads = 1 (in a copy of
+        genai_config.json, in a folder whose other files are symlinks to FOLDER's). Timed with perf_counter:
           prefill = append_tokens(prompt) + the first generate_next_token (which only picks the
                     token from the prompt's logits): time to the first token;
           decode  = the remaining new_tokens - 1 generate_next_token calls (one decoder run each).
@@ -20,7 +20,9 @@ one), after one untimed warm-up of each:
         onyx's own CPU kernels are single-threaded (it has no thread pool), but its fp32 MatMul and
         Gemm call OpenBLAS, whose pthread build starts one thread per core: onyx runs with
         OPENBLAS_NUM_THREADS = --threads, so that both engines use the same number of threads
-        (check the CPU time / wall ratios in the report).
+        (check the CPU time / wall ratios in the report). --onyx-env adds environment, e.g.
+        OPENBLAS_CORETYPE=SkylakeX where OpenBLAS does not know the CPU and falls back to its
+        SSE3 (Prescott) kernels (OPENBLAS_VERBOSE=2 prints the core it picked).
 
 Both are greedy over the same logits' argmax: in fp32 they should produce the same tokens; the
 check reports the first difference if not. For an int4 folder made with the builder's CPU default
@@ -31,7 +33,11 @@ Prints a markdown report: median (and min-max) over reps of prefill tokens/s, de
 tokens/s for og and onyx and the ratio onyx/og, the method, machine, versions and date.
 
   .venv/bin/python bench/genai_cpu.py FOLDER [--prompt-tokens 128] [--new-tokens 128] [--reps 5]
-                                             [--onyx build-cpu/onyx] [--seed 0] [--json FILE]
+                                             [--onyx /work/main/build-cpu/onyx] [--threads 1]
+                                             [--onyx-env KEY=VALUE] [--seed 0] [--json FILE]
+
+The report names the onyx binary by sha256 and mtime, and the commit of its git checkout, at the
+start and (if either changed) at the end of the run.
 """
 
 from __future__ import annotations
@@ -112,13 +118,13 @@ class OgRunner:
 # ---------------------------------------------------------------------------------------------
 # onyx
 
-def onyx_generate(onyx: Path, folder: Path, prompt, new_tokens, threads: int):
+def onyx_generate(onyx: Path, folder: Path, prompt, new_tokens, threads: int, extra_env=None):
     cmd = [str(onyx), "generate", str(folder), "--prompt-ids", " ".join(map(str, prompt)),
            "--max-new-tokens", str(new_tokens), "--json", "--device", "cpu"]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         p = subprocess.Popen(cmd, stdout=out, stderr=err,
-                             env=dict(os.environ, OPENBLAS_NUM_THREADS=str(threads)))
+                             env=dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), **(extra_env or {})))
         _, status, ru = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
@@ -183,6 +189,13 @@ def onyx_commit(onyx: Path) -> str:
         return "unknown"
 
 
+def binary_id(path: Path) -> str:
+    import hashlib
+    h = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    mtime = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc)
+    return f"sha256 {h}, mtime {mtime:%Y-%m-%d %H:%M:%S UTC}"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folder", type=Path)
@@ -193,6 +206,8 @@ def main(argv=None) -> int:
     ap.add_argument("--onyx", type=Path, default=Path(os.environ.get("ONYX_BIN", DEFAULT_ONYX)))
     ap.add_argument("--threads", type=int, default=1,
                     help="og: intra_op_num_threads (inter_op stays 1); onyx: OPENBLAS_NUM_THREADS")
+    ap.add_argument("--onyx-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra environment for onyx (repeatable), e.g. OPENBLAS_CORETYPE=SkylakeX")
     ap.add_argument("--json", type=Path, help="also write every rep's figures here")
     args = ap.parse_args(argv)
     folder = args.folder.resolve()
@@ -200,6 +215,12 @@ def main(argv=None) -> int:
         sys.exit(f"genai_cpu: {folder} has no genai_config.json")
     if not os.access(args.onyx, os.X_OK):
         sys.exit(f"genai_cpu: no onyx binary at {args.onyx}")
+    onyx_env = {}
+    for kv in args.onyx_env:
+        k, sep, v = kv.partition("=")
+        if not sep:
+            ap.error(f"--onyx-env {kv}: expected KEY=VALUE")
+        onyx_env[k] = v
     import onnxruntime
     import onnxruntime_genai
 
@@ -207,6 +228,7 @@ def main(argv=None) -> int:
     prompt = make_prompt(cfg, args.prompt_tokens, args.seed)
     N = args.new_tokens
     started = datetime.datetime.now(datetime.timezone.utc)
+    onyx_before, commit_before = binary_id(args.onyx), onyx_commit(args.onyx)
     load_before = loadavg()
     print(f"genai_cpu: {folder}", flush=True)
     print(f"genai_cpu: prompt ({len(prompt)} ids, seed {args.seed}): {' '.join(map(str, prompt))}", flush=True)
@@ -216,7 +238,7 @@ def main(argv=None) -> int:
         og_runner = OgRunner(og_folder(folder, Path(tmp), args.threads))
         print(f"genai_cpu: og model loaded in {og_runner.load_s:.2f} s", flush=True)
         engines = {"og": lambda n: og_runner.generate(prompt, n),
-                   "onyx": lambda n: onyx_generate(args.onyx, folder, prompt, n, args.threads)}
+                   "onyx": lambda n: onyx_generate(args.onyx, folder, prompt, n, args.threads, onyx_env)}
         warm_n = min(N, 4)
         for name in ("og", "onyx"):
             engines[name](warm_n)
@@ -231,6 +253,7 @@ def main(argv=None) -> int:
                       f"({r['decode_steps']} steps), wall {r['wall_s']:.2f} s, cpu {r['cpu_s']:.2f} s, "
                       f"{len(r['tokens'])} tokens", flush=True)
     load_after = loadavg()
+    onyx_after, commit_after = binary_id(args.onyx), onyx_commit(args.onyx)
 
     # Agreement: every rep of an engine must give the same tokens; then og against onyx.
     notes = []
@@ -285,7 +308,7 @@ def main(argv=None) -> int:
     onyx_overhead = [r["wall_s"] - r["prefill_s"] - r["decode_s"] for r in runs["onyx"]]
     lines = [
         f"### {folder.name}: {P}-token prompt, {N} new tokens, {args.reps} reps, {args.threads} thread"
-        + ("s" if args.threads != 1 else ""),
+        + ("s" if args.threads != 1 else "") + "".join(f", onyx with {k}={v}" for k, v in onyx_env.items()),
         "",
         table,
         "",
@@ -309,11 +332,13 @@ def main(argv=None) -> int:
         f"og: onnxruntime-genai in-process, CPU provider, intra_op_num_threads={args.threads}, inter_op_num_threads=1, "
         "prefill = append_tokens + first generate_next_token, decode = each further generate_next_token; "
         "onyx: a fresh `onyx generate --json --device cpu` process per rep, its prefill_ms / decode_ms / "
-        f"decode_steps, run with OPENBLAS_NUM_THREADS={args.threads} (onyx's own CPU kernels are single-threaded; "
+        f"decode_steps, run with OPENBLAS_NUM_THREADS={args.threads}"
+        + "".join(f" {k}={v}" for k, v in onyx_env.items()) + " (onyx's own CPU kernels are single-threaded; "
         "its fp32 MatMul/Gemm call OpenBLAS, which otherwise starts a thread per core)",
         f"- machine: {machine_info()}; load average {load_before} before, {load_after} after",
-        f"- onyx: `{args.onyx}`, commit {onyx_commit(args.onyx)}; binary mtime "
-        f"{datetime.datetime.fromtimestamp(args.onyx.stat().st_mtime, datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
+        f"- onyx: `{args.onyx}`, {onyx_before}; commit {commit_before} at the start"
+        + ("" if (onyx_after, commit_after) == (onyx_before, commit_before) else
+           f"; CHANGED during the run, at the end: {onyx_after}, commit {commit_after}"),
         f"- og: onnxruntime-genai {onnxruntime_genai.__version__}, onnxruntime {onnxruntime.__version__}; "
         f"python {sys.version.split()[0]}",
         f"- date: {started:%Y-%m-%d %H:%M UTC}",
