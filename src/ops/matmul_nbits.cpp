@@ -5,18 +5,36 @@
 // B is uint8 [N, k_blocks, block_size * bits / 8] (the last block padded past K), scales
 // [N, k_blocks] (or flat), zero_points absent (2^(bits-1)), packed uint8 [N, ceil(k_blocks *
 // bits / 8)] or unpacked of A's type [N, k_blocks]; bias [N]. accuracy_level only lets
-// onnxruntime compute in lower precision: this kernel computes in double whatever it says.
-// A B with a zero dimension is an omitted projection: Y is the bias (or zeros).
+// onnxruntime compute in lower precision: this kernel computes at full accuracy whatever it
+// says (products of the dequantized weights in float32, summed per block in float32 and across
+// blocks in double). A B with a zero dimension is an omitted projection: Y is the bias (or zeros).
+//
+// Up to kFusedRows rows of A (decode) each block of B is unpacked once into a small buffer and
+// dotted with every row; more rows, B is dequantized whole into float32 and multiplied by BLAS.
 #include <vector>
 
 #include "ops/block_quant.h"
 #include "ops/common.h"
+#include "ops/gemm.h"
 
 namespace onyx {
 
 namespace {
 
 enum Input : size_t { kA, kB, kScales, kZeroPoints, kGIdx, kBias };
+
+constexpr int64_t kFusedRows = 8;
+
+// sum a[i] * b[i] in float32, eight partial sums (so the compiler can vectorize it).
+inline float dot8(const float* a, const float* b, int64_t n) {
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) s[j] += a[i + j] * b[i + j];
+  float t = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+  for (; i < n; ++i) t += a[i] * b[i];
+  return t;
+}
 
 struct NBits {
   int64_t K = 0, N = 0, block_size = 0, bits = 0, k_blocks = 0, blob = 0;
@@ -156,36 +174,62 @@ void matmul_nbits_kernel(KernelContext& ctx) {
                  " reorders the blocks, which onyx does not support (only g_idx[k] = k / block_size)");
   }
 
-  std::vector<double> av(static_cast<size_t>(M * K));
+  std::vector<float> av(static_cast<size_t>(M * K));
   const T* pa = a.data<T>();
-  for (int64_t i = 0; i < M * K; ++i) av[i] = static_cast<double>(static_cast<compute_t<T>>(pa[i]));
+  for (int64_t i = 0; i < M * K; ++i) av[i] = static_cast<float>(static_cast<compute_t<T>>(pa[i]));
   const uint8_t* pb = ctx.input(kB).data<uint8_t>();
   const Tensor& scales = ctx.input(kScales);
+  std::vector<float> sc(static_cast<size_t>(N * p.k_blocks));
+  const T* ps = scales.data<T>();  // A's dtype (checked)
+  for (size_t i = 0; i < sc.size(); ++i) sc[i] = static_cast<float>(static_cast<compute_t<T>>(ps[i]));
   const Tensor* zp = ctx.has_input(kZeroPoints) ? &ctx.input(kZeroPoints) : nullptr;
   const bool zp_packed = zp && zp->dtype() == DType::kUInt8;
   const int64_t zp_row = packed_bytes(p.k_blocks, p.bits);
+  auto zero_of = [&](int64_t n, int64_t blk) -> float {
+    if (zp_packed) return static_cast<float>(packed_value(zp->data<uint8_t>() + n * zp_row, blk, p.bits));
+    if (zp) return static_cast<float>(zp->get_as_double(n * p.k_blocks + blk));
+    return static_cast<float>(default_zero_point(p.bits));
+  };
+  // Block blk of row n of B, dequantized into w (block_size values; those past K are not used).
+  auto unpack = [&](int64_t n, int64_t blk, float* w) {
+    const float scale = sc[n * p.k_blocks + blk], zero = zero_of(n, blk);
+    const uint8_t* blob = pb + (n * p.k_blocks + blk) * p.blob;
+    if (p.bits == 4) {
+      for (int64_t i = 0; i < p.blob; ++i) {
+        w[2 * i] = (static_cast<float>(blob[i] & 15) - zero) * scale;
+        w[2 * i + 1] = (static_cast<float>(blob[i] >> 4) - zero) * scale;
+      }
+    } else {
+      for (int64_t i = 0; i < p.block_size; ++i) w[i] = (static_cast<float>(packed_value(blob, i, p.bits)) - zero) * scale;
+    }
+  };
 
-  // One dequantized row of B (one output feature) at a time.
-  std::vector<double> w(static_cast<size_t>(K));
-  for (int64_t n = 0; n < N; ++n) {
-    for (int64_t blk = 0; blk < p.k_blocks; ++blk) {
-      const double scale = scales.get_as_double(n * p.k_blocks + blk);
-      double zero = default_zero_point(p.bits);
-      if (zp_packed)
-        zero = packed_value(zp->data<uint8_t>() + n * zp_row, blk, p.bits);
-      else if (zp)
-        zero = zp->get_as_double(n * p.k_blocks + blk);
-      const uint8_t* blob = pb + (n * p.k_blocks + blk) * p.blob;
-      const int64_t k0 = blk * p.block_size, k1 = std::min(K, k0 + p.block_size);
-      for (int64_t k = k0; k < k1; ++k) w[k] = (packed_value(blob, k - k0, p.bits) - zero) * scale;
+  if (M <= kFusedRows) {
+    std::vector<float> w(static_cast<size_t>(p.block_size));
+    double acc[kFusedRows];
+    for (int64_t n = 0; n < N; ++n) {
+      std::fill(acc, acc + M, 0.0);
+      for (int64_t blk = 0; blk < p.k_blocks; ++blk) {
+        unpack(n, blk, w.data());
+        const int64_t k0 = blk * p.block_size, len = std::min(K, k0 + p.block_size) - k0;
+        for (int64_t m = 0; m < M; ++m) acc[m] += dot8(&av[m * K + k0], w.data(), len);
+      }
+      for (int64_t m = 0; m < M; ++m) y[m * N + n] = static_cast<T>(static_cast<compute_t<T>>(acc[m] + bias[n]));
     }
-    for (int64_t m = 0; m < M; ++m) {
-      const double* am = &av[m * K];
-      double acc = 0;
-      for (int64_t k = 0; k < K; ++k) acc += am[k] * w[k];
-      y[m * N + n] = static_cast<T>(static_cast<compute_t<T>>(acc + bias[n]));
-    }
+    return;
   }
+  // B whole, as float32 [N, K], then Y = A B^T by BLAS.
+  std::vector<float> wb(static_cast<size_t>(N * K)), w(static_cast<size_t>(p.block_size)), yf(static_cast<size_t>(M * N));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t blk = 0; blk < p.k_blocks; ++blk) {
+      unpack(n, blk, w.data());
+      const int64_t k0 = blk * p.block_size, len = std::min(K, k0 + p.block_size) - k0;
+      std::copy(w.begin(), w.begin() + len, wb.begin() + n * K + k0);
+    }
+  cpu::gemm_blas(false, true, M, N, K, 1.f, av.data(), K, wb.data(), K, 0.f, yf.data(), N);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n)
+      y[m * N + n] = static_cast<T>(static_cast<compute_t<T>>(static_cast<double>(yf[m * N + n]) + bias[n]));
 }
 
 }  // namespace
