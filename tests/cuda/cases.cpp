@@ -327,6 +327,19 @@ void contrib(std::vector<Case>& v) {
   nbits("gemv_int2", 1, 0, 128, 20, 64, 2, 1, false);
   nbits("gemm_m37", 37, 0, 160, 70, 32, 4, 1, true);
   nbits("gemm_3d_block128", 2, 45, 256, 130, 128, 4, 0, true);
+
+  // GatherBlockQuantized: uint8 data [rows, (inner,) packed cols], scales of the output type.
+  auto gbq = [&](std::string name, Shape data, Shape scales, In indices, bool zp, int64_t bits, int64_t block) {
+    Shape zps = scales;
+    zps.dims().back() = (scales.dims().back() * bits + 7) / 8;
+    std::vector<In> in = {Ints(data, 0, 255, D::kUInt8), std::move(indices), Pos(scales, 0.01, 0.2)};
+    if (zp) in.push_back(Ints(zps, 0, 255, D::kUInt8));
+    v.push_back({std::move(name), "GatherBlockQuantized", kFloats, std::move(in),
+                 {attr_int("bits", bits), attr_int("block_size", block), attr_int("quantize_axis", -1)}, 1, 1, ms});
+  };
+  gbq("int4_zp", {50, 64}, {50, 4}, Vals(D::kInt64, {2, 3}, {0, 49, 7, -1, -50, 12}), true, 4, 32);
+  gbq("int4_no_zp_out_of_range", {40, 32}, {40, 4}, Vals(D::kInt32, {4}, {3, 40, -41, 39}), false, 4, 16);
+  gbq("int8_inner", {6, 3, 48}, {6, 3, 3}, Vals(D::kInt64, {2}, {5, 0}), true, 8, 16);
 }
 
 void matmul(std::vector<Case>& v) {

@@ -1,5 +1,5 @@
 // CUDA kernels of the com.microsoft ops that onnxruntime-genai's builder emits:
-// GroupQueryAttention and MatMulNBits. The semantics are the CPU kernels' (ops/gqa.h,
+// GroupQueryAttention, MatMulNBits and GatherBlockQuantized (tied int4 embeddings). The semantics are the CPU kernels' (ops/gqa.h,
 // ops/group_query_attention.cpp, ops/matmul_nbits.cpp), which the harness compares these with.
 //
 // GroupQueryAttention reads seqlens_k and total_sequence_length on the device, so a captured
@@ -534,9 +534,94 @@ std::string nbits_support(const Node& node, const std::vector<ValueType>& in) {
   return "";
 }
 
+// ================================ GatherBlockQuantized ================================
+// uint8 data (gather_axis 0, quantize_axis last), as the CPU kernel takes it: one thread per
+// output value; an index outside [-rows, rows) gives zeros, as the op defines.
+
+struct GbqArgs {
+  const uint8_t* data;
+  const void* indices;
+  int idx64;
+  const void* scales;
+  const uint8_t* zp;  // null: 2^(bits-1)
+  void* y;
+  int64_t rows, inner, cols, col_bytes, col_blocks, zp_row, bits, block, total;
+};
+
+template <class T>
+__global__ void gbq_kernel(GbqArgs a) {
+  const int64_t row_out = a.inner * a.cols, mask = (1 << a.bits) - 1, per_byte = 8 / a.bits;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < a.total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = e / row_out, rem = e % row_out, in = rem / a.cols, c = rem % a.cols;
+    int64_t row = load_index(a.indices, a.idx64 != 0, i);
+    if (row < 0) row += a.rows;
+    if (row < 0 || row >= a.rows) {
+      static_cast<T*>(a.y)[e] = from_compute<T>(0.f);
+      continue;
+    }
+    const int64_t line = row * a.inner + in, blk = c / a.block;
+    const int q = (a.data[line * a.col_bytes + c / per_byte] >> ((c % per_byte) * a.bits)) & mask;
+    const int zero = a.zp ? (a.zp[line * a.zp_row + blk / per_byte] >> ((blk % per_byte) * a.bits)) & mask
+                          : 1 << (a.bits - 1);
+    const float scale = to_compute(static_cast<const T*>(a.scales)[line * a.col_blocks + blk]);
+    static_cast<T*>(a.y)[e] = from_compute<T>(static_cast<float>(q - zero) * scale);
+  }
+}
+
+void run_gbq(KernelContext& ctx, CudaContext& cu) {
+  const Tensor& data = ctx.input(0);
+  const Tensor& indices = ctx.input(1);
+  const Tensor& scales = ctx.input(2);
+  GbqArgs a{};
+  a.bits = ctx.attr_int("bits", 4);
+  a.block = ctx.attr_int("block_size", 128);
+  check_quant_bits(a.bits);
+  check_quant_block_size(a.block);
+  const int64_t r = static_cast<int64_t>(data.rank());
+  ONYX_CHECK(r >= 2 && data.dtype() == DType::kUInt8, "GatherBlockQuantized on CUDA: data ", data.type_str());
+  a.rows = data.shape()[0];
+  a.col_bytes = data.shape()[r - 1];
+  a.cols = a.col_bytes * (8 / a.bits);
+  a.inner = 1;
+  for (int64_t i = 1; i < r - 1; ++i) a.inner *= data.shape()[i];
+  a.col_blocks = (a.cols + a.block - 1) / a.block;
+  a.zp_row = packed_bytes(a.col_blocks, a.bits);
+  a.data = data.data<uint8_t>();
+  a.indices = indices.raw();
+  a.idx64 = indices.dtype() == DType::kInt64;
+  a.scales = scales.raw();
+  a.zp = ctx.has_input(3) ? ctx.input(3).data<uint8_t>() : nullptr;
+  Tensor& y = ctx.output(0);
+  a.y = y.raw();
+  a.total = y.numel();
+  if (a.total == 0) return;
+  dispatch_float(y.dtype(), "GatherBlockQuantized", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    gbq_kernel<T><<<resident_blocks_for(a.total, cu.device), kThreads, 0, cu.stream>>>(a);
+  });
+  ONYX_CUDA_CHECK_LAUNCH("GatherBlockQuantized");
+}
+
+std::string gbq_support(const Node& node, const std::vector<ValueType>& in) {
+  NodeView n(node);
+  if (in.size() < 3 || in[0].dtype != DType::kUInt8) return "GatherBlockQuantized on CUDA takes uint8 data";
+  if (!is_cuda_float(in[2].dtype)) return "GatherBlockQuantized on CUDA takes float32/float16/bfloat16 scales";
+  if (in[1].dtype != DType::kInt32 && in[1].dtype != DType::kInt64) return "indices must be int32 or int64";
+  const PartialShape& d = in[0].shape;
+  if (!d.rank_known || d.dims.size() < 2) return "GatherBlockQuantized on CUDA needs data of known rank >= 2";
+  const int64_t r = static_cast<int64_t>(d.dims.size());
+  int64_t g = n.attr_int("gather_axis", 0), q = n.attr_int("quantize_axis", 1);
+  if (g < 0) g += r;
+  if (q < 0) q += r;
+  if (g != 0 || q != r - 1) return "GatherBlockQuantized on CUDA takes gather_axis 0 and the last quantize_axis";
+  return "";
+}
+
 }  // namespace
 
 void register_contrib_kernels(CudaKernelRegistry& r) {
+  r.add(domain_kernel("com.microsoft", "GatherBlockQuantized", 1, run_gbq, gbq_support));
   r.add(domain_kernel("com.microsoft", "GroupQueryAttention", 1, run_gqa, gqa_support));
   r.add(domain_kernel("com.microsoft", "MatMulNBits", 1, run_matmul_nbits, nbits_support));
 }
