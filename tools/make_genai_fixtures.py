@@ -99,7 +99,10 @@ TOKENIZER_STYLES = {
                   ignore_merges=False, hf_class="Qwen2TokenizerFast",
                   in_prompt="<|im_end|>"),
 }
-ARCH_TOKENIZER = {"llama": "llama3", "qwen2": "qwen2"}
+# The families whose own tokenizers are SentencePiece-style (Mistral, Phi-3, Gemma) get the llama3
+# style: the point of these fixtures is the decoder, and that tokenizer is already covered.
+ARCH_TOKENIZER = {"llama": "llama3", "qwen2": "qwen2", "mistral": "llama3", "phi3": "llama3",
+                  "gemma2": "llama3", "gemma3": "llama3"}
 
 COMMON_WORDS = """the of and to in is was for on that with as by at from it be this are or have an
 not which one had but were all we when there can more if out so up said what its about than into
@@ -214,7 +217,46 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 COMMON_CONFIG = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                      intermediate_size=128, max_position_embeddings=256, tie_word_embeddings=False,
                      initializer_range=0.2, rms_norm_eps=1e-5, rope_theta=10000.0, hidden_act="silu")
-ARCH_SEEDS = {"llama": 20261201, "qwen2": 20261202}
+# Seeds of phi3 and gemma2: the first after 20261204 and 20261205 (+10) for which greedy decoding
+# of PROMPTS neither falls into repeating a few tokens nor passes a step whose two largest logits
+# lie within 1e-3 (the first seeds had gaps of 4.5e-4 and 9e-5, near enough to a tie for summation
+# order to matter).
+ARCH_SEEDS = {"llama": 20261201, "qwen2": 20261202, "mistral": 20261203, "phi3": 20261218,
+              "gemma2": 20261215, "gemma3": 20261206}
+# A sliding window shorter than most test sequences (prompts of up to 51 tokens, 32 new ones), so
+# that prefills longer than the window and decodes that cross it both occur.
+SLIDING_WINDOW = 16
+ATTN_SOFTCAP = 10.0
+# transformers' config and model classes per architecture, and what each config sets beyond (or
+# instead of) COMMON_CONFIG.
+ARCH_MODELS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(use_sliding_window=False)),  # q/k/v with bias
+    # Mistral 7B v0.2/v0.3's form: no sliding window. (v0.1's, a window over every layer, the
+    # builder exports without the window, and og then cannot run: see the README.)
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(head_dim=16, sliding_window=None)),
+    # Phi-3-mini (4k): fused qkv_proj and gate_up_proj, as many KV heads as query heads,
+    # original_max_position_embeddings = max_position_embeddings (no LongRoPE).
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(num_key_value_heads=4, original_max_position_embeddings=256,
+                                                   sliding_window=None)),
+    # Gemma 2: embeddings scaled by sqrt(hidden), RMSNorm weights as (1 + w), GELU (tanh), four norms
+    # a layer, attention scale query_pre_attn_scalar**-0.5 (not head_dim's), attention and final
+    # logits softcapped, local (sliding window) and global layers alternating. Untied embeddings
+    # (Gemma ties them): with random weights, tied ones make greedy decoding repeat one token.
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(
+        head_dim=16, hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
+        query_pre_attn_scalar=32, attn_logit_softcapping=ATTN_SOFTCAP,
+        final_logit_softcapping=30.0, sliding_window=SLIDING_WINDOW,
+        layer_types=["sliding_attention", "full_attention"])),
+    # Gemma 3 (text): as Gemma 2 without softcapping, plus RMSNorm of each head's q and k, and
+    # RoPE of another theta on the local layers.
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(
+        head_dim=16, hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
+        query_pre_attn_scalar=32, sliding_window=SLIDING_WINDOW,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}})),
+}
 # A random model ranks EOS no better than any other token, so greedy decoding almost never stops
 # (none of ~300 probe prompts did). Scaling EOS's row of lm_head by 1.5 makes it win now and then:
 # some prompts stop early, most run to the length limit.
@@ -223,7 +265,8 @@ EOS_ROW_SCALE = 1.5
 
 def make_hf_model(arch: str, tok_dir: Path, out_dir: Path):
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    import transformers
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tok_dir))
     assert len(tok) == TOKENIZER_VOCAB, len(tok)
@@ -231,12 +274,9 @@ def make_hf_model(arch: str, tok_dir: Path, out_dir: Path):
     ids = dict(vocab_size=TOKENIZER_VOCAB, bos_token_id=tok.bos_token_id if tok.bos_token_id is not None
                else tok.eos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     torch.manual_seed(ARCH_SEEDS[arch])
-    if arch == "llama":
-        model = LlamaForCausalLM(LlamaConfig(**COMMON_CONFIG, **ids))
-    elif arch == "qwen2":  # q/k/v projections with bias
-        model = Qwen2ForCausalLM(Qwen2Config(**COMMON_CONFIG, **ids, use_sliding_window=False))
-    else:
-        raise ValueError(arch)
+    config_class, model_class, options = ARCH_MODELS[arch]
+    config = getattr(transformers, config_class)(**{**COMMON_CONFIG, **options}, **ids)
+    model = getattr(transformers, model_class)(config)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith(".bias"):  # the default init leaves biases zero, which tests nothing
@@ -634,6 +674,18 @@ FIXTURES = [  # name, architecture, export
     ("llama-optimum", "llama", "optimum"),
     ("qwen2-builder-fp32", "qwen2", "builder-fp32"),
     ("qwen2-optimum", "qwen2", "optimum"),
+    ("mistral-builder-fp32", "mistral", "builder-fp32"),
+    ("phi3-builder-fp32", "phi3", "builder-fp32"),
+    # gemma2-builder-fp32 (arch "gemma2") exports, but og 0.18.0 cannot make its reference: a
+    # padded batch through the sliding-window layers fails in GroupQueryAttention ("seqlens_k[0] =
+    # 3 is too small for sequence_length 51"), so it is not a fixture.
+]
+# Fixtures the exporter refuses today: made only when named in --only (to see whether a newer
+# exporter takes them), and then a failed export is reported, not raised.
+REFUSED = [
+    # og 0.18.0's builder reads rope_parameters["rope_type"], which transformers 5 nests per layer
+    # type for Gemma 3 ({"sliding_attention": {...}, "full_attention": {...}}): KeyError 'rope_type'.
+    ("gemma3-builder-fp32", "gemma3", "builder-fp32"),
 ]
 
 
@@ -648,7 +700,8 @@ def main():
     from transformers import AutoModelForCausalLM, AutoTokenizer
     torch.set_num_threads(1)
 
-    chosen = [f for f in FIXTURES if not args.only or f[0] in args.only.split(",")]
+    only = args.only.split(",") if args.only else []
+    chosen = [f for f in FIXTURES if not only or f[0] in only] + [f for f in REFUSED if f[0] in only]
     work = args.keep_work or Path(tempfile.mkdtemp(prefix="genai-fixtures-"))
     if work.exists():
         shutil.rmtree(work)
@@ -668,10 +721,20 @@ def main():
             out = args.out / name
             if out.exists():
                 shutil.rmtree(out)
-            if export in BUILDER_EXPORTS:
-                export_builder(hf_dir, out, export, work)
-            else:
-                export_optimum(hf_dir, out, work)
+            try:
+                if export in BUILDER_EXPORTS:
+                    export_builder(hf_dir, out, export, work)
+                else:
+                    export_optimum(hf_dir, out, work)
+            except subprocess.CalledProcessError:
+                if (name, a, export) not in REFUSED:
+                    raise
+                log = (work / f"{name}.log").read_text().strip().splitlines()
+                print(f"{name}: refused, as recorded in REFUSED:\n    " + "\n    ".join(log[-3:]), flush=True)
+                shutil.rmtree(out, ignore_errors=True)
+                continue
+            if (name, a, export) in REFUSED:
+                print(f"{name}: no longer refused (move it from REFUSED to FIXTURES)", flush=True)
             ref = make_reference(out, arch, export, hf_model, hf_tok)
             (out / "reference.json").write_text(json.dumps(ref, indent=1, ensure_ascii=False) + "\n")
             size = sum(f.stat().st_size for f in out.iterdir())
