@@ -111,8 +111,8 @@ def make_feed(model: str, rng: np.random.Generator, batch: int = 3) -> dict[str,
     if model == "mixed":
         width = testmodels.MIXED_WIDTH
         return {
-            "A": rng.standard_normal((batch, width)).astype(np.float32),
-            "I": _nonzero_ints(rng, (batch, width)),
+            "reading": rng.standard_normal((batch, width)).astype(np.float32),
+            "tally": _nonzero_ints(rng, (batch, width)),
         }
     if model == "half":
         return {"H": rng.standard_normal((batch, testmodels.HALF_WIDTH)).astype(np.float16)}

@@ -85,30 +85,31 @@ def mlp(rng: np.random.Generator) -> onnx.ModelProto:
 def mixed(rng: np.random.Generator) -> onnx.ModelProto:
     """Two inputs, three outputs of mixed dtypes.
 
-    A float32 [batch,4], I int64 [batch,4] ->
-      sum   float32 [batch,4] = A * S + Cast<float>(I)
-      twice int64   [batch,4] = I * 2
-      mask  bool    [batch,4] = A > 0
+    reading float32 [batch,4], tally int64 [batch,4] ->
+      total    float32 [batch,4] = reading * S + Cast<float>(tally)
+      doubled  int64   [batch,4] = tally * 2
+      positive bool    [batch,4] = reading > 0
+    (Distinctive names, so that tests can look for them in error messages.)
     """
     scale = _randn(rng, (MIXED_WIDTH,), 1.0) + np.float32(2.0)
     nodes = [
-        helper.make_node("Mul", ["A", "S"], ["scaled"]),
-        helper.make_node("Cast", ["I"], ["I_f"], to=TensorProto.FLOAT),
-        helper.make_node("Add", ["scaled", "I_f"], ["sum"]),
-        helper.make_node("Mul", ["I", "two"], ["twice"]),
-        helper.make_node("Greater", ["A", "zero"], ["mask"]),
+        helper.make_node("Mul", ["reading", "S"], ["scaled"]),
+        helper.make_node("Cast", ["tally"], ["I_f"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["scaled", "I_f"], ["total"]),
+        helper.make_node("Mul", ["tally", "two"], ["doubled"]),
+        helper.make_node("Greater", ["reading", "zero"], ["positive"]),
     ]
     graph = helper.make_graph(
         nodes,
         "mixed_graph",
         [
-            helper.make_tensor_value_info("A", TensorProto.FLOAT, ["batch", MIXED_WIDTH]),
-            helper.make_tensor_value_info("I", TensorProto.INT64, ["batch", MIXED_WIDTH]),
+            helper.make_tensor_value_info("reading", TensorProto.FLOAT, ["batch", MIXED_WIDTH]),
+            helper.make_tensor_value_info("tally", TensorProto.INT64, ["batch", MIXED_WIDTH]),
         ],
         [
-            helper.make_tensor_value_info("sum", TensorProto.FLOAT, ["batch", MIXED_WIDTH]),
-            helper.make_tensor_value_info("twice", TensorProto.INT64, ["batch", MIXED_WIDTH]),
-            helper.make_tensor_value_info("mask", TensorProto.BOOL, ["batch", MIXED_WIDTH]),
+            helper.make_tensor_value_info("total", TensorProto.FLOAT, ["batch", MIXED_WIDTH]),
+            helper.make_tensor_value_info("doubled", TensorProto.INT64, ["batch", MIXED_WIDTH]),
+            helper.make_tensor_value_info("positive", TensorProto.BOOL, ["batch", MIXED_WIDTH]),
         ],
         [
             _init("S", scale),
@@ -154,13 +155,13 @@ def strings(rng: np.random.Generator) -> onnx.ModelProto:
 
 
 def bf16(rng: np.random.Generator) -> onnx.ModelProto:
-    """Bf bfloat16 [2,3] -> Cast<float> -> F float32 [2,3]."""
+    """brain_in bfloat16 [2,3] -> Cast<float> -> widened float32 [2,3]."""
     del rng
     graph = helper.make_graph(
-        [helper.make_node("Cast", ["Bf"], ["F"], to=TensorProto.FLOAT)],
+        [helper.make_node("Cast", ["brain_in"], ["widened"], to=TensorProto.FLOAT)],
         "bf16_graph",
-        [helper.make_tensor_value_info("Bf", TensorProto.BFLOAT16, [2, 3])],
-        [helper.make_tensor_value_info("F", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("brain_in", TensorProto.BFLOAT16, [2, 3])],
+        [helper.make_tensor_value_info("widened", TensorProto.FLOAT, [2, 3])],
     )
     return _model(graph, producer_name="onyx-tests-bf16")
 

@@ -47,8 +47,8 @@ mixed = ort.InferenceSession(os.path.join(models, "mixed.onnx"), providers=["CPU
 results["mixed_inputs"] = describe(mixed.get_inputs())
 results["mixed_outputs"] = describe(mixed.get_outputs())
 feed = {
-    "A": rng.standard_normal((3, 4)).astype(np.float32),
-    "I": rng.integers(-20, 20, size=(3, 4), dtype=np.int64),
+    "reading": rng.standard_normal((3, 4)).astype(np.float32),
+    "tally": rng.integers(-20, 20, size=(3, 4), dtype=np.int64),
 }
 results["mixed_run"] = mixed.run(None, feed)
 

@@ -36,7 +36,7 @@ results["bf16_io"] = [(a.name, a.shape, a.type) for a in bf16.get_inputs() + bf1
 mixed = open_session("mixed")
 a = rng.standard_normal((4, 4)).astype(np.float32)
 i = rng.integers(-(2**40), 2**40, size=(4, 4), dtype=np.int64)
-total, twice, mask = mixed.run(None, {"A": a, "I": i})
+total, twice, mask = mixed.run(None, {"reading": a, "tally": i})
 results["mixed_dtypes"] = [str(total.dtype), str(twice.dtype), str(mask.dtype)]
 results["int64_large"] = twice
 results["bool_mask"] = mask

@@ -33,8 +33,8 @@ mixed = ort.InferenceSession(os.path.join(models, "mixed.onnx"), providers=["CPU
 mixed_runs = []
 for batch in (3, 6, 1):
     feed = {
-        "A": rng.standard_normal((batch, 4)).astype(np.float32),
-        "I": rng.integers(-50, 50, size=(batch, 4), dtype=np.int64),
+        "reading": rng.standard_normal((batch, 4)).astype(np.float32),
+        "tally": rng.integers(-50, 50, size=(batch, 4), dtype=np.int64),
     }
     mixed_runs.append(mixed.run(None, feed))
 results["mixed_runs"] = mixed_runs

@@ -56,17 +56,17 @@ mixed = ort.InferenceSession(os.path.join(models, "mixed.onnx"), providers=["CPU
 a = rng.standard_normal((2, 4)).astype(np.float32)
 i = rng.integers(-9, 9, size=(2, 4), dtype=np.int64)
 mb = mixed.io_binding()
-mb.bind_cpu_input("A", a)
-mb.bind_ortvalue_input("I", ort.OrtValue.ortvalue_from_numpy(i))
-mb.bind_output("mask")
-mb.bind_output("sum")
-mb.bind_output("twice")
+mb.bind_cpu_input("reading", a)
+mb.bind_ortvalue_input("tally", ort.OrtValue.ortvalue_from_numpy(i))
+mb.bind_output("positive")
+mb.bind_output("total")
+mb.bind_output("doubled")
 mb.synchronize_inputs()
 mixed.run_with_iobinding(mb)
 mb.synchronize_outputs()
 results["mixed_bound"] = mb.copy_outputs_to_cpu()
 results["mixed_bound_types"] = [v.data_type() for v in mb.get_outputs()]
-results["mixed_plain"] = mixed.run(["mask", "sum", "twice"], {"A": a, "I": i})
+results["mixed_plain"] = mixed.run(["positive", "total", "doubled"], {"reading": a, "tally": i})
 
 with open(sys.argv[1], "wb") as f:
     pickle.dump(results, f)

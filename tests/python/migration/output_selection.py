@@ -14,21 +14,21 @@ rng = np.random.default_rng(303)
 sess = ort.InferenceSession(os.path.join(models, "mixed.onnx"), providers=["CPUExecutionProvider"])
 a = rng.standard_normal((6, 4)).astype(np.float32)
 i = rng.integers(-100, 100, size=(6, 4), dtype=np.int64)
-feed = {"A": a, "I": i}
+feed = {"reading": a, "tally": i}
 results = {}
 
 results["all"] = sess.run(None, feed)
 results["output_names"] = [o.name for o in sess.get_outputs()]
-results["only_mask"] = sess.run(["mask"], feed)
-results["only_twice"] = sess.run(["twice"], feed)
-results["mask_then_sum"] = sess.run(["mask", "sum"], feed)
-results["reversed"] = sess.run(["mask", "twice", "sum"], feed)
-results["feed_reordered"] = sess.run(None, {"I": i, "A": a})
+results["only_mask"] = sess.run(["positive"], feed)
+results["only_twice"] = sess.run(["doubled"], feed)
+results["mask_then_sum"] = sess.run(["positive", "total"], feed)
+results["reversed"] = sess.run(["positive", "doubled", "total"], feed)
+results["feed_reordered"] = sess.run(None, {"tally": i, "reading": a})
 results["dtypes"] = [str(o.dtype) for o in sess.run(None, feed)]
 
 by_name = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
 results["by_name_keys"] = sorted(by_name)
-results["mask_count"] = int(by_name["mask"].sum())
+results["mask_count"] = int(by_name["positive"].sum())
 
 with open(sys.argv[1], "wb") as f:
     pickle.dump(results, f)

@@ -1,0 +1,64 @@
+"""Element types through InferenceSession.run against values numpy can compute itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compare import diff
+
+
+def _session(mod, path):
+    return mod.InferenceSession(path, providers=["CPUExecutionProvider"])
+
+
+def test_bfloat16_input(onyx_module, models, rng, is_onyx):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 feeds are ml_dtypes arrays")
+    if not is_onyx:
+        pytest.skip("onyx-only: onnxruntime takes no ml_dtypes.bfloat16 arrays")
+    sess = _session(onyx_module, models["bf16"])
+    assert [(a.name, a.shape, a.type) for a in sess.get_inputs()] == [("brain_in", [2, 3], "tensor(bfloat16)")]
+    value = rng.standard_normal((2, 3)).astype(ml_dtypes.bfloat16)
+    (out,) = sess.run(None, {"brain_in": value})
+    assert out.dtype == np.float32
+    # bfloat16 -> float32 is exact.
+    assert np.array_equal(out, value.astype(np.float32))
+
+
+def test_bfloat16_rejects_float32(onyx_module, models, rng, error_type, is_onyx):
+    sess = _session(onyx_module, models["bf16"])
+    with pytest.raises(error_type) as excinfo:
+        sess.run(None, {"brain_in": rng.standard_normal((2, 3)).astype(np.float32)})
+    if is_onyx:
+        assert "brain_in" in str(excinfo.value)
+
+
+def test_float16(onyx_module, ort_module, models, feed_for):
+    feed = feed_for("half", batch=4)
+    got = _session(onyx_module, models["half"]).run(None, feed)
+    want = _session(ort_module, models["half"]).run(None, feed)
+    assert [o.dtype for o in got] == [np.float16, np.float32]
+    problems = diff(want, got)
+    assert not problems, problems
+    # F is Cast<float>(Y): exactly Y widened.
+    assert np.array_equal(got[1], got[0].astype(np.float32))
+
+
+@pytest.mark.parametrize("kind", ["str_", "object"])
+def test_strings(onyx_module, models, kind):
+    words = ["", "plain", "with space", "caf\u00e9", "\u6f22\u5b57\u304b\u306a", "x" * 300]
+    array = np.array(words, dtype=object if kind == "object" else None)
+    (out,) = _session(onyx_module, models["strings"]).run(None, {"S": array})
+    assert out.shape == (len(words),)
+    assert out.tolist() == words
+    assert all(type(v) is str for v in out.tolist())
+
+
+def test_int64_and_bool(onyx_module, models, feed_for):
+    feed = feed_for("mixed", batch=6)
+    feed["tally"][0, 0] = 2**40 + 7  # beyond int32
+    total, doubled, positive = _session(onyx_module, models["mixed"]).run(None, feed)
+    assert doubled.dtype == np.int64 and positive.dtype == np.bool_
+    assert np.array_equal(doubled, feed["tally"] * 2)
+    assert np.array_equal(positive, feed["reading"] > 0)
+    assert total.dtype == np.float32 and total.shape == feed["reading"].shape
