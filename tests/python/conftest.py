@@ -12,7 +12,6 @@ onnxruntime is the reference everywhere and must be importable too.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 import zlib
 from pathlib import Path
@@ -22,10 +21,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import testmodels  # noqa: E402
-
-MODULE_NAME = os.environ.get("ONYX_PYTEST_MODULE", "onyx")
-UNDER_TEST_IS_ORT = MODULE_NAME.split(".")[0] == "onnxruntime"
+import pyapi_models  # noqa: E402
+from pyapi_support import MODULE_NAME, UNDER_TEST_IS_ORT, make_feed  # noqa: E402
 
 
 def pytest_configure(config):
@@ -83,42 +80,20 @@ def error_type(onyx_module):
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("models")
-    testmodels.build_all(str(directory))
+    pyapi_models.build_all(str(directory))
     return directory
 
 
 @pytest.fixture(scope="session")
 def models(model_dir) -> dict[str, str]:
-    """{name: path} of every model in testmodels.BUILDERS."""
-    return {name: str(model_dir / f"{name}.onnx") for name in testmodels.BUILDERS}
+    """{name: path} of every model in pyapi_models.BUILDERS."""
+    return {name: str(model_dir / f"{name}.onnx") for name in pyapi_models.BUILDERS}
 
 
 @pytest.fixture
 def rng(request) -> np.random.Generator:
     """A Generator seeded from the test's id: fresh per test, the same on every run."""
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
-
-
-def _nonzero_ints(rng: np.random.Generator, shape) -> np.ndarray:
-    values = rng.integers(1, 50, size=shape, dtype=np.int64)
-    return values * rng.choice(np.array([-1, 1], dtype=np.int64), size=shape)
-
-
-def make_feed(model: str, rng: np.random.Generator, batch: int = 3) -> dict[str, np.ndarray]:
-    """Random (never zero) feeds for the models of testmodels."""
-    if model == "mlp":
-        return {"X": rng.standard_normal((batch, testmodels.MLP_IN)).astype(np.float32)}
-    if model == "mixed":
-        width = testmodels.MIXED_WIDTH
-        return {
-            "reading": rng.standard_normal((batch, width)).astype(np.float32),
-            "tally": _nonzero_ints(rng, (batch, width)),
-        }
-    if model == "half":
-        return {"H": rng.standard_normal((batch, testmodels.HALF_WIDTH)).astype(np.float16)}
-    if model == "big":
-        return {"X": rng.standard_normal((batch, testmodels.BIG_WIDTH)).astype(np.float32)}
-    raise KeyError(model)
 
 
 @pytest.fixture

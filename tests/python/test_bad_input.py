@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compare import diff
-from conftest import make_feed
+from pyapi_compare import diff
+from pyapi_support import make_feed
 
 MIXED_INPUTS = ("reading", "tally")
 

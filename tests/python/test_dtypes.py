@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compare import diff
+from pyapi_compare import diff
 
 
 def _session(mod, path):

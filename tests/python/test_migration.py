@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from compare import diff
-from conftest import MODULE_NAME, UNDER_TEST_IS_ORT
+from pyapi_compare import diff
+from pyapi_support import MODULE_NAME, UNDER_TEST_IS_ORT
 
 MIGRATION_DIR = Path(__file__).resolve().parent / "migration"
 SCRIPTS = sorted(MIGRATION_DIR.glob("*.py"))

@@ -5,7 +5,7 @@ and returns an onnx.ModelProto. `build_all(directory, seed)` writes them all
 as <name>.onnx and returns {name: path}. Run this file directly to write the
 models somewhere by hand:
 
-    python tests/python/testmodels.py /tmp/onyx-models
+    python tests/python/pyapi_models.py /tmp/onyx-models
 """
 
 from __future__ import annotations
