@@ -18,135 +18,20 @@
 
 #include "ops/attention_math.h"
 #include "ops/common.h"
+#include "ops/mha.h"
 
 namespace onyx {
 
 namespace {
 
-enum Input : size_t {
-  kQuery,
-  kKey,
-  kValue,
-  kBias,
-  kKeyPaddingMask,
-  kAttentionBias,
-  kPastKey,
-  kPastValue,
-  kPastSequenceLength,
-  kCacheIndirection,
-};
-
-constexpr const char* kInputNames[] = {"query",
-                                       "key",
-                                       "value",
-                                       "bias",
-                                       "key_padding_mask",
-                                       "attention_bias",
-                                       "past_key",
-                                       "past_value",
-                                       "past_sequence_length",
-                                       "cache_indirection"};
-
-struct MhaGeometry {
-  int64_t B = 0, S = 0, L = 0, N = 0, H = 0, Hv = 0, P = 0;
-  bool kv_bnsh = false;  // key/value given as [B, N, L, H]
-  int64_t T() const { return P + L; }
-};
-
-MhaGeometry mha_geometry(const NodeView& n, const std::vector<const Shape*>& in) {
-  auto has = [&](size_t i) { return i < in.size() && in[i] != nullptr; };
-  ONYX_CHECK(n.has_attr("num_heads"), "MultiHeadAttention needs the num_heads attribute");
-  MhaGeometry g;
-  g.N = n.attr_int("num_heads");
-  ONYX_CHECK(g.N > 0, "num_heads must be positive, got ", g.N);
-  ONYX_CHECK(in.size() <= kCacheIndirection + 1, "MultiHeadAttention takes at most ", kCacheIndirection + 1,
-             " inputs, got ", in.size());
-  for (size_t i : {kPastSequenceLength, kCacheIndirection})
-    ONYX_CHECK(!has(i), "input '", kInputNames[i], "' (decoder-masked attention with beam search) is not supported ",
-               "by onyx");
-  ONYX_CHECK(has(kQuery), "input 'query' is required");
-  const Shape& q = *in[kQuery];
-  ONYX_CHECK(q.rank() != 5, "packed QKV query ", q.str(), " is not supported (nor by onnxruntime's CPU kernel)");
-  ONYX_CHECK(q.rank() == 3, "input 'query' must be 3-D (batch, sequence, hidden), got ", q.str());
-  g.B = q[0];
-  g.S = q[1];
-  ONYX_CHECK(q[2] % g.N == 0, "input 'query' hidden size ", q[2], " is not a multiple of num_heads ", g.N);
-  g.H = q[2] / g.N;
-  ONYX_CHECK(has(kKey) && has(kValue), "inputs 'key' and 'value' are required (packed QKV and packed KV are not ",
-             "supported)");
-  const Shape& k = *in[kKey];
-  const Shape& v = *in[kValue];
-  ONYX_CHECK(k.rank() != 5, "packed KV key ", k.str(), " is not supported (nor by onnxruntime's CPU kernel)");
-  if (k.rank() == 4) {
-    g.kv_bnsh = true;
-    ONYX_CHECK(k[0] == g.B && k[1] == g.N && k[3] == g.H, "4-D input 'key' must be [", g.B, ", ", g.N, ", L, ", g.H,
-               "] (BNSH), got ", k.str());
-    g.L = k[2];
-    ONYX_CHECK(v.rank() == 4 && v[0] == g.B && v[1] == g.N && v[2] == g.L, "input 'value' must be [", g.B, ", ", g.N,
-               ", ", g.L, ", v_head_size] like key, got ", v.str());
-    g.Hv = v[3];
-    ONYX_CHECK(!has(kPastKey) && !has(kPastValue), "past_key/past_value cannot be given with 4-D (BNSH) key and value");
-  } else {
-    ONYX_CHECK(k.rank() == 3 && k[0] == g.B && k[2] == g.N * g.H, "input 'key' must be [", g.B, ", L, ", g.N * g.H,
-               "], got ", k.str());
-    g.L = k[1];
-    ONYX_CHECK(v.rank() == 3 && v[0] == g.B && v[1] == g.L && v[2] % g.N == 0, "input 'value' must be [", g.B, ", ",
-               g.L, ", num_heads * v_head_size], got ", v.str());
-    g.Hv = v[2] / g.N;
-  }
-  if (has(kBias)) {
-    const Shape& b = *in[kBias];
-    ONYX_CHECK(b.rank() == 1 && b[0] == 2 * g.N * g.H + g.N * g.Hv, "input 'bias' must be [",
-               2 * g.N * g.H + g.N * g.Hv, "] (query, key and value biases), got ", b.str());
-  }
-  ONYX_CHECK(has(kPastKey) == has(kPastValue), "inputs 'past_key' and 'past_value' must be given together");
-  if (has(kPastKey)) {
-    const Shape& pk = *in[kPastKey];
-    const Shape& pv = *in[kPastValue];
-    ONYX_CHECK(pk.rank() == 4 && pk[0] == g.B && pk[1] == g.N && pk[3] == g.H, "input 'past_key' must be [", g.B, ", ",
-               g.N, ", past, ", g.H, "], got ", pk.str());
-    g.P = pk[2];
-    ONYX_CHECK(pv.rank() == 4 && pv[0] == g.B && pv[1] == g.N && pv[2] == g.P && pv[3] == g.Hv,
-               "input 'past_value' must be [", g.B, ", ", g.N, ", ", g.P, ", ", g.Hv, "], got ", pv.str());
-  }
-  const int64_t T = g.T();
-  if (has(kKeyPaddingMask)) {
-    const Shape& m = *in[kKeyPaddingMask];
-    const bool ok = (m.rank() == 1 && m[0] == g.B) || (m.rank() == 2 && m[0] == g.B && m[1] == T) ||
-                    (m.rank() == 3 && m[0] == g.B && m[1] == g.S && m[2] == T);
-    ONYX_CHECK(ok, "input 'key_padding_mask' must be [", g.B, "], [", g.B, ", ", T, "] or [", g.B, ", ", g.S, ", ", T,
-               "] (total sequence ", T, "), got ", m.str());
-  }
-  if (has(kAttentionBias)) {
-    const Shape& b = *in[kAttentionBias];
-    ONYX_CHECK(b.rank() == 4 && (b[0] == 1 || b[0] == g.B) && (b[1] == 1 || b[1] == g.N) && b[2] == g.S && b[3] == T,
-               "input 'attention_bias' must be [", g.B, " or 1, ", g.N, " or 1, ", g.S, ", ", T, "], got ", b.str());
-  }
-  if (n.attr_int("unidirectional", 0) == 1)
-    ONYX_CHECK(g.L == g.S, "unidirectional=1 needs key and query of one length, got ", g.L, " keys for ", g.S,
-               " queries");
-  return g;
-}
-
-void check_dtypes(const std::vector<DType>& dt) {
-  auto has = [&](size_t i) { return i < dt.size() && dt[i] != DType::kUndefined; };
-  const DType t = dt[kQuery];
-  ONYX_CHECK(dtype_is_float(t), "input 'query' must be a float tensor, got ", dtype_name(t));
-  for (size_t i : {kKey, kValue, kBias, kAttentionBias, kPastKey, kPastValue})
-    if (has(i))
-      ONYX_CHECK(dt[i] == t, "input '", kInputNames[i], "' has dtype ", dtype_name(dt[i]), ", but query has ",
-                 dtype_name(t));
-  if (has(kKeyPaddingMask))
-    ONYX_CHECK(dt[kKeyPaddingMask] == DType::kInt32, "input 'key_padding_mask' must be int32, got ",
-               dtype_name(dt[kKeyPaddingMask]));
-}
+using namespace mha;
 
 void infer_mha(InferContext& ctx) {
   ONYX_CHECK(!ctx.has_output(3), "output 'qk' is not supported by onyx");
   std::vector<DType> dt(ctx.num_inputs(), DType::kUndefined);
   for (size_t i = 0; i < ctx.num_inputs(); ++i)
     if (ctx.has_input(i)) dt[i] = ctx.input_dtype(i);
-  check_dtypes(dt);
+  check_mha_dtypes(dt);
   const DType t = dt[kQuery];
   bool known = true;
   for (size_t i = 0; i < ctx.num_inputs(); ++i)
@@ -163,7 +48,7 @@ void infer_mha(InferContext& ctx) {
       shapes[i] = ctx.input_concrete_shape(i);
       in[i] = &shapes[i];
     }
-  const MhaGeometry g = mha_geometry(ctx, in);
+  const MhaGeometry g = mha_geometry(mha_attrs(ctx), in);
   ctx.set_output(0, t, Shape{g.B, g.S, g.N * g.Hv});
   if (ctx.has_output(1)) ctx.set_output(1, t, Shape{g.B, g.N, g.T(), g.H});
   if (ctx.has_output(2)) ctx.set_output(2, t, Shape{g.B, g.N, g.T(), g.Hv});
@@ -204,8 +89,9 @@ void mha_kernel(KernelContext& ctx) {
       in[i] = &ctx.input(i).shape();
       dt[i] = ctx.input(i).dtype();
     }
-  check_dtypes(dt);
-  const MhaGeometry g = mha_geometry(ctx, in);
+  check_mha_dtypes(dt);
+  const MhaAttrs at = mha_attrs(ctx);
+  const MhaGeometry g = mha_geometry(at, in);
   const int64_t B = g.B, S = g.S, N = g.N, H = g.H, Hv = g.Hv, Tn = g.T();
   const Tensor* bias = ctx.has_input(kBias) ? &ctx.input(kBias) : nullptr;
   const Tensor* pk = ctx.has_input(kPastKey) ? &ctx.input(kPastKey) : nullptr;
@@ -227,10 +113,9 @@ void mha_kernel(KernelContext& ctx) {
       for (size_t i = 0; i < src.size(); ++i) p[i] = static_cast<T>(static_cast<compute_t<T>>(src[i]));
     }
 
-  const double scale_attr = ctx.attr_float("scale", 0.f);
-  const double scale = scale_attr != 0 ? scale_attr : 1.0 / std::sqrt(static_cast<double>(H));
-  const double filter = ctx.attr_float("mask_filter_value", -10000.f);
-  const bool causal = ctx.attr_int("unidirectional", 0) == 1;
+  const double scale = at.scale != 0 ? at.scale : 1.0 / std::sqrt(static_cast<double>(H));
+  const double filter = at.mask_filter_value;
+  const bool causal = at.unidirectional;
   const Tensor* mask = ctx.has_input(kKeyPaddingMask) ? &ctx.input(kKeyPaddingMask) : nullptr;
   const Tensor* ab = ctx.has_input(kAttentionBias) ? &ctx.input(kAttentionBias) : nullptr;
   auto masked = [&](int64_t b, int64_t s, int64_t j) {

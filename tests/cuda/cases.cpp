@@ -249,7 +249,8 @@ void rotary(std::vector<Case>& v) {
                {attr_int("interleaved", 1)}, 1, 1, ms});
 }
 
-// com.microsoft GroupQueryAttention and MatMulNBits (onnxruntime-genai's builder models).
+// com.microsoft GroupQueryAttention, MatMulNBits and GatherBlockQuantized (onnxruntime-genai's
+// builder models) and MultiHeadAttention (Optimum's exports).
 void contrib(std::vector<Case>& v) {
   const std::string ms = "com.microsoft";
   const D i32 = D::kInt32;
@@ -300,6 +301,53 @@ void contrib(std::vector<Case>& v) {
       {X({1, 1, 512}), X({1, 1, 512}), X({1, 1, 512}), X({1, 1, 4, 512}), X({1, 1, 4, 512}), Vals(i32, {1}, {3}),
        Vals(i32, {1}, {4})},
       heads(1, 1), Expect::kDecline);
+
+  // MultiHeadAttention (Optimum's BERT, T5 and Whisper exports). Inputs: query, key, value,
+  // bias, key_padding_mask, attention_bias, past_key, past_value; outputs: y (and present).
+  auto mha = [&](std::string name, std::vector<In> in, std::vector<Attribute> at, int outputs = 1,
+                 Expect e = Expect::kRun) {
+    Case c{std::move(name), "MultiHeadAttention", kFloats, std::move(in), std::move(at), outputs, 1, ms, e};
+    c.f32_tol = 1e-4;
+    v.push_back(std::move(c));
+  };
+  auto nh = [](int64_t n, std::vector<Attribute> more = {}) {
+    more.insert(more.begin(), attr_int("num_heads", n));
+    return more;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  // Encoder self-attention: bias, a [B, T] padding mask of zeros and ones.
+  mha("self_bias_mask2d", {X({2, 5, 64}), X({2, 5, 64}), X({2, 5, 64}), X({192}), Uni({2, 5}, 0, 1, i32)}, nh(4));
+  // Longer: 64 tokens, head size 64, a [B] mask of valid key counts (0 and 64 among them).
+  mha("bert_s64_mask1d",
+      {X({3, 64, 256}), X({3, 64, 256}), X({3, 64, 256}), X({768}), Vals(i32, {3}, {64, 17, 0})}, nh(4));
+  // Cross-attention on a BNSH key/value cache, a value head size unlike the key's (only the
+  // query part of the bias applies), a [B] mask.
+  mha("cross_bnsh_kv_hv24",
+      {X({2, 3, 64}), X({2, 4, 7, 16}), X({2, 4, 7, 24}), X({224}), Uni({2}, 0, 7, i32)}, nh(4));
+  // Cross-attention with 3-D key/value of another length, a head size of 80, a value head size
+  // of 48 (the lanes partly used), per-head attention_bias, present of the new keys only.
+  mha("cross_3d_h80_hv48_bias_present",
+      {X({2, 4, 160}), X({2, 6, 160}), X({2, 6, 96}), X({416}), None(), Uni({2, 2, 4, 6}, -2, 2)}, nh(2), 3);
+  // Decoder self-attention with a past: unidirectional, attention_bias broadcast over batch and
+  // heads, present = concat(past, new + bias).
+  mha("decoder_past_causal_present",
+      {X({2, 3, 64}), X({2, 3, 64}), X({2, 3, 64}), X({192}), None(), Uni({1, 1, 3, 11}, -2, 2), X({2, 4, 8, 16}),
+       X({2, 4, 8, 16})},
+      nh(4, {attr_int("unidirectional", 1)}), 3);
+  // A decode step: one token after 20, a [B, S, T] mask, the scale and mask_filter_value attributes,
+  // attention_bias per batch row and broadcast over heads.
+  mha("decode_past_mask3d_scale",
+      {X({2, 1, 128}), X({2, 1, 128}), X({2, 1, 128}), None(), Uni({2, 1, 21}, 0, 1, i32), Uni({2, 1, 1, 21}, -1, 1),
+       X({2, 2, 20, 64}), X({2, 2, 20, 64})},
+      nh(2, {attr_float("scale", 0.2f), attr_float("mask_filter_value", -50.f)}), 3);
+  // Keys left out by -inf in attention_bias: with unidirectional query 0 has none left (zeros),
+  // queries 1 and 2 one each.
+  mha("bias_minus_inf_rows_causal",
+      {X({1, 3, 32}), X({1, 3, 32}), X({1, 3, 32}), None(), None(),
+       Vals(kT, {1, 1, 3, 3}, {-inf, 0.5, -1, 0.25, -inf, 2, -inf, 1, -inf})},
+      nh(1, {attr_int("unidirectional", 1)}));
+  // On the CPU only: head sizes over 256.
+  mha("head_512", {X({1, 1, 512}), X({1, 2, 512}), X({1, 2, 512})}, nh(1), 1, Expect::kDecline);
 
   auto nbits = [&](std::string name, int64_t M0, int64_t M1, int64_t K, int64_t N, int64_t block, int64_t bits,
                    int zp, bool bias) {

@@ -1,6 +1,8 @@
 // CUDA kernels of the com.microsoft ops that onnxruntime-genai's builder emits:
-// GroupQueryAttention, MatMulNBits and GatherBlockQuantized (tied int4 embeddings). The semantics are the CPU kernels' (ops/gqa.h,
-// ops/group_query_attention.cpp, ops/matmul_nbits.cpp), which the harness compares these with.
+// GroupQueryAttention, MatMulNBits and GatherBlockQuantized (tied int4 embeddings), and
+// MultiHeadAttention (Optimum's BERT, T5 and Whisper exports). The semantics are the CPU
+// kernels' (ops/gqa.h, ops/group_query_attention.cpp, ops/matmul_nbits.cpp, ops/mha.h,
+// ops/multi_head_attention.cpp), which the harness compares these with.
 //
 // GroupQueryAttention reads seqlens_k and total_sequence_length on the device, so a captured
 // decode step serves every length: each block works out its row's lengths itself, and lengths
@@ -19,6 +21,7 @@
 #include "backends/cuda/kernels/common/reduce.cuh"
 #include "ops/block_quant.h"
 #include "ops/gqa.h"
+#include "ops/mha.h"
 
 namespace onyx::cuda {
 
@@ -341,6 +344,280 @@ std::string gqa_support(const Node& node, const std::vector<ValueType>& in) {
   return "";
 }
 
+// ================================ MultiHeadAttention ================================
+// The CPU kernel's semantics (ops/multi_head_attention.cpp, geometry in ops/mha.h). Keys and
+// values are read where they are: position j < P from past, the others from the new key/value
+// (3-D [B, L, N*H] with their bias slice added, or 4-D [B, N, L, H] without), in float and
+// unrounded as the CPU kernel uses them; present, when asked for, gets them rounded to T. Two
+// launches: present (one thread per element), then one block per (query s, head h, batch row
+// b), its warps taking keys in turn with an online softmax and merging at the end. No lengths
+// are read on the device (a 1-D key_padding_mask is compared, never indexed), so no error word.
+
+constexpr int kMhaThreads = 256;
+constexpr int kMhaWarps = kMhaThreads / 32;
+constexpr int kMhaMaxHead = 256;
+constexpr int kMhaPerLane = kMhaMaxHead / 32;
+
+struct MhaArgs {
+  const void* q;  // [B, S, N * H]
+  const void* k;  // [B, L, N * H] or [B, N, L, H]
+  const void* v;  // [B, L, N * Hv] or [B, N, L, Hv]
+  const void* bias;  // [2 * N * H + N * Hv] (null: none)
+  const void* past_k;  // [B, N, P, H] (null: P = 0)
+  const void* past_v;
+  const int32_t* mask;  // key_padding_mask [B], [B, T] or [B, S, T] (null: none)
+  const void* ab;       // attention_bias [ab_b, ab_h, S, T] (null: none)
+  void* present_k;      // [B, N, T, H] (null: not asked for)
+  void* present_v;
+  void* y;  // [B, S, N * Hv]
+  int64_t B, S, L, N, H, Hv, P, T;
+  int64_t ab_b, ab_h;
+  int kv_bnsh, mask_rank, causal;
+  float scale;
+  double filter;  // mask_filter_value
+};
+
+// Element d (of `width`) of key or value position j of head h in row b, in float; `x` is the
+// new key or value, `past` its past, `bias_off` where its bias slice starts.
+template <class T>
+__device__ __forceinline__ float mha_kv(const MhaArgs& a, const void* x, const void* past, int64_t bias_off,
+                                        int64_t width, int64_t b, int64_t h, int64_t j, int64_t d) {
+  if (j < a.P) return to_compute(static_cast<const T*>(past)[((b * a.N + h) * a.P + j) * width + d]);
+  const int64_t l = j - a.P;
+  if (a.kv_bnsh) return to_compute(static_cast<const T*>(x)[((b * a.N + h) * a.L + l) * width + d]);
+  float val = to_compute(static_cast<const T*>(x)[(b * a.L + l) * a.N * width + h * width + d]);
+  if (a.bias) val += to_compute(static_cast<const T*>(a.bias)[bias_off + h * width + d]);
+  return val;
+}
+
+// present_key (is_value 0) or present_value: concat(past, new (+ bias)), one thread per element.
+template <class T>
+__global__ void mha_present_kernel(MhaArgs a, int is_value) {
+  const int64_t width = is_value ? a.Hv : a.H, total = a.B * a.N * a.T * width;
+  const void* x = is_value ? a.v : a.k;
+  const void* past = is_value ? a.past_v : a.past_k;
+  const int64_t bias_off = is_value ? 2 * a.N * a.H : a.N * a.H;
+  T* dst = static_cast<T*>(is_value ? a.present_v : a.present_k);
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t d = e % width, j = (e / width) % a.T, bh = e / (width * a.T);
+    dst[e] = from_compute<T>(mha_kv<T>(a, x, past, bias_off, width, bh / a.N, bh % a.N, j, d));
+  }
+}
+
+// One block per (query token s, head h, batch row b).
+template <class T>
+__global__ void __launch_bounds__(kMhaThreads) mha_attend_kernel(MhaArgs a) {
+  __shared__ float qs[kMhaMaxHead];
+  __shared__ double wm[kMhaWarps];
+  __shared__ float wl[kMhaWarps];
+  __shared__ float wacc[kMhaWarps][kMhaMaxHead];
+  const int64_t s = blockIdx.x, h = blockIdx.y, b = blockIdx.z, H = a.H, Hv = a.Hv;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const T* qrow = static_cast<const T*>(a.q) + (b * a.S + s) * a.N * H + h * H;
+  for (int64_t d = threadIdx.x; d < H; d += blockDim.x) {
+    float x = to_compute(qrow[d]);
+    if (a.bias) x += to_compute(static_cast<const T*>(a.bias)[h * H + d]);
+    qs[d] = x;
+  }
+  __syncthreads();
+
+  // unidirectional: query s sees keys j <= P + s; the others leave the softmax.
+  const int64_t hi = a.causal ? min(a.P + s + 1, a.T) : a.T;
+  const int per_lane = static_cast<int>((H + 31) / 32), per_lane_v = static_cast<int>((Hv + 31) / 32);
+  float qreg[kMhaPerLane], acc[kMhaPerLane];
+  ONYX_UNROLL
+  for (int i = 0; i < kMhaPerLane; ++i) {
+    const int64_t d = lane + 32 * i;
+    qreg[i] = i < per_lane && d < H ? qs[d] : 0.f;
+    acc[i] = 0.f;
+  }
+  const int32_t* mrow = nullptr;
+  if (a.mask) mrow = a.mask_rank == 2 ? a.mask + b * a.T : a.mask_rank == 3 ? a.mask + (b * a.S + s) * a.T : a.mask + b;
+  const T* abrow = a.ab ? static_cast<const T*>(a.ab) +
+                              (((a.ab_b == 1 ? 0 : b) * a.ab_h + (a.ab_h == 1 ? 0 : h)) * a.S + s) * a.T
+                        : nullptr;
+  // Scores in double, as the CPU kernel has them: a mask_filter_value of -10000 then cancels
+  // exactly where every key is masked, and one as large as the float range absorbs the scores
+  // where the CPU's does. Weights and sums in float.
+  double m = -INFINITY;
+  float l = 0.f;
+  for (int64_t j = warp; j < hi; j += kMhaWarps) {
+    float dot = 0.f;
+    ONYX_UNROLL
+    for (int i = 0; i < kMhaPerLane; ++i) {
+      const int64_t d = lane + 32 * i;
+      if (i < per_lane && d < H) dot += qreg[i] * mha_kv<T>(a, a.k, a.past_k, a.N * H, H, b, h, j, d);
+    }
+    dot = warp_reduce(dot, [](float x, float y) { return x + y; });
+    double sc = static_cast<double>(dot * a.scale);
+    if (mrow && (a.mask_rank == 1 ? j >= *mrow : mrow[j] == 0)) sc += a.filter;
+    if (abrow) sc += static_cast<double>(to_compute(abrow[j]));
+    if (sc == -INFINITY) continue;  // a key left out
+    float corr = 1.f, w = 1.f;
+    if (sc > m) {
+      corr = m == -INFINITY ? 0.f : expf(static_cast<float>(m - sc));
+      m = sc;
+    } else {
+      w = expf(static_cast<float>(sc - m));
+    }
+    l = l * corr + w;
+    ONYX_UNROLL
+    for (int i = 0; i < kMhaPerLane; ++i) {
+      const int64_t d = lane + 32 * i;
+      if (i < per_lane_v && d < Hv)
+        acc[i] = acc[i] * corr + w * mha_kv<T>(a, a.v, a.past_v, 2 * a.N * H, Hv, b, h, j, d);
+    }
+  }
+  if (lane == 0) {
+    wm[warp] = m;
+    wl[warp] = l;
+  }
+  ONYX_UNROLL
+  for (int i = 0; i < kMhaPerLane; ++i) {
+    const int64_t d = lane + 32 * i;
+    if (i < per_lane_v && d < Hv) wacc[warp][d] = acc[i];
+  }
+  __syncthreads();
+  double mx = -INFINITY;
+  for (int w = 0; w < kMhaWarps; ++w) mx = fmax(mx, wm[w]);
+  const bool any = mx != -INFINITY;
+  float factor[kMhaWarps];
+  float den = 0.f;
+  ONYX_UNROLL
+  for (int w = 0; w < kMhaWarps; ++w) {
+    factor[w] = wm[w] == -INFINITY ? 0.f : expf(static_cast<float>(wm[w] - mx));
+    den += wl[w] * factor[w];
+  }
+  T* ys = static_cast<T*>(a.y) + (b * a.S + s) * a.N * Hv + h * Hv;
+  for (int64_t d = threadIdx.x; d < Hv; d += blockDim.x) {
+    float out = 0.f;  // every key left out: zeros, as on the CPU
+    if (any) {
+      ONYX_UNROLL
+      for (int w = 0; w < kMhaWarps; ++w) out += wacc[w][d] * factor[w];
+      out /= den;
+    }
+    ys[d] = from_compute<T>(out);
+  }
+}
+
+void run_mha(KernelContext& ctx, CudaContext& cu) {
+  ONYX_CHECK(!ctx.has_output(3), "output 'qk' is not supported by onyx");
+  std::vector<const Shape*> in(ctx.num_inputs(), nullptr);
+  std::vector<DType> dts(ctx.num_inputs(), DType::kUndefined);
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.has_input(i)) {
+      in[i] = &ctx.input(i).shape();
+      dts[i] = ctx.input(i).dtype();
+    }
+  check_mha_dtypes(dts);
+  const MhaAttrs at = mha_attrs(ctx);
+  const MhaGeometry g = mha_geometry(at, in);
+  ONYX_CHECK(g.H <= kMhaMaxHead && g.Hv <= kMhaMaxHead, "MultiHeadAttention on CUDA takes head sizes up to ",
+             kMhaMaxHead, ", got ", g.H, " (key) and ", g.Hv, " (value)");
+  auto ptr = [&](size_t i) -> const void* { return ctx.has_input(i) ? ctx.input(i).raw() : nullptr; };
+  MhaArgs a{};
+  a.q = ptr(mha::kQuery);
+  a.k = ptr(mha::kKey);
+  a.v = ptr(mha::kValue);
+  a.bias = ptr(mha::kBias);
+  a.past_k = ptr(mha::kPastKey);
+  a.past_v = ptr(mha::kPastValue);
+  if (ctx.has_input(mha::kKeyPaddingMask)) {
+    a.mask = ctx.input(mha::kKeyPaddingMask).data<int32_t>();
+    a.mask_rank = static_cast<int>(ctx.input(mha::kKeyPaddingMask).rank());
+  }
+  if (ctx.has_input(mha::kAttentionBias)) {
+    const Tensor& bt = ctx.input(mha::kAttentionBias);
+    a.ab = bt.raw();
+    a.ab_b = bt.shape()[0];
+    a.ab_h = bt.shape()[1];
+  }
+  a.present_k = ctx.has_output(1) ? ctx.output(1).raw() : nullptr;
+  a.present_v = ctx.has_output(2) ? ctx.output(2).raw() : nullptr;
+  Tensor& y = ctx.output(0);
+  a.y = y.raw();
+  a.B = g.B;
+  a.S = g.S;
+  a.L = g.L;
+  a.N = g.N;
+  a.H = g.H;
+  a.Hv = g.Hv;
+  a.P = g.P;
+  a.T = g.T();
+  a.kv_bnsh = g.kv_bnsh;
+  a.causal = at.unidirectional;
+  a.scale = static_cast<float>(at.scale != 0 ? at.scale : 1.0 / std::sqrt(static_cast<double>(g.H)));
+  a.filter = at.mask_filter_value;
+  ONYX_CHECK(g.S <= 0x7fffffff && g.N <= 65535 && g.B <= 65535, "MultiHeadAttention on CUDA: batch ", g.B,
+             ", sequence ", g.S, " or heads ", g.N, " exceed a grid dimension");
+  dispatch_float(y.dtype(), "MultiHeadAttention", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for (int is_value = 0; is_value < 2; ++is_value) {
+      const int64_t n = g.B * g.N * g.T() * (is_value ? g.Hv : g.H);
+      if ((is_value ? a.present_v : a.present_k) && n > 0)
+        mha_present_kernel<T><<<resident_blocks_for(n, cu.device), kThreads, 0, cu.stream>>>(a, is_value);
+    }
+    if (y.numel() > 0)
+      mha_attend_kernel<T><<<dim3(static_cast<unsigned>(g.S), static_cast<unsigned>(g.N), static_cast<unsigned>(g.B)),
+                             kMhaThreads, 0, cu.stream>>>(a);
+  });
+  ONYX_CUDA_CHECK_LAUNCH("MultiHeadAttention");
+}
+
+std::string mha_support(const Node& node, const std::vector<ValueType>& in) {
+  auto has = [&](size_t i) { return i < node.inputs.size() && node.inputs[i] >= 0 && i < in.size(); };
+  if (node.outputs.size() > 3 && node.outputs[3] >= 0) return "output 'qk' is not supported by onyx";
+  if (!has(mha::kQuery) || !is_cuda_float(in[mha::kQuery].dtype))
+    return "MultiHeadAttention on CUDA takes float32/float16/bfloat16";
+  try {
+    const MhaAttrs at = mha_attrs(NodeView(node));
+    std::vector<DType> dts(in.size(), DType::kUndefined);
+    bool known = true;
+    for (size_t i = 0; i < in.size(); ++i)
+      if (has(i)) {
+        dts[i] = in[i].dtype;
+        known &= in[i].shape.fully_known();
+      }
+    check_mha_dtypes(dts);
+    // The forms the CPU kernel refuses are refused here with its words (the node then stays on
+    // the CPU, which says the same when it runs).
+    std::vector<Shape> shapes(in.size());
+    std::vector<const Shape*> sp(in.size(), nullptr);
+    for (size_t i = 0; i < in.size(); ++i)
+      if (has(i)) {
+        if (known) shapes[i] = in[i].shape.to_shape();
+        sp[i] = &shapes[i];
+      }
+    if (known) {
+      const MhaGeometry g = mha_geometry(at, sp);
+      if (g.H > kMhaMaxHead || g.Hv > kMhaMaxHead)
+        return cat("MultiHeadAttention on CUDA takes head sizes up to ", kMhaMaxHead, ", got ", g.H, " (key) and ",
+                   g.Hv, " (value)");
+      return "";
+    }
+    for (size_t i : {mha::kPastSequenceLength, mha::kCacheIndirection})
+      if (has(i))
+        return cat("input '", mha::input_name(i), "' (decoder-masked attention with beam search) is not supported by ",
+                   "onyx");
+    // Shapes not all known yet: the head sizes that are known must fit (the kernel checks again).
+    const PartialShape& q = in[mha::kQuery].shape;
+    const int64_t N = at.num_heads;
+    int64_t H = -1, Hv = -1;
+    if (q.rank_known && q.dims.size() == 3 && q.dims[2] >= 0 && q.dims[2] % N == 0) H = q.dims[2] / N;
+    if (has(mha::kValue)) {
+      const PartialShape& v = in[mha::kValue].shape;
+      if (v.rank_known && v.dims.size() == 3 && v.dims[2] >= 0 && v.dims[2] % N == 0) Hv = v.dims[2] / N;
+      if (v.rank_known && v.dims.size() == 4) Hv = v.dims[3];
+    }
+    if (H > kMhaMaxHead || Hv > kMhaMaxHead)
+      return cat("MultiHeadAttention on CUDA takes head sizes up to ", kMhaMaxHead);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // ==================================== MatMulNBits ====================================
 
 struct NBitsArgs {
@@ -624,6 +901,7 @@ void register_contrib_kernels(CudaKernelRegistry& r) {
   r.add(domain_kernel("com.microsoft", "GatherBlockQuantized", 1, run_gbq, gbq_support));
   r.add(domain_kernel("com.microsoft", "GroupQueryAttention", 1, run_gqa, gqa_support));
   r.add(domain_kernel("com.microsoft", "MatMulNBits", 1, run_matmul_nbits, nbits_support));
+  r.add(domain_kernel("com.microsoft", "MultiHeadAttention", 1, run_mha, mha_support));
 }
 
 }  // namespace onyx::cuda
