@@ -89,6 +89,9 @@ struct ValueDesc {
 struct ModelSummary {
   std::string path;
   std::string producer;
+  std::string producer_version, domain, doc_string, graph_name, graph_doc_string;
+  int64_t model_version = 0;
+  std::map<std::string, std::string> metadata;  // the model's metadata_props
   int64_t ir_version = 0;
   std::map<std::string, int> opsets;  // "" is ai.onnx
   int64_t initializer_count = 0;
@@ -118,9 +121,14 @@ class Session {
  public:
   // Loads and prepares a model. Throws onyx::Error with the whole context chain.
   static std::unique_ptr<Session> load(const std::string& path, const SessionOptions& options = {});
+  // The same from the bytes of a model in memory; external data resolves against `base_dir`.
+  static std::unique_ptr<Session> load_from_bytes(const void* data, size_t size, const SessionOptions& options = {},
+                                                  const std::string& base_dir = ".");
   ~Session();
 
   const std::vector<ValueDesc>& inputs() const;
+  // What the model declares about itself (producer, domain, metadata, opsets, sizes).
+  ModelSummary summary() const;
   const std::vector<ValueDesc>& outputs() const;
 
   // Runs the model. Feeds are borrowed for the call and may lie on the host or on the
@@ -167,6 +175,7 @@ class Session {
 
  private:
   Session();
+  static std::unique_ptr<Session> prepare(const SessionOptions& options, const std::function<struct Model()>& load);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -53,21 +53,38 @@ static ValueDesc describe(const Value& v, bool has_default) {
 Session::Session() : impl_(std::make_unique<Impl>()) {}
 Session::~Session() = default;
 
-std::unique_ptr<Session> Session::load(const std::string& path, const SessionOptions& options) {
+static void fill_summary(const Model& m, ModelSummary& s);
+
+std::unique_ptr<Session> Session::prepare(const SessionOptions& options, const std::function<Model()>& load) {
   std::unique_ptr<Session> s(new Session());
-  Impl& m = *s->impl_;
+  Session::Impl& m = *s->impl_;
   m.options = options;
   m.device = resolve_device(options.device);
   ONYX_CHECK(!m.device.is_cpu() || options.capture != CaptureMode::kRequire,
              "capture=require needs a CUDA device; this session runs on ", m.device.str());
-  m.model = load_model(path);
+  m.model = load();
   Graph& g = *m.model.graph;
-  with_context(cat("preparing '", path, "'"), [&] {
+  with_context(cat("preparing '", m.model.path, "'"), [&] {
     m.backend = make_backend(m.device, options);
     m.executor = std::make_unique<GraphExecutor>(g, OpRegistry::global(), m.alloc, options, m.backend.get());
   });
   for (int id : g.inputs) m.inputs.push_back(describe(g.values[id], g.values[id].is_initializer));
   for (int id : g.outputs) m.outputs.push_back(describe(g.values[id], false));
+  return s;
+}
+
+std::unique_ptr<Session> Session::load(const std::string& path, const SessionOptions& options) {
+  return prepare(options, [&] { return load_model(path); });
+}
+
+std::unique_ptr<Session> Session::load_from_bytes(const void* data, size_t size, const SessionOptions& options,
+                                                  const std::string& base_dir) {
+  return prepare(options, [&] { return load_model_from_bytes(data, size, "<model bytes>", base_dir); });
+}
+
+ModelSummary Session::summary() const {
+  ModelSummary s;
+  fill_summary(impl_->model, s);
   return s;
 }
 
@@ -89,16 +106,27 @@ static void histogram(const Graph& g, ModelSummary& s, std::set<std::string>& un
   }
 }
 
-ModelInfo inspect_model(const std::string& path) {
-  Model m = load_model(path);
-  ModelInfo info;
-  ModelSummary& s = info.summary;
+static void fill_summary(const Model& m, ModelSummary& s) {
   s.path = m.path;
   s.producer = m.producer;
+  s.producer_version = m.producer_version;
+  s.domain = m.domain;
+  s.doc_string = m.doc_string;
+  s.graph_name = m.graph_name;
+  s.graph_doc_string = m.graph_doc_string;
+  s.model_version = m.model_version;
+  s.metadata = m.metadata;
   s.ir_version = m.ir_version;
   s.opsets = m.opsets;
   s.initializer_count = static_cast<int64_t>(m.graph->initializers.size());
   s.initializer_bytes = m.initializer_bytes();
+}
+
+ModelInfo inspect_model(const std::string& path) {
+  Model m = load_model(path);
+  ModelInfo info;
+  ModelSummary& s = info.summary;
+  fill_summary(m, s);
   std::set<std::string> unsupported;
   histogram(*m.graph, s, unsupported);
   info.unsupported_ops.assign(unsupported.begin(), unsupported.end());
@@ -155,9 +183,14 @@ NamedTensors Session::run(const NamedTensors& feeds, const RunOptions& options) 
   std::lock_guard<std::mutex> lock(m.run_mutex);
   return with_context(cat("running '", m.model.path, "'"), [&] {
     std::vector<Tensor> ordered = m.order_feeds(feeds, true);
+    std::string missing;
+    size_t n_missing = 0;
     for (size_t k = 0; k < m.inputs.size(); ++k)
-      ONYX_CHECK(ordered[k].defined() || m.inputs[k].has_default, "required input '", m.inputs[k].name, "' (",
-                 m.inputs[k].type_str(), ") was not given");
+      if (!ordered[k].defined() && !m.inputs[k].has_default) {
+        missing += cat(n_missing++ ? ", '" : "'", m.inputs[k].name, "' (", m.inputs[k].type_str(), ")");
+      }
+    ONYX_CHECK(n_missing == 0, n_missing == 1 ? "required input " : "required inputs ", missing,
+               n_missing == 1 ? " was" : " were", " not given");
     auto output_index = [&](const std::string& name) {
       size_t k = 0;
       while (k < m.outputs.size() && m.outputs[k].name != name) ++k;

@@ -17,41 +17,48 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-std::vector<SequenceResult> Generator::generate(const std::vector<std::vector<int64_t>>& prompts,
-                                                const SearchOptions& search,
-                                                const std::function<void(size_t, const std::string&)>& on_text,
-                                                const std::atomic<bool>* interrupt) {
-  check_search_options(search);
-  const ModelFolder& f = model_.folder();
-  const size_t n = prompts.size();
-  stats_ = GenerationStats{};
-  stats_.sequences = static_cast<int64_t>(n);
-  std::vector<SequenceResult> out(n);
-  size_t longest = 0;
-  for (size_t s = 0; s < n; ++s) {
-    out[s].prompt_ids = prompts[s];
-    stats_.prompt_tokens += static_cast<int64_t>(prompts[s].size());
-    longest = std::max(longest, prompts[s].size());
-  }
-  // Text is decoded when someone reads it: a stream callback or stop strings.
-  const bool text = on_text || !search.stop.empty();
+// One generation in flight: what each row of the model's batch holds (a sequence, or kDone
+// once it has finished and until the rows are compacted), the tokens drawn last, and each
+// sequence's history, stream and result.
+struct Generator::State {
+  static constexpr size_t kDone = static_cast<size_t>(-1);
+  SearchOptions search;
+  std::vector<SequenceResult> out;
+  std::vector<size_t> rows;
+  std::vector<std::vector<int64_t>> history;
+  std::vector<std::vector<int64_t>> row_history;  // the history by row (repetition penalty)
   std::vector<std::unique_ptr<TokenStream>> streams;
-  if (text)
-    for (size_t s = 0; s < n; ++s) streams.push_back(std::make_unique<TokenStream>(model_.tokenizer(), true));
-  if (search.max_new_tokens == 0) {
-    for (auto& r : out) r.stop_reason = "max_new_tokens";
-    return out;
+  // Per sequence: how much of its text has gone to on_text. Text that could be the start of a
+  // stop string is held back until the next tokens show whether it is.
+  std::vector<size_t> emitted;
+  std::vector<int64_t> tokens;  // per row: the token it feeds the next step
+  Next next;                    // the tokens drawn last, per row
+  int64_t step = 0;
+  bool done = false;
+  std::chrono::steady_clock::time_point t_decode;
+
+  // Sends sequence s's text up to `upto` that on_text has not had yet.
+  void emit(size_t s, size_t upto, const std::function<void(size_t, const std::string&)>& on_text) {
+    const std::string& text = out[s].text;
+    upto = std::min(upto, text.size());
+    if (upto <= emitted[s]) return;
+    if (on_text) on_text(s, text.substr(emitted[s], upto - emitted[s]));
+    emitted[s] = upto;
+  }
+  // How many bytes at the end of `text` could begin a stop string.
+  size_t held_back(const std::string& text) const {
+    size_t hold = 0;
+    for (const auto& stop : search.stop)
+      for (size_t k = std::min(stop.size() - 1, text.size()); k > hold; --k)
+        if (text.compare(text.size() - k, k, stop, 0, k) == 0) {
+          hold = k;
+          break;
+        }
+    return hold;
   }
 
-  // What each row of the model's batch holds: a sequence, or kDone once it has finished and
-  // until the rows are compacted.
-  constexpr size_t kDone = static_cast<size_t>(-1);
-  std::vector<size_t> rows(n);
-  for (size_t s = 0; s < n; ++s) rows[s] = s;
-  std::vector<std::vector<int64_t>> history(prompts.begin(), prompts.end());
-  std::vector<std::vector<int64_t>> row_history;  // the history by row (repetition penalty)
-  const SearchOptions greedy_options;
-  auto draw_for = [&](int64_t counter) {
+  Draw draw_for(int64_t counter) {
+    static const SearchOptions greedy_options;
     Draw d;
     d.counter = counter;
     for (size_t s : rows) {
@@ -64,88 +71,165 @@ std::vector<SequenceResult> Generator::generate(const std::vector<std::vector<in
       d.history = &row_history;
     }
     return d;
-  };
+  }
+};
+
+Generator::Generator(LanguageModel& model) : model_(model) {}
+Generator::~Generator() = default;
+
+void Generator::begin(const std::vector<std::vector<int64_t>>& prompts, const SearchOptions& search, bool text) {
+  check_search_options(search);
+  ONYX_CHECK(!prompts.empty(), "no prompts to generate from");
+  for (size_t s = 0; s < prompts.size(); ++s)
+    ONYX_CHECK(!prompts[s].empty(), "prompt ", s, " has no tokens");
+  st_ = std::make_unique<State>();
+  State& st = *st_;
+  st.search = search;
+  const size_t n = prompts.size();
+  stats_ = GenerationStats{};
+  stats_.sequences = static_cast<int64_t>(n);
+  st.out.resize(n);
+  size_t longest = 0;
+  for (size_t s = 0; s < n; ++s) {
+    st.out[s].prompt_ids = prompts[s];
+    stats_.prompt_tokens += static_cast<int64_t>(prompts[s].size());
+    longest = std::max(longest, prompts[s].size());
+  }
+  // Text is decoded when someone reads it: a stream, the results' text, or stop strings.
+  if (text || !search.stop.empty())
+    for (size_t s = 0; s < n; ++s) st.streams.push_back(std::make_unique<TokenStream>(model_.tokenizer(), true));
+  st.emitted.assign(n, 0);
+  if (search.max_new_tokens == 0) {
+    for (auto& r : st.out) r.stop_reason = "max_new_tokens";
+    st.done = true;
+    return;
+  }
+  st.rows.resize(n);
+  for (size_t s = 0; s < n; ++s) st.rows[s] = s;
+  st.history.assign(prompts.begin(), prompts.end());
+  st.tokens.assign(n, 0);
+  auto t0 = std::chrono::steady_clock::now();
+  const int64_t capacity =
+      search.kv_capacity > 0 ? search.kv_capacity : static_cast<int64_t>(longest) + search.max_new_tokens;
+  st.next = model_.start(prompts, capacity, st.draw_for(0));
+  stats_.prefill_seconds = seconds_since(t0);
+  stats_.kv_cache_bytes = model_.cache_bytes();
+  st.t_decode = std::chrono::steady_clock::now();
+}
+
+bool Generator::done() const { return !st_ || st_->done; }
+
+const std::vector<SequenceResult>& Generator::results() const {
+  static const std::vector<SequenceResult> none;
+  return st_ ? st_->out : none;
+}
+
+void Generator::stop(const std::function<void(size_t, const std::string&)>& on_text) {
+  if (done()) return;
+  State& st = *st_;
+  for (size_t s : st.rows) {
+    if (s == State::kDone) continue;
+    st.out[s].stop_reason = "interrupted";
+    if (st.streams.empty()) continue;
+    st.out[s].text += st.streams[s]->finish();
+    st.emit(s, st.out[s].text.size(), on_text);
+  }
+  st.done = true;
+}
+
+std::vector<int64_t> Generator::next(const std::function<void(size_t, const std::string&)>& on_text) {
+  ONYX_CHECK(st_, "next(): no generation begun");
+  State& st = *st_;
+  std::vector<int64_t> taken(st.out.size(), -1);
+  if (st.done) return taken;
+  const ModelFolder& f = model_.folder();
   auto finish = [&](size_t s, const char* why) {
-    out[s].stop_reason = why;
-    if (!streams.empty()) {
-      std::string rest = streams[s]->finish();
-      if (!rest.empty() && out[s].stop_reason != "stop_string") {
-        out[s].text += rest;
-        if (on_text) on_text(s, rest);
-      }
+    st.out[s].stop_reason = why;
+    if (!st.streams.empty()) {
+      if (st.out[s].stop_reason != "stop_string") st.out[s].text += st.streams[s]->finish();
+      st.emit(s, st.out[s].text.size(), on_text);
     }
   };
   // Takes sequence s's new token; returns whether it goes on.
   auto take = [&](size_t s, int64_t id) {
-    history[s].push_back(id);
-    out[s].generated_ids.push_back(id);
+    SequenceResult& r = st.out[s];
+    st.history[s].push_back(id);
+    r.generated_ids.push_back(id);
+    taken[s] = id;
     ++stats_.generated_tokens;
-    if (!streams.empty()) {
-      std::string piece = streams[s]->step(static_cast<int32_t>(id));
-      const size_t before = out[s].text.size();
-      out[s].text += piece;
+    if (!st.streams.empty()) {
+      std::string piece = st.streams[s]->step(static_cast<int32_t>(id));
+      const size_t before = r.text.size();
+      r.text += piece;
       size_t cut = std::string::npos;
-      for (const auto& stop : search.stop) {
+      for (const auto& stop : st.search.stop) {
         // A stop string may start in text already streamed: search from where it could.
         const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
-        const size_t at = out[s].text.find(stop, from);
+        const size_t at = r.text.find(stop, from);
         if (at != std::string::npos) cut = std::min(cut, at);
       }
       if (cut != std::string::npos) {
-        if (on_text && cut > before) on_text(s, out[s].text.substr(before, cut - before));
-        out[s].text.resize(cut);
+        r.text.resize(cut);
         finish(s, "stop_string");
         return false;
       }
-      if (on_text && !piece.empty()) on_text(s, piece);
+      st.emit(s, r.text.size() - st.held_back(r.text), on_text);
     }
     if (std::find(f.eos_ids.begin(), f.eos_ids.end(), id) != f.eos_ids.end()) finish(s, "eos");
-    else if (static_cast<int64_t>(out[s].generated_ids.size()) >= search.max_new_tokens) finish(s, "max_new_tokens");
-    else if (static_cast<int64_t>(history[s].size()) >= f.context_length) finish(s, "context_full");
+    else if (static_cast<int64_t>(r.generated_ids.size()) >= st.search.max_new_tokens) finish(s, "max_new_tokens");
+    else if (static_cast<int64_t>(st.history[s].size()) >= f.context_length) finish(s, "context_full");
     else return true;
     return false;
   };
 
-  auto t0 = std::chrono::steady_clock::now();
-  const int64_t capacity = search.kv_capacity > 0 ? search.kv_capacity : static_cast<int64_t>(longest) + search.max_new_tokens;
-  Next next = model_.start(prompts, capacity, draw_for(0));
-  stats_.prefill_seconds = seconds_since(t0);
-  stats_.kv_cache_bytes = model_.cache_bytes();
-  std::vector<int64_t> tokens(n, 0);
-  auto t1 = std::chrono::steady_clock::now();
-  for (int64_t step = 1;; ++step) {
-    std::vector<size_t> going;  // rows whose sequence goes on
-    for (size_t row = 0; row < rows.size(); ++row) {
-      if (rows[row] == kDone) continue;  // repeats its last token; its draws go unread
-      tokens[row] = next.tokens[row];
-      if (take(rows[row], next.tokens[row])) going.push_back(row);
-      else rows[row] = kDone;
-    }
-    if (interrupt && interrupt->load()) {
-      for (size_t row : going) finish(rows[row], "interrupted");
-      going.clear();
-    }
-    if (going.empty()) break;
-    // Finished sequences stop costing work once the rest fit a smaller bucket.
-    if (static_cast<int64_t>(going.size()) <= model_.bucket() / 2) {
-      model_.keep(going);
-      std::vector<size_t> kept;
-      std::vector<int64_t> kept_tokens;
-      for (size_t row : going) {
-        kept.push_back(rows[row]);
-        kept_tokens.push_back(tokens[row]);
-      }
-      rows = std::move(kept);
-      tokens = std::move(kept_tokens);
-    }
-    next = model_.step(tokens, draw_for(step));
-    ++stats_.decode_steps;
+  std::vector<size_t> going;  // rows whose sequence goes on
+  for (size_t row = 0; row < st.rows.size(); ++row) {
+    if (st.rows[row] == State::kDone) continue;  // repeats its last token; its draws go unread
+    st.tokens[row] = st.next.tokens[row];
+    if (take(st.rows[row], st.next.tokens[row])) going.push_back(row);
+    else st.rows[row] = State::kDone;
   }
-  stats_.decode_seconds = seconds_since(t1);
+  if (going.empty()) {
+    st.done = true;
+    stats_.decode_seconds = seconds_since(st.t_decode);
+    stats_.capture = model_.capture_report();
+    stats_.kv_cache_bytes = std::max(stats_.kv_cache_bytes, model_.cache_bytes());
+    stats_.kv_cache_grows = model_.cache_grows();
+    return taken;
+  }
+  // Finished sequences stop costing work once the rest fit a smaller bucket.
+  if (static_cast<int64_t>(going.size()) <= model_.bucket() / 2) {
+    model_.keep(going);
+    std::vector<size_t> kept;
+    std::vector<int64_t> kept_tokens;
+    for (size_t row : going) {
+      kept.push_back(st.rows[row]);
+      kept_tokens.push_back(st.tokens[row]);
+    }
+    st.rows = std::move(kept);
+    st.tokens = std::move(kept_tokens);
+  }
+  ++st.step;
+  st.next = model_.step(st.tokens, st.draw_for(st.step));
+  ++stats_.decode_steps;
+  return taken;
+}
+
+std::vector<SequenceResult> Generator::generate(const std::vector<std::vector<int64_t>>& prompts,
+                                                const SearchOptions& search,
+                                                const std::function<void(size_t, const std::string&)>& on_text,
+                                                const std::atomic<bool>* interrupt) {
+  begin(prompts, search, static_cast<bool>(on_text));
+  while (!done()) {
+    next(on_text);
+    // The step in flight has drawn tokens no one will take: the sequences end here.
+    if (!done() && interrupt && interrupt->load()) stop(on_text);
+  }
+  stats_.decode_seconds = st_->t_decode.time_since_epoch().count() ? seconds_since(st_->t_decode) : 0;
   stats_.capture = model_.capture_report();
   stats_.kv_cache_bytes = std::max(stats_.kv_cache_bytes, model_.cache_bytes());
   stats_.kv_cache_grows = model_.cache_grows();
-  return out;
+  return st_->out;
 }
 
 std::vector<double> compare_with_growing_cache(LanguageModel& model, const std::vector<int64_t>& prompt,

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,17 +32,34 @@ struct GenerationStats {
 
 class Generator {
  public:
-  explicit Generator(LanguageModel& model) : model_(model) {}
+  explicit Generator(LanguageModel& model);
+  ~Generator();
   // `on_text(sequence, text)` receives each sequence's text as it completes (needs the
   // tokenizer). `interrupt`, when set, ends every sequence after the step in flight.
   std::vector<SequenceResult> generate(const std::vector<std::vector<int64_t>>& prompts, const SearchOptions& search,
                                        const std::function<void(size_t, const std::string&)>& on_text = {},
                                        const std::atomic<bool>* interrupt = nullptr);
+
+  // The same generation one token at a time (generate() is a loop over these). begin() runs
+  // the prompts and draws each sequence's first token; next() takes the tokens drawn (those of
+  // the sequences still going), and unless every sequence has finished, runs the decode step
+  // that draws the following ones. It returns per sequence the token taken, or -1 for a
+  // sequence that had finished before. `text` keeps each sequence's text (decoded as tokens
+  // come) in its result and checks stop strings, which need it anyway.
+  void begin(const std::vector<std::vector<int64_t>>& prompts, const SearchOptions& search, bool text = false);
+  std::vector<int64_t> next(const std::function<void(size_t, const std::string&)>& on_text = {});
+  bool done() const;
+  // Ends every sequence still going ("interrupted"), flushing its text to on_text.
+  void stop(const std::function<void(size_t, const std::string&)>& on_text = {});
+  // Every sequence's result so far (final once done()).
+  const std::vector<SequenceResult>& results() const;
   const GenerationStats& stats() const { return stats_; }
 
  private:
+  struct State;
   LanguageModel& model_;
   GenerationStats stats_;
+  std::unique_ptr<State> st_;
 };
 
 // The model's cache form against the growing cache (the decoder as exported), teacher

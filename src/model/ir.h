@@ -90,6 +90,9 @@ struct Model {
   int64_t ir_version = 0;
   std::map<std::string, int> opsets;  // domain ("" for ai.onnx) -> version
   std::string producer;
+  std::string producer_version, domain, doc_string, graph_name, graph_doc_string;
+  int64_t model_version = 0;
+  std::map<std::string, std::string> metadata;  // metadata_props
   std::string path;                   // the file it came from
   std::shared_ptr<Graph> graph;
   std::shared_ptr<const void> keepalive;  // owns memory that initializers borrow

@@ -233,6 +233,13 @@ Model convert(std::shared_ptr<onnx::ModelProto> mp, const std::string& name, con
   model.path = name;
   model.ir_version = mp->ir_version();
   model.producer = mp->producer_name();
+  model.producer_version = mp->producer_version();
+  model.domain = mp->domain();
+  model.doc_string = mp->doc_string();
+  model.model_version = mp->model_version();
+  model.graph_name = mp->graph().name();
+  model.graph_doc_string = mp->graph().doc_string();
+  for (const auto& kv : mp->metadata_props()) model.metadata[kv.key()] = kv.value();
   ONYX_CHECK(mp->has_graph(), "the model has no graph (is this an ONNX model?)");
   for (const auto& op : mp->opset_import()) model.opsets[normalize_domain(op.domain())] = static_cast<int>(op.version());
   if (mp->opset_import_size() == 0) model.opsets[""] = 1;  // IR < 3 models predate opset imports
