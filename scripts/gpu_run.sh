@@ -67,6 +67,17 @@ note "- onyx generate on the genai fixtures (greedy, 40 new tokens), cuda:0 capt
 sed 's/^/    /' "$out/generate.log" | tee -a "$res"
 [ $rc -eq 0 ] || fails=$((fails+1))
 
+part "the Python package on cuda:0"
+if bash "$here/build_python.sh" > "$out/python_build.log" 2>&1; then
+  PYTHONPATH="$here/pylib" timeout 300 python3 "$here/gpu_python_check.py" "$here/../tests/fixtures/genai" > "$out/python.log" 2>&1
+  rc=$?
+else
+  rc=$?; tail -20 "$out/python_build.log" > "$out/python.log"
+fi
+note "- Python package (built there for its Python; DLPack with torch, IO binding, captured replays, onyx.genai): exit $rc"
+sed 's/^/    /' "$out/python.log" | tee -a "$res"
+[ $rc -eq 0 ] || fails=$((fails+1))
+
 part "a device that does not exist"
 msg=$("$bin/onyx" run "$here/models/mlp.onnx" --device cuda:1 2>&1); rc=$?
 note "- onyx run --device cuda:1: exit $rc: $msg"

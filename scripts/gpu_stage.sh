@@ -30,6 +30,21 @@ gzip -9 gpu/bin/*
 cp -L /usr/lib/x86_64-linux-gnu/blas/libblas.so.3 gpu/lib/
 # The tokenizer's libraries (Debian packages the GPU machine lacks).
 cp -L /usr/lib/x86_64-linux-gnu/libutf8proc.so.2 /usr/lib/x86_64-linux-gnu/libpcre2-8.so.0 gpu/lib/
+# The Python package: the GPU machine's Python is another version, so the extension is linked
+# there (gpu/build_python.sh) from the engine's static libraries built here.
+ninja -C build -j"${ONYX_JOBS:-$(nproc)}" onyx_genai
+mkdir -p gpu/py/libs gpu/py/inc gpu/py/nanobind gpu/pylib/onyx
+for l in onyx_genai onyx onyx_passes onyx_plan onyx_backend onyx_ops onyx_model onyx_onnx_proto onyx_memory onyx_core; do
+  cp build/lib$l.a gpu/py/libs/
+done
+strip --strip-debug gpu/py/libs/*.a
+gzip -9 gpu/py/libs/*.a
+nb=$(.venv/bin/python -c "import nanobind, os; print(os.path.dirname(nanobind.__file__))")
+cp -r "$nb/include" "$nb/src" "$nb/ext" gpu/py/nanobind/
+cp -r /usr/include/nlohmann gpu/py/inc/
+cp python/onyx/*.py gpu/pylib/onyx/
+cp scripts/gpu_python_build.sh gpu/build_python.sh
+cp tools/gpu_python_check.py gpu/
 cp scripts/gpu_run.sh gpu/run.sh
 cp bench/torch_decoder.py tools/compare_npy.py tools/gpu_generate_check.py gpu/
 git rev-parse --short HEAD > gpu/COMMIT

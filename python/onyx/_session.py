@@ -309,11 +309,16 @@ class OrtValue:
     def has_value(self):
         return True
 
-    def __dlpack__(self, **kwargs):
-        return self._v.dlpack_view().__dlpack__(**kwargs)
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule over the tensor (no copy). Outputs are complete when a run returns,
+        so there is no work to order on the consumer's `stream`."""
+        if copy:
+            raise BufferError("onyx hands out its tensors without copying (copy=True is not supported)")
+        return self._v.dlpack_view()
 
     def __dlpack_device__(self):
-        return self._v.dlpack_view().__dlpack_device__()
+        d = self._v.device
+        return (1, 0) if d == "cpu" else (2, int(d.split(":")[1]))
 
     def __repr__(self):
         return f"OrtValue({self._v.dtype}{self._v.shape} on {self._v.device})"
