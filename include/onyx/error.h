@@ -64,6 +64,22 @@ decltype(auto) with_context(const std::string& context, Fn&& fn) {
   }
 }
 
+// The same, with the context made by ctx() only when an error passes: for hot paths (every
+// node of every run), where building the string each time would cost more than the work.
+template <class Ctx, class Fn>
+decltype(auto) with_lazy_context(Ctx&& ctx, Fn&& fn) {
+  try {
+    return fn();
+  } catch (Error& e) {
+    e.add_context(ctx());
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw Error("out of memory").add_context(ctx());
+  } catch (const std::exception& e) {
+    throw Error(e.what()).add_context(ctx());
+  }
+}
+
 [[noreturn]] void fail_assertion(const char* expr, const char* file, int line, const std::string& msg);
 
 }  // namespace onyx

@@ -68,8 +68,16 @@ def _prefix(context, err):
     return Error(f"{context}: {err}", [context] + list(err.chain))
 
 
+# The numpy dtypes that cross as they are (the fast path of every feed).
+_DIRECT = frozenset(np.dtype(n) for n in ("float32", "float64", "float16", "int8", "int16", "int32", "int64",
+                                           "uint8", "uint16", "uint32", "uint64", "bool", "complex64", "complex128"))
+_from_array = _onyx.Value.from_array
+
+
 def _value_from_array(x, as_type=""):
     """A native Value over x (numpy, or any DLPack producer), without copying where possible."""
+    if type(x) is np.ndarray and x.dtype in _DIRECT:
+        return _from_array(x, as_type)
     if isinstance(x, np.ndarray):
         if x.dtype.kind in "USO":
             items = [s.decode("utf-8") if isinstance(s, bytes) else s for s in x.reshape(-1).tolist()]
@@ -82,6 +90,7 @@ def _value_from_array(x, as_type=""):
                 raise Error("the array is not C-contiguous: pass numpy.ascontiguousarray(x) "
                             "(onyx reads feeds in place, without copying)")
             return _onyx.Value.from_array(x.view(np.uint16), "bfloat16")
+        _type_name(x.dtype)  # an element type onyx has no tensors of is an error naming it
         return _onyx.Value.from_array(x, as_type)
     if hasattr(x, "__dlpack__"):
         return _onyx.Value.from_array(x, as_type)
@@ -90,6 +99,10 @@ def _value_from_array(x, as_type=""):
 
 def _numpy_of(v, copy=False):
     """A numpy array of a native Value (a view of its host bytes unless copy)."""
+    if not copy and v.device == "cpu":
+        dt = v.dtype
+        if dt != "string" and dt != "bfloat16":
+            return v.numpy_view()
     if v.dtype == "string":
         return np.array(v.strings(), dtype=object).reshape(v.shape)
     a = v.numpy_view()
@@ -382,6 +395,9 @@ class IOBinding:
             self._set_output(name, "device", None)
 
     def bind_ortvalue_output(self, name, ortvalue):
+        keep = ortvalue._keep
+        if isinstance(keep, np.ndarray) and not keep.flags.writeable:
+            raise Error(f"output '{name}': the OrtValue wraps a read-only array")
         self._set_output(name, "bound", ortvalue._v, ortvalue)
 
     def clear_binding_inputs(self):
@@ -505,6 +521,12 @@ class InferenceSession:
             raise TypeError(f"input_feed must be a dict of input name -> array, not {type(input_feed).__name__}")
         feeds = []
         for name, x in input_feed.items():
+            if type(x) is np.ndarray and x.dtype in _DIRECT and type(name) is str:
+                try:
+                    feeds.append((name, _from_array(x, "")))
+                    continue
+                except Error as e:
+                    raise _prefix(f"input '{name}'", e) from None
             if not isinstance(name, str):
                 raise TypeError(f"input names must be str, not {type(name).__name__}")
             if isinstance(x, OrtValue):

@@ -117,7 +117,9 @@ struct PyValue {
   }
 };
 
-PyValue value_from_array(nb::ndarray<> a, const std::string& as_dtype) {
+// Feeds are read-only to onyx, so read-only arrays (np.frombuffer, broadcast views) are taken too;
+// python/onyx refuses to bind a read-only array as an output.
+PyValue value_from_array(nb::ndarray<nb::ro> a, const std::string& as_dtype) {
   DType dtype = dtype_of_array(a.dtype());
   if (!as_dtype.empty()) {
     DType want = dtype_from_name(as_dtype);
@@ -126,9 +128,13 @@ PyValue value_from_array(nb::ndarray<> a, const std::string& as_dtype) {
     dtype = want;
   }
   std::vector<int64_t> dims(a.ndim());
-  int64_t expect = 1;
-  for (size_t i = a.ndim(); i-- > 0;) {
+  bool empty = false;
+  for (size_t i = 0; i < a.ndim(); ++i) {
     dims[i] = static_cast<int64_t>(a.shape(i));
+    empty |= a.shape(i) == 0;
+  }
+  int64_t expect = 1;
+  for (size_t i = a.ndim(); i-- > 0 && !empty;) {  // an empty array's strides say nothing
     if (a.shape(i) != 1 && a.stride(i) != expect) {
       std::string strides;
       for (size_t j = 0; j < a.ndim(); ++j) strides += cat(j ? "," : "", a.stride(j));
@@ -142,12 +148,12 @@ PyValue value_from_array(nb::ndarray<> a, const std::string& as_dtype) {
   else ONYX_CHECK(a.device_type() == nb::device::cpu::value, "arrays on DLPack device type ", a.device_type(),
                   " are not supported (cpu and cuda are)");
   // The borrowed tensor keeps the array (and so its owner) alive.
-  auto keep = std::shared_ptr<const void>(new nb::ndarray<>(a), [](const void* p) {
+  auto keep = std::shared_ptr<const void>(new nb::ndarray<nb::ro>(a), [](const void* p) {
     nb::gil_scoped_acquire gil;
-    delete static_cast<const nb::ndarray<>*>(p);
+    delete static_cast<const nb::ndarray<nb::ro>*>(p);
   });
   PyValue v;
-  v.t = Tensor::borrow(dtype, Shape(dims), a.data(), keep, dev);
+  v.t = Tensor::borrow(dtype, Shape(dims), const_cast<void*>(a.data()), keep, dev);
   return v;
 }
 

@@ -172,7 +172,7 @@ std::vector<Tensor> Session::Impl::order_feeds(const NamedTensors& feeds, bool c
       throw Error(cat("'", name, "' is not an input of the model (its inputs are: ", names, ")"));
     }
     ONYX_CHECK(!ordered[k].defined(), "input '", name, "' is fed twice");
-    if (check) with_context(cat("input '", name, "'"), [&] { check_feed(inputs[k], tensor, symbols); });
+    if (check) with_lazy_context([&] { return cat("input '", name, "'"); }, [&] { check_feed(inputs[k], tensor, symbols); });
     ordered[k] = tensor;
   }
   return ordered;
@@ -181,7 +181,7 @@ std::vector<Tensor> Session::Impl::order_feeds(const NamedTensors& feeds, bool c
 NamedTensors Session::run(const NamedTensors& feeds, const RunOptions& options) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.run_mutex);
-  return with_context(cat("running '", m.model.path, "'"), [&] {
+  return with_lazy_context([&] { return cat("running '", m.model.path, "'"); }, [&] {
     std::vector<Tensor> ordered = m.order_feeds(feeds, true);
     std::string missing;
     size_t n_missing = 0;

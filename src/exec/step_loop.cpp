@@ -15,7 +15,7 @@ const Tensor* Scope::lookup(const std::string& name) const {
 void StepLoop::run(const ExecutionPlan& plan, RunEnv& env, const StepBindings& b, const Scope* outer) const {
   for (const Step& step : plan.steps) {
     const Node& node = graph_.nodes[step.node];
-    with_context(node.describe(), [&] {
+    with_lazy_context([&] { return node.describe(); }, [&] {
       if (step.place == StepPlace::kRunTime) run_dynamic(step, env, outer);
       else run_planned(plan, step, env, b, outer);
     });

@@ -227,7 +227,7 @@ class CudaBackend final : public Backend {
     cu.param_scratch = param_scratch_;
     cu.param_scratch_bytes = kParamScratchBytes;
     cu.error_word = error_word_;
-    with_context(cat("on cuda:", index_), [&] { k.run(ctx, cu); });
+    with_lazy_context([&] { return cat("on cuda:", index_); }, [&] { k.run(ctx, cu); });
   }
 
   int index_;
