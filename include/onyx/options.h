@@ -49,6 +49,9 @@ struct SessionOptions {
   // Plans (each with its arena) kept for recent input-shape signatures; the least
   // recently used is dropped beyond this.
   size_t plan_cache_capacity = 8;
+  // Load-time constant folding: nodes computed from constants alone run once, at load, and
+  // their results become weights (passes/fold_constants.h).
+  bool fold_constants = true;
   // On a GPU: page-locked host memory for the staging buffers of host <-> device copies.
   size_t pinned_memory_budget_bytes = size_t{1} << 30;
 };

@@ -184,6 +184,8 @@ class SessionOptions:
             "allow_cpu_fallback": bool(self.allow_cpu_fallback),
             "validate_replays": bool(self.validate_replays),
             "plan_cache_capacity": int(self.plan_cache_capacity),
+            # onnxruntime's basic level and up fold constants; ORT_DISABLE_ALL does not.
+            "fold_constants": self.graph_optimization_level != GraphOptimizationLevel.ORT_DISABLE_ALL,
         }
 
 

@@ -8,6 +8,7 @@
 
 #include "exec/executor.h"
 #include "model/loader.h"
+#include "passes/fold_constants.h"
 
 namespace onyx {
 
@@ -64,6 +65,8 @@ std::unique_ptr<Session> Session::prepare(const SessionOptions& options, const s
              "capture=require needs a CUDA device; this session runs on ", m.device.str());
   m.model = load();
   Graph& g = *m.model.graph;
+  if (options.fold_constants)
+    with_context(cat("folding constants of '", m.model.path, "'"), [&] { fold_constants(g, OpRegistry::global()); });
   with_context(cat("preparing '", m.model.path, "'"), [&] {
     m.backend = make_backend(m.device, options);
     m.executor = std::make_unique<GraphExecutor>(g, OpRegistry::global(), m.alloc, options, m.backend.get());

@@ -31,6 +31,7 @@ run options:
   --save-outputs DIR           write each output as DIR/NAME.npy (NAME made file-system safe)
   --device DEVICE              cpu (default), cuda or cuda:N
   --no-cpu-fallback            on a GPU, fail instead of running a node without a GPU kernel on the CPU
+  --no-fold                    run nodes computed from constants alone on every run (default: once, at load)
   --memory-budget BYTES        on a GPU, the session's device-memory budget (default: 90% of free memory)
   --memory-report              print the memory governor's holders after the runs
   --capture off|auto|require   on a GPU, replay repeated input shapes from CUDA graphs (default off)
