@@ -20,8 +20,16 @@ import torch
 
 
 def load_weights(path):
+    """The model's initializers as torch tensors (bfloat16 ones too, which numpy cannot hold)."""
     m = onnx.load(path)
-    return {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in m.graph.initializer}
+    out = {}
+    for t in m.graph.initializer:
+        a = numpy_helper.to_array(t)
+        if t.data_type == onnx.TensorProto.BFLOAT16:
+            out[t.name] = torch.from_numpy(np.ascontiguousarray(a).view(np.uint16).copy()).view(torch.bfloat16)
+        else:
+            out[t.name] = torch.from_numpy(a.copy())
+    return out
 
 
 class Decoder:
@@ -48,7 +56,9 @@ class Decoder:
         rows = torch.arange(total - s, total, device=ids.device).unsqueeze(1)
         cols = torch.arange(0, total, device=ids.device).unsqueeze(0)
         blocked = (rows < cols) | (mask == 0).unsqueeze(1).unsqueeze(2)
-        mask_add = torch.where(blocked, torch.finfo(torch.float32).min, 0.0)
+        # float32's lowest, in the model's type (in bfloat16 it rounds to -inf, as in the converted model)
+        low = torch.tensor(torch.finfo(torch.float32).min).to(h.dtype)
+        mask_add = torch.where(blocked, low.to(h.device), torch.zeros((), dtype=h.dtype, device=h.device))
 
         def rope(x):
             half = hd // 2
@@ -77,7 +87,8 @@ class Decoder:
             up = x @ w[f"{p}.mlp.up_proj.weight"]
             h = h + (gate * torch.sigmoid(gate) * up) @ w[f"{p}.mlp.down_proj.weight"]
         h = self.rms(h, "model.norm.weight")
-        return h @ w["lm_head.weight"], presents
+        head = w["lm_head.weight"] if "lm_head.weight" in w else w["model.embed_tokens.weight"].t()  # tied
+        return h @ head, presents
 
 
 def main():

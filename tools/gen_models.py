@@ -341,8 +341,8 @@ def make_llama_layer(c=LLAMA, name="llama_layer", seed=SEED + 3) -> onnx.ModelPr
         pasts.append((pk, pv))
 
     b.scope = "/model/embed_tokens"
-    h = b.op("Gather", [b.weight("model.embed_tokens.weight", [c["vocab"], hid], std=1.0),
-                        ids], axis=0)
+    embed = b.weight("model.embed_tokens.weight", [c["vocab"], hid], std=1.0)
+    h = b.op("Gather", [embed, ids], axis=0)
 
     # RoPE tables gathered by position id, broadcast over heads: [b, 1, s, d].
     b.scope = "/model/rotary_emb"
@@ -412,7 +412,10 @@ def make_llama_layer(c=LLAMA, name="llama_layer", seed=SEED + 3) -> onnx.ModelPr
     b.scope = "/model/norm"
     h = b.rms_norm(h, hid, "model.norm", c["rms_eps"])
     b.scope = "/lm_head"
-    logits = b.linear(h, hid, c["vocab"], "lm_head", bias=False)
+    if c.get("tie"):  # the LM head is the embedding, transposed in the graph (as torch.onnx exports it)
+        logits = b.op("MatMul", [h, b.op("Transpose", [embed], perm=[1, 0])])
+    else:
+        logits = b.linear(h, hid, c["vocab"], "lm_head", bias=False)
 
     b.output(logits, "logits", TensorProto.FLOAT, ["batch", "sequence", c["vocab"]])
     for i, (k, v) in enumerate(presents):

@@ -1,0 +1,177 @@
+"""Decode step of a Llama-3.2-1B-shaped decoder on one GPU: onyx against PyTorch, in one process.
+
+The model: tools/gen_models.py's Llama-style decoder (the graph torch.onnx exports for
+HF Llama: decomposed RMSNorm, RoPE by Gather, GQA by Expand, Concat(past, new) caches,
+additive mask) at hidden 2048, 16 layers, 32 heads over 8 KV heads (head 64), intermediate
+8192, vocabulary 128256, the LM head tied to the embedding through a Transpose; random
+weights, converted to bfloat16 (or left float32) by tools/convert_float_precision.py's
+rules. 1.24B parameters.
+
+Measured: one decode step, batch B, one new token over a past of P positions (the same
+inputs every step), inputs and outputs in device buffers bound once:
+- onyx, captured (IOBinding, enable_cuda_graph) with load-time constant folding, and without it;
+- PyTorch eager and PyTorch replaying a CUDA Graph of the same step (bench/torch_decoder.py's
+  Decoder, the ONNX model's own weights);
+each as the median of --repeat steps after warm-up, each step timed to its completion; the
+rounds alternate between the engines. Also the weight-read floor: weight bytes / the
+device-to-device copy bandwidth measured here.
+
+usage (on the GPU machine, onyx importable): python3 llama_decode_gpu.py --dtype bfloat16 --past 511 --batch 1
+"""
+import argparse
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import torch
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [here, os.path.join(here, "..", "tools")]
+import gen_models  # noqa: E402
+
+LLAMA_1B = dict(vocab=128256, hidden=2048, heads=32, kv_heads=8, head_dim=64, ffn=8192, layers=16,
+                max_pos=8192, rope_theta=500000.0, rms_eps=1e-6, tie=True)
+
+
+def make_model(path, dtype, layers):
+    c = dict(LLAMA_1B, layers=layers)
+    t0 = time.time()
+    m = gen_models.make_llama_layer(c, "llama_1b", seed=20261201)
+    if dtype != "float32":
+        import convert_float_precision as cfp
+        to = onnx.TensorProto.BFLOAT16 if dtype == "bfloat16" else onnx.TensorProto.FLOAT16
+        cfp.convert(m, to)
+    onnx.save_model(m, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=os.path.basename(path) + ".data", size_threshold=1024)
+    weights = sum(os.path.getsize(p) for p in (path, path + ".data"))
+    print(f"model: {layers} layers, {dtype}, {weights / 1e9:.2f} GB on disk, made in {time.time() - t0:.0f} s", flush=True)
+    return c
+
+
+def timed(step, repeat):
+    out = []
+    for _ in range(repeat):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    ap.add_argument("--past", type=int, default=511)
+    ap.add_argument("--batch", type=int, nargs="+", default=[1])
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    import onyx
+    import torch_decoder
+
+    tdt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[args.dtype]
+    path = os.path.join(tempfile.mkdtemp(), "llama_1b.onnx")
+    c = make_model(path, args.dtype, args.layers)
+    dev = torch.device("cuda")
+
+    # The floor: every weight read once per step at the copy bandwidth.
+    weight_bytes = os.path.getsize(path + ".data")
+    buf = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(buf)
+    for _ in range(3):
+        dst.copy_(buf)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(10):
+        dst.copy_(buf)
+    torch.cuda.synchronize()
+    bw = 2 * buf.numel() * 10 / (time.perf_counter() - t0)
+    del buf, dst
+    floor = weight_bytes / bw * 1e3
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s; weights {weight_bytes / 1e9:.2f} GB; floor {floor:.3f} ms/step",
+          flush=True)
+
+    sessions = {}
+    for fold in (True, False):
+        so = onyx.SessionOptions()
+        if not fold:
+            so.graph_optimization_level = onyx.GraphOptimizationLevel.ORT_DISABLE_ALL
+        t0 = time.time()
+        sessions[fold] = onyx.InferenceSession(path, so, providers=[("CUDAExecutionProvider", {"enable_cuda_graph": "1"})])
+        print(f"onyx session (fold {'on' if fold else 'off'}) loaded in {time.time() - t0:.1f} s", flush=True)
+    weights = torch_decoder.load_weights(path)
+    model = torch_decoder.Decoder(weights, dev)
+    del weights
+
+    g = torch.Generator(device="cpu").manual_seed(1)
+    print(f"\n| batch | past | onyx captured | onyx captured, no folding | torch eager | torch CUDA Graph | "
+          f"floor | onyx / torch graph |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for batch in args.batch:
+        P, T = args.past, args.past + 1
+        ids = torch.randint(0, c["vocab"], (batch, 1), generator=g).to(dev)
+        mask = torch.ones((batch, T), dtype=torch.int64, device=dev)
+        pos = torch.full((batch, 1), P, dtype=torch.int64, device=dev)
+        past = [(torch.randn((batch, c["kv_heads"], P, c["head_dim"]), generator=g).to(dev, tdt),
+                 torch.randn((batch, c["kv_heads"], P, c["head_dim"]), generator=g).to(dev, tdt))
+                for _ in range(c["layers"])]
+        steps = {}
+        for fold, sess in sessions.items():
+            b = sess.io_binding()
+            feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
+            for i, (k, v) in enumerate(past):
+                feeds[f"past_key_values.{i}.key"], feeds[f"past_key_values.{i}.value"] = k, v
+            for n, t in feeds.items():
+                b.bind_ortvalue_input(n, onyx.OrtValue.from_dlpack(t))
+            outs = {"logits": torch.empty((batch, 1, c["vocab"]), dtype=tdt, device=dev)}
+            for i in range(c["layers"]):
+                for kind in ("key", "value"):
+                    outs[f"present.{i}.{kind}"] = torch.empty((batch, c["kv_heads"], T, c["head_dim"]), dtype=tdt,
+                                                              device=dev)
+            for n, t in outs.items():
+                b.bind_ortvalue_output(n, onyx.OrtValue.from_dlpack(t))
+            steps[fold] = (sess, b, outs)
+        with torch.no_grad():
+            ref, _ = model.forward(ids, mask, pos, past)
+            for fold, (sess, b, outs) in steps.items():
+                sess.run_with_iobinding(b)
+                err = float((outs["logits"].float() - ref.float()).abs().max() / ref.float().abs().max())
+                print(f"onyx (fold {'on' if fold else 'off'}) vs torch logits, batch {batch}: max relative "
+                      f"difference {err:.2e}", flush=True)
+            static = [ids, mask, pos, past]
+            graph = torch.cuda.CUDAGraph()
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    model.forward(*static)
+            torch.cuda.current_stream().wait_stream(s)
+            with torch.cuda.graph(graph):
+                graph_out, _ = model.forward(*static)
+            results = {k: [] for k in ("fold", "nofold", "eager", "graph")}
+            for _ in range(args.rounds):
+                for fold, (sess, b, outs) in steps.items():
+                    run = lambda sess=sess, b=b: sess.run_with_iobinding(b)
+                    timed(run, 5)
+                    results["fold" if fold else "nofold"] += timed(run, args.repeat)
+                timed(lambda: model.forward(*static), 3)
+                results["eager"] += timed(lambda: model.forward(*static), args.repeat)
+                timed(graph.replay, 5)
+                results["graph"] += timed(graph.replay, args.repeat)
+            med = {k: statistics.median(v) for k, v in results.items()}
+            rep = steps[True][0].capture_report()
+            print(f"| {batch} | {P} | {med['fold']:.3f} | {med['nofold']:.3f} | {med['eager']:.3f} | "
+                  f"{med['graph']:.3f} | {floor:.3f} | {med['fold'] / med['graph']:.2f} |", flush=True)
+            print(f"    onyx capture report (fold on): {rep}", flush=True)
+            del graph
+
+
+if __name__ == "__main__":
+    main()
