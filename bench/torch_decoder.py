@@ -57,8 +57,8 @@ class Decoder:
         cols = torch.arange(0, total, device=ids.device).unsqueeze(0)
         blocked = (rows < cols) | (mask == 0).unsqueeze(1).unsqueeze(2)
         # float32's lowest, in the model's type (in bfloat16 it rounds to -inf, as in the converted model)
-        low = torch.tensor(torch.finfo(torch.float32).min).to(h.dtype)
-        mask_add = torch.where(blocked, low.to(h.device), torch.zeros((), dtype=h.dtype, device=h.device))
+        low = torch.full((), torch.finfo(torch.float32).min, dtype=torch.float32, device=h.device).to(h.dtype)
+        mask_add = torch.where(blocked, low, torch.zeros((), dtype=h.dtype, device=h.device))
 
         def rope(x):
             half = hd // 2
