@@ -1,0 +1,134 @@
+// Hostile models: sizes that overflow, divisors that are zero, subgraphs that return
+// nothing, windows far larger than their input, external data that is not a file of
+// the model's folder. Each is an onyx::Error naming the node (or the tensor), never a
+// crash, a hang or a wrong answer.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <limits>
+
+#include "onyx/checked.h"
+#include "op_test_util.h"
+
+namespace onyx {
+
+namespace {
+
+// One input of the node under test: fed at run time, or an initializer (known while planning).
+struct In {
+  Tensor t;
+  bool initializer = false;
+};
+In fed(Tensor t) { return {std::move(t), false}; }
+In init(Tensor t) { return {std::move(t), true}; }
+
+// Builds inputs, one node 'node_under_test' and its outputs, plans and runs it.
+std::vector<Tensor> run_graph(const std::string& op_type, const std::vector<In>& inputs,
+                              std::vector<Attribute> attrs = {}, size_t num_outputs = 1, int opset = 18,
+                              const std::string& domain = "") {
+  Graph g;
+  g.name = "hostile";
+  Node n;
+  n.name = "node_under_test";
+  n.op_type = op_type;
+  n.domain = domain;
+  n.opset = opset;
+  n.attributes = std::move(attrs);
+  std::vector<Tensor> feeds;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].t.defined()) {
+      n.inputs.push_back(-1);
+      continue;
+    }
+    int id = g.value_id(cat("x", i));
+    if (inputs[i].initializer) {
+      g.values[id].is_initializer = true;
+      g.initializers[id] = inputs[i].t;
+    } else {
+      g.values[id].is_input = true;
+      g.inputs.push_back(id);
+      feeds.push_back(inputs[i].t);
+    }
+    n.inputs.push_back(id);
+  }
+  for (size_t o = 0; o < num_outputs; ++o) {
+    int id = g.value_id(cat("y", o));
+    g.values[id].producer = 0;
+    n.outputs.push_back(id);
+    g.outputs.push_back(id);
+  }
+  g.nodes.push_back(std::move(n));
+  GraphExecutor exec(g, OpRegistry::global(), make_cpu_allocator());
+  return exec.run(feeds);
+}
+
+// Runs fn, which must throw an onyx::Error whose text names the node and contains `needle`.
+template <class Fn>
+void expect_node_error(Fn&& fn, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an onyx::Error containing '" << needle << "'";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("node_under_test"), std::string::npos) << what;
+    EXPECT_NE(what.find(needle), std::string::npos) << what;
+  }
+}
+
+Tensor f32(std::vector<float> v, Shape s) { return Tensor::from_vector<float>(std::move(v), std::move(s)); }
+Tensor i64(std::vector<int64_t> v) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  return Tensor::from_vector<int64_t>(std::move(v), Shape{n});
+}
+
+constexpr int64_t k2p62 = int64_t{1} << 62;
+
+}  // namespace
+
+// ---- 1. sizes that overflow ------------------------------------------------
+
+TEST(Robustness, CheckedArithmeticThrowsInsteadOfWrapping) {
+  EXPECT_EQ(checked_mul(3, 4), 12);
+  EXPECT_THROW(checked_mul(k2p62, 4), Error);
+  EXPECT_THROW(checked_add(std::numeric_limits<int64_t>::max(), 1), Error);
+  EXPECT_EQ(checked_product({k2p62, k2p62, 0}), 0);  // an empty tensor, however large its other dims
+  EXPECT_THROW(checked_product({k2p62, k2p62}), Error);
+  EXPECT_EQ(checked_bytes(k2p62 / 4, DType::kFloat32), static_cast<size_t>(k2p62));
+  EXPECT_THROW(checked_bytes(k2p62, DType::kFloat32), Error);  // 2^64 bytes: would wrap to 0
+  EXPECT_THROW(checked_bytes(k2p62 + 1, DType::kFloat32), Error);  // would wrap to 4
+  EXPECT_THROW(checked_align_up(std::numeric_limits<size_t>::max() - 2, 64), Error);
+  EXPECT_THROW(Shape({k2p62, 8}).numel(), Error);
+}
+
+TEST(Robustness, ExpandWhoseByteSizeWrapsToZeroIsAnError) {
+  // float32[2^62]: 2^64 bytes, which wraps to 0 unchecked (no storage, then writes).
+  expect_node_error([] { run_graph("Expand", {fed(f32({1}, Shape{1})), init(i64({k2p62}))}); }, "bytes");
+}
+
+TEST(Robustness, ExpandWhoseByteSizeWrapsToASmallNumberIsAnError) {
+  // float32[2^62 + 1]: 2^64 + 4 bytes, which wraps to 4 unchecked (a wrong, short result).
+  expect_node_error([] { run_graph("Expand", {fed(f32({1}, Shape{1})), init(i64({k2p62 + 1}))}); }, "bytes");
+  expect_node_error([] { run_graph("Expand", {fed(f32({1, 2}, Shape{2})), init(i64({k2p62, 1, 2}))}); }, "overflows");
+}
+
+TEST(Robustness, TileWithHugeRepeatsIsAnError) {
+  // 4 * 2^62 elements wraps to 0 unchecked, and the kernel then writes 2^64 elements.
+  expect_node_error([] { run_graph("Tile", {fed(f32({1, 2, 3, 4}, Shape{4})), init(i64({k2p62}))}); }, "overflows");
+  expect_node_error([] { run_graph("Tile", {fed(f32({1, 2, 3, 4}, Shape{4})), fed(i64({k2p62}))}); }, "overflows");
+  // Each axis fits, the element count does not.
+  expect_node_error([] { run_graph("Tile", {fed(f32({1, 2, 3, 4}, Shape{2, 2})), init(i64({int64_t{1} << 31, int64_t{1} << 31}))}); },
+                    "overflows");
+}
+
+TEST(Robustness, PadWhoseAxisOverflowsIsAnError) {
+  const int64_t big = std::numeric_limits<int64_t>::max() - 1;
+  expect_node_error([&] { run_graph("Pad", {fed(f32({1, 2}, Shape{2})), init(i64({big, big}))}); }, "overflows");
+}
+
+TEST(Robustness, ValidLargeShapesStillPlan) {
+  // A shape whose other dims are huge but which holds no elements is fine.
+  auto out = run_graph("Expand", {fed(f32({}, Shape{0})), init(i64({k2p62, 0}))});
+  EXPECT_EQ(out[0].shape(), (Shape{k2p62, 0}));
+}
+
+}  // namespace onyx
