@@ -274,9 +274,11 @@ void trilu_kernel(KernelContext& ctx) {
 
 // ---- DepthToSpace, SpaceToDepth -------------------------------------------
 
+// The blocksize, checked so that blocksize^2 (what the channels are divided by) is positive and fits.
 int64_t block_size(const NodeView& n) {
   int64_t b = n.attr_int("blocksize");
   ONYX_CHECK(b > 0, "blocksize must be positive, got ", b);
+  checked_mul(b, b, cat("blocksize ", b, " squared"));
   return b;
 }
 

@@ -131,4 +131,42 @@ TEST(Robustness, ValidLargeShapesStillPlan) {
   EXPECT_EQ(out[0].shape(), (Shape{k2p62, 0}));
 }
 
+// ---- 2. divisors that are zero -------------------------------------------
+
+TEST(Robustness, DepthToSpaceWhoseBlocksizeSquaredWrapsIsAnError) {
+  // 2^32 squared wraps to 0 unchecked, and the channel count is then taken modulo 0.
+  const Tensor x = f32({1, 2, 3, 4}, Shape{1, 4, 1, 1});
+  expect_node_error([&] { run_graph("DepthToSpace", {fed(x)}, {test::attr_int("blocksize", int64_t{1} << 32)}); },
+                    "blocksize");
+  expect_node_error([&] { run_graph("SpaceToDepth", {fed(x)}, {test::attr_int("blocksize", int64_t{1} << 32)}); },
+                    "blocksize");
+  expect_node_error([&] { run_graph("DepthToSpace", {fed(x)}, {test::attr_int("blocksize", 0)}); }, "blocksize");
+}
+
+TEST(Robustness, Col2ImWhoseBlockProductWrapsIsAnError) {
+  // prod(block_shape) = 2^64 wraps to 0 unchecked: a modulo by zero.
+  const int64_t b = int64_t{1} << 32;
+  expect_node_error([&] { run_graph("Col2Im", {fed(f32({1}, Shape{1, 1, 1})), init(i64({1, 1})), init(i64({b, b}))}); },
+                    "block_shape");
+  expect_node_error([&] { run_graph("Col2Im", {fed(f32({1}, Shape{1, 1, 1})), fed(i64({1, 1})), fed(i64({b, b}))}); },
+                    "block_shape");
+}
+
+TEST(Robustness, MsRotaryEmbeddingWithAZeroWidthCacheIsAnError) {
+  // A [max_pos, 0] cache and no num_heads leave nothing to divide the hidden size by.
+  const Tensor x = f32({1, 2, 3, 4}, Shape{1, 1, 4});
+  const Tensor pos = Tensor::from_vector<int64_t>({0}, Shape{1});
+  const Tensor cache(DType::kFloat32, Shape{2, 0});
+  expect_node_error(
+      [&] {
+        run_graph("RotaryEmbedding", {fed(x), fed(pos), fed(cache), fed(cache)}, {}, 1, 1, "com.microsoft");
+      },
+      "heads");
+  expect_node_error(
+      [&] {
+        run_graph("RotaryEmbedding", {fed(x), init(pos), init(cache), init(cache)}, {}, 1, 1, "com.microsoft");
+      },
+      "heads");
+}
+
 }  // namespace onyx
