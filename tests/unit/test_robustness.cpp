@@ -169,4 +169,63 @@ TEST(Robustness, MsRotaryEmbeddingWithAZeroWidthCacheIsAnError) {
       "heads");
 }
 
+// ---- 3. subgraphs that return nothing ------------------------------------
+
+namespace {
+
+// A Loop body (iteration, cond, v) -> (Constant(cond_value), Identity(v)).
+std::shared_ptr<Graph> loop_body(const Tensor& cond_value) {
+  auto g = std::make_shared<Graph>();
+  g->name = "body";
+  for (const char* name : {"iter", "cond_in", "v_in"}) {
+    int id = g->value_id(name);
+    g->values[id].is_input = true;
+    g->inputs.push_back(id);
+  }
+  Node c;
+  c.name = "cond_const";
+  c.op_type = "Constant";
+  c.opset = 18;
+  c.attributes.push_back(test::attr_tensor("value", cond_value));
+  int cond_out = g->value_id("cond_out");
+  g->values[cond_out].producer = 0;
+  c.outputs = {cond_out};
+  g->nodes.push_back(std::move(c));
+  Node id;
+  id.name = "pass";
+  id.op_type = "Identity";
+  id.opset = 18;
+  id.inputs = {g->value_id("v_in")};
+  int v_out = g->value_id("v_out");
+  g->values[v_out].producer = 1;
+  id.outputs = {v_out};
+  g->nodes.push_back(std::move(id));
+  g->outputs = {cond_out, v_out};
+  return g;
+}
+
+Attribute graph_attr(const std::string& name, std::shared_ptr<Graph> g) {
+  Attribute a;
+  a.name = name;
+  a.kind = Attribute::Kind::kGraph;
+  a.g = std::move(g);
+  return a;
+}
+
+}  // namespace
+
+TEST(Robustness, LoopBodyReturningAnEmptyConditionIsAnError) {
+  const Tensor m = Tensor::from_vector<int64_t>({3}, Shape{});
+  const Tensor cond = Tensor::from_vector<bool>({true}, Shape{});
+  const Tensor v = f32({1, 2}, Shape{2});
+  const Tensor empty(DType::kBool, Shape{0});
+  expect_node_error([&] { run_graph("Loop", {fed(m), fed(cond), fed(v)}, {graph_attr("body", loop_body(empty))}); },
+                    "condition");
+  // A well-formed body still runs.
+  auto out = run_graph("Loop", {fed(m), fed(cond), fed(v)},
+                       {graph_attr("body", loop_body(Tensor::from_vector<bool>({true}, Shape{})))});
+  EXPECT_EQ(out[0].shape(), (Shape{2}));
+  EXPECT_EQ(out[0].data<float>()[1], 2.f);
+}
+
 }  // namespace onyx
