@@ -228,4 +228,60 @@ TEST(Robustness, LoopBodyReturningAnEmptyConditionIsAnError) {
   EXPECT_EQ(out[0].data<float>()[1], 2.f);
 }
 
+// ---- 4. windows far larger than their input --------------------------------
+
+TEST(Robustness, PoolingWithAHugeSameWindowCostsOnlyItsRealTaps) {
+  // A 2^31 x 2^31 window with SAME padding on a 4x4 input: every window covers the whole
+  // input. Visiting each padded tap would take minutes; the real taps are 16 per window.
+  std::vector<float> v(16);
+  for (int i = 0; i < 16; ++i) v[i] = static_cast<float>(i);
+  const Tensor x = f32(v, Shape{1, 1, 4, 4});
+  const int64_t k = int64_t{1} << 31;
+  const auto start = std::chrono::steady_clock::now();
+  auto mx = run_graph("MaxPool", {fed(x)}, {test::attr_ints("kernel_shape", {k, k}), test::attr_string("auto_pad", "SAME_UPPER")});
+  auto avg = run_graph("AveragePool", {fed(x)},
+                       {test::attr_ints("kernel_shape", {k, k}), test::attr_string("auto_pad", "SAME_LOWER")});
+  auto avg_pad = run_graph("AveragePool", {fed(x)},
+                           {test::attr_ints("kernel_shape", {k, k}), test::attr_string("auto_pad", "SAME_UPPER"),
+                            test::attr_int("count_include_pad", 1)});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 5.0);
+  ASSERT_EQ(mx[0].shape(), (Shape{1, 1, 4, 4}));
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(mx[0].data<float>()[i], 15.f);
+    EXPECT_FLOAT_EQ(avg[0].data<float>()[i], 7.5f);
+    EXPECT_FLOAT_EQ(avg_pad[0].data<float>()[i], static_cast<float>(120.0 / (static_cast<double>(k) * k)));
+  }
+}
+
+TEST(Robustness, PoolingWindowsStillMatchTheirTaps) {
+  // Strides, dilations and explicit pads: the computed tap ranges give the visited ones.
+  std::vector<float> v(25);
+  for (int i = 0; i < 25; ++i) v[i] = static_cast<float>((i * 7) % 11);
+  const Tensor x = f32(v, Shape{1, 1, 5, 5});
+  auto out = run_graph("MaxPool", {fed(x)},
+                       {test::attr_ints("kernel_shape", {3, 2}), test::attr_ints("strides", {2, 3}),
+                        test::attr_ints("dilations", {2, 1}), test::attr_ints("pads", {2, 1, 1, 1})});
+  // Reference: visit every tap.
+  const int64_t oh = (5 + 3 - 5) / 2 + 1, ow = (5 + 2 - 2) / 3 + 1;
+  ASSERT_EQ(out[0].shape(), (Shape{1, 1, oh, ow}));
+  for (int64_t i = 0; i < oh; ++i)
+    for (int64_t j = 0; j < ow; ++j) {
+      float best = -1e30f;
+      for (int64_t a = 0; a < 3; ++a)
+        for (int64_t b = 0; b < 2; ++b) {
+          int64_t r = i * 2 - 2 + a * 2, c = j * 3 - 1 + b;
+          if (r >= 0 && r < 5 && c >= 0 && c < 5) best = std::max(best, v[r * 5 + c]);
+        }
+      EXPECT_EQ(out[0].data<float>()[i * ow + j], best) << i << "," << j;
+    }
+}
+
+TEST(Robustness, PoolingWindowArithmeticThatOverflowsIsAnError) {
+  const Tensor x = f32({1, 2, 3, 4}, Shape{1, 1, 2, 2});
+  const int64_t big = std::numeric_limits<int64_t>::max() / 2 + 1;  // twice it does not fit
+  expect_node_error([&] { run_graph("MaxPool", {fed(x)}, {test::attr_ints("kernel_shape", {3, 3}), test::attr_ints("dilations", {big, big})}); },
+                    "overflows");
+}
+
 }  // namespace onyx
