@@ -4,9 +4,17 @@
 // crash, a hang or a wrong answer.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
 #include <limits>
 
+#include "model/loader.h"
+#include "onnx/onnx.pb.h"
 #include "onyx/checked.h"
 #include "op_test_util.h"
 
@@ -282,6 +290,130 @@ TEST(Robustness, PoolingWindowArithmeticThatOverflowsIsAnError) {
   const int64_t big = std::numeric_limits<int64_t>::max() / 2 + 1;  // twice it does not fit
   expect_node_error([&] { run_graph("MaxPool", {fed(x)}, {test::attr_ints("kernel_shape", {3, 3}), test::attr_ints("dilations", {big, big})}); },
                     "overflows");
+}
+
+// ---- 5. external data that is not a file of the model's folder -------------
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh folder under the test's temporary directory.
+fs::path scratch(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / cat("onyx_robustness_", ::getpid(), "_", name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+// Writes dir/model.onnx: y = Identity(W), W float32[4] stored externally at `location`.
+fs::path write_external_model(const fs::path& dir, const std::string& location, int64_t offset = 0) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(18);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("external");
+  onnx::TensorProto* w = g->add_initializer();
+  w->set_name("W");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(4);
+  w->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* loc = w->add_external_data();
+  loc->set_key("location");
+  loc->set_value(location);
+  if (offset) {
+    auto* off = w->add_external_data();
+    off->set_key("offset");
+    off->set_value(std::to_string(offset));
+  }
+  onnx::NodeProto* n = g->add_node();
+  n->set_name("id");
+  n->set_op_type("Identity");
+  n->add_input("W");
+  n->add_output("y");
+  onnx::ValueInfoProto* y = g->add_output();
+  y->set_name("y");
+  y->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  const fs::path path = dir / "model.onnx";
+  std::ofstream(path, std::ios::binary) << m.SerializeAsString();
+  return path;
+}
+
+void write_weights(const fs::path& path) {
+  const float w[4] = {1, 2, 3, 4};
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(w), sizeof w);
+}
+
+// Runs fn, which must throw an onyx::Error whose text names W and contains `needle`.
+template <class Fn>
+void expect_load_error(Fn&& fn, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an onyx::Error containing '" << needle << "'";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'W'"), std::string::npos) << what;
+    EXPECT_NE(what.find(needle), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+
+TEST(Robustness, ExternalDataInTheModelFolderLoads) {
+  const fs::path dir = scratch("ok");
+  fs::create_directories(dir / "weights");
+  write_weights(dir / "weights" / "w.bin");
+  fs::create_symlink("weights/w.bin", dir / "link.bin");  // a symlink that stays inside is fine
+  for (const char* location : {"weights/w.bin", "link.bin"}) {
+    Model m = load_model(write_external_model(dir, location).string());
+    const Tensor& w = m.graph->initializers.begin()->second;
+    EXPECT_EQ(w.data<float>()[3], 4.f) << location;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Robustness, ExternalDataThatIsAFifoIsRefusedWithoutBlocking) {
+  const fs::path dir = scratch("fifo");
+  ASSERT_EQ(::mkfifo((dir / "w.bin").c_str(), 0600), 0);
+  const fs::path model = write_external_model(dir, "w.bin");
+  auto done = std::async(std::launch::async, [&] {
+    expect_load_error([&] { load_model(model.string()); }, "not a regular file");
+  });
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "the loader blocked on a FIFO";
+  done.get();
+  // The model file itself may not be one either.
+  ASSERT_EQ(::mkfifo((dir / "fifo.onnx").c_str(), 0600), 0);
+  auto model_done = std::async(std::launch::async, [&] { EXPECT_THROW(load_model((dir / "fifo.onnx").string()), Error); });
+  ASSERT_EQ(model_done.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  model_done.get();
+  fs::remove_all(dir);
+}
+
+TEST(Robustness, ExternalDataSymlinkLeavingTheModelFolderIsRefused) {
+  const fs::path root = scratch("symlink");
+  fs::create_directories(root / "model");
+  fs::create_directories(root / "outside");
+  write_weights(root / "outside" / "secret.bin");
+  fs::create_symlink(root / "outside" / "secret.bin", root / "model" / "w.bin");
+  fs::create_symlink(root / "outside", root / "model" / "dir");
+  expect_load_error([&] { load_model(write_external_model(root / "model", "w.bin").string()); }, "outside the model's folder");
+  expect_load_error([&] { load_model(write_external_model(root / "model", "dir/secret.bin").string()); },
+                    "outside the model's folder");
+  expect_load_error([&] { load_model(write_external_model(root / "model", "../outside/secret.bin").string()); },
+                    "leaves the model's folder");
+  // A folder is not a file.
+  fs::create_directories(root / "model" / "sub");
+  expect_load_error([&] { load_model(write_external_model(root / "model", "sub").string()); }, "not a regular file");
+  fs::remove_all(root);
+}
+
+TEST(Robustness, ExternalDataOffsetsAreCheckedBeforeMapping) {
+  const fs::path dir = scratch("offset");
+  write_weights(dir / "w.bin");
+  expect_load_error([&] { load_model(write_external_model(dir, "w.bin", 4).string()); }, "lies outside");
+  expect_load_error([&] { load_model(write_external_model(dir, "w.bin", std::numeric_limits<int64_t>::max()).string()); },
+                    "lies outside");
+  fs::remove_all(dir);
 }
 
 }  // namespace onyx
