@@ -1,14 +1,15 @@
 #include "onyx/shape.h"
 
-#include "onyx/error.h"
+#include "onyx/checked.h"
 
 namespace onyx {
 
 int64_t Shape::numel() const {
-  int64_t n = 1;
-  for (int64_t d : dims_)
-    if (__builtin_mul_overflow(n, d, &n)) throw Error(cat("shape ", str(), " has more elements than fit in 64 bits"));
-  return n;
+  try {
+    return checked_product(dims_);
+  } catch (Error&) {
+    throw Error(cat("shape ", str(), " has more elements than fit in 64 bits"));
+  }
 }
 
 std::vector<int64_t> Shape::strides() const {

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <new>
 
+#include "onyx/checked.h"
+
 namespace onyx {
 
 Storage::Storage(Allocator& alloc, size_t bytes, DType dtype, size_t count)
@@ -29,18 +31,18 @@ Storage::~Storage() {
 Tensor::Tensor(DType dtype, Shape shape, Allocator& alloc) : dtype_(dtype), shape_(std::move(shape)) {
   ONYX_CHECK(dtype_supported(dtype), "cannot create a tensor of ", dtype_name(dtype));
   for (int64_t d : shape_.dims()) ONYX_CHECK(d >= 0, "cannot create a tensor of negative shape ", shape_.str());
-  size_t n = static_cast<size_t>(shape_.numel());
-  size_t bytes = 0;
-  ONYX_CHECK(!__builtin_mul_overflow(n, dtype_size(dtype), &bytes), "a tensor of ", dtype_name(dtype), shape_.str(),
-             " needs more bytes than an address space holds");
-  storage_ = std::make_shared<Storage>(alloc, n * dtype_size(dtype), dtype, n);
+  const int64_t n = shape_.numel();
+  const size_t bytes = checked_bytes(n, dtype, cat("a tensor of ", dtype_name(dtype), shape_.str()));
+  storage_ = std::make_shared<Storage>(alloc, bytes, dtype, static_cast<size_t>(n));
 }
 
 Tensor Tensor::borrow(DType dtype, Shape shape, void* data, std::shared_ptr<const void> keepalive, Device device) {
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
-  t.storage_ = std::make_shared<Storage>(data, t.bytes(), std::move(keepalive), device);
+  for (int64_t d : t.shape_.dims()) ONYX_CHECK(d >= 0, "cannot borrow a tensor of negative shape ", t.shape_.str());
+  const size_t bytes = checked_bytes(t.shape_.numel(), dtype, "a borrowed tensor");
+  t.storage_ = std::make_shared<Storage>(data, bytes, std::move(keepalive), device);
   return t;
 }
 

@@ -13,9 +13,14 @@
 namespace onyx {
 
 std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(cat("cannot open '", path, "': ", std::strerror(errno)));
+  // Only regular files: a FIFO or a device could block the open or the reads forever.
+  // Checked before opening, and again on the opened descriptor (the path may change in
+  // between); O_NONBLOCK keeps even that open from waiting for a FIFO's writer.
   struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw Error(cat("cannot open '", path, "': ", std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) throw Error(cat("'", path, "' is not a regular file"));
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw Error(cat("cannot open '", path, "': ", std::strerror(errno)));
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     int err = errno;
     ::close(fd);

@@ -1,10 +1,12 @@
 #include "model/tensor_proto.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
 
 #include "model/mapped_file.h"
+#include "onyx/checked.h"
 #include "onnx/onnx.pb.h"
 
 namespace onyx {
@@ -63,17 +65,29 @@ Tensor from_external(const onnx::TensorProto& p, DType dt, const Shape& shape, T
   std::filesystem::path rel(location);
   ONYX_CHECK(!rel.is_absolute(), "external data location '", location, "' must be relative to the model");
   for (const auto& part : rel) ONYX_CHECK(part != "..", "external data location '", location, "' leaves the model's folder");
-  std::string full = (std::filesystem::path(ctx.base_dir) / rel).string();
+  namespace fs = std::filesystem;
+  const std::string joined = (fs::path(ctx.base_dir) / rel).string();
+  // The path as the system resolves it, symlinks followed: it must stay inside the model's
+  // folder (resolved the same way) and name a regular file (not a FIFO, a device, a folder).
+  std::error_code ec;
+  const fs::path folder = fs::canonical(ctx.base_dir.empty() ? "." : ctx.base_dir, ec);
+  ONYX_CHECK(!ec, "cannot resolve the model's folder '", ctx.base_dir, "': ", ec.message());
+  ONYX_CHECK(fs::exists(joined, ec), "external data file '", joined, "' does not exist");
+  const fs::path resolved = fs::canonical(joined, ec);
+  ONYX_CHECK(!ec, "cannot resolve external data file '", joined, "': ", ec.message());
+  auto [f, r] = std::mismatch(folder.begin(), folder.end(), resolved.begin(), resolved.end());
+  ONYX_CHECK(f == folder.end() && r != resolved.end(), "external data location '", location, "' resolves to '",
+             resolved.string(), "', outside the model's folder '", folder.string(), "'");
+  ONYX_CHECK(fs::is_regular_file(resolved, ec), "external data file '", joined, "' is not a regular file");
+  const std::string full = resolved.string();
   auto& mapped = ctx.mapped[full];
-  if (!mapped) {
-    ONYX_CHECK(std::filesystem::exists(full), "external data file '", full, "' does not exist");
-    mapped = MappedFile::open(full);
-  }
-  size_t need = static_cast<size_t>(shape.numel()) * dtype_size(dt);
+  if (!mapped) mapped = MappedFile::open(full);
+  const size_t need = checked_bytes(shape.numel(), dt, cat("external data of ", dtype_name(dt), shape.str()));
   if (length < 0) length = static_cast<int64_t>(need);
   ONYX_CHECK(static_cast<size_t>(length) == need, "external data length ", length, " does not match ", need,
              " bytes of ", dtype_name(dt), shape.str());
-  ONYX_CHECK(static_cast<size_t>(offset) <= mapped->size() && static_cast<size_t>(length) <= mapped->size() - offset,
+  ONYX_CHECK(static_cast<uint64_t>(offset) <= mapped->size() &&
+                 static_cast<uint64_t>(length) <= mapped->size() - static_cast<size_t>(offset),
              "external data at offset ", offset, " of length ", length, " lies outside '", full, "' (",
              mapped->size(), " bytes)");
   const char* src = mapped->data() + offset;
@@ -91,10 +105,8 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, TensorLoadContext& ctx) {
   std::vector<int64_t> dims(p.dims().begin(), p.dims().end());
   for (int64_t d : dims) ONYX_CHECK(d >= 0, "negative dimension in shape");
   Shape shape(dims);
-  size_t n = static_cast<size_t>(shape.numel());
-  size_t need = 0;
-  ONYX_CHECK(!__builtin_mul_overflow(n, dtype_size(dt), &need), "shape ", shape.str(), " of ", dtype_name(dt),
-             " needs more bytes than an address space holds");
+  const size_t n = static_cast<size_t>(shape.numel());
+  const size_t need = checked_bytes(shape.numel(), dt, cat("shape ", shape.str(), " of ", dtype_name(dt)));
 
   if (p.has_data_location() && p.data_location() == onnx::TensorProto::EXTERNAL)
     return from_external(p, dt, shape, ctx);

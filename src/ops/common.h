@@ -1,6 +1,7 @@
 // Small helpers shared by the op family files.
 #pragma once
 
+#include "onyx/checked.h"
 #include "ops/dispatch.h"
 #include "ops/op.h"
 #include "ops/registry.h"

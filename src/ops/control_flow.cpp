@@ -73,6 +73,7 @@ void if_kernel(KernelContext& ctx) {
   std::vector<Tensor> outs = with_context(which, [&] { return ctx.run_subgraph(*branch, {}); });
   ONYX_CHECK(outs.size() == ctx.num_outputs(), which, " returns ", outs.size(), " values, the node has ",
              ctx.num_outputs(), " outputs");
+  for (size_t o = 0; o < outs.size(); ++o) ONYX_CHECK(outs[o].defined(), which, " returned no tensor for output ", o);
   for (size_t o = 0; o < outs.size(); ++o) ctx.set_output(o, std::move(outs[o]));
 }
 
@@ -103,6 +104,13 @@ void loop_kernel(KernelContext& ctx) {
     std::vector<Tensor> in{Tensor::scalar<int64_t>(trip), Tensor::scalar<bool>(cond)};
     in.insert(in.end(), carried.begin(), carried.end());
     std::vector<Tensor> out = with_context(cat("body, iteration ", trip), [&] { return ctx.run_subgraph(*body, in); });
+    // What the body returns is data of the model: checked before it is read.
+    ONYX_CHECK(out.size() == body->outputs.size(), "the body returned ", out.size(), " values in iteration ", trip,
+               ", it declares ", body->outputs.size());
+    for (size_t i = 0; i < out.size(); ++i)
+      ONYX_CHECK(out[i].defined(), "the body returned no tensor for output ", i, " in iteration ", trip);
+    ONYX_CHECK(out[0].numel() == 1 && out[0].dtype() != DType::kString, "the body's condition output must hold one ",
+               "boolean element, got ", out[0].type_str(), " in iteration ", trip);
     cond = out[0].get_as_double(0) != 0;
     for (size_t i = 0; i < n_carried; ++i) carried[i] = std::move(out[1 + i]);
     for (size_t k = 0; k < n_scan; ++k) scans[k].push_back(std::move(out[1 + n_carried + k]));
@@ -159,6 +167,8 @@ void scan_kernel(KernelContext& ctx) {
     std::vector<Tensor> out = with_context(cat("body, iteration ", it), [&] { return ctx.run_subgraph(*body, in); });
     ONYX_CHECK(out.size() == n_state + n_scan_out, "the body returns ", out.size(), " values, expected ",
                n_state + n_scan_out);
+    for (size_t i = 0; i < out.size(); ++i)
+      ONYX_CHECK(out[i].defined(), "the body returned no tensor for output ", i, " in iteration ", it);
     for (size_t i = 0; i < n_state; ++i) state[i] = std::move(out[i]);
     for (size_t k = 0; k < n_scan_out; ++k) outs[k].push_back(std::move(out[n_state + k]));
   }

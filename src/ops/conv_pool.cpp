@@ -301,13 +301,12 @@ void infer_col2im(InferContext& ctx) {
   ONYX_CHECK(img.size() == blk.size() && !img.empty(), "image_shape has ", img.size(), " entries, block_shape ",
              blk.size());
   Window w = read_window(ctx, blk.size(), blk);
-  int64_t kprod = 1;
-  for (int64_t b : blk) kprod *= b;
-  ONYX_CHECK(x[1] % kprod == 0, "Col2Im input dim 1 (", x[1], ") is not a multiple of prod(block_shape) = ", kprod);
+  // The divisor: each block dim is positive (read_window), so the checked product is too.
+  const int64_t kprod = checked_product(blk, "prod(block_shape)");
+  ONYX_CHECK(kprod > 0 && x[1] % kprod == 0, "Col2Im input dim 1 (", x[1], ") is not a multiple of prod(block_shape) = ", kprod);
   for (int64_t v : img) ONYX_CHECK(v > 0, "image_shape entries must be positive, got ", Shape(img).str());
   std::vector<int64_t> grid = window_output_dims(w, img);
-  int64_t l = 1;
-  for (int64_t v : grid) l *= v;
+  const int64_t l = checked_product(grid, "the number of blocks");
   ONYX_CHECK(x[2] == l, "Col2Im input has ", x[2], " blocks, but image ", Shape(img).str(), " with block ",
              Shape(blk).str(), " gives ", l);
   std::vector<int64_t> dims{x[0], x[1] / kprod};

@@ -38,18 +38,20 @@ std::vector<int64_t> window_output_dims(Window& w, const std::vector<int64_t>& i
     if (in[d] < 0) continue;
     const int64_t s = w.strides[d], span = w.span(d);
     if (w.auto_pad == "SAME_UPPER" || w.auto_pad == "SAME_LOWER") {
-      out[d] = (in[d] + s - 1) / s;
-      int64_t total = std::max<int64_t>(0, (out[d] - 1) * s + span - in[d]);
+      out[d] = checked_add(in[d], s - 1, "the output size") / s;
+      int64_t total = std::max<int64_t>(
+          0, checked_add(checked_mul(out[d] - 1, s, "the padded extent"), span - in[d], "the padded extent"));
       int64_t small = total / 2, big = total - small;
       w.pads[d] = w.auto_pad == "SAME_UPPER" ? small : big;
       w.pads[d + w.nd] = w.auto_pad == "SAME_UPPER" ? big : small;
       continue;
     }
     if (w.auto_pad == "VALID") w.pads[d] = w.pads[d + w.nd] = 0;
-    const int64_t padded = in[d] + w.pads[d] + w.pads[d + w.nd];
+    const int64_t padded =
+        checked_add(checked_add(in[d], w.pads[d], "the padded extent"), w.pads[d + w.nd], "the padded extent");
     ONYX_CHECK(padded >= span, "window of ", span, " (kernel ", w.kernel[d], ", dilation ", w.dilations[d],
                ") does not fit spatial dim ", d, " of size ", in[d], " with pads ", w.pads[d], "+", w.pads[d + w.nd]);
-    int64_t o = ceil_mode ? (padded - span + s - 1) / s + 1 : (padded - span) / s + 1;
+    int64_t o = ceil_mode ? checked_add(padded - span, s - 1, "the output size") / s + 1 : (padded - span) / s + 1;
     // A ceil-mode window must still start inside the input or its begin padding.
     if (ceil_mode && (o - 1) * s >= in[d] + w.pads[d]) --o;
     out[d] = o;

@@ -16,7 +16,9 @@ struct Window {
   std::vector<int64_t> pads;  // [begin_0..begin_nd-1, end_0..end_nd-1]
   std::string auto_pad = "NOTSET";
 
-  int64_t span(size_t d) const { return dilations[d] * (kernel[d] - 1) + 1; }
+  int64_t span(size_t d) const {
+    return checked_add(checked_mul(dilations[d], kernel[d] - 1, "the window's span"), 1, "the window's span");
+  }
 };
 
 // Reads strides, dilations, pads and auto_pad (each checked for length and sign).

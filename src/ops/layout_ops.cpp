@@ -38,7 +38,9 @@ void infer_concat(InferContext& ctx) {
                out.dims.size());
     for (size_t a = 0; a < s.dims.size(); ++a) {
       if (static_cast<int64_t>(a) == axis) {
-        out.dims[a] = (out.dims[a] == kUnknown || s.dims[a] == kUnknown) ? kUnknown : out.dims[a] + s.dims[a];
+        out.dims[a] = (out.dims[a] == kUnknown || s.dims[a] == kUnknown)
+                          ? kUnknown
+                          : checked_add(out.dims[a], s.dims[a], "Concat: the concatenated axis");
       } else if (out.dims[a] == kUnknown) {
         out.dims[a] = s.dims[a];
       } else {
@@ -79,7 +81,7 @@ std::vector<int64_t> split_sizes(const NodeView& n, const std::optional<std::vec
     int64_t sum = 0;
     for (int64_t s : *split) {
       ONYX_CHECK(s >= 0, "Split: negative split size ", s);
-      sum += s;
+      sum = checked_add(sum, s, "Split: the sum of split sizes");
     }
     ONYX_CHECK(dim == kUnknown || sum == dim, "Split: split sizes sum to ", sum, ", but the axis has size ", dim);
     return *split;
@@ -219,7 +221,7 @@ void infer_tile(InferContext& ctx) {
   PartialShape out = in;
   for (size_t i = 0; i < reps->size(); ++i) {
     ONYX_CHECK((*reps)[i] >= 0, "Tile: negative repeat ", (*reps)[i], " for axis ", i);
-    if (out.dims[i] != kUnknown) out.dims[i] *= (*reps)[i];
+    if (out.dims[i] != kUnknown) out.dims[i] = checked_mul(out.dims[i], (*reps)[i], cat("Tile: axis ", i, " repeated"));
   }
   ctx.set_output(0, ctx.input_dtype(0), out);
 }
@@ -272,9 +274,11 @@ void trilu_kernel(KernelContext& ctx) {
 
 // ---- DepthToSpace, SpaceToDepth -------------------------------------------
 
+// The blocksize, checked so that blocksize^2 (what the channels are divided by) is positive and fits.
 int64_t block_size(const NodeView& n) {
   int64_t b = n.attr_int("blocksize");
   ONYX_CHECK(b > 0, "blocksize must be positive, got ", b);
+  checked_mul(b, b, cat("blocksize ", b, " squared"));
   return b;
 }
 
@@ -293,7 +297,7 @@ void infer_depth_to_space(InferContext& ctx) {
     out.dims[1] = in.dims[1] / (b * b);
   }
   for (int a = 2; a < 4; ++a)
-    if (in.dims[a] != kUnknown) out.dims[a] = in.dims[a] * b;
+    if (in.dims[a] != kUnknown) out.dims[a] = checked_mul(in.dims[a], b, cat("DepthToSpace: axis ", a));
   ctx.set_output(0, ctx.input_dtype(0), out);
 }
 
@@ -331,7 +335,8 @@ void infer_space_to_depth(InferContext& ctx) {
   }
   const int64_t b = block_size(ctx);
   PartialShape out = in;
-  if (in.dims[1] != kUnknown) out.dims[1] = in.dims[1] * b * b;
+  if (in.dims[1] != kUnknown)
+    out.dims[1] = checked_mul(checked_mul(in.dims[1], b, "SpaceToDepth: channels"), b, "SpaceToDepth: channels");
   for (int a = 2; a < 4; ++a) {
     if (in.dims[a] == kUnknown) continue;
     ONYX_CHECK(in.dims[a] % b == 0, "SpaceToDepth: axis ", a, " of size ", in.dims[a],

@@ -1,5 +1,7 @@
 #include "ops/op.h"
 
+#include "onyx/checked.h"
+
 namespace onyx {
 
 const Attribute* NodeView::typed(std::string_view name, Attribute::Kind kind) const {
@@ -93,6 +95,19 @@ Shape InferContext::input_concrete_shape(size_t i) const {
 
 void InferContext::set_output(size_t i, DType dtype, PartialShape shape) {
   ONYX_ASSERT(i < outputs_.size(), "output ", i, " of ", node().describe());
+  // Whatever an op computed its shape from, the shape must describe a tensor that can exist:
+  // dims >= 0 and an element count and byte size that fit (the known dims, when some are not).
+  if (shape.rank_known) {
+    std::vector<int64_t> known;
+    for (int64_t d : shape.dims) {
+      ONYX_CHECK(d >= 0 || d == PartialShape::kUnknown, "output ", i, " would have a negative dimension ", d,
+                 " (shape ", shape.str(), ")");
+      if (d >= 0) known.push_back(d);
+    }
+    with_context(cat("output ", i, " of shape ", shape.str()), [&] {
+      checked_bytes(checked_product(known), dtype, "its byte size");
+    });
+  }
   outputs_[i] = ValueType{dtype, std::move(shape)};
 }
 

@@ -36,20 +36,30 @@ struct DimTaps {
   std::vector<int64_t> padded_count;
 };
 
+int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+// The taps k in [0, kernel) whose position base + k * dilation lies in [lo, hi]: [first, last]
+// (empty when first > last). Computed, not searched, so that the cost of a window is its
+// taps inside the input, however large the kernel or the padding.
+std::pair<int64_t, int64_t> tap_range(int64_t base, int64_t dilation, int64_t kernel, int64_t lo, int64_t hi) {
+  const int64_t first = std::max<int64_t>(0, -floor_div(checked_add(base, -lo, "a window position"), dilation));
+  const int64_t last = std::min<int64_t>(kernel - 1, floor_div(checked_add(hi, -base, "a window position"), dilation));
+  return {first, last};
+}
+
 std::vector<DimTaps> dim_taps(const PoolPlan& p) {
   std::vector<DimTaps> taps(p.in.size());
   for (size_t d = 0; d < p.in.size(); ++d) {
     const Window& w = p.w;
     taps[d].pos.resize(p.out[d]);
     taps[d].padded_count.resize(p.out[d]);
+    const int64_t end = checked_add(p.in[d], w.pads[d + w.nd], "the padded extent");
     for (int64_t o = 0; o < p.out[d]; ++o) {
-      int64_t count = 0;
-      for (int64_t k = 0; k < w.kernel[d]; ++k) {
-        const int64_t at = o * w.strides[d] - w.pads[d] + k * w.dilations[d];
-        if (at >= -w.pads[d] && at < p.in[d] + w.pads[d + w.nd]) ++count;
-        if (at >= 0 && at < p.in[d]) taps[d].pos[o].push_back(at);
-      }
-      taps[d].padded_count[o] = count;
+      const int64_t base = checked_add(checked_mul(o, w.strides[d], "a window position"), -w.pads[d], "a window position");
+      auto [pf, pl] = tap_range(base, w.dilations[d], w.kernel[d], -w.pads[d], end - 1);
+      taps[d].padded_count[o] = pl >= pf ? pl - pf + 1 : 0;
+      auto [f, l] = tap_range(base, w.dilations[d], w.kernel[d], 0, p.in[d] - 1);
+      for (int64_t k = f; k <= l; ++k) taps[d].pos[o].push_back(base + k * w.dilations[d]);
     }
   }
   return taps;
@@ -68,7 +78,7 @@ void for_each_window(const PoolPlan& p, Fn fn) {
   for (int64_t q = 0; q < out_size; ++q) {
     int64_t padded = 1, inside = 1;
     for (size_t d = 0; d < nd; ++d) {
-      padded *= taps[d].padded_count[oidx[d]];
+      padded = checked_mul(padded, taps[d].padded_count[oidx[d]], "the taps of a padded window");
       inside *= static_cast<int64_t>(taps[d].pos[oidx[d]].size());
     }
     auto window = [&](auto&& visit) {

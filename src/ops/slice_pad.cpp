@@ -185,7 +185,8 @@ void infer_pad(InferContext& ctx) {
   PartialShape out = in;
   for (size_t a = 0; a < in.dims.size(); ++a) {
     if (in.dims[a] == PartialShape::kUnknown) continue;
-    out.dims[a] = in.dims[a] + (*pads)[2 * a] + (*pads)[2 * a + 1];
+    out.dims[a] = checked_add(checked_add(in.dims[a], (*pads)[2 * a], "Pad: padded axis"), (*pads)[2 * a + 1],
+                              "Pad: padded axis");
     ONYX_CHECK(out.dims[a] >= 0, "Pad: pads ", (*pads)[2 * a], ", ", (*pads)[2 * a + 1], " on axis ", a, " of size ",
                in.dims[a], " give a negative size");
   }

@@ -36,7 +36,7 @@ void infer_reshape(InferContext& ctx) {
     return;
   }
   Shape in = ps.to_shape();
-  int64_t known = 1;
+  std::vector<int64_t> known_dims;
   int infer_axis = -1;
   for (size_t i = 0; i < target.size(); ++i) {
     if (target[i] == 0 && !allowzero) {
@@ -48,9 +48,10 @@ void infer_reshape(InferContext& ctx) {
       infer_axis = static_cast<int>(i);
     } else {
       ONYX_CHECK(target[i] >= 0, "invalid target dimension ", target[i]);
-      known *= target[i];
+      known_dims.push_back(target[i]);
     }
   }
+  const int64_t known = checked_product(known_dims, "Reshape: the target shape's element count");
   if (infer_axis >= 0) {
     ONYX_CHECK(known != 0 && in.numel() % known == 0, "cannot reshape ", in.str(), " (", in.numel(),
                " elements) with a -1 into a multiple of ", known);
@@ -66,7 +67,7 @@ int64_t partial_product(const std::vector<int64_t>& dims, size_t b, size_t e) {
   int64_t p = 1;
   for (size_t i = b; i < e; ++i) {
     if (dims[i] == kUnknown) return kUnknown;
-    p *= dims[i];
+    p = checked_mul(p, dims[i], "the product of dimensions");
   }
   return p;
 }

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "onyx/checked.h"
+
 namespace onyx {
 
 struct BufferLife {
@@ -39,6 +41,6 @@ size_t lower_bound_bytes(const std::vector<BufferLife>& buffers, int* peak_step 
 // Checks that no two overlapping buffers share a byte; returns "" or what is wrong.
 std::string verify_placement(const std::vector<BufferLife>& buffers, const Placement& p);
 
-inline size_t align_up(size_t bytes, size_t alignment) { return (bytes + alignment - 1) / alignment * alignment; }
+inline size_t align_up(size_t bytes, size_t alignment) { return checked_align_up(bytes, alignment); }
 
 }  // namespace onyx

@@ -176,6 +176,11 @@ void place_arenas(Planning& P) {
       roots.push_back(static_cast<int>(id));
       lives.push_back({P.group_first[id], std::max(P.group_last[id], P.group_first[id]), align_up(v.bytes, alignment)});
     }
+    // Every offset a placement gives lies below the sum of all sizes: if that fits, no offset wraps.
+    size_t total = 0;
+    for (size_t k = 0; k < lives.size(); ++k)
+      total = with_context(cat("placing value '", P.g.values[roots[k]].name, "' in the arena"),
+                           [&] { return checked_add_bytes(total, lives[k].bytes, "the arena"); });
     Placement placement = place_best(lives);
     ArenaPlan& a = accel ? p.accel_arena : p.host_arena;
     a.bytes = placement.arena_bytes;

@@ -1,5 +1,6 @@
 // Phases 1 and 2 of plan_graph: the values present before the first node, then shape
 // propagation, with the shape arithmetic of exported models evaluated now.
+#include "onyx/checked.h"
 #include "ops/compute.h"
 #include "plan/planning.h"
 
@@ -7,7 +8,7 @@ namespace onyx::planning {
 
 size_t value_bytes(const ValueType& t) {
   if (!t.shape.fully_known()) return 0;
-  return static_cast<size_t>(t.shape.to_shape().numel()) * dtype_size(t.dtype);
+  return checked_bytes(t.shape.to_shape().numel(), t.dtype, cat("a value of ", dtype_name(t.dtype), t.shape.str()));
 }
 
 bool has_subgraphs(const Node& n) {
@@ -32,7 +33,7 @@ std::vector<Tensor> evaluate(const Planning& P, const Node& n, const std::vector
     return {};
   }
   size_t bytes = 0;
-  for (const auto& t : outs) bytes += t.defined() ? t.bytes() : 0;
+  for (const auto& t : outs) bytes = checked_add_bytes(bytes, t.defined() ? t.bytes() : 0, "the node's outputs");
   return bytes <= P.options.fold_limit_bytes ? outs : std::vector<Tensor>{};
 }
 
@@ -102,7 +103,7 @@ void propagate_node(Planning& P, int s) {
     if (out < 0) continue;
     p.values[out].type = ictx.outputs()[o];
     outputs_known &= p.values[out].type.shape.fully_known();
-    out_bytes += value_bytes(p.values[out].type);
+    out_bytes = checked_add_bytes(out_bytes, value_bytes(p.values[out].type), "the node's outputs");
   }
   if (values_known && def.foldable && (!outputs_known || out_bytes <= P.options.fold_limit_bytes)) {
     std::vector<Tensor> outs = evaluate(P, n, values, outputs_known);
