@@ -64,6 +64,30 @@ def timed(step, repeat):
     return out
 
 
+def profile(label, step, n):
+    """GPU time per step by kernel (names shortened), from a CUPTI trace of n steps."""
+    from torch.profiler import ProfilerActivity, profile as trace
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with trace(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    rows = {}
+    for e in p.events():
+        if e.device_type.name != "CUDA":
+            continue
+        name = e.name.split("(")[0].split("<")[0][:60]
+        t, k = rows.get(name, (0.0, 0))
+        rows[name] = (t + e.time_range.elapsed_us(), k + 1)
+    total = sum(t for t, _ in rows.values())
+    print(f"    {label}: GPU busy {total / n / 1e3:.3f} ms/step in {sum(k for _, k in rows.values()) // n} "
+          f"kernels/step; by kernel (ms/step, launches/step):", flush=True)
+    for name, (t, k) in sorted(rows.items(), key=lambda r: -r[1][0])[:14]:
+        print(f"      {t / n / 1e3:7.3f}  {k // n:4d}  {name}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
@@ -72,6 +96,8 @@ def main():
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--profile", type=int, default=0,
+                    help="also trace N steps of each (CUPTI through torch.profiler) and print GPU time by kernel")
     args = ap.parse_args()
     import onyx
     import torch_decoder
@@ -176,6 +202,10 @@ def main():
             print(f"| {batch} | {P} | {med['fold']:.3f} | {med['nofold']:.3f} | {med['eager']:.3f} | "
                   f"{med['graph']:.3f} | {floor:.3f} | {med['fold'] / med['graph']:.2f} |", flush=True)
             print(f"    onyx capture report (fold on): {rep}", flush=True)
+            if args.profile:
+                sess, b, _ = steps[True]
+                profile(f"onyx captured, batch {batch}", lambda: sess.run_with_iobinding(b), args.profile)
+                profile(f"torch CUDA Graph, batch {batch}", graph.replay, args.profile)
             del graph
 
 
