@@ -52,6 +52,8 @@ struct SessionOptions {
   // Load-time constant folding: nodes computed from constants alone run once, at load, and
   // their results become weights (passes/fold_constants.h).
   bool fold_constants = true;
+  // Load-time fusions of exporters' op patterns into one node each (passes/fuse_patterns.h).
+  bool fuse_patterns = true;
   // On a GPU: page-locked host memory for the staging buffers of host <-> device copies.
   size_t pinned_memory_budget_bytes = size_t{1} << 30;
 };

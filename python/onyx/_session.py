@@ -186,6 +186,7 @@ class SessionOptions:
             "plan_cache_capacity": int(self.plan_cache_capacity),
             # onnxruntime's basic level and up fold constants; ORT_DISABLE_ALL does not.
             "fold_constants": self.graph_optimization_level != GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "fuse_patterns": self.graph_optimization_level != GraphOptimizationLevel.ORT_DISABLE_ALL,
         }
 
 

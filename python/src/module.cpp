@@ -252,6 +252,7 @@ SessionOptions parse_options(const nb::dict& o) {
       else if (key == "memory_fraction") s.memory_fraction = nb::cast<double>(v);
       else if (key == "validate_replays") s.validate_replays = nb::cast<bool>(v);
       else if (key == "fold_constants") s.fold_constants = nb::cast<bool>(v);
+      else if (key == "fuse_patterns") s.fuse_patterns = nb::cast<bool>(v);
       else if (key == "plan_cache_capacity") s.plan_cache_capacity = nb::cast<size_t>(v);
       else if (key == "pinned_memory_budget_bytes") s.pinned_memory_budget_bytes = nb::cast<size_t>(v);
       else if (key == "capture") {
@@ -268,7 +269,7 @@ SessionOptions parse_options(const nb::dict& o) {
         else throw Error(cat("'", m, "' is not one of planned, release, keep"));
       } else {
         throw Error("no such option (device, allow_cpu_fallback, memory_budget_bytes, memory_fraction, "
-                    "validate_replays, fold_constants, plan_cache_capacity, pinned_memory_budget_bytes, capture, "
+                    "validate_replays, fold_constants, fuse_patterns, plan_cache_capacity, pinned_memory_budget_bytes, capture, "
                     "memory)");
       }
     });

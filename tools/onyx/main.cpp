@@ -32,6 +32,7 @@ run options:
   --device DEVICE              cpu (default), cuda or cuda:N
   --no-cpu-fallback            on a GPU, fail instead of running a node without a GPU kernel on the CPU
   --no-fold                    run nodes computed from constants alone on every run (default: once, at load)
+  --no-fuse                    keep exporters' op patterns (decomposed RMSNorm) as they are (default: fused at load)
   --memory-budget BYTES        on a GPU, the session's device-memory budget (default: 90% of free memory)
   --memory-report              print the memory governor's holders after the runs
   --capture off|auto|require   on a GPU, replay repeated input shapes from CUDA graphs (default off)

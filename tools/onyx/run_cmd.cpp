@@ -55,6 +55,7 @@ RunArgs parse(const std::vector<std::string>& args) {
     else if (opt == "--device") r.session.device = a.value();
     else if (opt == "--no-cpu-fallback") r.session.allow_cpu_fallback = false;
     else if (opt == "--no-fold") r.session.fold_constants = false;
+    else if (opt == "--no-fuse") r.session.fuse_patterns = false;
     else if (opt == "--memory-budget") r.session.memory_budget_bytes = static_cast<size_t>(to_int(a.value()));
     else if (opt == "--memory-report") r.memory_report = true;
     else if (opt == "--validate-replays") r.session.validate_replays = true;

@@ -1,0 +1,123 @@
+// Load-time pattern fusion (passes/fuse_patterns.h): the decomposed RMSNorm becomes one
+// SimplifiedLayerNormalization that computes the same, and near misses stay as they are.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "op_test_util.h"
+#include "passes/fuse_patterns.h"
+
+namespace onyx {
+
+namespace {
+
+struct Builder {
+  Graph g;
+  int value(const std::string& n) { return g.value_id(n); }
+  int init(const std::string& n, Tensor t) {
+    int id = g.value_id(n);
+    g.values[id].is_initializer = true;
+    g.initializers[id] = std::move(t);
+    return id;
+  }
+  int node(const std::string& op, std::vector<int> in, std::vector<Attribute> attrs = {}) {
+    Node n;
+    n.name = op + std::to_string(g.nodes.size());
+    n.op_type = op;
+    n.opset = 18;
+    n.inputs = std::move(in);
+    int out = g.value_id(n.name + "_out");
+    n.outputs = {out};
+    n.attributes = std::move(attrs);
+    g.values[out].producer = static_cast<int>(g.nodes.size());
+    g.nodes.push_back(std::move(n));
+    return out;
+  }
+};
+
+Attribute int_attr(const char* name, int64_t v) {
+  Attribute a;
+  a.name = name;
+  a.kind = Attribute::Kind::kInt;
+  a.i = v;
+  return a;
+}
+
+// x[3,16] -> w * (x * 1/sqrt(mean(x^2, -1) + eps)) -> y, plus x + y (x read twice, as a residual).
+// `variant`: 0 Reciprocal/Mul, 1 Div(x, s), 2 Div(1, s), 3 the mean read elsewhere (no fusion),
+// 4 reduced over axis 0 (no fusion).
+Graph make(int variant, float eps = 1e-5f) {
+  Builder b;
+  int x = b.value("x");
+  b.g.values[x].is_input = true;
+  b.g.inputs.push_back(x);
+  int two = b.init("two", Tensor::scalar<float>(2.0f));
+  int axes = b.init("axes", Tensor::from_vector<int64_t>({variant == 4 ? 0 : -1}, Shape{1}));
+  int e = b.init("eps", Tensor::scalar<float>(eps));
+  int w = b.init("w", test::random_tensor<float>(Shape{16}, 0.5, 1.5));
+  int sq = b.node("Pow", {x, two});
+  int mean = b.node("ReduceMean", {sq, axes}, {int_attr("keepdims", 1)});
+  int var = b.node("Add", {e, mean});  // the constant first: either order matches
+  int s = b.node("Sqrt", {var});
+  int y;
+  if (variant == 1) {
+    y = b.node("Div", {x, s});
+  } else if (variant == 2) {
+    int one = b.init("one", Tensor::scalar<float>(1.0f));
+    y = b.node("Mul", {x, b.node("Div", {one, s})});
+  } else {
+    y = b.node("Mul", {b.node("Reciprocal", {s}), x});
+  }
+  int out = b.node("Mul", {y, w});
+  int res = b.node("Add", {x, out});
+  b.g.outputs = {res};
+  if (variant == 3) b.g.outputs.push_back(mean);
+  return b.g;
+}
+
+std::vector<Tensor> run(Graph& g, const Tensor& x) {
+  auto alloc = make_cpu_allocator();
+  GraphExecutor exec(g, OpRegistry::global(), alloc, SessionOptions{});
+  return exec.run({x});
+}
+
+}  // namespace
+
+TEST(FusePatterns, DecomposedRmsNormBecomesOneNodeThatComputesTheSame) {
+  for (int variant : {0, 1, 2}) {
+    Graph plain = make(variant), fused = make(variant);
+    for (auto& [id, t] : plain.initializers) fused.initializers[fused.find_value(plain.values[id].name)] = t;
+    FuseReport r = fuse_patterns(fused);
+    EXPECT_EQ(r.rms_norms, 1) << "variant " << variant;
+    int norms = 0;
+    for (const auto& n : fused.nodes) {
+      norms += n.op_type == "SimplifiedLayerNormalization";
+      EXPECT_NE(n.op_type, "Sqrt") << "variant " << variant;
+    }
+    EXPECT_EQ(norms, 1);
+    Tensor x = test::random_tensor<float>(Shape{3, 16}, -2.0, 2.0);
+    auto a = run(plain, x), b = run(fused, x);
+    const Tensor& w = plain.initializers.at(plain.find_value("w"));
+    for (int64_t r0 = 0; r0 < 3; ++r0) {
+      double ms = 0;
+      for (int64_t c = 0; c < 16; ++c) ms += std::pow(double(x.data<float>()[r0 * 16 + c]), 2) / 16;
+      for (int64_t c = 0; c < 16; ++c) {
+        const double xv = x.data<float>()[r0 * 16 + c];
+        const double want = xv + w.data<float>()[c] * xv / std::sqrt(ms + 1e-5);
+        EXPECT_NEAR(b[0].data<float>()[r0 * 16 + c], want, 1e-5 * (1 + std::abs(want)));
+        EXPECT_NEAR(a[0].data<float>()[r0 * 16 + c], b[0].data<float>()[r0 * 16 + c], 1e-5);
+      }
+    }
+  }
+}
+
+TEST(FusePatterns, NearMissesAreLeftAlone) {
+  for (int variant : {3, 4}) {
+    Graph g = make(variant);
+    const size_t nodes = g.nodes.size();
+    EXPECT_EQ(fuse_patterns(g).rms_norms, 0) << "variant " << variant;
+    EXPECT_EQ(g.nodes.size(), nodes);
+  }
+}
+
+}  // namespace onyx
