@@ -78,7 +78,8 @@ def profile(label, step, n):
     for e in p.events():
         if e.device_type.name != "CUDA":
             continue
-        name = e.name.split("(")[0].split("<")[0][:60]
+        name = e.name.replace("(anonymous namespace)::", "").replace("void ", "").replace("onyx::cuda::", "")
+        name = name.split("(")[0][:90]
         t, k = rows.get(name, (0.0, 0))
         rows[name] = (t + e.time_range.elapsed_us(), k + 1)
     total = sum(t for t, _ in rows.values())
