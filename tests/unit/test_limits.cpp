@@ -1,0 +1,154 @@
+// Untrusted models under a session's limits: string tensors in every memory mode,
+// run statistics read while other threads run, the host memory budget, deadlines and
+// cancellation. Each failure is an onyx::Error naming what went wrong, and the session
+// stays usable after it.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "onnx/onnx.pb.h"
+#include "onyx/session.h"
+
+namespace onyx {
+
+namespace {
+
+// A model built node by node, serialized for Session::load_from_bytes.
+struct ModelBuilder {
+  onnx::ModelProto m;
+  onnx::GraphProto* g;
+  explicit ModelBuilder(int opset = 18) : g(m.mutable_graph()) {
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(opset);
+    g->set_name("limits");
+  }
+  static void typed(onnx::ValueInfoProto* v, const std::string& name, int elem, const std::vector<int64_t>& dims,
+                    bool rank_known = true) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(elem);
+    if (!rank_known) return;
+    auto* s = t->mutable_shape();
+    for (int64_t d : dims) {
+      auto* dim = s->add_dim();
+      if (d >= 0) dim->set_dim_value(d);
+      else dim->set_dim_param(cat("d", s->dim_size()));
+    }
+  }
+  void input(const std::string& name, int elem, const std::vector<int64_t>& dims) { typed(g->add_input(), name, elem, dims); }
+  void output(const std::string& name, int elem) { typed(g->add_output(), name, elem, {}, false); }
+  onnx::NodeProto* node(const std::string& name, const std::string& op, const std::vector<std::string>& in,
+                        const std::vector<std::string>& out, onnx::GraphProto* into = nullptr) {
+    onnx::NodeProto* n = (into ? into : g)->add_node();
+    n->set_name(name);
+    n->set_op_type(op);
+    for (const auto& s : in) n->add_input(s);
+    for (const auto& s : out) n->add_output(s);
+    return n;
+  }
+  static void attr_int(onnx::NodeProto* n, const std::string& name, int64_t v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  void int64_initializer(const std::string& name, const std::vector<int64_t>& values, const std::vector<int64_t>& dims) {
+    onnx::TensorProto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    for (int64_t d : dims) t->add_dims(d);
+    for (int64_t v : values) t->add_int64_data(v);
+  }
+  std::unique_ptr<Session> load(const SessionOptions& options = {}) const {
+    const std::string bytes = m.SerializeAsString();
+    return Session::load_from_bytes(bytes.data(), bytes.size(), options);
+  }
+};
+
+Tensor i64(std::vector<int64_t> v) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  return Tensor::from_vector<int64_t>(v, Shape{n});
+}
+
+std::vector<int64_t> values_of(const Tensor& t) {
+  const int64_t* p = t.data<int64_t>();
+  return {p, p + t.numel()};
+}
+
+const MemoryMode kModes[] = {MemoryMode::kPlanned, MemoryMode::kRelease, MemoryMode::kKeepAll};
+const char* mode_name(MemoryMode m) {
+  return m == MemoryMode::kPlanned ? "planned" : m == MemoryMode::kRelease ? "release" : "keep";
+}
+
+// Runs fn, which must throw an onyx::Error containing every needle.
+template <class Fn>
+std::string expect_error(Fn&& fn, const std::vector<std::string>& needles) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an onyx::Error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    for (const auto& n : needles) EXPECT_NE(what.find(n), std::string::npos) << "'" << n << "' not in: " << what;
+    return what;
+  }
+  return "";
+}
+
+}  // namespace
+
+// ---- 1. string tensors are objects, not arena bytes ---------------------------
+
+TEST(Limits, CastToStringAndBackInEveryMemoryMode) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::INT64, {4});
+  ModelBuilder::attr_int(b.node("to_string", "Cast", {"x"}, {"s"}), "to", onnx::TensorProto::STRING);
+  ModelBuilder::attr_int(b.node("to_int", "Cast", {"s"}, {"y"}), "to", onnx::TensorProto::INT64);
+  b.output("y", onnx::TensorProto::INT64);
+  for (MemoryMode mode : kModes) {
+    SCOPED_TRACE(mode_name(mode));
+    SessionOptions o;
+    o.memory = mode;
+    auto s = b.load(o);
+    for (int run = 0; run < 3; ++run) {  // later runs reuse the plan (and, planned, its arena)
+      auto out = s->run({{"x", i64({-7, 0, 42, 1234567890123})}});
+      EXPECT_EQ(values_of(out[0].second), (std::vector<int64_t>{-7, 0, 42, 1234567890123}));
+    }
+  }
+}
+
+TEST(Limits, StringIdentityConcatChainInEveryMemoryMode) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::INT64, {3});
+  ModelBuilder::attr_int(b.node("to_string", "Cast", {"x"}, {"s"}), "to", onnx::TensorProto::STRING);
+  b.node("same", "Identity", {"s"}, {"t"});
+  b.int64_initializer("shape", {3}, {1});
+  b.node("flat", "Reshape", {"t", "shape"}, {"u"});
+  ModelBuilder::attr_int(b.node("twice", "Concat", {"u", "s"}, {"c"}), "axis", 0);
+  b.node("again", "Identity", {"c"}, {"d"});
+  ModelBuilder::attr_int(b.node("to_int", "Cast", {"d"}, {"y"}), "to", onnx::TensorProto::INT64);
+  b.output("y", onnx::TensorProto::INT64);
+  b.output("c", onnx::TensorProto::STRING);  // a string graph output too
+  for (MemoryMode mode : kModes) {
+    SCOPED_TRACE(mode_name(mode));
+    SessionOptions o;
+    o.memory = mode;
+    auto s = b.load(o);
+    for (int run = 0; run < 3; ++run) {
+      auto out = s->run({{"x", i64({5, -1, 300 + run})}});
+      EXPECT_EQ(values_of(out[0].second), (std::vector<int64_t>{5, -1, 300 + run, 5, -1, 300 + run}));
+      const Tensor& c = out[1].second;
+      ASSERT_EQ(c.dtype(), DType::kString);
+      ASSERT_EQ(c.numel(), 6);
+      EXPECT_EQ(c.data<std::string>()[0], "5");
+      EXPECT_EQ(c.data<std::string>()[5], std::to_string(300 + run));
+    }
+    // The planner never places a string in the arena.
+    for (const auto& v : s->plan({{"x", {3}}}).values)
+      if (v.type.rfind("string", 0) == 0) EXPECT_NE(v.kind, "arena") << v.name;
+  }
+}
+
+}  // namespace onyx
