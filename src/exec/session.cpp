@@ -31,8 +31,11 @@ struct Session::Impl {
   std::shared_ptr<CpuAllocator> alloc = make_cpu_allocator();
   std::unique_ptr<GraphExecutor> executor;
   std::vector<ValueDesc> inputs, outputs;
-  RunStats stats;
   mutable std::mutex run_mutex;
+  // The last run's statistics, under their own lock: a reader copies them whole while
+  // another thread's run goes on, and sees one run's numbers, never a mix of two.
+  mutable std::mutex stats_mutex;
+  RunStats stats;
 
   void check_feed(const ValueDesc& d, const Tensor& t, std::unordered_map<std::string, int64_t>& symbols) const;
   // Feeds by name -> graph input order; unknown or repeated names are errors.
@@ -93,7 +96,10 @@ ModelSummary Session::summary() const {
 
 const std::vector<ValueDesc>& Session::inputs() const { return impl_->inputs; }
 const std::vector<ValueDesc>& Session::outputs() const { return impl_->outputs; }
-const RunStats& Session::last_run_stats() const { return impl_->stats; }
+RunStats Session::last_run_stats() const {
+  std::lock_guard<std::mutex> lock(impl_->stats_mutex);
+  return impl_->stats;
+}
 
 static void histogram(const Graph& g, ModelSummary& s, std::set<std::string>& unsupported) {
   for (const auto& n : g.nodes) {
@@ -217,9 +223,14 @@ NamedTensors Session::run(const NamedTensors& feeds, const RunOptions& options) 
         m.executor->run(ordered, nullptr, &places, options.bound_outputs.empty() ? nullptr : &bound);
     auto t1 = std::chrono::steady_clock::now();
     AllocatorStats after = m.alloc->stats();
-    m.stats.peak_bytes = after.high_water_bytes - before.in_use_bytes;
-    m.stats.allocations = after.allocations - before.allocations;
-    m.stats.seconds = std::chrono::duration<double>(t1 - t0).count();
+    RunStats stats;
+    stats.peak_bytes = after.high_water_bytes > before.in_use_bytes ? after.high_water_bytes - before.in_use_bytes : 0;
+    stats.allocations = after.allocations - before.allocations;
+    stats.seconds = std::chrono::duration<double>(t1 - t0).count();
+    {
+      std::lock_guard<std::mutex> stats_lock(m.stats_mutex);
+      m.stats = stats;
+    }
 
     NamedTensors result;
     for (size_t i = 0; i < outs.size(); ++i) result.emplace_back(m.outputs[i].name, std::move(outs[i]));

@@ -151,4 +151,51 @@ TEST(Limits, StringIdentityConcatChainInEveryMemoryMode) {
   }
 }
 
+// ---- 2. run statistics read while other threads run ---------------------------
+
+TEST(Limits, LastRunStatsAreOneRunsWhileOtherThreadsRun) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {-1});
+  b.node("twice", "Add", {"x", "x"}, {"t"});
+  b.node("pos", "Relu", {"t"}, {"u"});
+  b.node("neg", "Neg", {"u"}, {"y"});
+  b.output("y", onnx::TensorProto::FLOAT);
+  SessionOptions o;
+  o.memory = MemoryMode::kRelease;  // every intermediate is an allocation: the two sizes differ in peak bytes
+  auto s = b.load(o);
+  auto feed = [](int64_t n) { return NamedTensors{{"x", Tensor(DType::kFloat32, Shape{n})}}; };
+  // What each size's run reports, alone (after a warm-up that plans it).
+  std::vector<NamedTensors> kept;  // outputs are kept, so no free lands inside another run's measurement
+  RunStats alone[2];
+  const int64_t sizes[2] = {16, 1 << 16};
+  for (int k = 0; k < 2; ++k) {
+    kept.push_back(s->run(feed(sizes[k])));
+    kept.push_back(s->run(feed(sizes[k])));
+    alone[k] = s->last_run_stats();
+  }
+  ASSERT_NE(alone[0].peak_bytes, alone[1].peak_bytes);
+  std::atomic<bool> done{false};
+  std::atomic<int> torn{0}, reads{0};
+  std::vector<std::thread> runners;
+  std::vector<std::vector<NamedTensors>> outs(2);
+  for (int k = 0; k < 2; ++k)
+    runners.emplace_back([&, k] {
+      for (int r = 0; r < 200; ++r) outs[k].push_back(s->run(feed(sizes[k])));
+    });
+  std::thread reader([&] {
+    while (!done.load()) {
+      RunStats r = s->last_run_stats();
+      bool one = false;
+      for (const RunStats& a : alone) one |= r.peak_bytes == a.peak_bytes && r.allocations == a.allocations;
+      if (!one) torn.fetch_add(1);
+      reads.fetch_add(1);
+    }
+  });
+  for (auto& t : runners) t.join();
+  done.store(true);
+  reader.join();
+  EXPECT_EQ(torn.load(), 0) << "of " << reads.load() << " reads";
+  EXPECT_GT(reads.load(), 0);
+}
+
 }  // namespace onyx
