@@ -54,6 +54,12 @@ struct SessionOptions {
   bool fold_constants = true;
   // On a GPU: page-locked host memory for the staging buffers of host <-> device copies.
   size_t pinned_memory_budget_bytes = size_t{1} << 30;
+  // The host memory this session's allocations may hold at once: plan arenas, every
+  // value a run allocates (Loop scan outputs as they grow), and the outputs handed out
+  // and still alive. An allocation past it is an onyx::Error naming the value and the
+  // bytes it asked for, made before the memory is asked of the system. 0 takes 80% of
+  // the physical memory.
+  size_t host_memory_budget_bytes = 0;
 };
 
 // Where a run leaves an output.

@@ -155,7 +155,23 @@ std::unique_ptr<PreparedPlan> GraphExecutor::prepare(const Signature& sig) {
   e->plan = std::make_shared<const ExecutionPlan>(plan_graph(graph_, request, po));
   const ExecutionPlan& plan = *e->plan;
   for (const Step* s : plan.fallbacks()) report_fallback(graph_.nodes[s->node], s->fallback);
-  if (size_t n = plan.host_arena.bytes) e->host_arena = Tensor(DType::kUInt8, Shape{int64_t(n)}, *host_);
+  if (size_t n = plan.host_arena.bytes) {
+    // A refusal names the arena's largest value, the likeliest culprit.
+    int largest = -1;
+    for (size_t id = 0; id < plan.values.size(); ++id) {
+      const ValuePlan& v = plan.values[id];
+      if (v.kind == ValueKind::kArena && !v.on_accel && (largest < 0 || v.bytes > plan.values[largest].bytes))
+        largest = static_cast<int>(id);
+    }
+    std::string what = "the plan's host arena";
+    if (largest >= 0) {
+      const int producer = graph_.values[largest].producer;
+      what += cat(" (its largest value: ",
+                  producer >= 0 ? cat(graph_.nodes[producer].describe(), ": output '") : std::string("'"),
+                  graph_.values[largest].name, "', ", format_bytes(plan.values[largest].bytes), ")");
+    }
+    e->host_arena = allocating(what, [&] { return Tensor(DType::kUInt8, Shape{int64_t(n)}, *host_); });
+  }
   if (backend_) ensure_device_arena(plan.accel_arena.bytes);
   e->start = start_env(plan);
   if (capture_) {

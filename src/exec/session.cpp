@@ -66,6 +66,8 @@ std::unique_ptr<Session> Session::prepare(const SessionOptions& options, const s
   m.device = resolve_device(options.device);
   ONYX_CHECK(!m.device.is_cpu() || options.capture != CaptureMode::kRequire,
              "capture=require needs a CUDA device; this session runs on ", m.device.str());
+  m.alloc->set_budget(options.host_memory_budget_bytes ? options.host_memory_budget_bytes
+                                                      : default_host_memory_budget());
   m.model = load();
   Graph& g = *m.model.graph;
   if (options.fold_constants)

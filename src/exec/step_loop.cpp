@@ -42,7 +42,7 @@ const Tensor& StepLoop::fetch(RunEnv& env, int id, bool accel) const {
 }
 
 // A planned output's storage: its arena bytes, its group's slot, or a fresh allocation.
-Tensor StepLoop::bind_output(const ValuePlan& v, bool accel, const StepBindings& b) const {
+Tensor StepLoop::bind_output(int id, const ValuePlan& v, bool accel, const StepBindings& b) const {
   const Shape shape = v.type.shape.to_shape();
   switch (v.kind) {
     case ValueKind::kArena: {
@@ -61,7 +61,8 @@ Tensor StepLoop::bind_output(const ValuePlan& v, bool accel, const StepBindings&
       }
       [[fallthrough]];
     case ValueKind::kAllocated:
-      return Tensor(v.type.dtype, shape, accel ? backend_->allocator() : host_);
+      return allocating(cat("output '", graph_.values[id].name, "'"),
+                        [&] { return Tensor(v.type.dtype, shape, accel ? backend_->allocator() : host_); });
     default:
       ONYX_ASSERT(false, "a planned step produces a value of kind ", value_kind_name(v.kind));
   }
@@ -102,7 +103,7 @@ void StepLoop::run_planned(const ExecutionPlan& plan, const Step& step, RunEnv& 
   }
   std::vector<Tensor> outputs(node.outputs.size());
   for (size_t o = 0; o < node.outputs.size(); ++o)
-    if (node.outputs[o] >= 0) outputs[o] = bind_output(plan.values[node.outputs[o]], accel, b);
+    if (node.outputs[o] >= 0) outputs[o] = bind_output(node.outputs[o], plan.values[node.outputs[o]], accel, b);
   Allocator& alloc = accel ? backend_->allocator() : host_;
   SubgraphRunner runner;
   if (step.has_subgraphs) runner = subgraph_runner(env, outer);
@@ -157,8 +158,12 @@ void StepLoop::run_dynamic(const Step& step, RunEnv& env, const Scope* outer) co
   for (int id : node.implicit_inputs) fetch(env, id, false);  // subgraphs read the host side
   SubgraphRunner runner = subgraph_runner(env, outer);
   Allocator& alloc = accel ? backend_->allocator() : host_;
+  const OutputBinder bind = [&](size_t o, const ValueType& t) {  // named in a budget refusal
+    return allocating(cat("output '", graph_.values[node.outputs[o]].name, "'"),
+                      [&] { return Tensor(t.dtype, t.shape.to_shape(), alloc); });
+  };
   std::vector<Tensor> outputs =
-      compute_node(node, inputs, alloc, &runner, nullptr, &infer_values, accel ? &kernel : nullptr);
+      compute_node(node, inputs, alloc, &runner, &bind, &infer_values, accel ? &kernel : nullptr);
   for (size_t o = 0; o < node.outputs.size(); ++o)
     if (node.outputs[o] >= 0) env.side(!outputs[o].on_host())[node.outputs[o]] = std::move(outputs[o]);
 }

@@ -69,7 +69,7 @@ class StepLoop {
   void run_dynamic(const Step& step, RunEnv& env, const Scope* outer) const;
   // Value `id` on the accelerator (or the host), copied there from the other device if needed.
   const Tensor& fetch(RunEnv& env, int id, bool accel) const;
-  Tensor bind_output(const ValuePlan& v, bool accel, const StepBindings& b) const;
+  Tensor bind_output(int id, const ValuePlan& v, bool accel, const StepBindings& b) const;
   SubgraphRunner subgraph_runner(RunEnv& env, const Scope* outer) const;
 
   const Graph& graph_;

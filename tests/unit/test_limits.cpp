@@ -198,4 +198,116 @@ TEST(Limits, LastRunStatsAreOneRunsWhileOtherThreadsRun) {
   EXPECT_GT(reads.load(), 0);
 }
 
+
+// ---- 3a. the host memory budget ------------------------------------------------
+
+namespace {
+
+constexpr int64_t kTenGB = 10'000'000'000;  // bytes
+
+// y = ConstantOfShape(shape) of float32 (and, with `then_relu`, an intermediate fed to a Relu).
+ModelBuilder constant_of_shape_model(bool shape_is_input, int64_t elements, bool then_relu) {
+  ModelBuilder b;
+  if (shape_is_input) b.input("shape", onnx::TensorProto::INT64, {1});
+  else b.int64_initializer("shape", {elements}, {1});
+  b.node("fill", "ConstantOfShape", {"shape"}, {then_relu ? "big" : "y"});
+  if (then_relu) b.node("pos", "Relu", {"big"}, {"y"});
+  b.output("y", onnx::TensorProto::FLOAT);
+  return b;
+}
+
+}  // namespace
+
+TEST(Limits, TenGigabyteConstantOfShapeIsRefusedByTheBudget) {
+  SessionOptions o;
+  o.host_memory_budget_bytes = size_t{1} << 30;
+  for (MemoryMode mode : kModes) {
+    SCOPED_TRACE(mode_name(mode));
+    o.memory = mode;
+    auto s = constant_of_shape_model(false, kTenGB / 4, false).load(o);
+    expect_error([&] { s->run({}); }, {"node 'fill' (ConstantOfShape)", "output 'y' needs 9.31 GiB",
+                                       "more than the session's host memory budget of 1.00 GiB"});
+  }
+  // An intermediate of a planned run: the arena is refused, naming its largest value.
+  o.memory = MemoryMode::kPlanned;
+  auto s = constant_of_shape_model(false, kTenGB / 4, true).load(o);
+  expect_error([&] { s->run({}); }, {"the plan's host arena", "node 'fill' (ConstantOfShape): output 'big', 9.31 GiB",
+                                     "more than the session's host memory budget of 1.00 GiB"});
+}
+
+TEST(Limits, TheDefaultBudgetRefusesMoreThanThePhysicalMemory) {
+  EXPECT_GT(default_host_memory_budget(), size_t{0});
+  auto s = constant_of_shape_model(false, int64_t{1} << 50, false).load();  // 4 PiB of float32
+  expect_error([&] { s->run({}); }, {"node 'fill' (ConstantOfShape)", "output 'y' needs 4.00 PiB",
+                                     "host memory budget of"});
+}
+
+TEST(Limits, ARefusedRunLeavesTheSessionUsable) {
+  SessionOptions o;
+  o.host_memory_budget_bytes = size_t{64} << 20;
+  auto s = constant_of_shape_model(true, 0, false).load(o);  // the shape is known only at run time
+  expect_error([&] { s->run({{"shape", i64({kTenGB / 4})}}); },
+               {"node 'fill' (ConstantOfShape)", "output 'y' needs 9.31 GiB", "budget of 64.00 MiB"});
+  auto out = s->run({{"shape", i64({5})}});
+  EXPECT_EQ(out[0].second.shape(), (Shape{5}));
+  EXPECT_EQ(out[0].second.data<float>()[4], 0.f);
+}
+
+// ---- 3b. Loops -------------------------------------
+
+namespace {
+
+// Loop(M, "") whose body returns cond_in (so it never stops on its own): with `scan`, a
+// float32[256] scan output per iteration; without, M carried through every iteration.
+ModelBuilder endless_loop_model(bool scan) {
+  ModelBuilder b;
+  b.input("M", onnx::TensorProto::INT64, {});
+  onnx::NodeProto* loop = scan ? b.node("loop", "Loop", {"M", ""}, {"stacked"})
+                               : b.node("loop", "Loop", {"M", "", "M"}, {"y"});
+  auto* a = loop->add_attribute();
+  a->set_name("body");
+  a->set_type(onnx::AttributeProto::GRAPH);
+  onnx::GraphProto* body = a->mutable_g();
+  body->set_name("body");
+  ModelBuilder::typed(body->add_input(), "iter", onnx::TensorProto::INT64, {});
+  ModelBuilder::typed(body->add_input(), "cond_in", onnx::TensorProto::BOOL, {});
+  if (!scan) ModelBuilder::typed(body->add_input(), "v_in", onnx::TensorProto::INT64, {});
+  b.node("keep_going", "Identity", {"cond_in"}, {"cond_out"}, body);
+  ModelBuilder::typed(body->add_output(), "cond_out", onnx::TensorProto::BOOL, {});
+  if (!scan) {
+    b.node("carry", "Identity", {"v_in"}, {"v_out"}, body);
+    ModelBuilder::typed(body->add_output(), "v_out", onnx::TensorProto::INT64, {});
+  }
+  if (scan) {
+    onnx::TensorProto* shape = body->add_initializer();
+    shape->set_name("row_shape");
+    shape->set_data_type(onnx::TensorProto::INT64);
+    shape->add_dims(1);
+    shape->add_int64_data(256);
+    b.node("row", "ConstantOfShape", {"row_shape"}, {"row_out"}, body);
+    ModelBuilder::typed(body->add_output(), "row_out", onnx::TensorProto::FLOAT, {256});
+    b.output("stacked", onnx::TensorProto::FLOAT);
+  } else {
+    b.output("y", onnx::TensorProto::INT64);
+  }
+  return b;
+}
+
+NamedTensors trips(int64_t m) { return {{"M", Tensor::scalar<int64_t>(m)}}; }
+
+}  // namespace
+
+TEST(Limits, AnUnboundedLoopsScanOutputIsBoundedByTheBudget) {
+  SessionOptions o;
+  o.host_memory_budget_bytes = size_t{4} << 20;
+  auto s = endless_loop_model(true).load(o);
+  auto out = s->run(trips(10));
+  EXPECT_EQ(out[0].second.shape(), (Shape{10, 256}));
+  expect_error([&] { s->run(trips(INT64_MAX)); },
+               {"node 'loop' (Loop)", "scan output 0", "iterations of float32[256]",
+                "more than the session's host memory budget of 4.00 MiB"});
+  out = s->run(trips(3));  // still usable
+  EXPECT_EQ(out[0].second.shape(), (Shape{3, 256}));
+}
+
 }  // namespace onyx
