@@ -2,9 +2,11 @@
 // the boundary (the CLI, a binding) and passed down whole.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "onyx/tensor.h"
@@ -80,6 +82,12 @@ struct RunOptions {
   // In a capture session the graph writes into the bound tensors directly; binding other
   // tensors than at capture captures again.
   std::map<std::string, Tensor> bound_outputs;
+  // A deadline for the run in seconds (0: none), checked between nodes and between a
+  // Loop's iterations: past it the run stops with an onyx::Error naming the node.
+  double timeout_seconds = 0;
+  // Set from any thread to stop the run at its next check (an onyx::Error "run cancelled").
+  // Either way the session stays usable.
+  std::shared_ptr<std::atomic<bool>> cancel;
 };
 
 }  // namespace onyx

@@ -237,7 +237,10 @@ void GraphExecutor::bind_inputs(RunEnv& env, const std::vector<Tensor>& inputs, 
 }
 
 std::vector<Tensor> GraphExecutor::run(const std::vector<Tensor>& inputs, const Scope* outer,
-                                       const std::vector<OutputPlace>* places, const std::vector<Tensor>* bound) {
+                                       const std::vector<OutputPlace>* places, const std::vector<Tensor>* bound,
+                                       const RunControl* control) {
+  if (!control && outer) control = outer->control;
+  if (control && !control->active()) control = nullptr;
   const Signature sig = signature_of(inputs, outer);
   std::shared_ptr<PreparedPlan> e = prepared(sig);
   const ExecutionPlan& plan = *e->plan;
@@ -248,7 +251,7 @@ std::vector<Tensor> GraphExecutor::run(const std::vector<Tensor>& inputs, const 
                                            const SignatureCapture::AfterStep& after_step) {
     env = e->start;
     bind_inputs(env, in, outer);
-    StepBindings b{&e->host_arena, &device_arena_, slots, after_step};
+    StepBindings b{&e->host_arena, &device_arena_, slots, after_step, control};
     loop_.run(plan, env, b, outer);
   };
   bool replayed = false;

@@ -45,8 +45,10 @@ class GraphExecutor {
   // per graph output a tensor of the caller's to write it into (undefined: none; see
   // RunOptions::bound_outputs). The outputs never lie in an arena or a capture slot: the
   // caller owns them.
+  // `control` is the run's deadline and cancellation (a subgraph's comes with `outer`).
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, const Scope* outer = nullptr,
-                          const std::vector<OutputPlace>* places = nullptr, const std::vector<Tensor>* bound = nullptr);
+                          const std::vector<OutputPlace>* places = nullptr, const std::vector<Tensor>* bound = nullptr,
+                          const RunControl* control = nullptr);
 
   // The plan a run with these inputs uses (made and cached if needed).
   std::shared_ptr<const ExecutionPlan> plan_for(const std::vector<Tensor>& inputs);

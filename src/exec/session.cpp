@@ -220,9 +220,10 @@ NamedTensors Session::run(const NamedTensors& feeds, const RunOptions& options) 
 
     AllocatorStats before = m.alloc->stats();
     m.alloc->reset_high_water();
+    const RunControl control(options.timeout_seconds, options.cancel.get());
     auto t0 = std::chrono::steady_clock::now();
     std::vector<Tensor> outs =
-        m.executor->run(ordered, nullptr, &places, options.bound_outputs.empty() ? nullptr : &bound);
+        m.executor->run(ordered, nullptr, &places, options.bound_outputs.empty() ? nullptr : &bound, &control);
     auto t1 = std::chrono::steady_clock::now();
     AllocatorStats after = m.alloc->stats();
     RunStats stats;

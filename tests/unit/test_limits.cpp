@@ -253,7 +253,7 @@ TEST(Limits, ARefusedRunLeavesTheSessionUsable) {
   EXPECT_EQ(out[0].second.data<float>()[4], 0.f);
 }
 
-// ---- 3b. Loops -------------------------------------
+// ---- 3b. Loops, deadlines and cancellation -------------------------------------
 
 namespace {
 
@@ -308,6 +308,34 @@ TEST(Limits, AnUnboundedLoopsScanOutputIsBoundedByTheBudget) {
                 "more than the session's host memory budget of 4.00 MiB"});
   out = s->run(trips(3));  // still usable
   EXPECT_EQ(out[0].second.shape(), (Shape{3, 256}));
+}
+
+TEST(Limits, ARunPastItsDeadlineStopsAndTheSessionStaysUsable) {
+  auto s = endless_loop_model(false).load();
+  RunOptions ro;
+  ro.timeout_seconds = 0.2;
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_error([&] { s->run(trips(INT64_MAX), ro); },
+               {"node 'loop' (Loop)", "run exceeded its deadline of 0.2 s at "});
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(took, 5.0);
+  EXPECT_EQ(s->run(trips(4), ro)[0].second.data<int64_t>()[0], 4);
+}
+
+TEST(Limits, ACancelledRunStopsAndTheSessionStaysUsable) {
+  auto s = endless_loop_model(false).load();
+  RunOptions ro;
+  ro.cancel = std::make_shared<std::atomic<bool>>(false);
+  std::thread canceller([flag = ro.cancel] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    flag->store(true);
+  });
+  expect_error([&] { s->run(trips(INT64_MAX), ro); }, {"node 'loop' (Loop)", "run cancelled at "});
+  canceller.join();
+  // Set before the run: it stops at the first node.
+  expect_error([&] { s->run(trips(2), ro); }, {"run cancelled at node 'loop' (Loop)"});
+  ro.cancel->store(false);
+  EXPECT_EQ(s->run(trips(2), ro)[0].second.data<int64_t>()[0], 2);
 }
 
 }  // namespace onyx
