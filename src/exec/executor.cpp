@@ -137,20 +137,23 @@ GraphExecutor::Signature GraphExecutor::signature_of(const std::vector<Tensor>& 
   return signature(std::move(types), std::move(on_accel), outer);
 }
 
-std::shared_ptr<PreparedPlan> GraphExecutor::prepared(const Signature& sig) {
-  return cache_.get(sig.key, [&] { return prepare(sig); });
+std::shared_ptr<PreparedPlan> GraphExecutor::prepared(const Signature& sig, const RunControl* control) {
+  return cache_.get(sig.key, [&] { return prepare(sig, control); });
 }
 
 // Plans a signature and gathers what its runs hold: the host arena, the device copies
 // of the constants its device steps read, its start values and its capture state.
-std::unique_ptr<PreparedPlan> GraphExecutor::prepare(const Signature& sig) {
+std::unique_ptr<PreparedPlan> GraphExecutor::prepare(const Signature& sig, const RunControl* control) {
   PlanRequest request{sig.types, sig.on_accel, sig.outer, resident_on_accel_};
   PlanOptions po;
   po.arena = options_.memory == MemoryMode::kPlanned;
   po.release = options_.memory != MemoryMode::kKeepAll;
   po.backend = backend_;
   if (backend_) po.accel_alignment = backend_->alignment();
-  po.evaluate_subgraph = [this](const Graph& g, const std::vector<Tensor>& in) { return subgraph(g).run(in, nullptr); };
+  po.evaluate_subgraph = [this, control](const Graph& g, const std::vector<Tensor>& in) {
+    if (control) control->check(nullptr);  // between the iterations of a Loop computed now
+    return subgraph(g).run(in, nullptr, nullptr, nullptr, control);
+  };
   auto e = std::make_unique<PreparedPlan>();
   e->plan = std::make_shared<const ExecutionPlan>(plan_graph(graph_, request, po));
   const ExecutionPlan& plan = *e->plan;
@@ -242,7 +245,7 @@ std::vector<Tensor> GraphExecutor::run(const std::vector<Tensor>& inputs, const 
   if (!control && outer) control = outer->control;
   if (control && !control->active()) control = nullptr;
   const Signature sig = signature_of(inputs, outer);
-  std::shared_ptr<PreparedPlan> e = prepared(sig);
+  std::shared_ptr<PreparedPlan> e = prepared(sig, control);
   const ExecutionPlan& plan = *e->plan;
   const std::map<int, Tensor> direct = bound ? direct_bindings(plan, inputs, *bound) : std::map<int, Tensor>{};
   RunEnv env;

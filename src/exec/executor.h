@@ -74,8 +74,10 @@ class GraphExecutor {
   };
   Signature signature(std::vector<ValueType> types, std::vector<bool> on_accel, const Scope* outer) const;
   Signature signature_of(const std::vector<Tensor>& inputs, const Scope* outer) const;
-  std::shared_ptr<PreparedPlan> prepared(const Signature& sig);
-  std::unique_ptr<PreparedPlan> prepare(const Signature& sig);
+  // `control`: the deadline and cancellation of the run that needs the plan (planning may
+  // run subgraphs: a Loop whose inputs are all known is computed then).
+  std::shared_ptr<PreparedPlan> prepared(const Signature& sig, const RunControl* control = nullptr);
+  std::unique_ptr<PreparedPlan> prepare(const Signature& sig, const RunControl* control);
   RunEnv start_env(const ExecutionPlan& plan);
   void bind_inputs(RunEnv& env, const std::vector<Tensor>& inputs, const Scope* outer) const;
   std::vector<Tensor> collect(const PreparedPlan& e, const RunEnv* env, const std::map<int, Tensor>* slots) const;

@@ -338,4 +338,39 @@ TEST(Limits, ACancelledRunStopsAndTheSessionStaysUsable) {
   EXPECT_EQ(s->run(trips(2), ro)[0].second.data<int64_t>()[0], 2);
 }
 
+
+// A Loop whose inputs are all known is computed while planning: the run's deadline holds there too.
+TEST(Limits, ALoopComputedWhilePlanningKeepsTheRunsDeadline) {
+  ModelBuilder b;
+  b.int64_initializer("v0", {7}, {});
+  onnx::NodeProto* loop = b.node("loop", "Loop", {"", "", "v0"}, {"y"});
+  auto* a = loop->add_attribute();
+  a->set_name("body");
+  a->set_type(onnx::AttributeProto::GRAPH);
+  onnx::GraphProto* body = a->mutable_g();
+  body->set_name("body");
+  ModelBuilder::typed(body->add_input(), "iter", onnx::TensorProto::INT64, {});
+  ModelBuilder::typed(body->add_input(), "cond_in", onnx::TensorProto::BOOL, {});
+  ModelBuilder::typed(body->add_input(), "v_in", onnx::TensorProto::INT64, {});
+  b.node("keep_going", "Identity", {"cond_in"}, {"cond_out"}, body);
+  b.node("carry", "Identity", {"v_in"}, {"v_out"}, body);
+  ModelBuilder::typed(body->add_output(), "cond_out", onnx::TensorProto::BOOL, {});
+  ModelBuilder::typed(body->add_output(), "v_out", onnx::TensorProto::INT64, {});
+  b.output("y", onnx::TensorProto::INT64);
+  auto s = b.load();
+  RunOptions ro;
+  ro.timeout_seconds = 0.2;
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_error([&] { s->run({}, ro); }, {"run exceeded its deadline of 0.2 s"});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  ro.timeout_seconds = 0;
+  ro.cancel = std::make_shared<std::atomic<bool>>(false);
+  std::thread canceller([flag = ro.cancel] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    flag->store(true);
+  });
+  expect_error([&] { s->run({}, ro); }, {"run cancelled"});
+  canceller.join();
+}
+
 }  // namespace onyx
