@@ -3,10 +3,12 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "onyx/device.h"
+#include "onyx/error.h"
 
 namespace onyx {
 
@@ -44,7 +46,39 @@ class Allocator : public std::enable_shared_from_this<Allocator> {
   virtual void reset_high_water() = 0;
 };
 
-// Host memory, 64-byte aligned, with thread-safe accounting.
+// "1.50 GiB"
+std::string format_bytes(size_t bytes);
+
+// An allocation that a host memory budget refused: `subject` (an allocation, a tensor,
+// a node's output) needs `bytes`, with `in_use` already held against `budget`.
+class HostBudgetExceeded : public Error {
+ public:
+  HostBudgetExceeded(const std::string& subject, size_t bytes, size_t budget, size_t in_use)
+      : Error(cat(subject, " needs ", format_bytes(bytes), ", more than the session's host memory budget of ",
+                  format_bytes(budget), " (", format_bytes(in_use), " in use)")),
+        bytes_(bytes), budget_(budget), in_use_(in_use) {}
+  // The same refusal, said of another subject.
+  HostBudgetExceeded about(const std::string& subject) const { return {subject, bytes_, budget_, in_use_}; }
+  size_t bytes() const { return bytes_; }
+  size_t budget() const { return budget_; }
+
+ private:
+  size_t bytes_, budget_, in_use_;
+};
+
+// Runs fn() (which allocates); a budget refusal escaping it is said of `subject`.
+template <class Fn>
+decltype(auto) allocating(const std::string& subject, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const HostBudgetExceeded& e) {
+    throw e.about(subject);
+  }
+}
+
+// Host memory, 64-byte aligned, with thread-safe accounting. An allocation that would
+// take the bytes in use past the budget (unlimited unless set) is refused with
+// HostBudgetExceeded, before any memory is asked of the system.
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t bytes) override;
@@ -52,8 +86,11 @@ class CpuAllocator final : public Allocator {
   std::string name() const override { return "cpu"; }
   AllocatorStats stats() const override;
   void reset_high_water() override;
+  void set_budget(size_t bytes) { budget_.store(bytes); }
+  size_t budget() const { return budget_.load(); }
 
  private:
+  std::atomic<size_t> budget_{SIZE_MAX};
   std::atomic<size_t> in_use_{0};
   std::atomic<size_t> high_water_{0};
   std::atomic<size_t> allocations_{0};
@@ -63,5 +100,7 @@ class CpuAllocator final : public Allocator {
 // The process-wide host allocator that tensors use unless told otherwise.
 CpuAllocator& cpu_allocator();
 std::shared_ptr<CpuAllocator> make_cpu_allocator();
+// The host memory a session may hold by default: 80% of the physical memory.
+size_t default_host_memory_budget();
 
 }  // namespace onyx

@@ -8,6 +8,8 @@
 #include <mutex>
 #include <string>
 
+#include "onyx/allocator.h"
+
 namespace onyx {
 
 class MemoryGovernor : public std::enable_shared_from_this<MemoryGovernor> {
@@ -62,6 +64,6 @@ class MemoryGovernor : public std::enable_shared_from_this<MemoryGovernor> {
   std::map<std::string, size_t> holders_;
 };
 
-std::string format_bytes(size_t bytes);  // "1.50 GiB"
+// format_bytes() ("1.50 GiB") is declared in onyx/allocator.h.
 
 }  // namespace onyx

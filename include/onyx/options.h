@@ -2,9 +2,11 @@
 // the boundary (the CLI, a binding) and passed down whole.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "onyx/tensor.h"
@@ -56,6 +58,12 @@ struct SessionOptions {
   bool fuse_patterns = true;
   // On a GPU: page-locked host memory for the staging buffers of host <-> device copies.
   size_t pinned_memory_budget_bytes = size_t{1} << 30;
+  // The host memory this session's allocations may hold at once: plan arenas, every
+  // value a run allocates (Loop scan outputs as they grow), and the outputs handed out
+  // and still alive. An allocation past it is an onyx::Error naming the value and the
+  // bytes it asked for, made before the memory is asked of the system. 0 takes 80% of
+  // the physical memory.
+  size_t host_memory_budget_bytes = 0;
 };
 
 // Where a run leaves an output.
@@ -76,6 +84,12 @@ struct RunOptions {
   // In a capture session the graph writes into the bound tensors directly; binding other
   // tensors than at capture captures again.
   std::map<std::string, Tensor> bound_outputs;
+  // A deadline for the run in seconds (0: none), checked between nodes and between a
+  // Loop's iterations: past it the run stops with an onyx::Error naming the node.
+  double timeout_seconds = 0;
+  // Set from any thread to stop the run at its next check (an onyx::Error "run cancelled").
+  // Either way the session stays usable.
+  std::shared_ptr<std::atomic<bool>> cancel;
 };
 
 }  // namespace onyx

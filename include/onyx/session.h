@@ -138,7 +138,9 @@ class Session {
   // or device) throw onyx::Error and leave the session usable.
   // Runs are serialized: the plan arenas of a session serve one run at a time.
   NamedTensors run(const NamedTensors& feeds, const RunOptions& options = {});
-  const RunStats& last_run_stats() const;
+  // The statistics of the last run that finished, copied: safe to call while another
+  // thread runs (it does not wait for that run).
+  RunStats last_run_stats() const;
 
   // The plan a run with inputs of these shapes would use (inputs with defaults may be left out).
   PlanSummary plan(const std::map<std::string, std::vector<int64_t>>& input_shapes);

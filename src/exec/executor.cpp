@@ -137,25 +137,44 @@ GraphExecutor::Signature GraphExecutor::signature_of(const std::vector<Tensor>& 
   return signature(std::move(types), std::move(on_accel), outer);
 }
 
-std::shared_ptr<PreparedPlan> GraphExecutor::prepared(const Signature& sig) {
-  return cache_.get(sig.key, [&] { return prepare(sig); });
+std::shared_ptr<PreparedPlan> GraphExecutor::prepared(const Signature& sig, const RunControl* control) {
+  return cache_.get(sig.key, [&] { return prepare(sig, control); });
 }
 
 // Plans a signature and gathers what its runs hold: the host arena, the device copies
 // of the constants its device steps read, its start values and its capture state.
-std::unique_ptr<PreparedPlan> GraphExecutor::prepare(const Signature& sig) {
+std::unique_ptr<PreparedPlan> GraphExecutor::prepare(const Signature& sig, const RunControl* control) {
   PlanRequest request{sig.types, sig.on_accel, sig.outer, resident_on_accel_};
   PlanOptions po;
   po.arena = options_.memory == MemoryMode::kPlanned;
   po.release = options_.memory != MemoryMode::kKeepAll;
   po.backend = backend_;
   if (backend_) po.accel_alignment = backend_->alignment();
-  po.evaluate_subgraph = [this](const Graph& g, const std::vector<Tensor>& in) { return subgraph(g).run(in, nullptr); };
+  po.evaluate_subgraph = [this, control](const Graph& g, const std::vector<Tensor>& in) {
+    if (control) control->check(nullptr);  // between the iterations of a Loop computed now
+    return subgraph(g).run(in, nullptr, nullptr, nullptr, control);
+  };
   auto e = std::make_unique<PreparedPlan>();
   e->plan = std::make_shared<const ExecutionPlan>(plan_graph(graph_, request, po));
   const ExecutionPlan& plan = *e->plan;
   for (const Step* s : plan.fallbacks()) report_fallback(graph_.nodes[s->node], s->fallback);
-  if (size_t n = plan.host_arena.bytes) e->host_arena = Tensor(DType::kUInt8, Shape{int64_t(n)}, *host_);
+  if (size_t n = plan.host_arena.bytes) {
+    // A refusal names the arena's largest value, the likeliest culprit.
+    int largest = -1;
+    for (size_t id = 0; id < plan.values.size(); ++id) {
+      const ValuePlan& v = plan.values[id];
+      if (v.kind == ValueKind::kArena && !v.on_accel && (largest < 0 || v.bytes > plan.values[largest].bytes))
+        largest = static_cast<int>(id);
+    }
+    std::string what = "the plan's host arena";
+    if (largest >= 0) {
+      const int producer = graph_.values[largest].producer;
+      what += cat(" (its largest value: ",
+                  producer >= 0 ? cat(graph_.nodes[producer].describe(), ": output '") : std::string("'"),
+                  graph_.values[largest].name, "', ", format_bytes(plan.values[largest].bytes), ")");
+    }
+    e->host_arena = allocating(what, [&] { return Tensor(DType::kUInt8, Shape{int64_t(n)}, *host_); });
+  }
   if (backend_) ensure_device_arena(plan.accel_arena.bytes);
   e->start = start_env(plan);
   if (capture_) {
@@ -221,9 +240,12 @@ void GraphExecutor::bind_inputs(RunEnv& env, const std::vector<Tensor>& inputs, 
 }
 
 std::vector<Tensor> GraphExecutor::run(const std::vector<Tensor>& inputs, const Scope* outer,
-                                       const std::vector<OutputPlace>* places, const std::vector<Tensor>* bound) {
+                                       const std::vector<OutputPlace>* places, const std::vector<Tensor>* bound,
+                                       const RunControl* control) {
+  if (!control && outer) control = outer->control;
+  if (control && !control->active()) control = nullptr;
   const Signature sig = signature_of(inputs, outer);
-  std::shared_ptr<PreparedPlan> e = prepared(sig);
+  std::shared_ptr<PreparedPlan> e = prepared(sig, control);
   const ExecutionPlan& plan = *e->plan;
   const std::map<int, Tensor> direct = bound ? direct_bindings(plan, inputs, *bound) : std::map<int, Tensor>{};
   RunEnv env;
@@ -232,7 +254,7 @@ std::vector<Tensor> GraphExecutor::run(const std::vector<Tensor>& inputs, const 
                                            const SignatureCapture::AfterStep& after_step) {
     env = e->start;
     bind_inputs(env, in, outer);
-    StepBindings b{&e->host_arena, &device_arena_, slots, after_step};
+    StepBindings b{&e->host_arena, &device_arena_, slots, after_step, control};
     loop_.run(plan, env, b, outer);
   };
   bool replayed = false;

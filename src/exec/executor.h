@@ -45,8 +45,10 @@ class GraphExecutor {
   // per graph output a tensor of the caller's to write it into (undefined: none; see
   // RunOptions::bound_outputs). The outputs never lie in an arena or a capture slot: the
   // caller owns them.
+  // `control` is the run's deadline and cancellation (a subgraph's comes with `outer`).
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, const Scope* outer = nullptr,
-                          const std::vector<OutputPlace>* places = nullptr, const std::vector<Tensor>* bound = nullptr);
+                          const std::vector<OutputPlace>* places = nullptr, const std::vector<Tensor>* bound = nullptr,
+                          const RunControl* control = nullptr);
 
   // The plan a run with these inputs uses (made and cached if needed).
   std::shared_ptr<const ExecutionPlan> plan_for(const std::vector<Tensor>& inputs);
@@ -72,8 +74,10 @@ class GraphExecutor {
   };
   Signature signature(std::vector<ValueType> types, std::vector<bool> on_accel, const Scope* outer) const;
   Signature signature_of(const std::vector<Tensor>& inputs, const Scope* outer) const;
-  std::shared_ptr<PreparedPlan> prepared(const Signature& sig);
-  std::unique_ptr<PreparedPlan> prepare(const Signature& sig);
+  // `control`: the deadline and cancellation of the run that needs the plan (planning may
+  // run subgraphs: a Loop whose inputs are all known is computed then).
+  std::shared_ptr<PreparedPlan> prepared(const Signature& sig, const RunControl* control = nullptr);
+  std::unique_ptr<PreparedPlan> prepare(const Signature& sig, const RunControl* control);
   RunEnv start_env(const ExecutionPlan& plan);
   void bind_inputs(RunEnv& env, const std::vector<Tensor>& inputs, const Scope* outer) const;
   std::vector<Tensor> collect(const PreparedPlan& e, const RunEnv* env, const std::map<int, Tensor>* slots) const;

@@ -32,8 +32,11 @@ struct Session::Impl {
   std::shared_ptr<CpuAllocator> alloc = make_cpu_allocator();
   std::unique_ptr<GraphExecutor> executor;
   std::vector<ValueDesc> inputs, outputs;
-  RunStats stats;
   mutable std::mutex run_mutex;
+  // The last run's statistics, under their own lock: a reader copies them whole while
+  // another thread's run goes on, and sees one run's numbers, never a mix of two.
+  mutable std::mutex stats_mutex;
+  RunStats stats;
 
   void check_feed(const ValueDesc& d, const Tensor& t, std::unordered_map<std::string, int64_t>& symbols) const;
   // Feeds by name -> graph input order; unknown or repeated names are errors.
@@ -64,6 +67,8 @@ std::unique_ptr<Session> Session::prepare(const SessionOptions& options, const s
   m.device = resolve_device(options.device);
   ONYX_CHECK(!m.device.is_cpu() || options.capture != CaptureMode::kRequire,
              "capture=require needs a CUDA device; this session runs on ", m.device.str());
+  m.alloc->set_budget(options.host_memory_budget_bytes ? options.host_memory_budget_bytes
+                                                      : default_host_memory_budget());
   m.model = load();
   Graph& g = *m.model.graph;
   if (options.fold_constants)
@@ -95,7 +100,10 @@ ModelSummary Session::summary() const {
 
 const std::vector<ValueDesc>& Session::inputs() const { return impl_->inputs; }
 const std::vector<ValueDesc>& Session::outputs() const { return impl_->outputs; }
-const RunStats& Session::last_run_stats() const { return impl_->stats; }
+RunStats Session::last_run_stats() const {
+  std::lock_guard<std::mutex> lock(impl_->stats_mutex);
+  return impl_->stats;
+}
 
 static void histogram(const Graph& g, ModelSummary& s, std::set<std::string>& unsupported) {
   for (const auto& n : g.nodes) {
@@ -214,14 +222,20 @@ NamedTensors Session::run(const NamedTensors& feeds, const RunOptions& options) 
 
     AllocatorStats before = m.alloc->stats();
     m.alloc->reset_high_water();
+    const RunControl control(options.timeout_seconds, options.cancel.get());
     auto t0 = std::chrono::steady_clock::now();
     std::vector<Tensor> outs =
-        m.executor->run(ordered, nullptr, &places, options.bound_outputs.empty() ? nullptr : &bound);
+        m.executor->run(ordered, nullptr, &places, options.bound_outputs.empty() ? nullptr : &bound, &control);
     auto t1 = std::chrono::steady_clock::now();
     AllocatorStats after = m.alloc->stats();
-    m.stats.peak_bytes = after.high_water_bytes - before.in_use_bytes;
-    m.stats.allocations = after.allocations - before.allocations;
-    m.stats.seconds = std::chrono::duration<double>(t1 - t0).count();
+    RunStats stats;
+    stats.peak_bytes = after.high_water_bytes > before.in_use_bytes ? after.high_water_bytes - before.in_use_bytes : 0;
+    stats.allocations = after.allocations - before.allocations;
+    stats.seconds = std::chrono::duration<double>(t1 - t0).count();
+    {
+      std::lock_guard<std::mutex> stats_lock(m.stats_mutex);
+      m.stats = stats;
+    }
 
     NamedTensors result;
     for (size_t i = 0; i < outs.size(); ++i) result.emplace_back(m.outputs[i].name, std::move(outs[i]));

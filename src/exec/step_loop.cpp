@@ -4,6 +4,19 @@
 
 namespace onyx {
 
+RunControl::RunControl(double timeout, const std::atomic<bool>* flag) : timeout_seconds(timeout), cancel(flag) {
+  ONYX_CHECK(timeout >= 0, "the run's timeout must be >= 0 seconds, not ", timeout);
+  if (timeout > 0)
+    deadline = std::chrono::steady_clock::now() +
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout));
+}
+
+void RunControl::stop(const Node* at, bool cancelled) const {
+  const std::string where = at ? cat(" at ", at->describe()) : "";
+  if (cancelled) throw Error(cat("run cancelled", where));
+  throw Error(cat("run exceeded its deadline of ", timeout_seconds, " s", where));
+}
+
 const Tensor* Scope::lookup(const std::string& name) const {
   for (const Scope* s = this; s; s = s->parent) {
     int id = s->graph->find_value(name);
@@ -15,8 +28,9 @@ const Tensor* Scope::lookup(const std::string& name) const {
 void StepLoop::run(const ExecutionPlan& plan, RunEnv& env, const StepBindings& b, const Scope* outer) const {
   for (const Step& step : plan.steps) {
     const Node& node = graph_.nodes[step.node];
+    if (b.control) b.control->check(&node);
     with_lazy_context([&] { return node.describe(); }, [&] {
-      if (step.place == StepPlace::kRunTime) run_dynamic(step, env, outer);
+      if (step.place == StepPlace::kRunTime) run_dynamic(step, env, b, outer);
       else run_planned(plan, step, env, b, outer);
     });
     for (int id : step.release_after) env.release(id);
@@ -42,7 +56,7 @@ const Tensor& StepLoop::fetch(RunEnv& env, int id, bool accel) const {
 }
 
 // A planned output's storage: its arena bytes, its group's slot, or a fresh allocation.
-Tensor StepLoop::bind_output(const ValuePlan& v, bool accel, const StepBindings& b) const {
+Tensor StepLoop::bind_output(int id, const ValuePlan& v, bool accel, const StepBindings& b) const {
   const Shape shape = v.type.shape.to_shape();
   switch (v.kind) {
     case ValueKind::kArena: {
@@ -61,16 +75,19 @@ Tensor StepLoop::bind_output(const ValuePlan& v, bool accel, const StepBindings&
       }
       [[fallthrough]];
     case ValueKind::kAllocated:
-      return Tensor(v.type.dtype, shape, accel ? backend_->allocator() : host_);
+      return allocating(cat("output '", graph_.values[id].name, "'"),
+                        [&] { return Tensor(v.type.dtype, shape, accel ? backend_->allocator() : host_); });
     default:
       ONYX_ASSERT(false, "a planned step produces a value of kind ", value_kind_name(v.kind));
   }
   return Tensor();
 }
 
-SubgraphRunner StepLoop::subgraph_runner(RunEnv& env, const Scope* outer) const {
-  return [this, &env, outer](const Graph& g, const std::vector<Tensor>& in) {
-    Scope scope{&graph_, &env.host, outer};
+SubgraphRunner StepLoop::subgraph_runner(RunEnv& env, const Scope* outer, const RunControl* control,
+                                         const Node& node) const {
+  return [this, &env, outer, control, &node](const Graph& g, const std::vector<Tensor>& in) {
+    if (control) control->check(&node);  // between a Loop's (or Scan's) iterations
+    Scope scope{&graph_, &env.host, outer, control};
     return subgraphs_(g, in, scope);
   };
 }
@@ -102,10 +119,10 @@ void StepLoop::run_planned(const ExecutionPlan& plan, const Step& step, RunEnv& 
   }
   std::vector<Tensor> outputs(node.outputs.size());
   for (size_t o = 0; o < node.outputs.size(); ++o)
-    if (node.outputs[o] >= 0) outputs[o] = bind_output(plan.values[node.outputs[o]], accel, b);
+    if (node.outputs[o] >= 0) outputs[o] = bind_output(node.outputs[o], plan.values[node.outputs[o]], accel, b);
   Allocator& alloc = accel ? backend_->allocator() : host_;
   SubgraphRunner runner;
-  if (step.has_subgraphs) runner = subgraph_runner(env, outer);
+  if (step.has_subgraphs) runner = subgraph_runner(env, outer, b.control, node);
   KernelContext ctx(node, std::move(inputs), outputs, alloc, step.has_subgraphs ? &runner : nullptr);
   step.kernel(ctx);
   for (size_t o = 0; o < node.outputs.size(); ++o) {
@@ -123,7 +140,7 @@ void StepLoop::run_planned(const ExecutionPlan& plan, const Step& step, RunEnv& 
 
 // A step of a dynamic region: its shapes, and so its device and kernel, are known
 // only now. Inference reads by value only host tensors.
-void StepLoop::run_dynamic(const Step& step, RunEnv& env, const Scope* outer) const {
+void StepLoop::run_dynamic(const Step& step, RunEnv& env, const StepBindings& b, const Scope* outer) const {
   const Node& node = graph_.nodes[step.node];
   const OpDef& def = *node.def;
   std::vector<const Tensor*> found(node.inputs.size(), nullptr);
@@ -155,10 +172,14 @@ void StepLoop::run_dynamic(const Step& step, RunEnv& env, const Scope* outer) co
     if (i < static_cast<int>(node.inputs.size()) && found[i] && !infer_values[i])
       infer_values[i] = &fetch(env, node.inputs[i], false);
   for (int id : node.implicit_inputs) fetch(env, id, false);  // subgraphs read the host side
-  SubgraphRunner runner = subgraph_runner(env, outer);
+  SubgraphRunner runner = subgraph_runner(env, outer, b.control, node);
   Allocator& alloc = accel ? backend_->allocator() : host_;
+  const OutputBinder bind = [&](size_t o, const ValueType& t) {  // named in a budget refusal
+    return allocating(cat("output '", graph_.values[node.outputs[o]].name, "'"),
+                      [&] { return Tensor(t.dtype, t.shape.to_shape(), alloc); });
+  };
   std::vector<Tensor> outputs =
-      compute_node(node, inputs, alloc, &runner, nullptr, &infer_values, accel ? &kernel : nullptr);
+      compute_node(node, inputs, alloc, &runner, &bind, &infer_values, accel ? &kernel : nullptr);
   for (size_t o = 0; o < node.outputs.size(); ++o)
     if (node.outputs[o] >= 0) env.side(!outputs[o].on_host())[node.outputs[o]] = std::move(outputs[o]);
 }

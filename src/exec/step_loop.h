@@ -4,6 +4,8 @@
 // decides only the steps of a dynamic region, whose shapes come at run time.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <vector>
@@ -31,12 +33,34 @@ struct RunEnv {
   }
 };
 
+// A run's deadline and cancellation flag, checked between nodes (and, through the
+// subgraph runner, between a Loop's iterations), in subgraphs too.
+struct RunControl {
+  double timeout_seconds = 0;  // 0: no deadline
+  std::chrono::steady_clock::time_point deadline;
+  const std::atomic<bool>* cancel = nullptr;
+
+  RunControl() = default;
+  RunControl(double timeout, const std::atomic<bool>* flag);
+  bool active() const { return timeout_seconds > 0 || cancel; }
+  // Throws onyx::Error when the run is cancelled or past its deadline; `at` (if any)
+  // is the node about to run.
+  void check(const Node* at) const {
+    if (cancel && cancel->load(std::memory_order_relaxed)) stop(at, true);
+    if (timeout_seconds > 0 && std::chrono::steady_clock::now() > deadline) stop(at, false);
+  }
+
+ private:
+  [[noreturn]] void stop(const Node* at, bool cancelled) const;
+};
+
 // The values of the enclosing graphs that a subgraph may read, looked up by name
-// (always on the host: subgraphs run on the CPU).
+// (always on the host: subgraphs run on the CPU), and the control of the run.
 struct Scope {
   const Graph* graph = nullptr;
   const std::vector<Tensor>* env = nullptr;
   const Scope* parent = nullptr;
+  const RunControl* control = nullptr;
   const Tensor* lookup(const std::string& name) const;
 };
 
@@ -49,6 +73,8 @@ struct StepBindings {
   const std::map<int, Tensor>* output_slots = nullptr;
   // Called after each step (a capture checks there what went wrong under it).
   std::function<void(const Node&)> after_step;
+  // The run's deadline and cancellation (null: none).
+  const RunControl* control = nullptr;
 };
 
 class StepLoop {
@@ -66,11 +92,12 @@ class StepLoop {
  private:
   void run_planned(const ExecutionPlan& plan, const Step& step, RunEnv& env, const StepBindings& b,
                    const Scope* outer) const;
-  void run_dynamic(const Step& step, RunEnv& env, const Scope* outer) const;
+  void run_dynamic(const Step& step, RunEnv& env, const StepBindings& b, const Scope* outer) const;
   // Value `id` on the accelerator (or the host), copied there from the other device if needed.
   const Tensor& fetch(RunEnv& env, int id, bool accel) const;
-  Tensor bind_output(const ValuePlan& v, bool accel, const StepBindings& b) const;
-  SubgraphRunner subgraph_runner(RunEnv& env, const Scope* outer) const;
+  Tensor bind_output(int id, const ValuePlan& v, bool accel, const StepBindings& b) const;
+  // Runs the subgraphs of `node`; each call first checks the run's control.
+  SubgraphRunner subgraph_runner(RunEnv& env, const Scope* outer, const RunControl* control, const Node& node) const;
 
   const Graph& graph_;
   Allocator& host_;

@@ -8,19 +8,6 @@
 
 namespace onyx {
 
-std::string format_bytes(size_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double b = static_cast<double>(bytes);
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", b, units[u]);
-  return buf;
-}
-
 std::shared_ptr<MemoryGovernor> MemoryGovernor::create(std::string device, size_t budget_bytes) {
   return std::shared_ptr<MemoryGovernor>(new MemoryGovernor(std::move(device), budget_bytes));
 }

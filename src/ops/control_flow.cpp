@@ -53,6 +53,60 @@ Tensor stack_along(const std::vector<Tensor>& parts, int64_t axis, DType dtype, 
   return out;
 }
 
+// A Loop's scan output, stacked as the iterations give its parts: one buffer from the
+// node's allocator that doubles when full, so the growth of a loop that never ends is
+// held against the session's host memory budget (and copies each part once, amortized).
+class ScanStack {
+ public:
+  void append(const Tensor& part, Allocator& alloc, size_t k, int64_t trip) {
+    if (count_ == 0 && !buf_.defined()) {
+      dtype_ = part.dtype();
+      part_shape_ = part.shape();
+    }
+    ONYX_CHECK(part.shape() == part_shape_ && part.dtype() == dtype_, "scan output ", k, " of iteration ", trip, " is ",
+               part.type_str(), ", but iteration 0 gave ", dtype_name(dtype_), part_shape_.str());
+    const int64_t capacity = buf_.defined() ? buf_.shape()[0] : 0;
+    if (count_ == capacity) grow(capacity, alloc, k);
+    copy_elements(buf_, count_ * part.numel(), part, 0, part.numel());
+    ++count_;
+  }
+  bool empty() const { return count_ == 0; }
+  // The parts stacked along a new axis 0.
+  Tensor take() const {
+    const Shape shape = stacked(count_);
+    if (count_ == buf_.shape()[0]) return buf_;
+    return Tensor::borrow(dtype_, shape, buf_.raw(), buf_.storage());  // the first rows of the buffer
+  }
+
+ private:
+  Shape stacked(int64_t n) const {
+    std::vector<int64_t> dims = part_shape_.dims();
+    dims.insert(dims.begin(), n);
+    return Shape(dims);
+  }
+  void grow(int64_t capacity, Allocator& alloc, size_t k) {
+    auto make = [&](int64_t rows) {
+      return allocating(cat("scan output ", k, " (", rows, " iterations of ", dtype_name(dtype_), part_shape_.str(), ")"),
+                        [&] { return Tensor(dtype_, stacked(rows), alloc); });
+    };
+    Tensor bigger;
+    const int64_t want = capacity < (INT64_MAX / 2) ? std::max<int64_t>(4, capacity * 2) : capacity + 1;
+    try {
+      bigger = make(want);
+    } catch (const HostBudgetExceeded&) {
+      if (want == capacity + 1) throw;
+      bigger = make(capacity + 1);  // near the budget: exactly what this iteration needs
+    }
+    if (buf_.defined()) copy_elements(bigger, 0, buf_, 0, count_ * part_shape_.numel());
+    buf_ = std::move(bigger);
+  }
+
+  Tensor buf_;
+  int64_t count_ = 0;
+  DType dtype_ = DType::kUndefined;
+  Shape part_shape_;
+};
+
 // Declared output types of a subgraph; shapes stay unknown until it runs.
 void infer_from_body(InferContext& ctx, const Graph* g, size_t skip_body_outputs) {
   ONYX_CHECK(g, "missing subgraph attribute");
@@ -99,7 +153,7 @@ void loop_kernel(KernelContext& ctx) {
   const size_t n_scan = body->outputs.size() - 1 - n_carried;
   std::vector<Tensor> carried;
   for (size_t i = 0; i < n_carried; ++i) carried.push_back(ctx.input(i + 2));
-  std::vector<std::vector<Tensor>> scans(n_scan);
+  std::vector<ScanStack> scans(n_scan);
   for (int64_t trip = 0; trip < max_trips && cond; ++trip) {
     std::vector<Tensor> in{Tensor::scalar<int64_t>(trip), Tensor::scalar<bool>(cond)};
     in.insert(in.end(), carried.begin(), carried.end());
@@ -113,7 +167,7 @@ void loop_kernel(KernelContext& ctx) {
                "boolean element, got ", out[0].type_str(), " in iteration ", trip);
     cond = out[0].get_as_double(0) != 0;
     for (size_t i = 0; i < n_carried; ++i) carried[i] = std::move(out[1 + i]);
-    for (size_t k = 0; k < n_scan; ++k) scans[k].push_back(std::move(out[1 + n_carried + k]));
+    for (size_t k = 0; k < n_scan; ++k) scans[k].append(out[1 + n_carried + k], ctx.allocator(), k, trip);
   }
   for (size_t i = 0; i < n_carried && i < ctx.num_outputs(); ++i)
     if (ctx.has_output(i)) ctx.set_output(i, std::move(carried[i]));
@@ -126,7 +180,7 @@ void loop_kernel(KernelContext& ctx) {
       ctx.allocate_output(n_carried + k, v.declared.dtype == DType::kUndefined ? DType::kFloat32 : v.declared.dtype,
                           Shape(dims));
     } else {
-      ctx.set_output(n_carried + k, stack_along(scans[k], 0, scans[k][0].dtype(), scans[k][0].shape(), ctx.allocator()));
+      ctx.set_output(n_carried + k, scans[k].take());
     }
   }
 }

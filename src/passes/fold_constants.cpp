@@ -22,6 +22,9 @@ bool quantization_op(const Node& n) {
 
 }  // namespace
 
+// What a folded node may allocate beyond the bytes that folding keeps (kernels' temporaries).
+static constexpr size_t kFoldScratchBytes = size_t{64} << 20;
+
 FoldReport fold_constants(Graph& g, const OpRegistry& registry, size_t growth_allowance) {
   FoldReport r;
   std::unordered_set<int> outputs(g.outputs.begin(), g.outputs.end());
@@ -52,8 +55,13 @@ FoldReport fold_constants(Graph& g, const OpRegistry& registry, size_t growth_al
     std::vector<const Tensor*> in;
     for (int id : n.inputs) in.push_back(id >= 0 ? &g.initializers.at(id) : nullptr);
     std::vector<Tensor> outs;
+    // The node computes under a budget of what folding may keep (and some scratch), so a
+    // constant node asking for more (a huge ConstantOfShape) is refused before its memory
+    // is taken, and left to run under the session's host memory budget.
+    auto alloc = make_cpu_allocator();
+    alloc->set_budget(in_bytes + growth_allowance + kFoldScratchBytes);
     try {
-      outs = compute_node(n, in, cpu_allocator());
+      outs = compute_node(n, in, *alloc);
     } catch (const Error&) {
       continue;  // the node's own error comes when it runs, with the run's context
     }

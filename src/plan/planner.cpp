@@ -137,6 +137,7 @@ void share_storage(Planning& P) {
       if (r.kind != ValueKind::kArena || p.guards.guarded(root) || P.group_last[root] != st.node) continue;
       if (P.group_has_output[root] || r.on_accel != p.values[out].on_accel) continue;  // storage stays on its device
       if (r.bytes != p.values[out].bytes || r.bytes == 0) continue;
+      if (r.type.dtype == DType::kString || p.values[out].type.dtype == DType::kString) continue;  // objects, not bytes
       join(out, root);
       p.values[out].in_place = true;
       ++p.in_place_count;
@@ -146,7 +147,9 @@ void share_storage(Planning& P) {
 }
 
 // A group holding a graph output is handed to the caller; one holding a dynamic or
-// external value is not the arena's; without an arena every group is allocated.
+// external value is not the arena's; without an arena every group is allocated. A
+// group holding strings is allocated too: a string is an object that its storage
+// constructs and destroys, which raw arena bytes never do.
 void classify_groups(Planning& P) {
   ExecutionPlan& p = P.p;
   std::vector<ValueKind> group_kind(P.nv());
@@ -154,6 +157,11 @@ void classify_groups(Planning& P) {
   for (int id : P.g.outputs) {
     int root = p.values[id].root;
     if (group_kind[root] == ValueKind::kArena) group_kind[root] = ValueKind::kOutput;
+  }
+  for (size_t id = 0; id < P.nv(); ++id) {
+    int root = p.values[id].root;
+    if (p.values[id].type.dtype == DType::kString && group_kind[root] == ValueKind::kArena)
+      group_kind[root] = ValueKind::kAllocated;
   }
   for (size_t id = 0; id < P.nv(); ++id) {
     ValuePlan& v = p.values[id];

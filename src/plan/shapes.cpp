@@ -26,8 +26,14 @@ std::vector<Tensor> evaluate(const Planning& P, const Node& n, const std::vector
   const bool subgraphs = has_subgraphs(n);
   if (subgraphs && !P.options.evaluate_subgraph) return {};
   std::vector<Tensor> outs;
+  // Under a budget of what may be kept (and some scratch): a node asking for more is
+  // refused before its memory is taken, and runs at run time, under the session's budget.
+  auto alloc = make_cpu_allocator();
+  alloc->set_budget(P.options.fold_limit_bytes + (size_t{64} << 20));
   try {
-    outs = compute_node(n, values, cpu_allocator(), subgraphs ? &P.options.evaluate_subgraph : nullptr);
+    outs = compute_node(n, values, *alloc, subgraphs ? &P.options.evaluate_subgraph : nullptr);
+  } catch (const HostBudgetExceeded&) {
+    return {};
   } catch (const Error&) {
     if (n.implicit_inputs.empty() && outputs_known) throw;  // a plain op failing on known data is a real error
     return {};

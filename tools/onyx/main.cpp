@@ -35,6 +35,10 @@ run options:
   --no-fuse                    keep exporters' op patterns (decomposed RMSNorm) as they are (default: fused at load)
   --memory-budget BYTES        on a GPU, the session's device-memory budget (default: 90% of free memory)
   --memory-report              print the memory governor's holders after the runs
+  --host-memory-budget BYTES   the host memory the session may hold at once (default: 80% of
+                               physical memory); an allocation past it fails, naming the value
+  --timeout SECONDS            stop each run that takes longer (checked between nodes and
+                               between Loop iterations)
   --capture off|auto|require   on a GPU, replay repeated input shapes from CUDA graphs (default off)
   --validate-replays           check staged bytes and poison the arena before each replay (slower)
   --json                       print one JSON object: outputs, timings, plan, capture report

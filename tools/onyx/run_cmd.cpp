@@ -2,6 +2,7 @@
 // (or, with --json, one JSON object with timings, plan, capture report and outputs).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -22,6 +23,7 @@ struct RunArgs {
   SessionOptions session;
   bool memory_report = false;
   bool json = false;
+  double timeout_seconds = 0;              // each run's deadline (0: none)
   bool device_inputs = false;              // feeds uploaded once, before the runs
   std::vector<std::string> keep_on_device;  // outputs left on the device ("all": every one)
   uint64_t seed = std::random_device{}();
@@ -58,6 +60,23 @@ RunArgs parse(const std::vector<std::string>& args) {
     else if (opt == "--no-fuse") r.session.fuse_patterns = false;
     else if (opt == "--memory-budget") r.session.memory_budget_bytes = static_cast<size_t>(to_int(a.value()));
     else if (opt == "--memory-report") r.memory_report = true;
+    else if (opt == "--host-memory-budget") {
+      const int64_t bytes = to_int(a.value());
+      if (bytes <= 0) throw UsageError("--host-memory-budget must be a positive number of bytes");
+      r.session.host_memory_budget_bytes = static_cast<size_t>(bytes);
+    } else if (opt == "--timeout") {
+      const std::string v = a.value();
+      size_t pos = 0;
+      double s = -1;
+      try {
+        s = std::stod(v, &pos);
+      } catch (...) {
+        pos = 0;
+      }
+      if (pos != v.size() || !(s > 0) || !std::isfinite(s))
+        throw UsageError(cat("--timeout takes a positive number of seconds, not '", v, "'"));
+      r.timeout_seconds = s;
+    }
     else if (opt == "--validate-replays") r.session.validate_replays = true;
     else if (opt == "--json") r.json = true;
     else if (opt == "--device-inputs") r.device_inputs = true;
@@ -234,6 +253,7 @@ int cmd_run(const std::string& path, const std::vector<std::string>& args) {
   if (a.device_inputs)
     for (auto& [name, t] : run_feeds) t = session->to_device(t);
   RunOptions ro;
+  ro.timeout_seconds = a.timeout_seconds;
   for (const auto& name : a.keep_on_device) {
     if (name == "all") ro.outputs = OutputPlace::kDevice;
     else ro.output_places[name] = OutputPlace::kDevice;
