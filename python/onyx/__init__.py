@@ -25,14 +25,26 @@ __version__ = "0.1.0"
 
 
 class RunOptions:
-    """Accepted where onnxruntime takes run options; onyx has no per-run options yet."""
+    """Per-run options, as onnxruntime's. `terminate = True` (from any thread) stops the runs
+    given these options at their next node, with onyx.Error "run cancelled"; set it back to
+    False to run again. onyx's own: `timeout_seconds` (0: none), the run's deadline, checked
+    between nodes and between a Loop's iterations. The logging fields are accepted and unused."""
 
     def __init__(self):
         self.log_severity_level = 2
         self.log_verbosity_level = 0
         self.logid = ""
         self.only_execute_path_to_fetches = False
-        self.terminate = False
+        self.timeout_seconds = 0.0
+        self._control = _onyx.RunControl()
+
+    @property
+    def terminate(self):
+        return self._control.is_set
+
+    @terminate.setter
+    def terminate(self, value):
+        self._control.set(bool(value))
 
 
 def devices():

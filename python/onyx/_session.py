@@ -111,6 +111,16 @@ def _numpy_of(v, copy=False):
     return a.copy() if copy else a
 
 
+def _run_controls(run_options):
+    """(timeout_seconds, control) for the native run from an onyx.RunOptions (or None)."""
+    if run_options is None:
+        return 0.0, None
+    control = getattr(run_options, "_control", None)
+    if control is None:
+        raise TypeError("run_options must be an onyx.RunOptions")
+    return float(run_options.timeout_seconds), control
+
+
 class GraphOptimizationLevel(enum.IntEnum):
     ORT_DISABLE_ALL = 0
     ORT_ENABLE_BASIC = 1
@@ -166,6 +176,7 @@ class SessionOptions:
         self.allow_cpu_fallback = True
         self.validate_replays = False
         self.plan_cache_capacity = 8
+        self.host_memory_budget_bytes = 0  # 0: 80% of the physical memory
 
     def add_session_config_entry(self, key, value):
         self._config[str(key)] = str(value)
@@ -184,6 +195,7 @@ class SessionOptions:
             "allow_cpu_fallback": bool(self.allow_cpu_fallback),
             "validate_replays": bool(self.validate_replays),
             "plan_cache_capacity": int(self.plan_cache_capacity),
+            "host_memory_budget_bytes": int(self.host_memory_budget_bytes),
             # onnxruntime's basic level and up fold constants; ORT_DISABLE_ALL does not.
             "fold_constants": self.graph_optimization_level != GraphOptimizationLevel.ORT_DISABLE_ALL,
             "fuse_patterns": self.graph_optimization_level != GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -427,14 +439,14 @@ class IOBinding:
     def copy_outputs_to_cpu(self):
         return [_numpy_of(v, copy=True) for v in self._results] if self._results is not None else []
 
-    def _run(self):
+    def _run(self, run_options=None):
         s = self._session._native()
         names = [o[0] for o in self._outputs]
         if not names:
             raise Error("no outputs are bound: bind_output at least one")
         device_outputs = [o[0] for o in self._outputs if o[1] == "device"]
         bound = [(o[0], o[2]) for o in self._outputs if o[1] == "bound"]
-        self._results = s.run(list(self._inputs.items()), names, device_outputs, bound)
+        self._results = s.run(list(self._inputs.items()), names, device_outputs, bound, *_run_controls(run_options))
 
 
 class InferenceSession:
@@ -551,13 +563,14 @@ class InferenceSession:
             if isinstance(output_names, str) or not all(isinstance(n, str) for n in output_names):
                 raise TypeError("output_names must be None or a list of output names")
             output_names = list(output_names)
-        values = s.run(self._feeds(input_feed), output_names, [], [])
+        values = s.run(self._feeds(input_feed), output_names, [], [], *_run_controls(run_options))
         return [_numpy_of(v) for v in values]
 
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
         """Runs the model on OrtValues; returns OrtValues (on the host)."""
         s = self._native()
-        values = s.run(self._feeds(input_dict_ort_values), list(output_names) if output_names else None, [], [])
+        values = s.run(self._feeds(input_dict_ort_values), list(output_names) if output_names else None, [], [],
+                       *_run_controls(run_options))
         return [OrtValue(v) for v in values]
 
     def io_binding(self):
@@ -568,7 +581,7 @@ class InferenceSession:
         self._native()
         if not isinstance(iobinding, IOBinding) or iobinding._session is not self:
             raise Error("run_with_iobinding needs an IOBinding of this session (session.io_binding())")
-        iobinding._run()
+        iobinding._run(run_options)
 
     # -- onyx's --
     def capture_report(self):

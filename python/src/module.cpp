@@ -15,6 +15,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -253,6 +254,7 @@ SessionOptions parse_options(const nb::dict& o) {
       else if (key == "validate_replays") s.validate_replays = nb::cast<bool>(v);
       else if (key == "fold_constants") s.fold_constants = nb::cast<bool>(v);
       else if (key == "fuse_patterns") s.fuse_patterns = nb::cast<bool>(v);
+      else if (key == "host_memory_budget_bytes") s.host_memory_budget_bytes = nb::cast<size_t>(v);
       else if (key == "plan_cache_capacity") s.plan_cache_capacity = nb::cast<size_t>(v);
       else if (key == "pinned_memory_budget_bytes") s.pinned_memory_budget_bytes = nb::cast<size_t>(v);
       else if (key == "capture") {
@@ -269,7 +271,7 @@ SessionOptions parse_options(const nb::dict& o) {
         else throw Error(cat("'", m, "' is not one of planned, release, keep"));
       } else {
         throw Error("no such option (device, allow_cpu_fallback, memory_budget_bytes, memory_fraction, "
-                    "validate_replays, fold_constants, fuse_patterns, plan_cache_capacity, pinned_memory_budget_bytes, capture, "
+                    "validate_replays, fold_constants, fuse_patterns, host_memory_budget_bytes, plan_cache_capacity, pinned_memory_budget_bytes, capture, "
                     "memory)");
       }
     });
@@ -293,6 +295,11 @@ nb::dict describe(const ValueDesc& d) {
   r["has_default"] = d.has_default;
   return r;
 }
+
+// A run's stop switch: set from any thread, the runs given it stop at their next check.
+struct PyRunControl {
+  std::shared_ptr<std::atomic<bool>> flag = std::make_shared<std::atomic<bool>>(false);
+};
 
 class PySession {
  public:
@@ -346,7 +353,8 @@ class PySession {
   std::vector<PyValue> run(const std::vector<std::pair<std::string, PyValue*>>& feeds,
                          std::optional<std::vector<std::string>> output_names,
                          const std::vector<std::string>& device_outputs,
-                         const std::vector<std::pair<std::string, PyValue*>>& bound) {
+                         const std::vector<std::pair<std::string, PyValue*>>& bound, double timeout_seconds,
+                         const PyRunControl* control) {
     std::shared_ptr<Session> s = get();
     NamedTensors in;
     for (const auto& [name, v] : feeds) {
@@ -365,6 +373,8 @@ class PySession {
     if (output_names) for (const auto& n : *output_names) pick.push_back(index_of(n));
     else for (size_t i = 0; i < outs.size(); ++i) pick.push_back(i);
     RunOptions ro;
+    ro.timeout_seconds = timeout_seconds;
+    if (control) ro.cancel = control->flag;
     for (const auto& n : device_outputs) {
       index_of(n);
       ro.output_places[n] = OutputPlace::kDevice;
@@ -592,11 +602,17 @@ NB_MODULE(_onyx, m) {
         return std::vector<std::string>(sp.begin(), sp.end());
       });
 
+  nb::class_<PyRunControl>(m, "RunControl")
+      .def(nb::init<>())
+      .def("set", [](PyRunControl& c, bool v) { c.flag->store(v); })
+      .def_prop_ro("is_set", [](const PyRunControl& c) { return c.flag->load(); });
+
   nb::class_<PySession>(m, "Session")
       .def(nb::init<nb::object, const nb::dict&, const std::string&>(), "source"_a, "options"_a, "base_dir"_a = ".")
       .def("inputs", &PySession::inputs)
       .def("outputs", &PySession::outputs)
-      .def("run", &PySession::run, "feeds"_a, "output_names"_a.none(), "device_outputs"_a, "bound"_a)
+      .def("run", &PySession::run, "feeds"_a, "output_names"_a.none(), "device_outputs"_a, "bound"_a,
+           "timeout_seconds"_a = 0.0, "control"_a.none() = nb::none())
       .def("close", &PySession::close)
       .def_prop_ro("closed", &PySession::closed)
       .def("device", [](const PySession& s) { return s.get()->device(); })
