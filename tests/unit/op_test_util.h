@@ -14,9 +14,10 @@ namespace onyx::test {
 
 // Builds graph inputs x0..xN-1 (an undefined tensor marks an omitted optional
 // input), one node, outputs y0..yM-1, and runs it. Throws what the op throws.
+// `initializers[i]` makes input i an initializer (known while planning) instead of a feed.
 inline std::vector<Tensor> run_op(const std::string& op_type, const std::vector<Tensor>& inputs,
                                   std::vector<Attribute> attrs = {}, size_t num_outputs = 1, int opset = 18,
-                                  const std::string& domain = "") {
+                                  const std::string& domain = "", const std::vector<bool>& initializers = {}) {
   Graph g;
   g.name = "test";
   Node n;
@@ -32,9 +33,14 @@ inline std::vector<Tensor> run_op(const std::string& op_type, const std::vector<
       continue;
     }
     int id = g.value_id(cat("x", i));
-    g.values[id].is_input = true;
-    g.inputs.push_back(id);
-    feeds.push_back(inputs[i]);
+    if (i < initializers.size() && initializers[i]) {
+      g.values[id].is_initializer = true;
+      g.initializers[id] = inputs[i];
+    } else {
+      g.values[id].is_input = true;
+      g.inputs.push_back(id);
+      feeds.push_back(inputs[i]);
+    }
     n.inputs.push_back(id);
   }
   for (size_t o = 0; o < num_outputs; ++o) {

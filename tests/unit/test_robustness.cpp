@@ -30,44 +30,17 @@ struct In {
 In fed(Tensor t) { return {std::move(t), false}; }
 In init(Tensor t) { return {std::move(t), true}; }
 
-// Builds inputs, one node 'node_under_test' and its outputs, plans and runs it.
+// One node 'node_under_test' over these inputs, planned and run (test::run_op).
 std::vector<Tensor> run_graph(const std::string& op_type, const std::vector<In>& inputs,
                               std::vector<Attribute> attrs = {}, size_t num_outputs = 1, int opset = 18,
                               const std::string& domain = "") {
-  Graph g;
-  g.name = "hostile";
-  Node n;
-  n.name = "node_under_test";
-  n.op_type = op_type;
-  n.domain = domain;
-  n.opset = opset;
-  n.attributes = std::move(attrs);
-  std::vector<Tensor> feeds;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].t.defined()) {
-      n.inputs.push_back(-1);
-      continue;
-    }
-    int id = g.value_id(cat("x", i));
-    if (inputs[i].initializer) {
-      g.values[id].is_initializer = true;
-      g.initializers[id] = inputs[i].t;
-    } else {
-      g.values[id].is_input = true;
-      g.inputs.push_back(id);
-      feeds.push_back(inputs[i].t);
-    }
-    n.inputs.push_back(id);
+  std::vector<Tensor> tensors;
+  std::vector<bool> initializers;
+  for (const auto& in : inputs) {
+    tensors.push_back(in.t);
+    initializers.push_back(in.initializer);
   }
-  for (size_t o = 0; o < num_outputs; ++o) {
-    int id = g.value_id(cat("y", o));
-    g.values[id].producer = 0;
-    n.outputs.push_back(id);
-    g.outputs.push_back(id);
-  }
-  g.nodes.push_back(std::move(n));
-  GraphExecutor exec(g, OpRegistry::global(), make_cpu_allocator());
-  return exec.run(feeds);
+  return test::run_op(op_type, tensors, std::move(attrs), num_outputs, opset, domain, initializers);
 }
 
 // Runs fn, which must throw an onyx::Error whose text names the node and contains `needle`.
