@@ -29,6 +29,7 @@
 #include <cstring>
 #include <limits>
 
+#include "ops/tensor_util.h"
 #include "ops/attention_math.h"
 #include "ops/common.h"
 #include "ops/gqa.h"
@@ -43,28 +44,16 @@ using namespace gqa;
 void infer_gqa(InferContext& ctx) {
   const GqaAttrs a = gqa_attrs(ctx);
   ONYX_CHECK(!ctx.has_output(3), "output 'output_qk' is not supported by onyx");
-  std::vector<DType> dts(ctx.num_inputs(), DType::kUndefined);
-  for (size_t i = 0; i < ctx.num_inputs(); ++i)
-    if (ctx.has_input(i)) dts[i] = ctx.input_dtype(i);
   ONYX_CHECK(ctx.num_inputs() > kTotalSeqLen, "GroupQueryAttention needs at least ", kTotalSeqLen + 1, " inputs");
-  check_gqa_dtypes(dts);
+  const PresentInputs p = present_inputs(ctx);
+  check_gqa_dtypes(p.dtypes);
   const DType t = ctx.input_dtype(kQuery);
-  bool known = true;
-  for (size_t i = 0; i < ctx.num_inputs(); ++i)
-    if (ctx.has_input(i)) known &= ctx.input_shape(i).fully_known();
-  if (!known) {
+  if (!p.known) {
     for (size_t o = 0; o < 3; ++o)
       if (ctx.has_output(o)) ctx.set_output(o, t, PartialShape());
     return;
   }
-  std::vector<Shape> shapes(ctx.num_inputs());
-  std::vector<const Shape*> in(ctx.num_inputs(), nullptr);
-  for (size_t i = 0; i < ctx.num_inputs(); ++i)
-    if (ctx.has_input(i)) {
-      shapes[i] = ctx.input_concrete_shape(i);
-      in[i] = &shapes[i];
-    }
-  const GqaGeometry g = gqa_geometry(a, in);
+  const GqaGeometry g = gqa_geometry(a, p.shape_ptrs);
   ctx.set_output(0, t, Shape{g.B, g.S, g.N * g.H});
   PartialShape present = PartialShape::of_rank(4);
   present.dims = {g.B, g.kvN, PartialShape::kUnknown, g.H};

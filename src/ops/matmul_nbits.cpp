@@ -13,6 +13,7 @@
 // dotted with every row; more rows, B is dequantized whole into float32 and multiplied by BLAS.
 #include <vector>
 
+#include "ops/tensor_util.h"
 #include "ops/block_quant.h"
 #include "ops/common.h"
 #include "ops/gemm.h"
@@ -119,21 +120,8 @@ void infer_matmul_nbits(InferContext& ctx) {
   ONYX_CHECK(ctx.num_inputs() >= 3 && ctx.has_input(kB) && ctx.has_input(kScales),
              "MatMulNBits needs the inputs A, B and scales");
   const PartialShape& a = ctx.input_shape(kA);
-  bool known = true;
-  for (size_t i = 0; i < ctx.num_inputs(); ++i)
-    if (ctx.has_input(i)) known &= ctx.input_shape(i).fully_known();
-  if (known) {
-    std::vector<Shape> shapes(ctx.num_inputs());
-    std::vector<const Shape*> in(ctx.num_inputs(), nullptr);
-    std::vector<DType> dt(ctx.num_inputs(), DType::kUndefined);
-    for (size_t i = 0; i < ctx.num_inputs(); ++i)
-      if (ctx.has_input(i)) {
-        shapes[i] = ctx.input_concrete_shape(i);
-        in[i] = &shapes[i];
-        dt[i] = ctx.input_dtype(i);
-      }
-    check_inputs(p, t, in, dt);
-  }
+  const PresentInputs present = present_inputs(ctx);
+  if (present.known) check_inputs(p, t, present.shape_ptrs, present.dtypes);
   if (!a.rank_known) {
     ctx.set_output(0, t, PartialShape());
     return;

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/tensor_util.h"
 #include "ops/attention_math.h"
 #include "ops/common.h"
 #include "ops/mha.h"
@@ -28,27 +29,15 @@ using namespace mha;
 
 void infer_mha(InferContext& ctx) {
   ONYX_CHECK(!ctx.has_output(3), "output 'qk' is not supported by onyx");
-  std::vector<DType> dt(ctx.num_inputs(), DType::kUndefined);
-  for (size_t i = 0; i < ctx.num_inputs(); ++i)
-    if (ctx.has_input(i)) dt[i] = ctx.input_dtype(i);
-  check_mha_dtypes(dt);
-  const DType t = dt[kQuery];
-  bool known = true;
-  for (size_t i = 0; i < ctx.num_inputs(); ++i)
-    if (ctx.has_input(i)) known &= ctx.input_shape(i).fully_known();
-  if (!known) {
+  const PresentInputs p = present_inputs(ctx);
+  check_mha_dtypes(p.dtypes);
+  const DType t = p.dtypes[kQuery];
+  if (!p.known) {
     for (size_t o = 0; o < 3; ++o)
       if (ctx.has_output(o)) ctx.set_output(o, t, PartialShape());
     return;
   }
-  std::vector<Shape> shapes(ctx.num_inputs());
-  std::vector<const Shape*> in(ctx.num_inputs(), nullptr);
-  for (size_t i = 0; i < ctx.num_inputs(); ++i)
-    if (ctx.has_input(i)) {
-      shapes[i] = ctx.input_concrete_shape(i);
-      in[i] = &shapes[i];
-    }
-  const MhaGeometry g = mha_geometry(mha_attrs(ctx), in);
+  const MhaGeometry g = mha_geometry(mha_attrs(ctx), p.shape_ptrs);
   ctx.set_output(0, t, Shape{g.B, g.S, g.N * g.Hv});
   if (ctx.has_output(1)) ctx.set_output(1, t, Shape{g.B, g.N, g.T(), g.H});
   if (ctx.has_output(2)) ctx.set_output(2, t, Shape{g.B, g.N, g.T(), g.Hv});

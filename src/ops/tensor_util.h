@@ -94,6 +94,35 @@ inline std::optional<std::vector<int64_t>> known_ints(const InferContext& ctx, s
 // Whether input i's shape is fully known.
 inline bool shape_known(const InferContext& ctx, size_t i) { return ctx.input_shape(i).fully_known(); }
 
+// The inputs of a node with many optional ones, as the ops' shared checks take them: per input
+// index its dtype (kUndefined when omitted) and, when every present input's shape is known, its
+// shape (null when omitted). `known` is false while some present shape is still unknown.
+struct PresentInputs {
+  std::vector<DType> dtypes;
+  bool known = true;
+  std::vector<Shape> shapes;
+  std::vector<const Shape*> shape_ptrs;
+};
+inline PresentInputs present_inputs(const InferContext& ctx) {
+  const size_t n = ctx.num_inputs();
+  PresentInputs p;
+  p.dtypes.assign(n, DType::kUndefined);
+  for (size_t i = 0; i < n; ++i)
+    if (ctx.has_input(i)) {
+      p.dtypes[i] = ctx.input_dtype(i);
+      p.known &= ctx.input_shape(i).fully_known();
+    }
+  if (!p.known) return p;
+  p.shapes.resize(n);
+  p.shape_ptrs.assign(n, nullptr);
+  for (size_t i = 0; i < n; ++i)
+    if (ctx.has_input(i)) {
+      p.shapes[i] = ctx.input_concrete_shape(i);
+      p.shape_ptrs[i] = &p.shapes[i];
+    }
+  return p;
+}
+
 // Reads a tensor's element i as an index (int32 or int64 tensors).
 inline int64_t index_at(const Tensor& t, int64_t i) {
   return t.dtype() == DType::kInt32 ? t.data<int32_t>()[i] : t.data<int64_t>()[i];

@@ -90,10 +90,10 @@ def node_test_dirs():
 def test_node_tests_through_python_api(tmp_path):
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
-    todo = node_test_dirs()
+    remaining = node_test_dirs()
     results = {}
-    while todo:
-        proc = subprocess.run([sys.executable, str(worker), *todo], capture_output=True, text=True, timeout=1200)
+    while remaining:
+        proc = subprocess.run([sys.executable, str(worker), *remaining], capture_output=True, text=True, timeout=1200)
         started = None
         for line in proc.stdout.splitlines():
             word, _, rest = line.partition(" ")
@@ -106,7 +106,7 @@ def test_node_tests_through_python_api(tmp_path):
             results[started] = ("FAIL", f"the worker died (exit {proc.returncode}): {proc.stderr[-300:]}")
         elif proc.returncode != 0:
             pytest.fail(f"the worker failed outside a test (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
-        todo = [d for d in todo if os.path.basename(d) not in results]
+        remaining = [d for d in remaining if os.path.basename(d) not in results]
     passed = sorted(n for n, (w, _) in results.items() if w == "PASS")
     died = sorted(n for n, (w, r) in results.items() if "worker died" in r)
     print(f"\nnode tests through the Python API: {len(passed)} of {len(results)} pass "
