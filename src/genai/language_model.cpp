@@ -266,6 +266,7 @@ Next LanguageModel::start(const std::vector<std::vector<int64_t>>& prompts, int6
   ONYX_CHECK(draw.options.size() == prompts.size() && draw.seeds.size() == prompts.size(),
              "the draw needs options and a seed per sequence");
   retire_cache();
+  slots_.reset();
   batch_ = std::make_unique<Batch>();
   Batch& bt = *batch_;
   bt.rows = static_cast<int64_t>(prompts.size());

@@ -1,5 +1,7 @@
 // A model folder loaded to generate: the decoder on its device, the way its KV cache is
-// kept, and the runs a generation is made of. One generation at a time.
+// kept, and the runs a generation is made of. One generation at a time (start/step/keep), or
+// serving (open_slots/prefill/decode): a fixed set of cache slots that sequences enter and
+// leave between decode steps (continuous batching).
 //
 // The cache, by the decoder's form:
 //   shared   past and present are one buffer of fixed capacity, written in place by the
@@ -34,6 +36,7 @@ struct Draw {
   std::vector<std::array<float, 5>> options;  // per sequence, in ops/sampling.h's order
   std::vector<uint64_t> seeds;                // per sequence
   int64_t counter = 0;                        // which draw of the sequences this is
+  std::vector<int64_t> counters;              // per sequence, when they differ (serving); else `counter`
   const std::vector<std::vector<int64_t>>* history = nullptr;  // per sequence: its ids (repetition penalty)
   bool logits = false;                        // also return the logits drawn from
 };
@@ -73,6 +76,33 @@ class LanguageModel {
   // The bucket the batch in flight runs in.
   int64_t bucket() const;
 
+  // ---- Serving: slots ----
+  // One cache of `slots` rows of `capacity` positions (rounded up to a block of 64, at most
+  // the context length), each row a slot that holds one sequence; a slot keeps its positions
+  // when its sequence leaves, for the next one that shares its prefix. Decode steps run over
+  // slots [0, n) in the smallest bucket (1, 2, 4, ..) that holds them, as views of the first
+  // rows of the one cache, so each bucket's captured step replays. Ends any generation in
+  // flight; start() ends the slots. Needs the shared or static cache form.
+  void open_slots(int64_t slots, int64_t capacity);
+  int64_t slot_count() const;
+  int64_t slot_capacity() const;
+  // Positions of slot s's cache that hold its sequence's entries.
+  int64_t slot_filled(int64_t slot) const;
+  // Runs positions [from, from + ids.size()) of the sequence in `slot`, whose positions [0,
+  // from) are already in the cache (a shared prefix, or the chunks before); draws its next
+  // token (one-row `draw`). Positions from `from` on are overwritten.
+  int64_t prefill(int64_t slot, const std::vector<int64_t>& ids, int64_t from, const Draw& draw);
+  // One decode step of the sequences in slots [0, tokens.size()): each one's new token in (it
+  // takes position slot_filled), its next token out; `draw` has a row per slot. A slot whose
+  // token is -1 (one between prefill chunks) is padding, as are the bucket's slots past
+  // them: they write one past their kept positions, which they keep (one fewer when full),
+  // and get -1.
+  std::vector<int64_t> decode(const std::vector<int64_t>& tokens, const Draw& draw);
+  // Exchanges the contents of two slots (cache rows and filled positions).
+  void swap_slots(int64_t a, int64_t b);
+  // Forgets what slot s holds from position `keep` on.
+  void truncate_slot(int64_t slot, int64_t keep);
+
   size_t cache_bytes() const;
   // Times the cache of the generation in flight grew.
   int64_t cache_grows() const;
@@ -84,12 +114,17 @@ class LanguageModel {
  private:
   struct Batch;
   struct Runner;
+  struct Slots;
   void choose_cache_mode();
   std::string verify_static();
   Next run(Runner& r, std::vector<std::pair<std::string, Tensor>> feeds, bool prompt, const Draw& draw);
   std::vector<std::pair<std::string, Tensor>> prompt_feeds(const std::vector<std::vector<int64_t>>& prompts);
   std::vector<std::pair<std::string, Tensor>> step_feeds(const std::vector<int64_t>& tokens);
-  void add_draw_feeds(std::vector<std::pair<std::string, Tensor>>& feeds, bool prompt, const Draw& draw) const;
+  void add_draw_feeds(std::vector<std::pair<std::string, Tensor>>& feeds, const Batch& bt, bool prompt,
+                      const Draw& draw) const;
+  std::vector<Tensor> slot_views(int64_t begin, int64_t count) const;
+  Next run_slots(Runner& r, std::vector<std::pair<std::string, Tensor>> feeds, const Batch& bt, bool prompt,
+                 const Draw& draw, const std::vector<Tensor>* in_place, std::vector<Tensor>* presents);
   Tensor cache_tensor(int64_t batch, int64_t capacity);
   // The cache buffers (key, value per layer) for a bucket and capacity: a retired set of that
   // geometry when there is one (zeroed), so that a captured decode step finds the buffers it
@@ -117,6 +152,7 @@ class LanguageModel {
   std::string note_;
   std::string index_input_;
   std::unique_ptr<Batch> batch_;
+  std::unique_ptr<Slots> slots_;
   // Cache sets of finished generations by (bucket, capacity), most recent first (at most
   // kSpareCacheSets): kept in the "kv cache" lease for the next generation of that geometry.
   std::vector<std::pair<std::pair<int64_t, int64_t>, std::vector<Tensor>>> spare_caches_;

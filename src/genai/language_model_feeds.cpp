@@ -82,8 +82,7 @@ Feeds LanguageModel::step_feeds(const std::vector<int64_t>& tokens) {
 
 // The inputs of the Sample node onyx appended: options, seeds and draw counter, the ids for
 // the repetition penalty, and the position each row's logits are read at.
-void LanguageModel::add_draw_feeds(Feeds& f, bool prompt, const Draw& draw) const {
-  const Batch& bt = *batch_;
+void LanguageModel::add_draw_feeds(Feeds& f, const Batch& bt, bool prompt, const Draw& draw) const {
   const int64_t B = bt.size;
   Tensor options(DType::kFloat32, Shape{B, sampling::kOptionCount}), rng(DType::kInt64, Shape{B, 2});
   bool penalty = false;
@@ -93,7 +92,7 @@ void LanguageModel::add_draw_feeds(Feeds& f, bool prompt, const Draw& draw) cons
     std::copy(o.begin(), o.end(), options.data<float>() + b * sampling::kOptionCount);
     penalty |= o[sampling::kRepetitionPenalty] != 1.f;
     rng.data<int64_t>()[2 * b] = static_cast<int64_t>(b < bt.rows ? draw.seeds[b] : 0);
-    rng.data<int64_t>()[2 * b + 1] = draw.counter;
+    rng.data<int64_t>()[2 * b + 1] = b < bt.rows && !draw.counters.empty() ? draw.counters[b] : draw.counter;
   }
   const int64_t H = penalty && draw.history ? bt.capacity : 1;
   Tensor history = int64_tensor(Shape{B, H}, -1);
@@ -114,7 +113,7 @@ void LanguageModel::add_draw_feeds(Feeds& f, bool prompt, const Draw& draw) cons
 
 Next LanguageModel::run(Runner& r, Feeds feeds, bool prompt, const Draw& draw) {
   Batch& bt = *batch_;
-  add_draw_feeds(feeds, prompt, draw);
+  add_draw_feeds(feeds, bt, prompt, draw);
   const Graph& g = *r.graph;
   std::vector<Tensor> inputs(g.inputs.size());
   for (const auto& [name, t] : feeds) {
@@ -166,6 +165,8 @@ size_t LanguageModel::cache_bytes() const {
   size_t n = 0;
   if (batch_)
     for (const auto& t : batch_->cache) n += t.bytes();
+  if (slots_)
+    for (const auto& t : slots_->cache) n += t.bytes();
   return n;
 }
 

@@ -38,6 +38,14 @@ struct LanguageModel::Batch {
   std::vector<Tensor> past;     // growing: the last presents, per layer key, value
 };
 
+// Serving's cache: one set of tensors whose rows are slots, and a spare row of each (swaps).
+struct LanguageModel::Slots {
+  int64_t count = 0, capacity = 0;
+  std::vector<Tensor> cache;    // per layer: key, value, [count, kv heads, capacity, head size]
+  std::vector<Tensor> spare;    // per layer: key, value, [1, kv heads, capacity, head size]
+  std::vector<int64_t> filled;  // per slot: positions holding its sequence's entries
+};
+
 // The names of what onyx appends to the decoder to draw tokens on its device.
 inline constexpr const char* kDrawOptions = "onyx_draw_options";
 inline constexpr const char* kDrawRng = "onyx_draw_rng";

@@ -112,7 +112,7 @@ CacheRewrite rewrite_concat_cache(Graph& g, const std::vector<std::pair<std::str
   v.is_input = true;
   v.declared.category = TypeInfo::Category::kTensor;
   v.declared.dtype = DType::kInt64;
-  v.declared.rank_known = true;
+  v.declared.rank_known = false;  // a scalar (one position for every row) or [batch] (one per row)
   g.inputs.push_back(index);
   for (int id : nodes) {
     Node& n = g.nodes[id];

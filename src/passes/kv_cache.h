@@ -17,7 +17,7 @@ namespace onyx {
 struct CacheRewrite {
   bool applied = false;
   std::string why_not;      // when not applied: which pair did not have the form, and how
-  std::string index_input;  // the added input: int64 scalar, the first cache position a step writes
+  std::string index_input;  // the added input: int64, the first cache position a step writes (a scalar, or one per row)
 };
 
 // Rewrites every (past input, present output) pair of `pairs`, or none: each present must be

@@ -208,6 +208,9 @@ void genai_ops(std::vector<Case>& v) {
   v.push_back({"decode", "CacheUpdate", kAll, {X({2, 3, 8, 4}), X({2, 3, 1, 4}), Vals(D::kInt64, {}, {5})}, {}, 1, 1, g});
   v.push_back({"prompt", "CacheUpdate", kAll, {X({1, 2, 16, 8}), X({1, 2, 7, 8}), Vals(D::kInt64, {}, {0})}, {}, 1, 1, g});
   v.push_back({"last", "CacheUpdate", kFloats, {X({3, 2, 9, 5}), X({3, 2, 2, 5}), Vals(D::kInt64, {}, {7})}, {}, 1, 1, g});
+  // One position per row (serving's slots, each at its own length).
+  v.push_back({"per_row", "CacheUpdate", kAll, {X({3, 2, 9, 4}), X({3, 2, 1, 4}), Vals(D::kInt64, {3}, {0, 8, 4})}, {}, 1, 1, g});
+  v.push_back({"per_row_chunk", "CacheUpdate", kFloats, {X({2, 2, 9, 5}), X({2, 2, 3, 5}), Vals(D::kInt64, {2}, {6, 1})}, {}, 1, 1, g});
   // Sample: per row temperature, top_k, top_p, min_p, repetition_penalty; (seed, counter); history; position.
   const D f32 = D::kFloat32, i64 = D::kInt64;
   v.push_back({"greedy", "Sample", kFloats,

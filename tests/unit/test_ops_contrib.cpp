@@ -418,6 +418,40 @@ TEST(OpsContrib, MultiHeadAttentionRefusesWhatItDoesNotRun) {
   expect_error([&] { run({q, k, k, test::random_tensor<float>(Shape{47})}, attrs); }, {"input 'bias'", "[48]"});
 }
 
+// onyx.genai::CacheUpdate with one write position per batch row (serving: each slot's own
+// length), against the same writes done directly.
+TEST(OpsGenai, CacheUpdatePerRowIndex) {
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> d;
+  const int64_t B = 3, H = 2, C = 9, S = 2, D = 4;
+  Tensor cache(DType::kFloat32, Shape{B, H, C, D}), fresh(DType::kFloat32, Shape{B, H, S, D});
+  for (float& x : cache.span<float>()) x = d(rng);
+  for (float& x : fresh.span<float>()) x = d(rng);
+  const std::vector<int64_t> at{0, 7, 3};
+  Tensor expected = cache.clone();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t i = 0; i < D; ++i)
+          expected.data<float>()[((b * H + h) * C + at[b] + s) * D + i] = fresh.data<float>()[((b * H + h) * S + s) * D + i];
+  auto out = test::run_op("CacheUpdate", {cache, fresh, Tensor::from_vector<int64_t>(at, Shape{B})}, {}, 1, 1,
+                          "onyx.genai");
+  ASSERT_EQ(out[0].shape(), cache.shape());
+  for (int64_t i = 0; i < expected.numel(); ++i) ASSERT_EQ(out[0].data<float>()[i], expected.data<float>()[i]) << i;
+  // A row whose positions overrun the cache is an error naming the row; so is a count of
+  // positions that is neither one nor the batch.
+  try {
+    test::run_op("CacheUpdate", {cache, fresh, Tensor::from_vector<int64_t>({0, 8, 1}, Shape{B})}, {}, 1, 1,
+                 "onyx.genai");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("row 1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(test::run_op("CacheUpdate", {cache, fresh, Tensor::from_vector<int64_t>({0, 1}, Shape{2})}, {}, 1, 1,
+                            "onyx.genai"),
+               Error);
+}
+
 }  // namespace
 
 }  // namespace onyx

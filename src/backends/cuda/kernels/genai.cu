@@ -13,20 +13,22 @@ namespace onyx::cuda {
 
 namespace {
 
-// dst[b, index + p, i] = src[b, p, i] over [outer, length, inner] views of `new`, in units U.
+// dst[b, index + p, i] = src[b, p, i] over [outer, length, inner] views of `new`, in units U;
+// the index is one position for all, or one per batch row (`per_row` outer rows each).
 template <class U>
 __global__ void __launch_bounds__(kThreads)
     cache_update_kernel(const U* __restrict__ src, U* __restrict__ dst, const int64_t* __restrict__ index,
-                        int64_t outer, int64_t capacity, int64_t length, int64_t inner, unsigned int* err) {
-  const int64_t at = *index;
+                        int64_t per_row, int64_t outer, int64_t capacity, int64_t length, int64_t inner,
+                        unsigned int* err) {
   const int64_t total = outer * length * inner;
-  if (at < 0 || at + length > capacity) {
-    if (blockIdx.x == 0 && threadIdx.x == 0 && total > 0) atomicOr(err, kDeviceErrorCachePosition);
-    return;
-  }
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = e % inner, p = (e / inner) % length, b = e / (inner * length);
+    const int64_t at = index[per_row ? b / per_row : 0];
+    if (at < 0 || at + length > capacity) {
+      if (p == 0 && i == 0) atomicOr(err, kDeviceErrorCachePosition);
+      continue;
+    }
     dst[(b * capacity + at + p) * inner + i] = src[e];
   }
 }
@@ -39,9 +41,11 @@ void run_cache_update(KernelContext& ctx, CudaContext& cu) {
   const auto& cd = cache.shape().dims();
   const int64_t rank = static_cast<int64_t>(cd.size());
   const int64_t axis = norm_axis(ctx.attr_int("axis", 2), rank);
-  ONYX_CHECK(fresh.rank() == cache.rank() && index.numel() == 1 && index.dtype() == DType::kInt64,
-             "CacheUpdate: cache ", cache.type_str(), ", new ", fresh.type_str(), ", index ", index.type_str());
   const int64_t outer = prod(cd, 0, axis), inner = prod(cd, axis + 1, cd.size()) * dtype_size(cache.dtype());
+  ONYX_CHECK(fresh.rank() == cache.rank() && index.dtype() == DType::kInt64 &&
+                 (index.numel() == 1 || (axis > 0 && index.numel() == cd[0] && outer % cd[0] == 0)),
+             "CacheUpdate: cache ", cache.type_str(), ", new ", fresh.type_str(), ", index ", index.type_str());
+  const int64_t per_row = index.numel() > 1 ? outer / cd[0] : 0;  // 0: one index for every row
   if (out.raw() != cache.raw() && out.bytes())  // not bound to the cache itself: carry the old entries over
     ONYX_CUDA_CHECK(cudaMemcpyAsync(out.raw(), cache.raw(), out.bytes(), cudaMemcpyDeviceToDevice, cu.stream));
   const int64_t total = outer * fresh.shape()[axis] * inner;
@@ -52,11 +56,11 @@ void run_cache_update(KernelContext& ctx, CudaContext& cu) {
   const unsigned blocks = resident_blocks_for(total / (words ? 4 : 1), cu.device);
   if (words)
     cache_update_kernel<uint32_t><<<blocks, kThreads, 0, cu.stream>>>(
-        static_cast<const uint32_t*>(fresh.raw()), static_cast<uint32_t*>(out.raw()), index.data<int64_t>(), outer,
+        static_cast<const uint32_t*>(fresh.raw()), static_cast<uint32_t*>(out.raw()), index.data<int64_t>(), per_row, outer,
         cd[axis], fresh.shape()[axis], unit_inner, cu.error_word);
   else
     cache_update_kernel<uint8_t><<<blocks, kThreads, 0, cu.stream>>>(
-        static_cast<const uint8_t*>(fresh.raw()), static_cast<uint8_t*>(out.raw()), index.data<int64_t>(), outer,
+        static_cast<const uint8_t*>(fresh.raw()), static_cast<uint8_t*>(out.raw()), index.data<int64_t>(), per_row, outer,
         cd[axis], fresh.shape()[axis], unit_inner, cu.error_word);
   ONYX_CUDA_CHECK_LAUNCH("CacheUpdate");
 }
