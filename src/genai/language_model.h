@@ -31,7 +31,7 @@ std::string_view cache_mode_name(CacheMode m);
 // How each sequence's next token is drawn, by the onyx.genai::Sample node that onyx appends
 // to the decoder (on the decoder's device: only token ids leave it).
 struct Draw {
-  std::vector<std::array<float, 5>> options;  // per sequence, in ops/sampling.h's order
+  std::vector<std::array<float, 7>> options;  // per sequence, in ops/sampling.h's order
   std::vector<uint64_t> seeds;                // per sequence
   int64_t counter = 0;                        // which draw of the sequences this is
   const std::vector<std::vector<int64_t>>* history = nullptr;  // per sequence: its ids (repetition penalty)

@@ -4,6 +4,7 @@
 // row's own tokens, pads are masked out and sit at position 1).
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "genai/language_model.h"
 #include "genai/language_model_parts.h"
@@ -83,15 +84,17 @@ Feeds LanguageModel::step_feeds(const std::vector<int64_t>& tokens) {
 // The inputs of the Sample node onyx appended: options, seeds and draw counter, the ids for
 // the repetition penalty, and the position each row's logits are read at.
 void LanguageModel::add_draw_feeds(Feeds& f, bool prompt, const Draw& draw) const {
+  using Options = std::array<float, sampling::kOptionCount>;
+  static_assert(std::is_same_v<std::decay_t<decltype(draw.options[0])>, Options>);
   const Batch& bt = *batch_;
   const int64_t B = bt.size;
   Tensor options(DType::kFloat32, Shape{B, sampling::kOptionCount}), rng(DType::kInt64, Shape{B, 2});
   bool penalty = false;
   for (int64_t b = 0; b < B; ++b) {
     // Padding rows draw greedily: cheapest, and their tokens go unread.
-    const std::array<float, 5> o = b < bt.rows ? draw.options[b] : std::array<float, 5>{0.f, 0.f, 1.f, 0.f, 1.f};
+    const Options o = b < bt.rows ? draw.options[b] : Options{0.f, 0.f, 1.f, 0.f, 1.f, 0.f, 0.f};
     std::copy(o.begin(), o.end(), options.data<float>() + b * sampling::kOptionCount);
-    penalty |= o[sampling::kRepetitionPenalty] != 1.f;
+    penalty |= sampling::repetition_applies(o.data()) || sampling::counts_apply(o.data());
     rng.data<int64_t>()[2 * b] = static_cast<int64_t>(b < bt.rows ? draw.seeds[b] : 0);
     rng.data<int64_t>()[2 * b + 1] = draw.counter;
   }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "onyx/error.h"
+#include "ops/sampling.h"
 
 namespace onyx::genai {
 
@@ -17,10 +18,12 @@ void check_search_options(const SearchOptions& s) {
   for (const auto& stop : s.stop) ONYX_CHECK(!stop.empty(), "a stop string is empty");
 }
 
-std::array<float, 5> draw_options(const SearchOptions& s) {
+std::array<float, 7> draw_options(const SearchOptions& s) {
+  static_assert(sampling::kOptionCount == 7 && sampling::kRepetitionPenalty == 4 && sampling::kPresencePenalty == 5 &&
+                sampling::kFrequencyPenalty == 6);
   const bool greedy = !s.do_sample || s.temperature == 0.0;
   return {greedy ? 0.f : static_cast<float>(s.temperature), static_cast<float>(s.top_k), static_cast<float>(s.top_p),
-          static_cast<float>(s.min_p), static_cast<float>(s.repetition_penalty)};
+          static_cast<float>(s.min_p), static_cast<float>(s.repetition_penalty), 0.f, 0.f};
 }
 
 uint64_t sequence_seed(uint64_t seed, size_t index) {

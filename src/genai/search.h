@@ -31,7 +31,7 @@ struct SearchOptions {
 void check_search_options(const SearchOptions& s);
 
 // The options row of onyx.genai::Sample for these options (ops/sampling.h's order).
-std::array<float, 5> draw_options(const SearchOptions& s);
+std::array<float, 7> draw_options(const SearchOptions& s);
 
 // The seed of sequence `index` of a generation seeded `seed` (each draws its own numbers).
 uint64_t sequence_seed(uint64_t seed, size_t index);
