@@ -82,7 +82,8 @@ Feeds LanguageModel::step_feeds(const std::vector<int64_t>& tokens) {
 }
 
 // The inputs of the Sample node onyx appended: options, seeds and draw counter, the ids for
-// the repetition penalty, and the position each row's logits are read at.
+// the penalties (each row's last ids, left-aligned, -1 after) and where its generated ids
+// start among them, and the position each row's logits are read at.
 void LanguageModel::add_draw_feeds(Feeds& f, bool prompt, const Draw& draw) const {
   using Options = std::array<float, sampling::kOptionCount>;
   static_assert(std::is_same_v<std::decay_t<decltype(draw.options[0])>, Options>);
@@ -99,12 +100,15 @@ void LanguageModel::add_draw_feeds(Feeds& f, bool prompt, const Draw& draw) cons
     rng.data<int64_t>()[2 * b + 1] = draw.counter;
   }
   const int64_t H = penalty && draw.history ? bt.capacity : 1;
-  Tensor history = int64_tensor(Shape{B, H}, -1);
+  Tensor history = int64_tensor(Shape{B, H}, -1), generated_start = int64_tensor(Shape{B}, H);
   if (H > 1)
     for (int64_t b = 0; b < bt.rows && b < static_cast<int64_t>(draw.history->size()); ++b) {
       const auto& ids = (*draw.history)[b];
-      const int64_t n = std::min<int64_t>(H, static_cast<int64_t>(ids.size()));
+      const int64_t all = static_cast<int64_t>(ids.size()), n = std::min<int64_t>(H, all);
       std::copy(ids.end() - n, ids.end(), history.data<int64_t>() + b * H);
+      // Entry k is ids[all - n + k]: a generated id from the prompt's length on.
+      const int64_t prompt_length = b < static_cast<int64_t>(draw.prompt_lengths.size()) ? draw.prompt_lengths[b] : all;
+      generated_start.data<int64_t>()[b] = std::clamp<int64_t>(prompt_length - (all - n), 0, H);
     }
   Tensor position(DType::kInt64, Shape{B});
   for (int64_t b = 0; b < B; ++b)
@@ -113,6 +117,7 @@ void LanguageModel::add_draw_feeds(Feeds& f, bool prompt, const Draw& draw) cons
   f.emplace_back(kDrawRng, rng);
   f.emplace_back(kDrawHistory, history);
   f.emplace_back(kDrawPosition, position);
+  f.emplace_back(kDrawGeneratedStart, generated_start);
 }
 
 Next LanguageModel::run(Runner& r, Feeds feeds, bool prompt, const Draw& draw) {

@@ -2,7 +2,7 @@
 // float64 computation of the rules in ops/sampling.h: random logits, random histories with
 // repeated ids and -1 padding, random generated_start splitting each row's history into
 // prompt and generated entries; greedy, and sampled with temperature and top-k (the token the
-// reference draws with the same uniform number).
+// reference draws with the same uniform number). SearchOptions' checks and draw_options.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <random>
 #include <set>
 
+#include "genai/search.h"
 #include "op_test_util.h"
 #include "ops/sampling.h"
 
@@ -263,6 +264,43 @@ TEST(SamplePenalties, ShapesAndTypesAreChecked) {
   Tensor start(DType::kInt64, Shape{B});
   std::fill_n(start.data<int64_t>(), B, 1);
   EXPECT_NO_THROW(test::run_op("Sample", {logits, opt7, rng_t, history, Tensor{}, start}, {}, 1, 1, kDomain));
+}
+
+TEST(SearchOptions, PresenceAndFrequencyPenaltiesAreCheckedAndDrawn) {
+  genai::SearchOptions s;
+  s.presence_penalty = -2;
+  s.frequency_penalty = 2;
+  EXPECT_NO_THROW(genai::check_search_options(s));
+  const std::array<float, 7> o = genai::draw_options(s);
+  EXPECT_EQ(o[sampling::kPresencePenalty], -2.f);
+  EXPECT_EQ(o[sampling::kFrequencyPenalty], 2.f);
+  EXPECT_EQ(o[sampling::kRepetitionPenalty], 1.f);
+  for (double bad : {2.5, -2.01, double(NAN)}) {
+    genai::SearchOptions p;
+    p.presence_penalty = bad;
+    EXPECT_THROW(
+        {
+          try {
+            genai::check_search_options(p);
+          } catch (const std::exception& e) {
+            EXPECT_NE(std::string(e.what()).find("presence_penalty must be in [-2, 2]"), std::string::npos) << e.what();
+            throw;
+          }
+        },
+        std::exception);
+    genai::SearchOptions f;
+    f.frequency_penalty = bad;
+    EXPECT_THROW(
+        {
+          try {
+            genai::check_search_options(f);
+          } catch (const std::exception& e) {
+            EXPECT_NE(std::string(e.what()).find("frequency_penalty must be in [-2, 2]"), std::string::npos) << e.what();
+            throw;
+          }
+        },
+        std::exception);
+  }
 }
 
 }  // namespace
