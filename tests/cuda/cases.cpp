@@ -242,8 +242,10 @@ void genai_ops(std::vector<Case>& v) {
                {}, 2, 1, g});
   // No generated_start: every entry counts.
   v.push_back({"counts_all_history", "Sample", kFloats,
-               {X({2, 1, 300}), Vals(f32, {2, 7}, {0, 0, 1, 0, 1, 0.6, 0.8, /**/ 1.1, 10, 1, 0, 1, 0.3, 1.7}),
-                Vals(i64, {2, 2}, {7, 1, 8, 2}), Ints({2, 50}, -1, 120, i64), None()},
+               {X({4, 1, 300}),
+                Vals(f32, {4, 7}, {0, 0, 1, 0, 1, 0.6, 0.8, /**/ 1.1, 10, 1, 0, 1, 0.3, 1.7, /**/ 0, 0, 1, 0, 1, 1.2, 0.5,
+                                   /**/ 0.8, 0, 1, 0, 1, 0, 1.9}),
+                Vals(i64, {4, 2}, {7, 1, 8, 2, 9, 3, 10, 4}), Ints({4, 50}, -1, 120, i64), None()},
                {}, 2, 1, g});
   // More history than vocabulary (the counts by rank are min(H, V) long).
   v.push_back({"history_longer_than_vocab", "Sample", kFloats,

@@ -305,13 +305,14 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
 // The dynamic shared memory a Sample block may have on `device`: without asking (48 KiB less
 // the kernel's static shared memory) and at most (the device's opt-in limit less the same).
 // Asked once per device (not stream operations, so harmless during graph capture); where the
-// device cannot say, 46 KiB for both.
+// device cannot say (known false), 46 KiB for both.
 struct SampleLimits {
   size_t by_default = 0, at_most = 0;
+  bool known = true;
 };
 SampleLimits sample_shared_limits(int device) {
   static std::atomic<int64_t> cache[64][2] = {};
-  const SampleLimits unknown{46 * 1024, 46 * 1024};
+  const SampleLimits unknown{46 * 1024, 46 * 1024, false};
   if (device < 0 || device >= 64) return unknown;
   if (cache[device][1].load(std::memory_order_acquire) == 0) {
     int optin = 0;
@@ -385,8 +386,10 @@ void register_genai_kernels(CudaKernelRegistry& r) {
       const size_t shared = SampleShared::of(l.dims[2], in[3].shape.dims[1]).bytes();
       int device = 0;
       if (cudaGetDevice(&device) != cudaSuccess) (void)cudaGetLastError();
-      const size_t limit = sample_shared_limits(device).at_most;
-      if (shared > limit) return sample_shared_refusal(l.dims[2], in[3].shape.dims[1], shared, limit);
+      // (A device that cannot say declines nothing here: the launch finds out.)
+      const SampleLimits limits = sample_shared_limits(device);
+      if (limits.known && shared > limits.at_most)
+        return sample_shared_refusal(l.dims[2], in[3].shape.dims[1], shared, limits.at_most);
     }
     return "";
   }));
