@@ -110,8 +110,9 @@ class Model:
     def generate(self, prompt, max_new_tokens=128, add_special_tokens=True, **search):
         """Streams the text generated from `prompt` (a str, or token ids): an iterator of text
         pieces; afterwards its .result holds the ids and the stop reason and .stats the figures.
-        Search options: do_sample, temperature, top_k, top_p, min_p, repetition_penalty, seed,
-        stop (a list of strings), kv_capacity."""
+        Search options: do_sample, temperature, top_k, top_p, min_p, repetition_penalty,
+        presence_penalty, frequency_penalty (OpenAI's, in [-2, 2], over the generated tokens),
+        seed, stop (a list of strings), kv_capacity."""
         return Generation(self, prompt, max_new_tokens, add_special_tokens, search)
 
 
@@ -257,7 +258,8 @@ class Tokenizer:
 
 # onnxruntime-genai's search option -> what onyx does with it.
 _SEARCH_KEYS = {"max_length", "min_length", "do_sample", "temperature", "top_k", "top_p", "min_p",
-                "repetition_penalty", "random_seed", "batch_size", "num_beams", "num_return_sequences",
+                "repetition_penalty", "presence_penalty", "frequency_penalty", "random_seed", "batch_size",
+                "num_beams", "num_return_sequences",
                 "past_present_share_buffer", "length_penalty", "early_stopping", "no_repeat_ngram_size",
                 "diversity_penalty"}
 
@@ -265,7 +267,9 @@ _SEARCH_KEYS = {"max_length", "min_length", "do_sample", "temperature", "top_k",
 class GeneratorParams:
     """Search options for a Generator. Defaults come from the folder (genai_config.json's
     search section): max_length (prompt plus new tokens), do_sample, temperature, top_k,
-    top_p, repetition_penalty; plus min_p and random_seed."""
+    top_p, repetition_penalty; plus min_p, random_seed, and OpenAI's presence_penalty and
+    frequency_penalty (default 0), which count the tokens generated since the last append_tokens
+    or rewind_to (tokens appended, generated before or not, are prompt to them)."""
 
     def __init__(self, model):
         if not isinstance(model, Model):
@@ -344,6 +348,8 @@ class Generator:
         search = {"max_new_tokens": max_length - longest, "do_sample": bool(s["do_sample"]),
                   "temperature": float(s["temperature"]), "top_k": int(s["top_k"]), "top_p": float(s["top_p"]),
                   "min_p": float(s.get("min_p", 0.0)), "repetition_penalty": float(s["repetition_penalty"]),
+                  "presence_penalty": float(s.get("presence_penalty", 0.0)),
+                  "frequency_penalty": float(s.get("frequency_penalty", 0.0)),
                   "seed": int(s.get("random_seed", 0)) & 0xFFFFFFFFFFFFFFFF}
         if self._g is not None:
             self._g.stop()

@@ -447,11 +447,13 @@ genai::SearchOptions parse_search(const nb::dict& o) {
       else if (key == "top_p") s.top_p = nb::cast<double>(v);
       else if (key == "min_p") s.min_p = nb::cast<double>(v);
       else if (key == "repetition_penalty") s.repetition_penalty = nb::cast<double>(v);
+      else if (key == "presence_penalty") s.presence_penalty = nb::cast<double>(v);
+      else if (key == "frequency_penalty") s.frequency_penalty = nb::cast<double>(v);
       else if (key == "seed") s.seed = nb::cast<uint64_t>(v);
       else if (key == "stop") s.stop = nb::cast<std::vector<std::string>>(v);
       else if (key == "kv_capacity") s.kv_capacity = nb::cast<int64_t>(v);
       else throw Error("no such option (max_new_tokens, do_sample, temperature, top_k, top_p, min_p, "
-                       "repetition_penalty, seed, stop, kv_capacity)");
+                       "repetition_penalty, presence_penalty, frequency_penalty, seed, stop, kv_capacity)");
     });
   }
   return s;

@@ -25,8 +25,8 @@ struct Generator::State {
   SearchOptions search;
   std::vector<SequenceResult> out;
   std::vector<size_t> rows;
-  std::vector<std::vector<int64_t>> history;
-  std::vector<std::vector<int64_t>> row_history;  // the history by row (repetition penalty)
+  std::vector<std::vector<int64_t>> history;      // per sequence: prompt, then generated ids
+  std::vector<std::vector<int64_t>> row_history;  // the history by row (the penalties)
   std::vector<std::unique_ptr<TokenStream>> streams;
   // Per sequence: how much of its text has gone to on_text. Text that could be the start of a
   // stop string is held back until the next tokens show whether it is.
@@ -65,9 +65,12 @@ struct Generator::State {
       d.options.push_back(draw_options(s == kDone ? greedy_options : search));
       d.seeds.push_back(s == kDone ? 0 : sequence_seed(search.seed, s));
     }
-    if (search.repetition_penalty != 1.0) {
+    if (search.repetition_penalty != 1.0 || search.presence_penalty != 0.0 || search.frequency_penalty != 0.0) {
       row_history.clear();
-      for (size_t s : rows) row_history.push_back(s == kDone ? std::vector<int64_t>{} : history[s]);
+      for (size_t s : rows) {
+        row_history.push_back(s == kDone ? std::vector<int64_t>{} : history[s]);
+        d.prompt_lengths.push_back(s == kDone ? 0 : static_cast<int64_t>(out[s].prompt_ids.size()));
+      }
       d.history = &row_history;
     }
     return d;

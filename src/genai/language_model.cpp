@@ -68,7 +68,8 @@ void add_sampler(Graph& g, const std::string& logits_name) {
   n.op_type = "Sample";
   n.domain = "onyx.genai";
   n.opset = 1;
-  for (const char* name : {kDrawOptions, kDrawRng, kDrawHistory, kDrawPosition}) {
+  // Sample's inputs after the logits, in its order (ops/sampling.h).
+  for (const char* name : {kDrawOptions, kDrawRng, kDrawHistory, kDrawPosition, kDrawGeneratedStart}) {
     const int id = g.value_id(name);
     ONYX_CHECK(!g.values[id].is_input && g.values[id].producer < 0, "the decoder already has a value named '", name,
                "'");

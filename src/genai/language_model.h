@@ -33,11 +33,17 @@ std::string_view cache_mode_name(CacheMode m);
 // How each sequence's next token is drawn, by the onyx.genai::Sample node that onyx appends
 // to the decoder (on the decoder's device: only token ids leave it).
 struct Draw {
-  std::vector<std::array<float, 5>> options;  // per sequence, in ops/sampling.h's order
+  std::vector<std::array<float, 7>> options;  // per sequence, in ops/sampling.h's order
   std::vector<uint64_t> seeds;                // per sequence
   int64_t counter = 0;                        // which draw of the sequences this is
   std::vector<int64_t> counters;              // per sequence, when they differ (serving); else `counter`
-  const std::vector<std::vector<int64_t>>* history = nullptr;  // per sequence: its ids (repetition penalty)
+  // Per sequence: its ids so far, prompt then generated, for the penalties (read when a
+  // sequence's options have one); null: no penalty applies.
+  const std::vector<std::vector<int64_t>>* history = nullptr;
+  // Per sequence: how many of the first ids of its history are its prompt (the repetition
+  // penalty looks at all of them, the presence and frequency penalties only at the generated
+  // ones after). Empty: each history is all prompt, none of it counted.
+  std::vector<int64_t> prompt_lengths;
   bool logits = false;                        // also return the logits drawn from
 };
 

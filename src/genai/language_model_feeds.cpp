@@ -4,6 +4,7 @@
 // row's own tokens, pads are masked out and sit at position 1).
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "genai/language_model.h"
 #include "genai/language_model_parts.h"
@@ -81,26 +82,32 @@ Feeds LanguageModel::step_feeds(const std::vector<int64_t>& tokens) {
 }
 
 // The inputs of the Sample node onyx appended: options, seeds and draw counter, the ids for
-// the repetition penalty, and the position each row's logits are read at.
+// the penalties (each row's last ids, left-aligned, -1 after) and where its generated ids
+// start among them, and the position each row's logits are read at.
 void LanguageModel::add_draw_feeds(Feeds& f, const Batch& bt, bool prompt, const Draw& draw) const {
+  using Options = std::array<float, sampling::kOptionCount>;
+  static_assert(std::is_same_v<std::decay_t<decltype(draw.options[0])>, Options>);
   const int64_t B = bt.size;
   Tensor options(DType::kFloat32, Shape{B, sampling::kOptionCount}), rng(DType::kInt64, Shape{B, 2});
   bool penalty = false;
   for (int64_t b = 0; b < B; ++b) {
     // Padding rows draw greedily: cheapest, and their tokens go unread.
-    const std::array<float, 5> o = b < bt.rows ? draw.options[b] : std::array<float, 5>{0.f, 0.f, 1.f, 0.f, 1.f};
+    const Options o = b < bt.rows ? draw.options[b] : Options{0.f, 0.f, 1.f, 0.f, 1.f, 0.f, 0.f};
     std::copy(o.begin(), o.end(), options.data<float>() + b * sampling::kOptionCount);
-    penalty |= o[sampling::kRepetitionPenalty] != 1.f;
+    penalty |= sampling::repetition_applies(o.data()) || sampling::counts_apply(o.data());
     rng.data<int64_t>()[2 * b] = static_cast<int64_t>(b < bt.rows ? draw.seeds[b] : 0);
     rng.data<int64_t>()[2 * b + 1] = b < bt.rows && !draw.counters.empty() ? draw.counters[b] : draw.counter;
   }
   const int64_t H = penalty && draw.history ? bt.capacity : 1;
-  Tensor history = int64_tensor(Shape{B, H}, -1);
+  Tensor history = int64_tensor(Shape{B, H}, -1), generated_start = int64_tensor(Shape{B}, H);
   if (H > 1)
     for (int64_t b = 0; b < bt.rows && b < static_cast<int64_t>(draw.history->size()); ++b) {
       const auto& ids = (*draw.history)[b];
-      const int64_t n = std::min<int64_t>(H, static_cast<int64_t>(ids.size()));
+      const int64_t all = static_cast<int64_t>(ids.size()), n = std::min<int64_t>(H, all);
       std::copy(ids.end() - n, ids.end(), history.data<int64_t>() + b * H);
+      // Entry k is ids[all - n + k]: a generated id from the prompt's length on.
+      const int64_t prompt_length = b < static_cast<int64_t>(draw.prompt_lengths.size()) ? draw.prompt_lengths[b] : all;
+      generated_start.data<int64_t>()[b] = std::clamp<int64_t>(prompt_length - (all - n), 0, H);
     }
   Tensor position(DType::kInt64, Shape{B});
   for (int64_t b = 0; b < B; ++b)
@@ -109,6 +116,7 @@ void LanguageModel::add_draw_feeds(Feeds& f, const Batch& bt, bool prompt, const
   f.emplace_back(kDrawRng, rng);
   f.emplace_back(kDrawHistory, history);
   f.emplace_back(kDrawPosition, position);
+  f.emplace_back(kDrawGeneratedStart, generated_start);
 }
 
 Next LanguageModel::run(Runner& r, Feeds feeds, bool prompt, const Draw& draw) {

@@ -51,6 +51,7 @@ inline constexpr const char* kDrawOptions = "onyx_draw_options";
 inline constexpr const char* kDrawRng = "onyx_draw_rng";
 inline constexpr const char* kDrawHistory = "onyx_draw_history";
 inline constexpr const char* kDrawPosition = "onyx_draw_position";
+inline constexpr const char* kDrawGeneratedStart = "onyx_draw_generated_start";
 inline constexpr const char* kNextToken = "onyx_next_token";
 inline constexpr const char* kNextLogits = "onyx_next_logits";
 

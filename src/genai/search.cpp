@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "onyx/error.h"
+#include "ops/sampling.h"
 
 namespace onyx::genai {
 
@@ -14,13 +15,20 @@ void check_search_options(const SearchOptions& s) {
   ONYX_CHECK(s.min_p >= 0 && s.min_p <= 1, "min_p must be in [0, 1], got ", s.min_p);
   ONYX_CHECK(s.repetition_penalty > 0 && std::isfinite(s.repetition_penalty), "repetition_penalty must be > 0, got ",
              s.repetition_penalty);
+  ONYX_CHECK(s.presence_penalty >= -2 && s.presence_penalty <= 2, "presence_penalty must be in [-2, 2], got ",
+             s.presence_penalty);
+  ONYX_CHECK(s.frequency_penalty >= -2 && s.frequency_penalty <= 2, "frequency_penalty must be in [-2, 2], got ",
+             s.frequency_penalty);
   for (const auto& stop : s.stop) ONYX_CHECK(!stop.empty(), "a stop string is empty");
 }
 
-std::array<float, 5> draw_options(const SearchOptions& s) {
+std::array<float, 7> draw_options(const SearchOptions& s) {
+  static_assert(sampling::kOptionCount == 7 && sampling::kRepetitionPenalty == 4 && sampling::kPresencePenalty == 5 &&
+                sampling::kFrequencyPenalty == 6);
   const bool greedy = !s.do_sample || s.temperature == 0.0;
   return {greedy ? 0.f : static_cast<float>(s.temperature), static_cast<float>(s.top_k), static_cast<float>(s.top_p),
-          static_cast<float>(s.min_p), static_cast<float>(s.repetition_penalty)};
+          static_cast<float>(s.min_p), static_cast<float>(s.repetition_penalty),
+          static_cast<float>(s.presence_penalty), static_cast<float>(s.frequency_penalty)};
 }
 
 uint64_t sequence_seed(uint64_t seed, size_t index) {

@@ -1,6 +1,7 @@
 // What a generation is asked for: the token budget, stop strings, and how the next token
 // is chosen (greedy, or sampled after the logit processors of Hugging Face transformers, in
-// its order: repetition penalty, then temperature, top-k, top-p and min-p). The choice
+// its order: repetition penalty, then temperature, top-k, top-p and min-p; OpenAI's presence
+// and frequency penalties right after the repetition penalty). The choice
 // itself is made on the decoder's device by onyx.genai::Sample (ops/sampling.h), from a
 // uniform number made from the seed, so a seed reproduces a generation.
 #pragma once
@@ -19,7 +20,12 @@ struct SearchOptions {
   int top_k = 0;               // sampling: keep the k most likely tokens (0: all)
   double top_p = 1.0;          // sampling: keep the fewest most likely tokens whose probability reaches p
   double min_p = 0.0;          // sampling: drop tokens less likely than min_p times the most likely one
-  double repetition_penalty = 1.0;  // > 1 makes tokens already in the sequence less likely
+  double repetition_penalty = 1.0;  // > 1 makes tokens already in the sequence (prompt or generated) less likely
+  // OpenAI's penalties, in [-2, 2], on the tokens generated so far (not the prompt's): each
+  // token's logit less presence_penalty if it was generated at all, and less frequency_penalty
+  // times the number of times it was generated (> 0 discourages repeats, < 0 encourages them).
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
   uint64_t seed = 0;
   std::vector<std::string> stop;  // stop strings: generation ends when one appears (not part of the text)
   // Positions the KV cache starts with (0: the longest prompt and max_new_tokens); a full
@@ -31,7 +37,7 @@ struct SearchOptions {
 void check_search_options(const SearchOptions& s);
 
 // The options row of onyx.genai::Sample for these options (ops/sampling.h's order).
-std::array<float, 5> draw_options(const SearchOptions& s);
+std::array<float, 7> draw_options(const SearchOptions& s);
 
 // The seed of sequence `index` of a generation seeded `seed` (each draws its own numbers).
 uint64_t sequence_seed(uint64_t seed, size_t index);

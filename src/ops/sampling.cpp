@@ -12,18 +12,35 @@ namespace onyx {
 
 namespace {
 
-int64_t sample_row(std::vector<float>& z, const float* opt, const int64_t* history, int64_t h, double u) {
+// Applies the penalties of ops/sampling.h to the row's logits z: each distinct id of the
+// history once, with the count of its generated entries (those at index >= generated_start).
+// `keys` is scratch (reused across rows): id * 2 + 1 for a generated entry, id * 2 for a prompt one,
+// sorted so that an id's entries sit together.
+void penalize_row(std::vector<float>& z, const float* opt, const int64_t* history, int64_t h,
+                  int64_t generated_start, std::vector<int64_t>& keys) {
   const int64_t V = static_cast<int64_t>(z.size());
-  const float penalty = opt[sampling::kRepetitionPenalty];
-  if (penalty != 1.f) {
-    std::vector<bool> seen(V, false);
-    for (int64_t i = 0; i < h; ++i) {
-      const int64_t id = history[i];
-      if (id < 0 || id >= V || seen[id]) continue;
-      seen[id] = true;
-      z[id] = z[id] < 0 ? z[id] * penalty : z[id] / penalty;
-    }
+  const bool repetition = sampling::repetition_applies(opt), counts = sampling::counts_apply(opt);
+  if (!repetition && !counts) return;
+  keys.clear();
+  for (int64_t i = 0; i < h; ++i) {
+    const int64_t id = history[i];
+    const bool generated = i >= generated_start;
+    if (id < 0 || id >= V || (!repetition && !generated)) continue;
+    keys.push_back(id * 2 + (generated ? 1 : 0));
   }
+  std::sort(keys.begin(), keys.end());
+  for (size_t a = 0; a < keys.size();) {
+    const int64_t id = keys[a] >> 1;
+    int64_t count = 0;
+    size_t e = a;
+    for (; e < keys.size() && keys[e] >> 1 == id; ++e) count += keys[e] & 1;
+    z[id] = sampling::penalized(z[id], opt, count);
+    a = e;
+  }
+}
+
+int64_t sample_row(std::vector<float>& z, const float* opt, double u) {
+  const int64_t V = static_cast<int64_t>(z.size());
   const float t = opt[sampling::kTemperature];
   if (t == 0.f) return std::max_element(z.begin(), z.end()) - z.begin();
   for (float& x : z) x /= t;
@@ -79,6 +96,7 @@ void infer_sample(InferContext& ctx) {
   ONYX_CHECK(ctx.input_dtype(2) == DType::kInt64, "rng must be int64 [batch, 2]");
   if (ctx.has_input(3)) ONYX_CHECK(ctx.input_dtype(3) == DType::kInt64, "history must be int64");
   if (ctx.has_input(4)) ONYX_CHECK(ctx.input_dtype(4) == DType::kInt64, "position must be int64");
+  if (ctx.has_input(5)) ONYX_CHECK(ctx.input_dtype(5) == DType::kInt64, "generated_start must be int64");
   PartialShape out = PartialShape::of_rank(1);
   if (l.rank_known) out.dims[0] = l.dims[0];
   if (l.fully_known()) {
@@ -92,9 +110,10 @@ void infer_sample(InferContext& ctx) {
     check(1, sampling::kOptionCount, "options");
     check(2, 2, "rng");
     if (ctx.has_input(3)) check(3, -1, "history");
-    if (ctx.has_input(4) && ctx.input_shape(4).fully_known())
-      ONYX_CHECK(ctx.input_shape(4).dims == std::vector<int64_t>{B}, "position must be [", B, "], got ",
-                 ctx.input_shape(4).str());
+    for (auto [i, what] : {std::pair<size_t, const char*>{4, "position"}, {5, "generated_start"}})
+      if (ctx.has_input(i) && ctx.input_shape(i).fully_known())
+        ONYX_CHECK(ctx.input_shape(i).dims == std::vector<int64_t>{B}, what, " must be [", B, "], got ",
+                   ctx.input_shape(i).str());
   }
   ctx.set_output(0, DType::kInt64, out);
   if (ctx.has_output(1)) {
@@ -115,7 +134,9 @@ void sample_kernel(KernelContext& ctx) {
   int64_t* out = ctx.output(0).data<int64_t>();
   float* read = ctx.has_output(1) ? ctx.output(1).data<float>() : nullptr;
   const int64_t* position = ctx.has_input(4) ? ctx.input(4).data<int64_t>() : nullptr;
+  const int64_t* generated_start = ctx.has_input(5) ? ctx.input(5).data<int64_t>() : nullptr;
   std::vector<float> z(V);
+  std::vector<int64_t> keys;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t s = position ? position[b] : S - 1;
     ONYX_CHECK(s >= 0 && s < S, "row ", b, ": position ", s, " is outside the logits' ", S, " positions");
@@ -125,7 +146,8 @@ void sample_kernel(KernelContext& ctx) {
     const float* opt = options.data<float>() + b * sampling::kOptionCount;
     const int64_t* r = rng.data<int64_t>() + b * 2;
     const double u = sampling::uniform(static_cast<uint64_t>(r[0]), static_cast<uint64_t>(r[1]));
-    out[b] = sample_row(z, opt, history ? history->data<int64_t>() + b * H : nullptr, H, u);
+    if (history) penalize_row(z, opt, history->data<int64_t>() + b * H, H, generated_start ? generated_start[b] : 0, keys);
+    out[b] = sample_row(z, opt, u);
   }
 }
 

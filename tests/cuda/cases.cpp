@@ -211,19 +211,54 @@ void genai_ops(std::vector<Case>& v) {
   // One position per row (serving's slots, each at its own length).
   v.push_back({"per_row", "CacheUpdate", kAll, {X({3, 2, 9, 4}), X({3, 2, 1, 4}), Vals(D::kInt64, {3}, {0, 8, 4})}, {}, 1, 1, g});
   v.push_back({"per_row_chunk", "CacheUpdate", kFloats, {X({2, 2, 9, 5}), X({2, 2, 3, 5}), Vals(D::kInt64, {2}, {6, 1})}, {}, 1, 1, g});
-  // Sample: per row temperature, top_k, top_p, min_p, repetition_penalty; (seed, counter); history; position.
+  // Sample: per row temperature, top_k, top_p, min_p, repetition, presence and frequency
+  // penalties; (seed, counter); history; position; generated_start.
   const D f32 = D::kFloat32, i64 = D::kInt64;
   v.push_back({"greedy", "Sample", kFloats,
-               {X({3, 1, 1000}), Vals(f32, {3, 5}, {0, 0, 1, 0, 1, 0, 0, 1, 0, 1, 0, 0, 1, 0, 1}),
+               {X({3, 1, 1000}), Vals(f32, {3, 7}, {0, 0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 1, 0, 0}),
                 Vals(i64, {3, 2}, {1, 0, 2, 0, 3, 0})}, {}, 2, 1, g});
   v.push_back({"mixed_rows", "Sample", kFloats,
                {X({3, 4, 777}),
-                Vals(f32, {3, 5}, {0.7, 40, 1, 0, 1, /**/ 1.3, 0, 0.9, 0, 1.2, /**/ 1.0, 20, 0.8, 0.05, 1.1}),
+                Vals(f32, {3, 7}, {0.7, 40, 1, 0, 1, 0, 0, /**/ 1.3, 0, 0.9, 0, 1.2, 0, 0, /**/ 1.0, 20, 0.8, 0.05, 1.1, 0, 0}),
                 Vals(i64, {3, 2}, {11, 5, 12, 9, 13, 100}), Ints({3, 6}, 0, 776, i64), Vals(i64, {3}, {3, 1, 0})},
                {}, 2, 1, g});
   v.push_back({"greedy_penalty", "Sample", kFloats,
-               {X({2, 2, 5000}), Vals(f32, {2, 5}, {0, 0, 1, 0, 1.5, 0, 0, 1, 0, 0.8}), Vals(i64, {2, 2}, {0, 0, 0, 0}),
-                Ints({2, 30}, 0, 4999, i64)},
+               {X({2, 2, 5000}), Vals(f32, {2, 7}, {0, 0, 1, 0, 1.5, 0, 0, /**/ 0, 0, 1, 0, 0.8, 0, 0}),
+                Vals(i64, {2, 2}, {0, 0, 0, 0}), Ints({2, 30}, 0, 4999, i64)},
+               {}, 2, 1, g});
+  // Presence and frequency: histories of ids drawn from a few (so that they repeat; -1 among
+  // them), split by generated_start anywhere (0, inside, past the end, negative), so that the
+  // counts decide the greedy token of a small vocabulary, and move the mass a draw walks.
+  v.push_back({"greedy_counts", "Sample", kFloats,
+               {X({4, 1, 64}),
+                Vals(f32, {4, 7}, {0, 0, 1, 0, 1, 1.5, 0, /**/ 0, 0, 1, 0, 1, 0, 1.2, /**/ 0, 0, 1, 0, 1.3, 0.7, 0.9,
+                                   /**/ 0, 0, 1, 0, 1, -1.5, -0.5}),
+                Vals(i64, {4, 2}, {0, 0, 0, 0, 0, 0, 0, 0}), Ints({4, 40}, -1, 63, i64), None(),
+                Vals(i64, {4}, {0, 17, 39, -3})},
+               {}, 2, 1, g});
+  v.push_back({"sampled_counts", "Sample", kFloats,
+               {X({3, 2, 1000}),
+                Vals(f32, {3, 7}, {1.0, 0, 1, 0, 1, 0.8, 1.5, /**/ 0.7, 50, 0.9, 0.02, 1.2, 1.0, 0.5,
+                                   /**/ 1.5, 0, 1, 0, 1, 0, 2}),
+                Vals(i64, {3, 2}, {21, 3, 22, 4, 23, 5}), Ints({3, 96}, -1, 200, i64), Vals(i64, {3}, {1, 0, 1}),
+                Vals(i64, {3}, {10, 50, 0})},
+               {}, 2, 1, g});
+  // No generated_start: every entry counts.
+  v.push_back({"counts_all_history", "Sample", kFloats,
+               {X({4, 1, 300}),
+                Vals(f32, {4, 7}, {0, 0, 1, 0, 1, 0.6, 0.8, /**/ 1.1, 10, 1, 0, 1, 0.3, 1.7, /**/ 0, 0, 1, 0, 1, 1.2, 0.5,
+                                   /**/ 0.8, 0, 1, 0, 1, 0, 1.9}),
+                Vals(i64, {4, 2}, {7, 1, 8, 2, 9, 3, 10, 4}), Ints({4, 50}, -1, 120, i64), None()},
+               {}, 2, 1, g});
+  // More history than vocabulary (the counts by rank are min(H, V) long).
+  v.push_back({"history_longer_than_vocab", "Sample", kFloats,
+               {X({2, 1, 50}), Vals(f32, {2, 7}, {0, 0, 1, 0, 1, 0.3, 0.4, /**/ 1.2, 0, 1, 0, 1, 0.1, 0.3}),
+                Vals(i64, {2, 2}, {5, 6, 7, 8}), Ints({2, 300}, -1, 49, i64), None(), Vals(i64, {2}, {120, 0})},
+               {}, 2, 1, g});
+  // A Llama 3 vocabulary and a long history: more shared memory than a block gets unasked.
+  v.push_back({"big_vocab_long_history", "Sample", {D::kFloat32, D::kBFloat16},
+               {X({2, 1, 128256}), Vals(f32, {2, 7}, {0, 0, 1, 0, 1.1, 0.5, 1, /**/ 1, 0, 1, 0, 1.05, 0.2, 2}),
+                Vals(i64, {2, 2}, {1, 1, 2, 2}), Ints({2, 9000}, -1, 3000, i64), None(), Vals(i64, {2}, {4000, 0})},
                {}, 2, 1, g});
   v.push_back({"fill_f32", "ConstantOfShape", {D::kFloat32}, {Vals(D::kInt64, {3}, {2, 3, 5})},
                {attr_tensor("value", Tensor::from_vector<float>({-2.5f}, Shape{1}))}, 1, 9});

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <set>
 
 #include "genai/generator.h"
 #include "genai/language_model.h"
@@ -96,6 +97,79 @@ TEST_P(GenerateGpu, InterleavedBatchesGiveEachPromptItsOwnTokens) {
   // Buckets 1-8 at two capacities are 8 geometries: their cache buffers are reused, so their
   // graphs are captured about once each, not once per generation.
   EXPECT_LE(r.captures, 32u) << "decode graphs were captured again for generations of a geometry seen before";
+}
+
+// The penalties on cuda:0 through captured decode steps (history and generated_start fed at
+// every step, read by replays from their input slots): each greedy token with the repetition,
+// presence and frequency penalties is the argmax of the decoder's logits at that step (read
+// back teacher forced from an eager model on the GPU) after the penalties of ops/sampling.h,
+// computed here in float64 (the repetition penalty over prompt and generated ids, the
+// others over the generated ones). Steps whose top two penalized logits are within 1e-3 are
+// not compared (float32 against float64). A batch of prompts of different lengths gives each
+// prompt its tokens alone; the penalties change tokens.
+TEST_P(GenerateGpu, PenalizedGreedyTokensUnderCaptureAreTheReferenceArgmax) {
+  REQUIRE_GPU();
+  const std::string dir = fixture(GetParam());
+  ASSERT_TRUE(std::filesystem::exists(dir)) << dir << " is missing (set ONYX_GENAI_FIXTURES)";
+  SessionOptions eager_opt;
+  eager_opt.device = "cuda:0";
+  eager_opt.allow_cpu_fallback = false;
+  SessionOptions opt = eager_opt;
+  opt.capture = CaptureMode::kRequire;
+  LanguageModel captured(dir, opt), eager(dir, eager_opt);
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(cat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  const int64_t vocab = captured.folder().vocab_size > 0 ? captured.folder().vocab_size : 1000;
+  SearchOptions s;
+  s.max_new_tokens = 40;
+  s.repetition_penalty = 1.2;
+  s.presence_penalty = 0.7;
+  s.frequency_penalty = 1.1;
+  std::vector<std::vector<int64_t>> prompts;
+  for (int64_t n : {3, 17, 8, 1, 12, 5}) {
+    std::vector<int64_t> p(n);
+    for (auto& id : p) id = std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng);
+    prompts.push_back(std::move(p));
+  }
+  const std::vector<SequenceResult> batch = Generator(captured).generate(prompts, s);
+  int64_t compared = 0, changed = 0;
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    SCOPED_TRACE(cat("prompt ", b));
+    const std::vector<int64_t>& prompt = prompts[b];
+    const std::vector<int64_t> got = Generator(captured).generate({prompt}, s)[0].generated_ids;
+    EXPECT_EQ(batch[b].generated_ids, got);
+    Draw d;
+    d.options = {draw_options(SearchOptions{})};
+    d.seeds = {0};
+    d.logits = true;
+    Next next = eager.start({prompt}, static_cast<int64_t>(prompt.size() + got.size()), d);
+    for (size_t t = 0; t < got.size(); ++t) {
+      if (t > 0) {
+        d.counter = static_cast<int64_t>(t);
+        next = eager.step({got[t - 1]}, d);
+      }
+      std::vector<double> z(next.logits.data<float>(), next.logits.data<float>() + next.logits.numel());
+      const int64_t plain = std::max_element(z.begin(), z.end()) - z.begin();
+      std::set<int64_t> held(prompt.begin(), prompt.end());
+      std::map<int64_t, int64_t> count;
+      for (size_t i = 0; i < t; ++i) {
+        held.insert(got[i]);
+        ++count[got[i]];
+      }
+      for (int64_t id : held) z[id] = z[id] < 0 ? z[id] * s.repetition_penalty : z[id] / s.repetition_penalty;
+      for (auto [id, c] : count) z[id] -= s.frequency_penalty * double(c) + s.presence_penalty;
+      std::vector<double> top = z;
+      std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<double>());
+      const int64_t want = std::max_element(z.begin(), z.end()) - z.begin();
+      if (top[0] - top[1] < 1e-3) break;  // the tokens after an unclear step are not comparable either
+      ++compared;
+      changed += want != plain;
+      ASSERT_EQ(got[t], want) << "step " << t;
+    }
+  }
+  EXPECT_GT(compared, 20);
+  EXPECT_GT(changed, 0) << "the penalties changed no step's token: the test shows nothing";
 }
 
 // float16 and bfloat16 copies of the fp32 builder fixture (tools/convert_float_precision.py, in

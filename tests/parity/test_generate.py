@@ -43,8 +43,10 @@ def rng_and_seed():
     return np.random.default_rng(seed), seed
 
 
-def reference(model_path, prompts, new_tokens, eos):
-    """Greedy generation over onnxruntime with a growing past, left-padded batch."""
+def reference(model_path, prompts, new_tokens, eos, presence=0.0, frequency=0.0):
+    """Greedy generation over onnxruntime with a growing past, left-padded batch; with OpenAI's
+    penalties (in float64) on each row's generated tokens: logit - frequency * count -
+    presence * (count > 0)."""
     sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
     B, L = len(prompts), max(len(p) for p in prompts)
     ids = np.zeros((B, L), np.int64)
@@ -60,7 +62,11 @@ def reference(model_path, prompts, new_tokens, eos):
     feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, **past}
     for _ in range(new_tokens):
         res = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
-        nxt = res["logits"][:, -1, :].argmax(-1)
+        logits = res["logits"][:, -1, :].astype(np.float64)
+        for b in range(B):
+            counts = np.bincount(np.asarray(out[b], np.int64), minlength=logits.shape[1]).astype(np.float64)
+            logits[b] -= frequency * counts + presence * (counts > 0)
+        nxt = logits.argmax(-1)
         for b in range(B):
             if not done[b]:
                 out[b].append(int(nxt[b]))
@@ -129,6 +135,29 @@ def test_sampling_is_reproducible_and_seeded(run_onyx, folder):
     assert a != c, "another seed should sample another sequence (16 tokens at temperature 1.5)"
 
 
+def test_presence_and_frequency_penalties_equal_onnxruntime(run_onyx, folder, tmp_path):
+    # Greedy with the penalties on a batch of different lengths (so different splits of each
+    # row's history into prompt and generated tokens): the tokens of the reference loop that
+    # subtracts the penalties from onnxruntime's logits, counting the generated tokens only.
+    rng, seed = rng_and_seed()
+    prompts = [[int(x) for x in rng.integers(3, C["vocab"], n)] for n in (2, 9, 5)]
+    file = tmp_path / "prompts.jsonl"
+    file.write_text("".join(json.dumps({"prompt_ids": p}) + "\n" for p in prompts))
+    presence, frequency = 0.4, 0.7
+    got = onyx_generate(run_onyx, folder, "--prompts-file", file, "--max-new-tokens", NEW_TOKENS,
+                        "--presence-penalty", presence, "--frequency-penalty", frequency)
+    want = reference(folder / "model.onnx", prompts, NEW_TOKENS, eos=2, presence=presence, frequency=frequency)
+    plain = reference(folder / "model.onnx", prompts, NEW_TOKENS, eos=2)
+    for b in range(len(prompts)):
+        assert got["sequences"][b]["generated_ids"] == want[b], f"seed {seed}, row {b}"
+    assert want != plain, f"seed {seed}: the penalties changed no token of the reference"
+    # Presence alone, one prompt.
+    got = onyx_generate(run_onyx, folder, "--prompt-ids", " ".join(map(str, prompts[1])),
+                        "--max-new-tokens", NEW_TOKENS, "--presence-penalty", 1.5)
+    assert got["generated_ids"] == reference(folder / "model.onnx", [prompts[1]], NEW_TOKENS, eos=2,
+                                             presence=1.5)[0], f"seed {seed}"
+
+
 def test_bad_folders_and_prompts_are_clear_errors(run_onyx, folder, tmp_path):
     r = run_onyx("generate", tmp_path, "--prompt-ids", "1")
     assert r.returncode == 1 and "no genai_config.json and no .onnx file" in r.stderr, r.stderr
@@ -138,3 +167,7 @@ def test_bad_folders_and_prompts_are_clear_errors(run_onyx, folder, tmp_path):
     assert r.returncode == 1 and "no tokenizer.json" in r.stderr, r.stderr
     r = run_onyx("generate", folder, "--prompt-ids", "1", "--top-p", "1.5")
     assert r.returncode == 1 and "top_p must be in (0, 1]" in r.stderr, r.stderr
+    for flag in ("--presence-penalty", "--frequency-penalty"):
+        r = run_onyx("generate", folder, "--prompt-ids", "1", flag, "2.5")
+        name = flag[2:].replace("-", "_")
+        assert r.returncode == 1 and f"{name} must be in [-2, 2], got 2.5" in r.stderr, r.stderr

@@ -115,6 +115,38 @@ def test_sampled_loop_equals_cli(name, og, onyx_cli):
 
 
 @pytest.mark.parametrize("name", ["llama-builder-fp32", "llama-optimum"])
+def test_presence_and_frequency_penalties_equal_cli(name, og, onyx_cli):
+    # The penalties reach the sampler from GeneratorParams and from Model.generate as from
+    # `onyx generate --presence-penalty --frequency-penalty`, and change the tokens.
+    folder = FIXTURES / name
+    model = og.Model(folder)
+    prompt = prompts_for(folder, og, 1)[0]
+    new = 32
+    plain, _ = og_loop(og, model, [prompt], len(prompt) + new)
+    for search, flags in [(dict(presence_penalty=1.5, frequency_penalty=0.5), ["--presence-penalty", 1.5,
+                                                                              "--frequency-penalty", 0.5]),
+                          (dict(frequency_penalty=2.0), ["--frequency-penalty", 2]),
+                          (dict(do_sample=True, temperature=0.9, top_k=20, random_seed=5, presence_penalty=-1.0,
+                                frequency_penalty=1.0),
+                           ["--temperature", 0.9, "--top-k", 20, "--seed", 5, "--presence-penalty", -1,
+                            "--frequency-penalty", 1])]:
+        got, _ = og_loop(og, model, [prompt], len(prompt) + new, **search)
+        want = cli_generate(onyx_cli, folder, [prompt], "--max-new-tokens", new, *flags)
+        assert got == want, f"{name} {search}"
+        streamed = model.generate(prompt, max_new_tokens=new, seed=search.pop("random_seed", 0), **search)
+        list(streamed)
+        assert streamed.result["generated_ids"] == want[0], f"{name} {search}"
+    strong, _ = og_loop(og, model, [prompt], len(prompt) + new, frequency_penalty=2.0)
+    assert strong != plain, "a frequency penalty of 2 changed no token"
+    assert len(set(strong[0])) == len(strong[0]), f"{name}: a frequency penalty of 2 still repeats: {strong[0]}"
+    import onyx
+    with pytest.raises(onyx.Error, match=r"presence_penalty must be in \[-2, 2\], got 2.5"):
+        list(model.generate(prompt, max_new_tokens=4, presence_penalty=2.5))
+    with pytest.raises(onyx.Error, match=r"frequency_penalty must be in \[-2, 2\]"):
+        og_loop(og, model, [prompt], len(prompt) + 4, frequency_penalty=-3)
+
+
+@pytest.mark.parametrize("name", ["llama-builder-fp32", "llama-optimum"])
 def test_batch_loop_equals_each_alone(name, og):
     folder = FIXTURES / name
     model = og.Model(folder)

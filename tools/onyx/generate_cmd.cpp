@@ -28,8 +28,12 @@ prompt (one of):
 options:
   --max-new-tokens N            tokens to generate at most (default: the folder's max_length
                                 less the prompt, at most 128)
-  --temperature T  --top-k K  --top-p P  --min-p M  --repetition-penalty R
+  --temperature T  --top-k K  --top-p P  --min-p M
                                 sampling (any of them turns sampling on; --greedy turns it off)
+  --repetition-penalty R        > 1: tokens of the prompt or generated already are less likely
+  --presence-penalty P  --frequency-penalty F
+                                OpenAI's penalties, in [-2, 2], on the tokens generated already:
+                                a token's logit less P once it occurs, less F per occurrence
   --seed N                      seed of the sampler (default 0: reproducible)
   --stop TEXT                   stop when TEXT appears (repeatable; not part of the output)
   --no-special                  encode the prompt without the tokenizer's special tokens
@@ -131,6 +135,8 @@ GenerateArgs parse(const std::vector<std::string>& args) {
     else if (opt == "--top-p") g.search.top_p = number(a.value()), g.sampling_given = true;
     else if (opt == "--min-p") g.search.min_p = number(a.value()), g.sampling_given = true;
     else if (opt == "--repetition-penalty") g.search.repetition_penalty = number(a.value());
+    else if (opt == "--presence-penalty") g.search.presence_penalty = number(a.value());
+    else if (opt == "--frequency-penalty") g.search.frequency_penalty = number(a.value());
     else if (opt == "--greedy") g.greedy = true;
     else if (opt == "--seed") g.search.seed = static_cast<uint64_t>(to_int(a.value()));
     else if (opt == "--stop") g.search.stop.push_back(a.value());

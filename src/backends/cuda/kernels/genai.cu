@@ -85,20 +85,36 @@ struct SampleArgs {
   int64_t S, V, H;
   const float* options;
   const int64_t* rng;
-  const int64_t* history;   // null: no repetition penalty input
-  const int64_t* position;  // null: the last position
+  const int64_t* history;          // null: no penalty input
+  const int64_t* position;         // null: the last position
+  const int64_t* generated_start;  // null: every history entry is a generated one
   int64_t* out;
-  float* read;              // null: the logits read are not an output
+  float* read;                     // null: the logits read are not an output
+};
+
+// The dynamic shared memory of a row with a history: a bitmap of the ids the penalties touch
+// (a bit per token), per bitmap word the number of bits set before it (so that each id set has
+// a dense rank), and per rank the count of the id among the generated entries.
+struct SampleShared {
+  int64_t words, counts;
+  __host__ __device__ static SampleShared of(int64_t V, int64_t H) { return {(V + 31) / 32, H < V ? H : V}; }
+  size_t bytes() const { return static_cast<size_t>(2 * words + counts) * sizeof(uint32_t); }
 };
 
 struct SampleRow {
   const SampleArgs& a;
-  int64_t base;             // element offset of the row's last position
-  const uint32_t* seen;     // bitmap of history ids (when a penalty applies)
-  float penalty, inv_t;
+  int64_t base;             // element offset of the row's position
+  const uint32_t* seen;     // bitmap of the history ids penalized (null: no penalty)
+  const uint32_t* before;   // per bitmap word: the bits set before it
+  const uint32_t* counts;   // per rank: generated entries of that id (null: no count penalty)
+  float opt[sampling::kOptionCount];
+  float inv_t;
   __device__ float z(int64_t j) const {
     float l = load_f(a.logits, a.code, base + j);
-    if (seen && (seen[j >> 5] >> (j & 31) & 1u)) l = l < 0 ? l * penalty : l / penalty;
+    if (seen) {
+      const uint32_t word = seen[j >> 5], bit = 1u << (j & 31);
+      if (word & bit) l = sampling::penalized(l, opt, counts ? counts[before[j >> 5] + __popc(word & (bit - 1))] : 0);
+    }
     return l * inv_t;
   }
 };
@@ -111,28 +127,81 @@ __device__ __forceinline__ MaxIdx better(MaxIdx x, MaxIdx y) {
   return (y.v > x.v || (y.v == x.v && y.i < x.i)) ? y : x;
 }
 
+// The sum of v over the threads before this one in the block (blockDim.x <= 32 * 32).
+__device__ uint32_t exclusive_scan(uint32_t v, uint32_t* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint32_t inclusive = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t up = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += up;
+  }
+  __syncthreads();
+  if (lane == 31) scratch[warp] = inclusive;
+  __syncthreads();
+  uint32_t base = 0;
+  for (int w = 0; w < warp; ++w) base += scratch[w];
+  return base + inclusive - v;
+}
+
 __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
-  extern __shared__ uint32_t seen[];
+  extern __shared__ uint32_t shared[];
   __shared__ double dscratch[32];
   __shared__ float fscratch[32];
   __shared__ int64_t iscratch[32];
   __shared__ int64_t cscratch[32];
+  __shared__ uint32_t uscratch[32];
   const int64_t b = blockIdx.x, V = a.V;
-  const float* opt = a.options + b * sampling::kOptionCount;
-  const float t = opt[sampling::kTemperature], penalty = opt[sampling::kRepetitionPenalty];
-  const bool penalize = a.history && penalty != 1.f;
-  if (penalize) {
-    for (int64_t w = threadIdx.x; w < (V + 31) / 32; w += blockDim.x) seen[w] = 0;
+  SampleRow row{a, 0, nullptr, nullptr, nullptr, {}, 1.f};
+  for (int o = 0; o < sampling::kOptionCount; ++o) row.opt[o] = a.options[b * sampling::kOptionCount + o];
+  const float t = row.opt[sampling::kTemperature];
+  const bool repetition = sampling::repetition_applies(row.opt), counted = sampling::counts_apply(row.opt);
+  if (a.history && (repetition || counted)) {
+    // The bitmap of the ids penalized (every entry for the repetition penalty, else the
+    // generated ones), then, for the count penalties, each id's rank among the bits set and
+    // the count of its generated entries by rank.
+    const SampleShared sh = SampleShared::of(V, a.H);
+    uint32_t* seen = shared;
+    uint32_t* before = shared + sh.words;
+    uint32_t* counts = before + sh.words;
+    const int64_t* history = a.history + b * a.H;
+    const int64_t gen = a.generated_start ? a.generated_start[b] : 0;
+    for (int64_t w = threadIdx.x; w < sh.words; w += blockDim.x) seen[w] = 0;
+    if (counted)
+      for (int64_t c = threadIdx.x; c < sh.counts; c += blockDim.x) counts[c] = 0;
     __syncthreads();
     for (int64_t i = threadIdx.x; i < a.H; i += blockDim.x) {
-      const int64_t id = a.history[b * a.H + i];
-      if (id >= 0 && id < V) atomicOr(&seen[id >> 5], 1u << (id & 31));
+      const int64_t id = history[i];
+      if (id >= 0 && id < V && (repetition || i >= gen)) atomicOr(&seen[id >> 5], 1u << (id & 31));
     }
     __syncthreads();
+    if (counted) {
+      // An exclusive scan of the words' popcounts: each thread one contiguous chunk of words.
+      const int64_t chunk = (sh.words + blockDim.x - 1) / blockDim.x;
+      const int64_t begin = threadIdx.x * chunk, end = min(sh.words, begin + chunk);
+      uint32_t own = 0;
+      for (int64_t w = begin; w < end; ++w) own += __popc(seen[w]);
+      uint32_t at = exclusive_scan(own, uscratch);
+      for (int64_t w = begin; w < end; ++w) {
+        before[w] = at;
+        at += __popc(seen[w]);
+      }
+      __syncthreads();
+      for (int64_t i = max(int64_t{0}, min(gen, a.H)) + threadIdx.x; i < a.H; i += blockDim.x) {
+        const int64_t id = history[i];
+        if (id < 0 || id >= V) continue;
+        const uint32_t word = seen[id >> 5], bit = 1u << (id & 31);
+        atomicAdd(&counts[before[id >> 5] + __popc(word & (bit - 1))], 1u);
+      }
+      __syncthreads();
+      row.counts = counts;
+    }
+    row.seen = seen;
+    row.before = before;
   }
   int64_t s = a.position ? a.position[b] : a.S - 1;
   if (s < 0 || s >= a.S) s = a.S - 1;  // checked on the host where positions are known; never read outside
-  SampleRow row{a, (b * a.S + s) * V, penalize ? seen : nullptr, penalty, t == 0.f ? 1.f : 1.f / t};
+  row.base = (b * a.S + s) * V;
+  row.inv_t = t == 0.f ? 1.f : 1.f / t;
   if (a.read)
     for (int64_t j = threadIdx.x; j < V; j += blockDim.x) a.read[b * V + j] = load_f(a.logits, a.code, row.base + j);
   // The largest z (and, for greedy, its first index).
@@ -180,6 +249,7 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
   };
   float tau = -INFINITY;
   const uint32_t top = order_key(m) + 1;  // no z reaches key_value(top)
+  const float* opt = row.opt;
   const int64_t k = static_cast<int64_t>(opt[sampling::kTopK]);
   if (k > 0 && k < V) tau = largest(0u, top, [&](float x) { return count_at_least(x) >= k; });
   if (opt[sampling::kTopP] < 1.f) {
@@ -236,6 +306,49 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
   }
 }
 
+// The dynamic shared memory a Sample block may have on `device`: without asking (48 KiB less
+// the kernel's static shared memory) and at most (the device's opt-in limit less the same).
+// Asked once per device (not stream operations, so harmless during graph capture); where the
+// device cannot say (known false), 46 KiB for both.
+struct SampleLimits {
+  size_t by_default = 0, at_most = 0;
+  bool known = true;
+};
+SampleLimits sample_shared_limits(int device) {
+  static std::atomic<int64_t> cache[64][2] = {};
+  const SampleLimits unknown{46 * 1024, 46 * 1024, false};
+  if (device < 0 || device >= 64) return unknown;
+  if (cache[device][1].load(std::memory_order_acquire) == 0) {
+    int optin = 0;
+    cudaFuncAttributes attr{};
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+        cudaFuncGetAttributes(&attr, sample_kernel) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear it so that the next launch check does not report it
+      return unknown;
+    }
+    const int64_t own = static_cast<int64_t>(attr.sharedSizeBytes);
+    cache[device][0].store(std::max<int64_t>(0, 48 * 1024 - own), std::memory_order_relaxed);
+    cache[device][1].store(std::max<int64_t>(1, optin - own), std::memory_order_release);
+  }
+  return {static_cast<size_t>(cache[device][0].load(std::memory_order_relaxed)),
+          static_cast<size_t>(cache[device][1].load(std::memory_order_acquire))};
+}
+
+// Lets Sample blocks on `device` have up to `limits.at_most` bytes of dynamic shared memory
+// (once per device).
+void allow_sample_shared(int device, const SampleLimits& limits) {
+  static std::atomic<bool> done[64] = {};
+  if (device < 0 || device >= 64 || done[device].load(std::memory_order_acquire)) return;
+  ONYX_CUDA_CHECK(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(limits.at_most)));
+  done[device].store(true, std::memory_order_release);
+}
+
+std::string sample_shared_refusal(int64_t V, int64_t H, size_t shared, size_t limit) {
+  return cat("Sample on CUDA: the penalties of ", V, " tokens over a history of ", H, " ids need ", shared,
+             " bytes of shared memory, more than the ", limit, " a block can have");
+}
+
 void run_sample(KernelContext& ctx, CudaContext& cu) {
   const Tensor& logits = ctx.input(0);
   SampleArgs a;
@@ -248,12 +361,18 @@ void run_sample(KernelContext& ctx, CudaContext& cu) {
   a.history = ctx.has_input(3) ? ctx.input(3).data<int64_t>() : nullptr;
   a.H = ctx.has_input(3) ? ctx.input(3).shape()[1] : 0;
   a.position = ctx.has_input(4) ? ctx.input(4).data<int64_t>() : nullptr;
+  a.generated_start = ctx.has_input(5) ? ctx.input(5).data<int64_t>() : nullptr;
   a.out = ctx.output(0).data<int64_t>();
   a.read = ctx.has_output(1) ? ctx.output(1).data<float>() : nullptr;
   const int64_t B = logits.shape()[0];
   if (B == 0) return;
   ONYX_CHECK(a.S > 0 && a.V > 0, "logits ", logits.type_str(), " have no position or no token to sample from");
-  const size_t shared = static_cast<size_t>((a.V + 31) / 32) * sizeof(uint32_t);
+  const size_t shared = a.history ? SampleShared::of(a.V, a.H).bytes() : 0;
+  const SampleLimits limits = sample_shared_limits(cu.device);
+  if (shared > limits.by_default) {
+    ONYX_CHECK(shared <= limits.at_most, sample_shared_refusal(a.V, a.H, shared, limits.at_most));
+    allow_sample_shared(cu.device, limits);
+  }
   sample_kernel<<<static_cast<unsigned>(B), kSampleThreads, shared, cu.stream>>>(a);
   ONYX_CUDA_CHECK_LAUNCH("Sample");
 }
@@ -263,10 +382,19 @@ void run_sample(KernelContext& ctx, CudaContext& cu) {
 void register_genai_kernels(CudaKernelRegistry& r) {
   r.add(domain_kernel("onyx.genai", "Sample", 1, run_sample, [](const Node&, const std::vector<ValueType>& in) -> std::string {
     if (in.empty() || !is_cuda_float(in[0].dtype)) return "Sample on CUDA takes float32/float16/bfloat16 logits";
+    // The penalties' bitmap, ranks and counts live in shared memory (SampleShared): a history
+    // too long for it, with this vocabulary, runs on the CPU.
     const PartialShape& l = in[0].shape;
-    // The history bitmap lives in shared memory: a bit per token.
-    if (l.rank_known && l.dims.size() == 3 && l.dims[2] > 32 * 12288)
-      return "Sample on CUDA takes vocabularies of at most 393216 tokens";
+    if (in.size() > 3 && in[3].dtype != DType::kUndefined && l.rank_known && l.dims.size() == 3 && l.dims[2] > 0 &&
+        in[3].shape.rank_known && in[3].shape.dims.size() == 2 && in[3].shape.dims[1] >= 0) {
+      const size_t shared = SampleShared::of(l.dims[2], in[3].shape.dims[1]).bytes();
+      int device = 0;
+      if (cudaGetDevice(&device) != cudaSuccess) (void)cudaGetLastError();
+      // (A device that cannot say declines nothing here: the launch finds out.)
+      const SampleLimits limits = sample_shared_limits(device);
+      if (limits.known && shared > limits.at_most)
+        return sample_shared_refusal(l.dims[2], in[3].shape.dims[1], shared, limits.at_most);
+    }
     return "";
   }));
   r.add(domain_kernel("onyx.genai", "CacheUpdate", 1, run_cache_update,
