@@ -126,6 +126,19 @@ CONVERSATIONS = {
     "not_alternating": [{"role": "user", "content": "Hi"}, {"role": "user", "content": "Hi again"}],
     "tool_call": _tool_turns({"city": "Paris", "unit": "celsius"}),
     "tool_call_json_arguments": _tool_turns("{\"city\": \"Paris\"}"),
+    # OpenAI clients send content null beside tool calls, and lists of parts for multimodal input.
+    "tool_call_null_content": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call9XyZ1", "type": "function", "function": {
+            "name": "get_weather", "arguments": {"city": "Paris"}}}]},
+        {"role": "tool", "tool_call_id": "call9XyZ1", "content": "18 degrees"},
+    ],
+    "content_parts": [
+        {"role": "system", "content": [{"type": "text", "text": "You describe images."}]},
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is in it?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "A cat."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Sure?"}]},
+    ],
 }
 
 # ---- the families onyx serves, each with its model's special tokens ---------------------------
