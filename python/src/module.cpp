@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "genai/chat_template.h"
 #include "genai/generator.h"
 #include "genai/language_model.h"
 #include "genai/token_stream.h"
@@ -422,7 +424,16 @@ nb::dict capture_dict(const CaptureReport& c) {
 struct PyTokenizer {
   // Either owns its tokenizer or borrows a model's (and keeps the model).
   std::shared_ptr<const genai::Tokenizer> tok;
+  std::string dir;  // the folder it came from: its chat template and special tokens
 };
+
+nlohmann::ordered_json parse_json_arg(const char* what, const std::string& text) {
+  try {
+    return nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(cat(what, " is not valid JSON: ", e.what()));
+  }
+}
 
 struct PyTokenStream {
   std::shared_ptr<const genai::Tokenizer> tok;
@@ -651,8 +662,23 @@ NB_MODULE(_onyx, m) {
         PyTokenizer t;
         nb::gil_scoped_release nogil;
         t.tok = std::make_shared<genai::Tokenizer>(genai::Tokenizer::from_file(path));
+        std::filesystem::path p(path);
+        t.dir = (std::filesystem::is_directory(p) ? p : p.parent_path()).string();
         return t;
       })
+      // As onnxruntime-genai's: messages (and tools) as JSON text; the folder's template
+      // unless template_str is given.
+      .def("apply_chat_template", [](const PyTokenizer& t, const std::string& messages,
+                                     const std::optional<std::string>& template_str,
+                                     const std::optional<std::string>& tools, bool add_generation_prompt) {
+        nlohmann::ordered_json msgs = parse_json_arg("messages", messages);
+        nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+        if (tools) extra["tools"] = parse_json_arg("tools", *tools);
+        nb::gil_scoped_release nogil;
+        genai::ChatTemplate tmpl = template_str ? genai::ChatTemplate(*template_str, genai::read_special_tokens(t.dir))
+                                               : genai::ChatTemplate::from_folder(t.dir);
+        return genai::apply_chat_template(tmpl, msgs, add_generation_prompt, extra);
+      }, "messages"_a, "template_str"_a = nb::none(), "tools"_a = nb::none(), "add_generation_prompt"_a = true)
       .def("encode", [](const PyTokenizer& t, const std::string& text, bool special) {
         return t.tok->encode(text, special);
       }, "text"_a, "add_special_tokens"_a = true)
@@ -672,6 +698,18 @@ NB_MODULE(_onyx, m) {
       .def_prop_ro("bos_id", [](const PyTokenizer& t) { return t.tok->bos_id(); })
       .def_prop_ro("eos_id", [](const PyTokenizer& t) { return t.tok->eos_id(); })
       .def_prop_ro("pad_id", [](const PyTokenizer& t) { return t.tok->pad_id(); });
+
+  // A parsed chat template; render() takes the variables as JSON text (key order kept).
+  nb::class_<genai::ChatTemplate>(m, "ChatTemplate")
+      .def("__init__", [](genai::ChatTemplate* self, const std::string& source) {
+        new (self) genai::ChatTemplate(source);
+      }, "source"_a)
+      .def("render", [](const genai::ChatTemplate& t, const std::string& variables) {
+        nlohmann::ordered_json vars = parse_json_arg("the template variables", variables);
+        nb::gil_scoped_release nogil;
+        return t.render(vars);
+      }, "variables_json"_a)
+      .def_prop_ro("source", &genai::ChatTemplate::source);
 
   nb::class_<PyTokenStream>(m, "TokenStream")
       .def("step", [](PyTokenStream& s, int32_t id) {
@@ -700,6 +738,7 @@ NB_MODULE(_onyx, m) {
         }
         PyTokenizer t;
         t.tok = std::shared_ptr<const genai::Tokenizer>(pm, tok);  // keeps the model
+        t.dir = pm->lm->folder().dir;
         return t;
       })
       .def("folder", [](const std::shared_ptr<PyModel>& pm) {
