@@ -49,6 +49,7 @@ void register_softmax_ops(OpRegistry& r);  // softmax.cpp
 void register_linalg_ops(OpRegistry& r);   // linalg.cpp: Det, Einsum
 void register_control_flow_ops(OpRegistry& r);
 void register_cast_ops(OpRegistry& r);
+void register_quantize_ops(OpRegistry& r);       // quantize.cpp: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear
 void register_gather_scatter_ops(OpRegistry& r);
 void register_sort_ops(OpRegistry& r);  // sort_ops.cpp: TopK, Unique
 void register_normalization_ops(OpRegistry& r);
