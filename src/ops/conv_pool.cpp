@@ -1,4 +1,4 @@
-// Convolutions: Conv, ConvInteger, ConvTranspose, DeformConv and Col2Im.
+// Convolutions: Conv, ConvInteger, QLinearConv, ConvTranspose, DeformConv and Col2Im.
 // (The pooling ops live in pool.cpp; the window geometry in conv_util.)
 // Every variant lowers to im2col/col2im plus a matrix product in float or
 // double; 16-bit floats are widened to float first.
@@ -7,6 +7,7 @@
 
 #include "ops/gemm.h"
 #include "ops/conv_util.h"
+#include "ops/quantize.h"
 
 namespace onyx {
 
@@ -92,9 +93,10 @@ void conv_transpose_geometry(const NodeView& node, ConvShapes& s, const std::vec
 }
 
 // Partial-shape inference shared by the forward convolutions.
-void infer_conv_like(InferContext& ctx, DType out_dtype, bool transposed) {
+// X is input 0 and W input `w_input` (1; 3 for QLinearConv).
+void infer_conv_like(InferContext& ctx, DType out_dtype, bool transposed, size_t w_input = 1) {
   const PartialShape& xs = ctx.input_shape(0);
-  const PartialShape& ws = ctx.input_shape(1);
+  const PartialShape& ws = ctx.input_shape(w_input);
   if (!xs.fully_known() || !ws.fully_known()) {
     PartialShape out = xs.rank_known ? PartialShape::of_rank(xs.dims.size()) : PartialShape();
     // With known weights, a forward conv still knows the batch, the output
@@ -210,41 +212,110 @@ void conv_kernel(KernelContext& ctx) {
   });
 }
 
-// y = conv(x - x_zero_point, w - w_zero_point) in int32. Products of 8-bit
-// values summed in double are exact well past any realistic kernel size.
-void conv_integer_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  const Tensor& w = ctx.input(1);
-  ConvShapes s = conv_shapes(ctx, x.shape(), w.shape(), false);
+int64_t spatial_size(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+// conv(x - x_zero_point, w - w_zero_point) for uint8/int8 x and w, with x's zero point per
+// tensor and w's per tensor or per output channel; inputs x, x_zero_point, w, w_zero_point
+// are at the given indices. Products of 8-bit values summed in double are exact (so equal
+// to the int32 sum) well past any realistic kernel size.
+std::vector<double> conv_integer_sums(KernelContext& ctx, size_t ix, size_t ixz, size_t iw, size_t iwz,
+                                      ConvShapes& s) {
+  const Tensor& x = ctx.input(ix);
+  const Tensor& w = ctx.input(iw);
+  s = conv_shapes(ctx, x.shape(), w.shape(), false);
   s.out = window_output_dims(s.w, spatial(x.shape().dims()));
   Im2ColGeometry g = make_geometry(s.w, spatial(x.shape().dims()), s.out);
   auto widen = [](const Tensor& t, const char* what) {
-    ONYX_CHECK(t.dtype() == DType::kUInt8 || t.dtype() == DType::kInt8, "ConvInteger: ", what,
-               " must be uint8 or int8, got ", dtype_name(t.dtype()));
+    ONYX_CHECK(t.dtype() == DType::kUInt8 || t.dtype() == DType::kInt8, what, " must be uint8 or int8, got ",
+               dtype_name(t.dtype()));
     std::vector<double> v(static_cast<size_t>(t.numel()));
     for (size_t i = 0; i < v.size(); ++i) v[i] = t.get_as_double(static_cast<int64_t>(i));
     return v;
   };
   std::vector<double> xv = widen(x, "x"), wv = widen(w, "w");
-  if (ctx.has_input(2)) {
-    const Tensor& z = ctx.input(2);
+  if (ctx.has_input(ixz)) {
+    const Tensor& z = ctx.input(ixz);
     ONYX_CHECK(z.numel() == 1, "x_zero_point must be a scalar, got ", z.shape().str());
     double zp = widen(z, "x_zero_point")[0];
     for (double& v : xv) v -= zp;
   }
-  if (ctx.has_input(3)) {
-    const Tensor& z = ctx.input(3);
+  if (ctx.has_input(iwz)) {
+    const Tensor& z = ctx.input(iwz);
     ONYX_CHECK(z.numel() == 1 || (z.rank() == 1 && z.shape()[0] == s.m), "w_zero_point must be a scalar or [", s.m,
                "], got ", z.shape().str());
     std::vector<double> zp = widen(z, "w_zero_point");
     const int64_t per_m = s.m == 0 ? 0 : w.numel() / s.m;
     for (int64_t i = 0; i < w.numel(); ++i) wv[i] -= zp.size() == 1 ? zp[0] : zp[i / per_m];
   }
-  Tensor& y = ctx.output(0);
-  std::vector<double> yv(static_cast<size_t>(y.numel()));
+  std::vector<double> yv(static_cast<size_t>(s.n * s.m * spatial_size(s.out)));
   conv_forward<double>(xv.data(), wv.data(), nullptr, yv.data(), s, g);
-  int32_t* py = y.data<int32_t>();
+  return yv;
+}
+
+// y = conv(x - x_zero_point, w - w_zero_point) in int32.
+void conv_integer_kernel(KernelContext& ctx) {
+  ConvShapes s;
+  std::vector<double> yv = conv_integer_sums(ctx, 0, 2, 1, 3, s);
+  int32_t* py = ctx.output(0).data<int32_t>();
   for (size_t i = 0; i < yv.size(); ++i) py[i] = static_cast<int32_t>(std::llround(yv[i]));
+}
+
+enum QLinearConvInput { kQx, kQxScale, kQxZero, kQw, kQwScale, kQwZero, kQyScale, kQyZero, kQBias };
+
+void infer_qlinear_conv(InferContext& ctx) {
+  DType y = ctx.has_input(kQyZero) ? ctx.input_dtype(kQyZero) : ctx.input_dtype(kQx);
+  ONYX_CHECK(y == DType::kUInt8 || y == DType::kInt8, "y_zero_point must be uint8 or int8, got ", dtype_name(y));
+  infer_conv_like(ctx, y, false, kQw);
+}
+
+// y = saturate(rint((conv + B) * (x_scale * w_scale / y_scale)) + y_zero_point), with B
+// the int32 bias and w_scale per tensor or per output channel; the multiplier in the
+// scales' type and its product in double, as the ONNX reference computes it.
+void qlinear_conv_kernel(KernelContext& ctx) {
+  ConvShapes s;
+  std::vector<double> acc = conv_integer_sums(ctx, kQx, kQxZero, kQw, kQwZero, s);
+  auto scalar = [&](size_t i, const char* what) {
+    const Tensor& t = ctx.input(i);
+    ONYX_CHECK(t.numel() == 1, what, " must be a scalar, got shape ", t.shape().str());
+    return scale_values(t, what)[0];
+  };
+  const double sx = scalar(kQxScale, "x_scale"), sy = scalar(kQyScale, "y_scale");
+  const Tensor& ws = ctx.input(kQwScale);
+  std::vector<double> sw = scale_values(ws, "w_scale");
+  ONYX_CHECK(sw.size() == 1 || (ws.rank() == 1 && ws.shape()[0] == s.m), "w_scale must be a scalar or [", s.m,
+             "], got ", ws.shape().str());
+  const DType st = ctx.input(kQxScale).dtype();
+  std::vector<double> mult(static_cast<size_t>(s.m));
+  for (int64_t m = 0; m < s.m; ++m)
+    mult[m] = round_to_dtype(st, round_to_dtype(st, sx * sw[sw.size() == 1 ? 0 : m]) / sy);
+  std::vector<int64_t> bias(static_cast<size_t>(s.m), 0);
+  if (ctx.has_input(kQBias)) {
+    const Tensor& b = ctx.input(kQBias);
+    ONYX_CHECK(b.dtype() == DType::kInt32, "B must be int32, got ", dtype_name(b.dtype()));
+    check_bias(ctx, kQBias, s.m);
+    for (int64_t m = 0; m < s.m; ++m) bias[m] = b.get_as_int64(m);
+  }
+  Tensor& y = ctx.output(0);
+  int64_t zy = 0;
+  if (ctx.has_input(kQyZero)) {
+    const Tensor& z = ctx.input(kQyZero);
+    ONYX_CHECK(z.numel() == 1, "y_zero_point must be a scalar, got shape ", z.shape().str());
+    zy = z.get_as_int64(0);
+  }
+  const QuantRange r = quant_range(y.dtype(), "QLinearConv");
+  const int64_t plane = std::max<int64_t>(spatial_size(s.out), 1);
+  dispatch<TypeList<int8_t, uint8_t>>(y.dtype(), "QLinearConv y", [&](auto yt) {
+    using Y = typename decltype(yt)::type;
+    Y* py = y.data<Y>();
+    for (size_t i = 0; i < acc.size(); ++i) {
+      const int64_t m = static_cast<int64_t>(i) / plane % s.m;
+      py[i] = static_cast<Y>(quantize_scaled((acc[i] + static_cast<double>(bias[m])) * mult[m], zy, r));
+    }
+  });
 }
 
 void conv_transpose_kernel(KernelContext& ctx) {
@@ -435,6 +506,7 @@ void register_conv_pool_ops(OpRegistry& r) {
               conv_kernel));
   r.add(onnx_op("ConvInteger", 10, [](InferContext& ctx) { infer_conv_like(ctx, DType::kInt32, false); },
               conv_integer_kernel));
+  r.add(onnx_op("QLinearConv", 10, infer_qlinear_conv, qlinear_conv_kernel));
   r.add(onnx_op("ConvTranspose", 1, [](InferContext& ctx) { infer_conv_like(ctx, ctx.input_dtype(0), true); },
               conv_transpose_kernel));
   r.add(onnx_op("DeformConv", 19, [](InferContext& ctx) { infer_conv_like(ctx, ctx.input_dtype(0), false); },

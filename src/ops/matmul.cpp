@@ -1,19 +1,16 @@
-// Matrix products: MatMul (numpy rules, BLAS for float32/float64), MatMulInteger, Gemm.
+// Matrix products: MatMul (numpy rules, BLAS for float32/float64) and Gemm.
 #include <algorithm>
 
 #include "ops/broadcast.h"
 #include "ops/common.h"
 #include "ops/gemm.h"
+#include "ops/matmul_plan.h"
 
 namespace onyx {
 
-namespace {
-
-// numpy.matmul shape rules: 1-D operands are promoted and the added axis dropped.
-// Output dtype `dt`; MatMulInteger reuses the shape rules with an int32 output.
-void infer_matmul_shape(InferContext& ctx, DType dt) {
-  const PartialShape& a = ctx.input_shape(0);
-  const PartialShape& b = ctx.input_shape(1);
+void infer_matmul_shape(InferContext& ctx, DType dt, size_t ia, size_t ib) {
+  const PartialShape& a = ctx.input_shape(ia);
+  const PartialShape& b = ctx.input_shape(ib);
   if (!a.rank_known || !b.rank_known) {
     ctx.set_output(0, dt, PartialShape());
     return;
@@ -34,18 +31,14 @@ void infer_matmul_shape(InferContext& ctx, DType dt) {
   ctx.set_output(0, dt, out);
 }
 
+namespace {
+
 void infer_matmul(InferContext& ctx) {
   check_same_dtypes(ctx);
   infer_matmul_shape(ctx, ctx.input_dtype(0));
 }
 
-
-// The batch layout of a numpy-style matmul: per broadcast batch entry, the
-// element offsets of its A and B matrices.
-struct MatmulPlan {
-  int64_t m = 0, k = 0, n = 0;
-  std::vector<int64_t> off_a, off_b;
-};
+}  // namespace
 
 MatmulPlan plan_matmul(const Shape& a, const Shape& b) {
   ONYX_CHECK(a.rank() >= 1 && b.rank() >= 1, "MatMul needs inputs of rank >= 1, got ", a.str(), " and ", b.str());
@@ -89,6 +82,8 @@ MatmulPlan plan_matmul(const Shape& a, const Shape& b) {
   return p;
 }
 
+namespace {
+
 template <class T>
 void matmul_kernel(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
@@ -106,59 +101,6 @@ void matmul_kernel(KernelContext& ctx) {
       cpu::gemm_blas(false, false, m, n, k, T(1), pa + p.off_a[t], lda, pb + p.off_b[t], ldb, T(0), c, ldb);
     else
       cpu::gemm_reference<T, compute_t<T>>(false, false, m, n, k, 1, pa + p.off_a[t], k, pb + p.off_b[t], n, 0, c, n);
-  }
-}
-
-// ---- MatMulInteger ----
-
-void infer_matmul_integer(InferContext& ctx) {
-  for (size_t i : {0, 1}) {
-    DType d = ctx.input_dtype(i);
-    ONYX_CHECK(d == DType::kInt8 || d == DType::kUInt8, "input ", i, " must be int8 or uint8, got ", dtype_name(d));
-  }
-  infer_matmul_shape(ctx, DType::kInt32);
-}
-
-// Per-row (A) or per-column (B) zero points: a scalar or a 1-D tensor of `count`.
-std::vector<int32_t> zero_points(const KernelContext& ctx, size_t i, DType data_dtype, int64_t count,
-                                 const char* what) {
-  std::vector<int32_t> z(static_cast<size_t>(count), 0);
-  if (!ctx.has_input(i)) return z;
-  const Tensor& t = ctx.input(i);
-  ONYX_CHECK(t.dtype() == data_dtype, what, " zero point has dtype ", dtype_name(t.dtype()), ", but the data has ",
-             dtype_name(data_dtype));
-  if (t.numel() == 1) {
-    std::fill(z.begin(), z.end(), static_cast<int32_t>(t.get_as_int64(0)));
-    return z;
-  }
-  ONYX_CHECK(t.rank() == 1 && t.numel() == count, what, " zero point must be a scalar or hold ", count,
-             " values, got shape ", t.shape().str());
-  for (int64_t j = 0; j < count; ++j) z[j] = static_cast<int32_t>(t.get_as_int64(j));
-  return z;
-}
-
-void matmul_integer_kernel(KernelContext& ctx) {
-  const Tensor& a = ctx.input(0);
-  const Tensor& b = ctx.input(1);
-  MatmulPlan p = plan_matmul(a.shape(), b.shape());
-  std::vector<int32_t> za = zero_points(ctx, 2, a.dtype(), p.m, "A");
-  std::vector<int32_t> zb = zero_points(ctx, 3, b.dtype(), p.n, "B");
-  int32_t* po = ctx.output(0).data<int32_t>();
-  auto get = [](const Tensor& t) {
-    return [&t](int64_t i) -> int32_t {
-      return t.dtype() == DType::kInt8 ? t.data<int8_t>()[i] : t.data<uint8_t>()[i];
-    };
-  };
-  auto ga = get(a), gb = get(b);
-  for (size_t t = 0; t < p.off_a.size(); ++t) {
-    int32_t* c = po + static_cast<int64_t>(t) * p.m * p.n;
-    for (int64_t i = 0; i < p.m; ++i)
-      for (int64_t j = 0; j < p.n; ++j) {
-        int32_t acc = 0;
-        for (int64_t q = 0; q < p.k; ++q)
-          acc += (ga(p.off_a[t] + i * p.k + q) - za[i]) * (gb(p.off_b[t] + q * p.n + j) - zb[j]);
-        c[i * p.n + j] = acc;
-      }
   }
 }
 
@@ -250,7 +192,6 @@ void register_matmul_ops(OpRegistry& r) {
                   matmul_kernel<typename decltype(tag)::type>(ctx);
                 });
               }));
-  r.add(onnx_op("MatMulInteger", 10, infer_matmul_integer, matmul_integer_kernel));
   r.add(onnx_op("Gemm", 1, infer_gemm, [](KernelContext& ctx) {
                 dispatch<GemmTypes>(ctx.input(0).dtype(), "Gemm", [&](auto tag) {
                   gemm_kernel<typename decltype(tag)::type>(ctx);

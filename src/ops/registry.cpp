@@ -22,6 +22,8 @@ OpRegistry& OpRegistry::global_mutable() {
     register_linalg_ops(r);
     register_control_flow_ops(r);
     register_cast_ops(r);
+    register_quantize_ops(r);
+    register_quant_matmul_ops(r);
     register_gather_scatter_ops(r);
     register_sort_ops(r);
     register_normalization_ops(r);

@@ -44,11 +44,13 @@ void register_tensor_ops(OpRegistry& r);
 void register_layout_ops(OpRegistry& r);     // layout_ops.cpp
 void register_slice_pad_ops(OpRegistry& r);  // slice_pad.cpp
 void register_reduce_ops(OpRegistry& r);
-void register_matmul_ops(OpRegistry& r);   // matmul.cpp: MatMul, MatMulInteger, Gemm
+void register_matmul_ops(OpRegistry& r);   // matmul.cpp: MatMul, Gemm
 void register_softmax_ops(OpRegistry& r);  // softmax.cpp
 void register_linalg_ops(OpRegistry& r);   // linalg.cpp: Det, Einsum
 void register_control_flow_ops(OpRegistry& r);
 void register_cast_ops(OpRegistry& r);
+void register_quantize_ops(OpRegistry& r);       // quantize.cpp: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear
+void register_quant_matmul_ops(OpRegistry& r);    // quant_matmul.cpp: MatMulInteger, QLinearMatMul, com.microsoft's integer MatMuls
 void register_gather_scatter_ops(OpRegistry& r);
 void register_sort_ops(OpRegistry& r);  // sort_ops.cpp: TopK, Unique
 void register_normalization_ops(OpRegistry& r);

@@ -1,0 +1,252 @@
+// QuantizeLinear, DequantizeLinear (per tensor, per axis, blocked) and DynamicQuantizeLinear,
+// for the integer quantized types onyx holds (int8, uint8, int16, uint16; int32 to dequantize).
+#include "ops/quantize.h"
+
+#include <limits>
+
+#include "ops/common.h"
+
+namespace onyx {
+
+QuantRange quant_range(DType t, std::string_view what) {
+  switch (t) {
+    case DType::kInt8: return {-128, 127};
+    case DType::kUInt8: return {0, 255};
+    case DType::kInt16: return {-32768, 32767};
+    case DType::kUInt16: return {0, 65535};
+    default:
+      throw Error(cat(what, ": quantized type ", dtype_name(t), " is not supported (int8, uint8, int16 or uint16)"));
+  }
+}
+
+QuantGranularity quant_granularity(const Shape& x, const Shape& scale, int64_t axis, int64_t block_size,
+                                   bool allow_axis, bool allow_blocks) {
+  QuantGranularity g;
+  ONYX_CHECK(block_size >= 0, "block_size must not be negative, got ", block_size);
+  if (block_size == 0 && scale.numel() == 1 && scale.rank() <= 1) {
+    g.axis_dim = x.numel();
+    return g;
+  }
+  ONYX_CHECK(allow_axis, "the scale must be a scalar at this opset, got shape ", scale.str());
+  ONYX_CHECK(x.rank() >= 1, "a scale of shape ", scale.str(), " needs x of rank >= 1, got a scalar");
+  const int64_t rank = static_cast<int64_t>(x.rank());
+  ONYX_CHECK(axis >= -rank && axis < rank, "axis ", axis, " is out of range for x of shape ", x.str());
+  const size_t ax = static_cast<size_t>(normalize_axis(axis, rank));
+  for (size_t i = 0; i < ax; ++i) g.outer *= x[i];
+  g.axis_dim = x[ax];
+  for (size_t i = ax + 1; i < x.rank(); ++i) g.inner *= x[i];
+  if (block_size == 0) {
+    ONYX_CHECK(scale.rank() == 1 && scale[0] == x[ax], "a per-axis scale must be 1-D of x's dimension ", x[ax],
+               " on axis ", ax, " (x ", x.str(), "), got shape ", scale.str());
+    g.kind = QuantGranularity::Kind::kPerAxis;
+    return g;
+  }
+  ONYX_CHECK(allow_blocks, "blocked quantization (block_size ", block_size, ") is not defined at this opset");
+  bool fits = scale.rank() == x.rank();
+  for (size_t i = 0; fits && i < x.rank(); ++i)
+    fits = i == ax ? scale[i] == (x[i] + block_size - 1) / block_size : scale[i] == x[i];
+  ONYX_CHECK(fits, "a blocked scale for x ", x.str(), " with block_size ", block_size, " on axis ", ax,
+             " must have x's shape with dimension ", ax, " = ceil(", x[ax], " / ", block_size, "), got ",
+             scale.str());
+  g.kind = QuantGranularity::Kind::kBlocked;
+  g.block = block_size;
+  return g;
+}
+
+std::vector<double> scale_values(const Tensor& scale, std::string_view what) {
+  ONYX_CHECK(dtype_is_float(scale.dtype()), what, " must be a floating type, got ", dtype_name(scale.dtype()));
+  std::vector<double> v(static_cast<size_t>(scale.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = scale.get_as_double(static_cast<int64_t>(i));
+  return v;
+}
+
+std::vector<int64_t> zero_point_values(const Tensor* zero_point, const Tensor& scale, std::string_view what) {
+  std::vector<int64_t> v(static_cast<size_t>(scale.numel()), 0);
+  if (!zero_point) return v;
+  ONYX_CHECK(zero_point->numel() == scale.numel() && (zero_point->numel() == 1 || zero_point->shape() == scale.shape()),
+             what, " has shape ", zero_point->shape().str(), ", but the scale has ", scale.shape().str(),
+             " (they must match)");
+  for (size_t i = 0; i < v.size(); ++i) v[i] = zero_point->get_as_int64(static_cast<int64_t>(i));
+  return v;
+}
+
+double round_to_dtype(DType t, double v) {
+  switch (t) {
+    case DType::kFloat32: return static_cast<float>(v);
+    case DType::kFloat16: return static_cast<float>(Float16(static_cast<float>(v)));
+    case DType::kBFloat16: return static_cast<float>(BFloat16(static_cast<float>(v)));
+    default: return v;
+  }
+}
+
+namespace {
+
+using QuantTypes = TypeList<int8_t, uint8_t, int16_t, uint16_t>;
+using DequantTypes = TypeList<int8_t, uint8_t, int16_t, uint16_t, int32_t>;
+using QuantizeInputTypes = TypeList<float, Float16, BFloat16, int32_t>;
+
+
+// ---- QuantizeLinear ----
+
+// The output type: y_zero_point's, else output_dtype (opset 21), else uint8.
+DType quantize_output_dtype(const InferContext& ctx) {
+  const int64_t attr = ctx.opset() >= 21 ? ctx.attr_int("output_dtype", 0) : 0;
+  DType attr_dtype = attr ? dtype_from_onnx(static_cast<int32_t>(attr)) : DType::kUndefined;
+  if (ctx.has_input(2)) {
+    DType z = ctx.input_dtype(2);
+    ONYX_CHECK(attr_dtype == DType::kUndefined || attr_dtype == z, "output_dtype ", dtype_name(attr_dtype),
+               " differs from y_zero_point's type ", dtype_name(z));
+    return z;
+  }
+  return attr_dtype == DType::kUndefined ? DType::kUInt8 : attr_dtype;
+}
+
+void infer_quantize(InferContext& ctx) {
+  DType out = quantize_output_dtype(ctx);
+  quant_range(out, "QuantizeLinear");
+  DType x = ctx.input_dtype(0);
+  ONYX_CHECK(x == DType::kFloat32 || x == DType::kFloat16 || x == DType::kBFloat16 || x == DType::kInt32,
+             "x must be float32, float16, bfloat16 or int32, got ", dtype_name(x));
+  ONYX_CHECK(dtype_is_float(ctx.input_dtype(1)), "y_scale must be a floating type, got ",
+             dtype_name(ctx.input_dtype(1)));
+  ctx.set_output(0, out, ctx.input_shape(0));
+}
+
+// The type of x / y_scale: the precision attribute (opset 23) when given; else numpy's
+// promotion of the two, as the ONNX reference divides (a 16-bit float only when both
+// are that type; double for int32 x).
+DType division_type(const KernelContext& ctx, DType x, DType scale) {
+  const int64_t precision = ctx.opset() >= 23 ? ctx.attr_int("precision", 0) : 0;
+  if (precision) {
+    DType p = dtype_from_onnx(static_cast<int32_t>(precision));
+    ONYX_CHECK(dtype_is_float(p), "precision ", dtype_name(p), " is not supported (a floating type)");
+    return p;
+  }
+  if (x == scale) return x;
+  return x == DType::kInt32 ? DType::kFloat64 : DType::kFloat32;
+}
+
+void quantize_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& scale = ctx.input(1);
+  const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  Tensor& y = ctx.output(0);
+  const QuantGranularity g = quant_granularity(x.shape(), scale.shape(), ctx.attr_int("axis", 1),
+                                               ctx.opset() >= 21 ? ctx.attr_int("block_size", 0) : 0,
+                                               ctx.opset() >= 13, ctx.opset() >= 21);
+  const DType div = division_type(ctx, x.dtype(), scale.dtype());
+  std::vector<double> s = scale_values(scale, "y_scale");
+  for (double& v : s) v = round_to_dtype(div, v);
+  const std::vector<int64_t> z = zero_point_values(zp, scale, "y_zero_point");
+  const QuantRange r = quant_range(y.dtype(), "QuantizeLinear");
+  dispatch<QuantizeInputTypes>(x.dtype(), "QuantizeLinear x", [&](auto xt) {
+    using X = typename decltype(xt)::type;
+    dispatch<QuantTypes>(y.dtype(), "QuantizeLinear y", [&](auto qt) {
+      using Q = typename decltype(qt)::type;
+      const X* px = x.data<X>();
+      Q* py = y.data<Q>();
+      g.for_each([&](int64_t i, int64_t p) {
+        const double v = round_to_dtype(div, static_cast<double>(static_cast<compute_t<X>>(px[i])));
+        py[i] = static_cast<Q>(quantize_scaled(round_to_dtype(div, v / s[p]), z[p], r));
+      });
+    });
+  });
+}
+
+// ---- DequantizeLinear ----
+
+void infer_dequantize(InferContext& ctx) {
+  DType x = ctx.input_dtype(0);
+  ONYX_CHECK(x == DType::kInt32 || x == DType::kInt8 || x == DType::kUInt8 || x == DType::kInt16 ||
+                 x == DType::kUInt16,
+             "x must be int8, uint8, int16, uint16 or int32, got ", dtype_name(x));
+  if (ctx.has_input(2))
+    ONYX_CHECK(ctx.input_dtype(2) == x, "x_zero_point has type ", dtype_name(ctx.input_dtype(2)), ", x ",
+               dtype_name(x), " (they must match)");
+  DType scale = ctx.input_dtype(1);
+  ONYX_CHECK(dtype_is_float(scale), "x_scale must be a floating type, got ", dtype_name(scale));
+  const int64_t attr = ctx.opset() >= 23 ? ctx.attr_int("output_dtype", 0) : 0;
+  DType out = attr ? dtype_from_onnx(static_cast<int32_t>(attr)) : scale;
+  ONYX_CHECK(dtype_is_float(out), "output_dtype must be a floating type, got ", dtype_name(out));
+  ctx.set_output(0, out, ctx.input_shape(0));
+}
+
+// y = (x - zero_point) * scale, the product in float32 as the ONNX reference computes it,
+// then rounded to the output type. The difference is exact in int64 (int32 inputs).
+void dequantize_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& scale = ctx.input(1);
+  const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  Tensor& y = ctx.output(0);
+  const QuantGranularity g = quant_granularity(x.shape(), scale.shape(), ctx.attr_int("axis", 1),
+                                               ctx.opset() >= 21 ? ctx.attr_int("block_size", 0) : 0,
+                                               ctx.opset() >= 13, ctx.opset() >= 21);
+  const std::vector<double> s = scale_values(scale, "x_scale");
+  std::vector<float> sf(s.begin(), s.end());
+  const std::vector<int64_t> z = zero_point_values(zp, scale, "x_zero_point");
+  dispatch<DequantTypes>(x.dtype(), "DequantizeLinear x", [&](auto qt) {
+    using Q = typename decltype(qt)::type;
+    dispatch<FloatTypes>(y.dtype(), "DequantizeLinear y", [&](auto yt) {
+      using Y = typename decltype(yt)::type;
+      const Q* px = x.data<Q>();
+      Y* py = y.data<Y>();
+      g.for_each([&](int64_t i, int64_t p) {
+        const float d = static_cast<float>(static_cast<int64_t>(px[i]) - z[p]);
+        py[i] = static_cast<Y>(d * sf[p]);
+      });
+    });
+  });
+}
+
+// ---- DynamicQuantizeLinear ----
+
+void infer_dynamic_quantize(InferContext& ctx) {
+  ONYX_CHECK(ctx.input_dtype(0) == DType::kFloat32, "x must be float32, got ", dtype_name(ctx.input_dtype(0)));
+  ctx.set_output(0, DType::kUInt8, ctx.input_shape(0));
+  if (ctx.has_output(1)) ctx.set_output(1, DType::kFloat32, Shape{});
+  if (ctx.has_output(2)) ctx.set_output(2, DType::kUInt8, Shape{});
+}
+
+}  // namespace
+
+DynamicQuantParams dynamic_quant_params(const float* x, int64_t n) {
+  float lo = 0.f, hi = 0.f;  // the range always holds 0, so that 0 is exact
+  for (int64_t i = 0; i < n; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+  DynamicQuantParams p;
+  // An all-zero x has no range; onnxruntime then takes scale 1 (any scale gives q = 0).
+  p.scale = hi == lo ? 1.f : (hi - lo) / 255.f;
+  p.zero_point = static_cast<uint8_t>(quantize_scaled(static_cast<float>(0.f - lo / p.scale), 0, {0, 255}));
+  return p;
+}
+
+void dynamic_quantize(const float* x, int64_t n, const DynamicQuantParams& p, uint8_t* y) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = static_cast<uint8_t>(quantize_scaled(x[i] / p.scale, p.zero_point, {0, 255}));
+}
+
+namespace {
+
+void dynamic_quantize_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const DynamicQuantParams p = dynamic_quant_params(x.data<float>(), x.numel());
+  dynamic_quantize(x.data<float>(), x.numel(), p, ctx.output(0).data<uint8_t>());
+  if (ctx.has_output(1)) *ctx.output(1).data<float>() = p.scale;
+  if (ctx.has_output(2)) *ctx.output(2).data<uint8_t>() = p.zero_point;
+}
+
+}  // namespace
+
+void register_quantize_ops(OpRegistry& r) {
+  // One definition serves every version; the kernels read what each opset adds
+  // (axis at 13, block_size and output_dtype at 21, precision at 23).
+  for (int since : {10, 13, 19, 21, 23, 24, 25}) {
+    r.add(onnx_op("QuantizeLinear", since, infer_quantize, quantize_kernel));
+    r.add(onnx_op("DequantizeLinear", since, infer_dequantize, dequantize_kernel));
+  }
+  r.add(onnx_op("DynamicQuantizeLinear", 11, infer_dynamic_quantize, dynamic_quantize_kernel));
+}
+
+}  // namespace onyx

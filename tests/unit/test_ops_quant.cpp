@@ -1,0 +1,96 @@
+// The quantization ops' edge cases that the ONNX node tests do not reach: ties, saturation,
+// NaN, int32 wrap-around, and errors that name what does not fit. Expected values follow
+// from the specs' formulas by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "op_test_util.h"
+
+namespace onyx {
+
+namespace {
+
+using test::attr_int;
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(OpsQuant, QuantizeRoundsHalfToEvenAndSaturates) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = Tensor::from_vector<float>({0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 300.f, -300.f, nan}, Shape{9});
+  auto out = test::run_op("QuantizeLinear", {x, Tensor::scalar<float>(1.f), Tensor::scalar<int8_t>(0)}, {}, 1, 21);
+  ASSERT_EQ(out[0].dtype(), DType::kInt8);
+  const std::vector<int8_t> want = {0, 2, 2, 0, -2, -2, 127, -128, 0};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(out[0].data<int8_t>()[i], want[i]) << "element " << i;
+  // uint8 by default; the zero point is added after rounding: rint(x / 2) + 10.
+  Tensor y = Tensor::from_vector<float>({1.f, 3.f, -30.f, 600.f}, Shape{4});
+  out = test::run_op("QuantizeLinear", {y, Tensor::scalar<float>(2.f), Tensor::scalar<uint8_t>(10)}, {}, 1, 13);
+  const std::vector<uint8_t> want_u8 = {10, 12, 0, 255};
+  for (size_t i = 0; i < want_u8.size(); ++i) EXPECT_EQ(out[0].data<uint8_t>()[i], want_u8[i]) << "element " << i;
+}
+
+TEST(OpsQuant, DequantizeBlockedUsesOneScalePerBlockWithAShortLastBlock) {
+  // x [2, 5] blocked by 2 along axis 1: scale [2, 3], the last block holds one column.
+  Tensor x = Tensor::from_vector<int16_t>({1, 2, 3, 4, 5, -1, -2, -3, -4, -5}, Shape{2, 5});
+  Tensor scale = Tensor::from_vector<float>({1.f, 10.f, 100.f, 2.f, 20.f, 200.f}, Shape{2, 3});
+  Tensor zp = Tensor::from_vector<int16_t>({0, 1, 2, 0, -1, -2}, Shape{2, 3});
+  auto out = test::run_op("DequantizeLinear", {x, scale, zp}, {attr_int("axis", 1), attr_int("block_size", 2)}, 1, 21);
+  const std::vector<float> want = {1, 2, 20, 30, 300, -2, -4, -40, -60, -600};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(out[0].data<float>()[i], want[i]) << "element " << i;
+}
+
+TEST(OpsQuant, ScalesThatDoNotFitAreNamed) {
+  Tensor x = test::random_tensor<float>(Shape{2, 4});
+  EXPECT_NE(error_of([&] { test::run_op("QuantizeLinear", {x, Tensor::from_vector<float>({1, 2, 3}, Shape{3})}, {}, 1, 13); })
+                .find("a per-axis scale must be 1-D of x's dimension 4 on axis 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { test::run_op("QuantizeLinear", {x, Tensor::from_vector<float>({1, 2}, Shape{2})}, {}, 1, 10); })
+                .find("the scale must be a scalar at this opset"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              test::run_op("DequantizeLinear", {Tensor::from_vector<int8_t>({1, 2, 3, 4}, Shape{1, 4}),
+                                                Tensor::from_vector<float>({1, 2, 3}, Shape{1, 3})},
+                           {attr_int("block_size", 2)}, 1, 21);
+            }).find("must have x's shape with dimension 1 = ceil(4 / 2)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { test::run_op("QuantizeLinear", {x, Tensor::scalar<float>(1.f), Tensor::scalar<int32_t>(0)}, {}, 1, 21); })
+                .find("quantized type int32 is not supported"),
+            std::string::npos);
+}
+
+TEST(OpsQuant, MatMulIntegerSubtractsZeroPointsPerRowAndColumn) {
+  // A [2, 3] uint8 with per-row zero points; B [3, 2] int8 with per-column zero points.
+  Tensor a = Tensor::from_vector<uint8_t>({10, 11, 12, 200, 0, 255}, Shape{2, 3});
+  Tensor b = Tensor::from_vector<int8_t>({1, -128, 2, 127, 3, 0}, Shape{3, 2});
+  Tensor za = Tensor::from_vector<uint8_t>({10, 100}, Shape{2});
+  Tensor zb = Tensor::from_vector<int8_t>({1, -1}, Shape{2});
+  auto out = test::run_op("MatMulInteger", {a, b, za, zb}, {}, 1, 10);
+  // rows (0, 1, 2), (100, -100, 155); columns (0, 1, 2), (-127, 128, 1).
+  const std::vector<int32_t> want = {0 + 1 + 4, 0 + 128 + 2, 0 - 100 + 310, -12700 - 12800 + 155};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(out[0].data<int32_t>()[i], want[i]) << "element " << i;
+}
+
+TEST(OpsQuant, QLinearMatMulRequantizesWithTheScaleProduct) {
+  Tensor a = Tensor::from_vector<uint8_t>({130, 128, 126, 128}, Shape{2, 2});
+  Tensor b = Tensor::from_vector<int8_t>({3, 1, 5, -7}, Shape{2, 2});
+  // (a - 128) = [[2, 0], [-2, 0]]; x b = [[6, 2], [-6, -2]]; times 0.5 * 0.25 / 0.125 = 1; + 5.
+  auto out = test::run_op("QLinearMatMul",
+                          {a, Tensor::scalar<float>(0.5f), Tensor::scalar<uint8_t>(128), b, Tensor::scalar<float>(0.25f),
+                           Tensor::scalar<int8_t>(0), Tensor::scalar<float>(0.125f), Tensor::scalar<int8_t>(5)},
+                          {}, 1, 21);
+  ASSERT_EQ(out[0].dtype(), DType::kInt8);
+  const std::vector<int8_t> want = {11, 7, -1, 3};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(out[0].data<int8_t>()[i], want[i]) << "element " << i;
+}
+
+}  // namespace
+
+}  // namespace onyx
