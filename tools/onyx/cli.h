@@ -55,5 +55,6 @@ int cmd_plan(const std::string& path, const std::vector<std::string>& args);
 int cmd_run(const std::string& path, const std::vector<std::string>& args);
 int cmd_tokenize(const std::vector<std::string>& args);  // tokenize_cmd.cpp
 int cmd_generate(const std::vector<std::string>& args);  // generate_cmd.cpp
+int cmd_serve(const std::vector<std::string>& args);     // serve_cmd.cpp
 
 }  // namespace onyx::cli

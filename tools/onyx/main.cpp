@@ -11,6 +11,7 @@ constexpr const char* kUsage = R"(usage:
   onyx plan MODEL [options]    print the memory plan for given input shapes
   onyx generate DIR --prompt TEXT [options]
                                generate text from a language-model folder (onyx generate --help)
+  onyx serve DIR [options]     an OpenAI-compatible server for a language-model folder (onyx serve --help)
   onyx tokenize DIR_OR_JSON TEXT | --decode IDS | --lines FILE
                                encode or decode with a Hugging Face tokenizer.json (onyx tokenize --help)
 
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
       return args.empty() ? 2 : 0;
     }
     if (args[0] == "generate") return onyx::cli::cmd_generate(std::vector<std::string>(args.begin() + 1, args.end()));
+    if (args[0] == "serve") return onyx::cli::cmd_serve(std::vector<std::string>(args.begin() + 1, args.end()));
     if (args[0] == "tokenize") return onyx::cli::cmd_tokenize(std::vector<std::string>(args.begin() + 1, args.end()));
     if (args.size() < 2) throw UsageError(onyx::cat("'", args[0], "' needs a MODEL path"));
     std::vector<std::string> rest(args.begin() + 2, args.end());
