@@ -110,6 +110,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=1000, help="prompt ids are drawn below this")
     ap.add_argument("--out", help="append a markdown table here")
     ap.add_argument("--label", default="")
+    ap.add_argument("--commit", help="the commit measured (default: git rev-parse HEAD here)")
     a = ap.parse_args()
 
     proc = None
@@ -151,7 +152,8 @@ def main():
         proc.terminate()
         proc.wait(timeout=60)
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = a.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                        text=True).stdout.strip()
     lines = [f"\n### {a.label or 'onyx serve'}: {model} on {a.device}",
              f"{datetime.date.today()}, commit {commit}, {platform.node()}; prompt {a.prompt_len} tokens, "
              f"{a.max_tokens} generated per request (ignore_eos), {a.requests} requests per client, "

@@ -15,5 +15,5 @@ python3 "$here/make_serve_folder.py" "$folder" --tokenizer-dir "$here/llama3-tok
 python3 "$here/serve_load.py" --onyx "$here/bin/onyx" --model "$folder" --device cuda:0 \
   --serve-arg=--capture --serve-arg=require --max-batch 64 --max-context 1024 --vocab 128000 \
   --concurrency ${CONCURRENCY:-1 8 32 64} --prompt-len ${PROMPT_LEN:-128} --max-tokens ${MAX_TOKENS:-128} \
-  --requests ${REQUESTS:-3} --label "onyx serve, 1.24B Llama shape, bfloat16, commit $(head -1 "$here/COMMIT")" \
+  --requests ${REQUESTS:-3} --label "onyx serve, 1.24B Llama shape, bfloat16" --commit "$(head -1 "$here/COMMIT")" \
   --out "$out/serve_load.md"

@@ -172,6 +172,26 @@ void run_expand(const Tensor& in, Tensor& out, CudaContext& cu) {
   if (n == 0) return;
   ONYX_CHECK(in.dtype() == out.dtype(), "Expand: output type differs from the input's");
   if (in.numel() == n) return copy_async(in, out, cu);  // same elements in the same order
+  // A last dimension that is not broadcast moves in 16-byte units when its bytes are whole units
+  // (the KV heads of grouped-query attention, repeated for each query head: 128-byte rows):
+  // one index computation and one load and store per 16 bytes, not per element.
+  const size_t es = dtype_size(in.dtype());
+  const auto& od = out.shape().dims();
+  const auto& id = in.shape().dims();
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!id.empty() && !od.empty() && id.back() == od.back() && (od.back() * es) % 16 == 0 && aligned(in.raw()) &&
+      aligned(out.raw())) {
+    std::vector<int64_t> o(od.begin(), od.end()), i(id.begin(), id.end());
+    o.back() = o.back() * static_cast<int64_t>(es) / 16;
+    i.back() = o.back();
+    const Shape os(o), is(i);
+    const int64_t units = n * static_cast<int64_t>(es) / 16;
+    const Broadcast<1> g = make_broadcast<1>(os, {&is});
+    expand_kernel<uint4><<<resident_blocks_for(units, cu.device), kThreads, 0, cu.stream>>>(
+        static_cast<const uint4*>(in.raw()), static_cast<uint4*>(out.raw()), units, g);
+    ONYX_CUDA_CHECK_LAUNCH("Expand");
+    return;
+  }
   const Broadcast<1> g = make_broadcast<1>(out.shape(), {&in.shape()});
   const bool ok = dispatch_size(in.dtype(), [&](auto tag) {
     using T = decltype(tag);
