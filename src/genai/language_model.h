@@ -129,8 +129,9 @@ class LanguageModel {
   void add_draw_feeds(std::vector<std::pair<std::string, Tensor>>& feeds, const Batch& bt, bool prompt,
                       const Draw& draw) const;
   std::vector<Tensor> slot_views(int64_t begin, int64_t count) const;
-  Next run_slots(Runner& r, std::vector<std::pair<std::string, Tensor>> feeds, const Batch& bt, bool prompt,
-                 const Draw& draw, const std::vector<Tensor>* in_place, std::vector<Tensor>* presents);
+  Next execute(Runner& r, std::vector<std::pair<std::string, Tensor>> feeds, const Batch& bt, bool prompt,
+               const Draw& draw, const std::vector<Tensor>* in_place, std::vector<Tensor>* presents);
+  void fill_cache(const std::vector<Tensor>& cache, const std::vector<Tensor>& presents);
   Tensor cache_tensor(int64_t batch, int64_t capacity);
   // The cache buffers (key, value per layer) for a bucket and capacity: a retired set of that
   // geometry when there is one (zeroed), so that a captured decode step finds the buffers it

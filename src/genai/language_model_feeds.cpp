@@ -121,6 +121,33 @@ void LanguageModel::add_draw_feeds(Feeds& f, const Batch& bt, bool prompt, const
 
 Next LanguageModel::run(Runner& r, Feeds feeds, bool prompt, const Draw& draw) {
   Batch& bt = *batch_;
+  // The cache where it is kept: bound in place (shared; static steps), or left on the device as
+  // the next run's input (a static prompt's presents, then written into the cache; growing).
+  const bool in_place = mode_ == CacheMode::kShared || (mode_ == CacheMode::kStatic && !prompt);
+  std::vector<Tensor> presents;
+  Next next = execute(r, std::move(feeds), bt, prompt, draw, in_place ? &bt.cache : nullptr, &presents);
+  if (mode_ == CacheMode::kStatic && prompt) fill_cache(bt.cache, presents);
+  if (mode_ == CacheMode::kGrowing) bt.past = std::move(presents);
+  return next;
+}
+
+// The presents of an original-graph run into a static cache, at position 0.
+void LanguageModel::fill_cache(const std::vector<Tensor>& cache, const std::vector<Tensor>& presents) {
+  std::vector<Tensor> fill(fill_->graph->inputs.size());
+  for (size_t k = 0; k < presents.size(); ++k) {
+    fill[k] = cache[k];
+    fill[presents.size() + k] = presents[k];
+  }
+  fill.back() = Tensor::scalar<int64_t>(0);
+  std::vector<Tensor> bound(cache.begin(), cache.end());
+  fill_->exec->run(fill, nullptr, nullptr, &bound);
+}
+
+// Runs one of the decoder's graphs over the rows `bt` describes: the token to the host (and the
+// logits drawn from, when asked), the presents bound to `in_place` (written there) or returned
+// in `presents`.
+Next LanguageModel::execute(Runner& r, Feeds feeds, const Batch& bt, bool prompt, const Draw& draw,
+                            const std::vector<Tensor>* in_place, std::vector<Tensor>* presents) {
   add_draw_feeds(feeds, bt, prompt, draw);
   const Graph& g = *r.graph;
   std::vector<Tensor> inputs(g.inputs.size());
@@ -129,9 +156,6 @@ Next LanguageModel::run(Runner& r, Feeds feeds, bool prompt, const Draw& draw) {
     ONYX_ASSERT(it != r.inputs.end(), "the decoder has no input '", name, "'");
     inputs[it->second] = t;
   }
-  // The token to the host (and the logits drawn from, when asked); the cache where it is kept:
-  // bound in place (shared; static steps), or left on the device as the next run's input (a
-  // static prompt's presents; growing).
   std::vector<OutputPlace> places(g.outputs.size(), OutputPlace::kDevice);
   places[r.outputs.at(kNextToken)] = OutputPlace::kHost;
   if (draw.logits) places[r.outputs.at(kNextLogits)] = OutputPlace::kHost;
@@ -139,24 +163,11 @@ Next LanguageModel::run(Runner& r, Feeds feeds, bool prompt, const Draw& draw) {
   std::vector<size_t> present;
   for (const auto& l : folder_.layers)
     for (const std::string* n : {&l.present_key, &l.present_value}) present.push_back(r.outputs.at(*n));
-  const bool in_place = mode_ == CacheMode::kShared || (mode_ == CacheMode::kStatic && !prompt);
-  for (size_t k = 0; k < present.size(); ++k)
-    if (in_place) bound[present[k]] = bt.cache[k];
+  if (in_place)
+    for (size_t k = 0; k < present.size(); ++k) bound[present[k]] = (*in_place)[k];
   std::vector<Tensor> outs = r.exec->run(inputs, nullptr, &places, &bound);
-  if (mode_ == CacheMode::kStatic && prompt) {  // the prompt's presents into the cache, at position 0
-    std::vector<Tensor> fill(fill_->graph->inputs.size());
-    for (size_t k = 0; k < present.size(); ++k) {
-      fill[k] = bt.cache[k];
-      fill[present.size() + k] = outs[present[k]];
-    }
-    fill.back() = Tensor::scalar<int64_t>(0);
-    std::vector<Tensor> fill_bound(bt.cache.begin(), bt.cache.end());
-    fill_->exec->run(fill, nullptr, nullptr, &fill_bound);
-  }
-  if (mode_ == CacheMode::kGrowing) {
-    bt.past.clear();
-    for (size_t k : present) bt.past.push_back(outs[k]);
-  }
+  if (presents)
+    for (size_t k : present) presents->push_back(outs[k]);
   Next next;
   const Tensor& tokens = outs[r.outputs.at(kNextToken)];
   next.tokens.assign(tokens.data<int64_t>(), tokens.data<int64_t>() + bt.rows);

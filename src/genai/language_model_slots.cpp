@@ -142,17 +142,8 @@ int64_t LanguageModel::prefill(int64_t slot, const std::vector<int64_t>& ids, in
   bt.capacity = sl.capacity;
   bt.length = {c};
   std::vector<Tensor> presents;
-  Next next = run_slots(*prompt_, std::move(f), bt, true, draw, shared ? &row : nullptr, &presents);
-  if (!shared) {  // the presents (all `total` positions) into the slot's row, at position 0
-    std::vector<Tensor> fill(fill_->graph->inputs.size());
-    for (size_t k = 0; k < presents.size(); ++k) {
-      fill[k] = row[k];
-      fill[presents.size() + k] = presents[k];
-    }
-    fill.back() = Tensor::scalar<int64_t>(0);
-    std::vector<Tensor> bound(row.begin(), row.end());
-    fill_->exec->run(fill, nullptr, nullptr, &bound);
-  }
+  Next next = execute(*prompt_, std::move(f), bt, true, draw, shared ? &row : nullptr, &presents);
+  if (!shared) fill_cache(row, presents);  // all `total` positions into the slot's row
   sl.filled[slot] = total;
   return next.tokens[0];
 }
@@ -201,42 +192,13 @@ std::vector<int64_t> LanguageModel::decode(const std::vector<int64_t>& tokens, c
   Batch bt;
   bt.size = bt.rows = B;
   bt.capacity = W;
-  Next next = run_slots(*step_, std::move(f), bt, false, d, &rows, nullptr);
+  Next next = execute(*step_, std::move(f), bt, false, d, &rows, nullptr);
   for (int64_t r = 0; r < n; ++r)
     if (active(r)) ++sl.filled[r];
   next.tokens.resize(n);
   for (int64_t r = 0; r < n; ++r)
     if (!active(r)) next.tokens[r] = -1;
   return next.tokens;
-}
-
-// Runs one of the decoder's graphs over slot rows: the presents bound to `in_place` (written
-// there), or returned in `presents`.
-Next LanguageModel::run_slots(Runner& r, Feeds feeds, const Batch& bt, bool prompt, const Draw& draw,
-                              const std::vector<Tensor>* in_place, std::vector<Tensor>* presents) {
-  add_draw_feeds(feeds, bt, prompt, draw);
-  const Graph& g = *r.graph;
-  std::vector<Tensor> inputs(g.inputs.size());
-  for (const auto& [name, t] : feeds) {
-    auto it = r.inputs.find(name);
-    ONYX_ASSERT(it != r.inputs.end(), "the decoder has no input '", name, "'");
-    inputs[it->second] = t;
-  }
-  std::vector<OutputPlace> places(g.outputs.size(), OutputPlace::kDevice);
-  places[r.outputs.at(kNextToken)] = OutputPlace::kHost;
-  std::vector<Tensor> bound(g.outputs.size());
-  std::vector<size_t> present;
-  for (const auto& l : folder_.layers)
-    for (const std::string* name : {&l.present_key, &l.present_value}) present.push_back(r.outputs.at(*name));
-  if (in_place)
-    for (size_t k = 0; k < present.size(); ++k) bound[present[k]] = (*in_place)[k];
-  std::vector<Tensor> outs = r.exec->run(inputs, nullptr, &places, &bound);
-  if (presents)
-    for (size_t k : present) presents->push_back(outs[k]);
-  Next next;
-  const Tensor& tokens = outs[r.outputs.at(kNextToken)];
-  next.tokens.assign(tokens.data<int64_t>(), tokens.data<int64_t>() + bt.rows);
-  return next;
 }
 
 }  // namespace onyx::genai
