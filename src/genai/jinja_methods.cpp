@@ -27,7 +27,7 @@ Params::Params(const char* function, Args& args, std::initializer_list<const cha
     }
   }
   for (auto& [key, value] : args.keywords) {
-    auto it = std::find_if(n.begin(), n.end(), [&](const char* s) { return key == s; });
+    auto it = std::find_if(n.begin(), n.end(), [&k = key](const char* s) { return k == s; });
     if (it == n.end()) throw Error(cat(function, "() got an unexpected keyword argument '", key, "'"));
     size_t i = static_cast<size_t>(it - n.begin());
     if (given_[i]) throw Error(cat(function, "() got multiple values for argument '", key, "'"));
