@@ -185,7 +185,7 @@ std::vector<Tensor> Session::Impl::order_feeds(const NamedTensors& feeds, bool c
       throw Error(cat("'", name, "' is not an input of the model (its inputs are: ", names, ")"));
     }
     ONYX_CHECK(!ordered[k].defined(), "input '", name, "' is fed twice");
-    if (check) with_lazy_context([&] { return cat("input '", name, "'"); }, [&] { check_feed(inputs[k], tensor, symbols); });
+    if (check) with_lazy_context([&name = name] { return cat("input '", name, "'"); }, [&, &tensor = tensor] { check_feed(inputs[k], tensor, symbols); });
     ordered[k] = tensor;
   }
   return ordered;

@@ -66,7 +66,7 @@ void register_softmax_ops(OpRegistry& r) {
       {"Softmax", SM::kSoftmax}, {"LogSoftmax", SM::kLogSoftmax}, {"Hardmax", SM::kHardmax}};
   for (auto [name, kind] : softmaxes) {
     OpDef def = onnx_op(name, 1, [](InferContext& ctx) { infer_same_as_input(ctx); },
-                        [name, kind](KernelContext& ctx) {
+                        [name = name, kind = kind](KernelContext& ctx) {
                           dispatch<FloatTypes>(ctx.input(0).dtype(), name, [&](auto tag) {
                             softmax_kernel<typename decltype(tag)::type>(ctx, kind);
                           });
