@@ -3,7 +3,8 @@
 # bounded time on fuzz/corpus/<target>/ (seeded by fuzz/make_corpus.sh when empty).
 #   fuzz/run.sh fuzz_load 300
 # Crash, leak and timeout inputs are written to fuzz/findings/<target>/; the last lines of
-# the run say how many executions it made and list what it found.
+# the run say how many executions it made and list what it found. NO_BUILD=1 runs the
+# binary already in build-fuzz/ (while another build is running there).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 target=${1:?usage: fuzz/run.sh TARGET SECONDS}
@@ -19,7 +20,7 @@ if [[ ! -f $build/build.ninja ]]; then
   CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DONYX_CUDA=OFF \
     -DONYX_FUZZ=ON -DONYX_BUILD_TESTS=OFF -DONYX_PYTHON_PACKAGE=OFF -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
 fi
-ninja -C "$build" -j"${JOBS:-2}" "$target"
+[[ -n ${NO_BUILD:-} ]] || ninja -C "$build" -j"${JOBS:-2}" "$target"
 corpus=$root/fuzz/corpus/$target
 [[ -n $(ls -A "$corpus" 2>/dev/null) ]] || "$root/fuzz/make_corpus.sh"
 findings=$root/fuzz/findings/$target
@@ -33,6 +34,6 @@ set +e
   -print_final_stats=1 -artifact_prefix="$findings/" "$corpus" 2>&1 | tee "$log" | grep -E '^#[0-9]+ .*(INITED|DONE|pulse)|ERROR|SUMMARY|Test unit written|stat::' 
 rc=${PIPESTATUS[0]}
 set -e
-echo "== $target: exit $rc; executions: $(grep -oE 'stat::number_of_executed_units: [0-9]+' "$log" | awk '{print $2}'); exec/s: $(grep -oE 'stat::average_exec_per_sec: [0-9]+' "$log" | awk '{print $2}')"
+echo "== $target: exit $rc; executions: $(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | awk '{print $NF}'); exec/s: $(grep -oE 'stat::average_exec_per_sec: *[0-9]+' "$log" | awk '{print $NF}')"
 echo "== findings in $findings:"; ls "$findings" | grep -v '^run.log$' || echo "   none"
 exit "$rc"
