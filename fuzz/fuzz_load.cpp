@@ -23,6 +23,7 @@ constexpr int64_t kMaxInputElements = int64_t{1} << 20;
 void fill(onyx::Tensor& t, std::mt19937& rng) {
   using onyx::DType;
   const int64_t n = t.numel();
+  if (n == 0) return;  // an empty tensor has no storage to write
   std::uniform_int_distribution<int> small(0, 2);
   std::uniform_real_distribution<float> real(-2.0f, 2.0f);
   switch (t.dtype()) {
