@@ -3,6 +3,8 @@
 // hang is a finding. The session is held to a small host-memory budget and the run to a
 // deadline so that a model which asks for too much fails with an error rather than a hang.
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
@@ -49,6 +51,12 @@ void fill(onyx::Tensor& t, std::mt19937& rng) {
   }
 }
 
+// FUZZ_VERBOSE=1 in the environment prints where each input stopped (for replaying one).
+void note(const char* stage, const char* what) {
+  static const bool verbose = std::getenv("FUZZ_VERBOSE") != nullptr;
+  if (verbose) std::fprintf(stderr, "fuzz_load: %s: %s\n", stage, what);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -59,7 +67,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     // External data resolves against a folder that does not exist: no file of this machine is read.
     session = onyx::Session::load_from_bytes(data, size, options, "/nonexistent/onyx-fuzz");
-  } catch (const onyx::Error&) {
+  } catch (const onyx::Error& e) {
+    note("load", e.what());
     return 0;
   }
 
@@ -68,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::map<std::string, int64_t> symbols;  // one size per symbolic dimension name
   onyx::NamedTensors feeds;
   for (const auto& in : session->inputs()) {
-    if (!in.is_tensor) return 0;  // sequences, maps, optionals: not fed here
+    if (!in.is_tensor) return note("skipped", "an input is not a tensor"), 0;  // sequences, maps, optionals
     if (in.has_default) continue;
     if (in.dtype == onyx::DType::kUndefined) return 0;
     std::vector<int64_t> dims;
@@ -104,7 +113,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   run.timeout_seconds = kRunTimeout;
   try {
     session->run(feeds, run);
-  } catch (const onyx::Error&) {
+    note("run", "ok");
+  } catch (const onyx::Error& e) {
+    note("run", e.what());
   }
   return 0;
 }
