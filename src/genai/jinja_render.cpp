@@ -4,6 +4,7 @@
 #include "genai/jinja_render.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "onyx/error.h"
 
@@ -408,7 +409,46 @@ namespace {
   throw Error(cat("unsupported operand type(s) for ", op, ": '", a.type_name(), "' and '", b.type_name(), "'"));
 }
 
+// Python's integers have no bound; templates here compute in 64 bits, and a result outside them
+// is an error (never a wrapped value).
+[[noreturn]] void int_overflow(const char* op, int64_t a, int64_t b) {
+  throw Error(cat("integer overflow: ", a, " ", op, " ", b, " is outside the 64-bit integers templates compute in"));
+}
+
+int64_t checked_int(BinaryOp op, int64_t a, int64_t b) {
+  int64_t r = 0;
+  switch (op) {
+    case BinaryOp::kAdd:
+      if (__builtin_add_overflow(a, b, &r)) int_overflow("+", a, b);
+      return r;
+    case BinaryOp::kSub:
+      if (__builtin_sub_overflow(a, b, &r)) int_overflow("-", a, b);
+      return r;
+    default:
+      if (__builtin_mul_overflow(a, b, &r)) int_overflow("*", a, b);
+      return r;
+  }
+}
+
+// a ** e for e >= 0 by repeated squaring: as many multiplications as e has bits.
+int64_t int_pow(int64_t a, int64_t e) {
+  int64_t result = 1, base = a;
+  for (int64_t k = e; k > 0; k >>= 1) {
+    if (k & 1)
+      if (__builtin_mul_overflow(result, base, &result)) int_overflow("**", a, e);
+    if (k > 1 && __builtin_mul_overflow(base, base, &base)) {
+      // The square only matters if a higher bit of the exponent uses it; |base| >= 2 then overflows.
+      int_overflow("**", a, e);
+    }
+  }
+  return result;
+}
+
 Value repeat(const Value& seq, int64_t times) {
+  const size_t unit = seq.is_string() ? seq.str().size() : seq.items().size();
+  constexpr size_t kMaxRepeat = size_t{1} << 28;  // elements or bytes
+  ONYX_CHECK(times <= 0 || unit == 0 || static_cast<uint64_t>(times) <= kMaxRepeat / unit,
+             "repeating a sequence of ", unit, " ", times, " times makes more than ", kMaxRepeat, " elements");
   if (seq.is_string()) {
     std::string out;
     for (int64_t i = 0; i < times; ++i) out += seq.str();
@@ -426,7 +466,7 @@ Value arithmetic(BinaryOp op, const Value& a, const Value& b) {
   const bool floats = numbers && (a.is_float() || b.is_float());
   switch (op) {
     case BinaryOp::kAdd:
-      if (numbers) return floats ? Value(a.as_float() + b.as_float()) : Value(a.as_int() + b.as_int());
+      if (numbers) return floats ? Value(a.as_float() + b.as_float()) : Value(checked_int(op, a.as_int(), b.as_int()));
       if (a.is_string() && b.is_string()) {
         // Markup + str escapes the str (and str + Markup too), as markupsafe does.
         if (a.is_markup() || b.is_markup())
@@ -442,10 +482,10 @@ Value arithmetic(BinaryOp op, const Value& a, const Value& b) {
         throw Error(cat("can only concatenate str (not \"", b.type_name(), "\") to str"));
       bad_operands("+", a, b);
     case BinaryOp::kSub:
-      if (numbers) return floats ? Value(a.as_float() - b.as_float()) : Value(a.as_int() - b.as_int());
+      if (numbers) return floats ? Value(a.as_float() - b.as_float()) : Value(checked_int(op, a.as_int(), b.as_int()));
       bad_operands("-", a, b);
     case BinaryOp::kMul:
-      if (numbers) return floats ? Value(a.as_float() * b.as_float()) : Value(a.as_int() * b.as_int());
+      if (numbers) return floats ? Value(a.as_float() * b.as_float()) : Value(checked_int(op, a.as_int(), b.as_int()));
       if (is_sequence(a) && b.is_integral()) return repeat(a, b.as_int());
       if (a.is_integral() && is_sequence(b)) return repeat(b, a.as_int());
       bad_operands("*", a, b);
@@ -473,6 +513,7 @@ Value arithmetic(BinaryOp op, const Value& a, const Value& b) {
         return Value(div != 0 ? q : std::copysign(0.0, x / y));
       }
       int64_t x = a.as_int(), y = b.as_int();
+      if (x == INT64_MIN && y == -1) int_overflow(op == BinaryOp::kMod ? "%" : "//", x, y);
       int64_t q = x / y, m = x % y;
       if (m != 0 && ((m < 0) != (y < 0))) {
         m += y;
@@ -482,11 +523,7 @@ Value arithmetic(BinaryOp op, const Value& a, const Value& b) {
     }
     case BinaryOp::kPow:
       if (!numbers) bad_operands("**", a, b);
-      if (!floats && b.as_int() >= 0) {
-        int64_t result = 1, base = a.as_int();
-        for (int64_t e = b.as_int(); e > 0; --e) result *= base;
-        return Value(result);
-      }
+      if (!floats && b.as_int() >= 0) return Value(int_pow(a.as_int(), b.as_int()));
       return Value(std::pow(a.as_float(), b.as_float()));
     default: break;
   }

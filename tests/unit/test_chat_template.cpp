@@ -4,8 +4,10 @@
 // (line and column, raise_exception's message), the folder loader and concurrent renders.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "genai/chat_template.h"
@@ -181,6 +183,33 @@ TEST(ChatTemplate, RenderErrorsNameWhereTheyHappened) {
   // jinja2 lets an unknown filter stand in an `if` and fails only when it runs.
   EXPECT_EQ(error_of("{% if true %}{{ x|no_such_filter }}{% endif %}"),
             "rendering the chat template: line 1, column 19: no filter named 'no_such_filter'");
+}
+
+// Integer arithmetic past 64 bits is an error, never a wrapped value (jinja2 has Python's
+// unbounded integers); ** takes as many steps as its exponent has bits. The first three are the
+// fuzz target's findings (tests/fixtures/fuzz), replayed here.
+TEST(ChatTemplate, IntegerArithmeticPast64BitsIsAnError) {
+  auto file = [](const char* name) {
+    std::ifstream in(std::string(ONYX_SOURCE_DIR) + "/tests/fixtures/fuzz/" + name, std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return text.substr(0, text.find('\0'));  // the template; messages (if any) follow a NUL
+  };
+  for (const char* name : {"chat_template_int_pow_overflow.crash", "chat_template_int_add_overflow.crash"}) {
+    SCOPED_TRACE(name);
+    const std::string source = file(name);
+    ASSERT_FALSE(source.empty());
+    EXPECT_NE(error_of(source).find("integer overflow"), std::string::npos) << error_of(source);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(ChatTemplate(file("chat_template_int_pow_linear_loop.timeout")).render(OJson::object()), "1");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  EXPECT_EQ(ChatTemplate("{{ 2 ** 62 }} {{ (-2) ** 63 }} {{ 3 ** 0 }} {{ 0 ** 5 }}").render(OJson::object()),
+            "4611686018427387904 -9223372036854775808 1 0");
+  EXPECT_NE(error_of("{{ -9223372036854775807 - 2 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ 4294967296 * 4294967296 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ (-9223372036854775807 - 1) // -1 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'ab' * 9000000000000 }}").find("more than"), std::string::npos);
+  EXPECT_EQ(ChatTemplate("{{ 'ab' * 3 }}{{ [1] * 2 }}").render(OJson::object()), "ababab[1, 1]");
 }
 
 TEST(ChatTemplate, RaiseExceptionCarriesTheTemplatesMessage) {
