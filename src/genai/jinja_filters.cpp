@@ -217,35 +217,13 @@ Value f_format(Renderer&, const Value& v, Args& a) {
   return Value(percent_format(text_of(v), Value::list(a.positional, Seq::kTuple)));
 }
 
-std::vector<std::string> splitlines(const std::string& s) {
-  // str.splitlines(): \n, \r, \r\n, \v, \f, \x1c-\x1e, \x85, \u2028, \u2029 end lines
-  std::vector<std::string> lines;
-  std::string cur;
-  for (size_t i = 0; i < s.size();) {
-    char32_t c;
-    size_t n = utf8_next(s, i, c);
-    bool brk = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E) || c == 0x85 ||
-               c == 0x2028 || c == 0x2029;
-    if (brk) {
-      lines.push_back(cur);
-      cur.clear();
-      if (c == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
-    } else {
-      cur.append(s, i, n);
-    }
-    i += n;
-  }
-  if (!cur.empty()) lines.push_back(cur);
-  return lines;
-}
-
 Value f_indent(Renderer&, const Value& v, Args& a) {
   Params p("indent", a, {"width", "first", "blank"});
   Value width = p.value_or(0, Value(4));
   std::string indention = width.is_string() ? width.str() : std::string(static_cast<size_t>(width.as_int()), ' ');
   bool first = truthy(p.value_or(1, Value(false))), blank = truthy(p.value_or(2, Value(false)));
   std::string s = text_of(v) + "\n";
-  std::vector<std::string> lines = splitlines(s);
+  std::vector<std::string> lines = split_lines(s, false);
   std::string out;
   if (blank) {
     for (size_t i = 0; i < lines.size(); ++i) out += (i ? "\n" + indention : "") + lines[i];

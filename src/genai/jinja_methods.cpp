@@ -191,24 +191,7 @@ std::optional<Value> string_method(Renderer& r, const std::string& s, const std:
   if (name == "splitlines") {
     Params p("splitlines", args, {"keepends"});
     List out;
-    std::string cur;
-    for (size_t i = 0; i < s.size();) {
-      char32_t c;
-      size_t n = utf8_next(s, i, c);
-      bool brk = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E) || c == 0x85 ||
-                 c == 0x2028 || c == 0x2029;
-      if (brk) {
-        size_t len = (c == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ? 2 : n;
-        if (truthy(p.value_or(0, Value(false)))) cur.append(s, i, len);
-        out.emplace_back(cur);
-        cur.clear();
-        i += len;
-        continue;
-      }
-      cur.append(s, i, n);
-      i += n;
-    }
-    if (!cur.empty()) out.emplace_back(cur);
+    for (std::string& line : split_lines(s, truthy(p.value_or(0, Value(false))))) out.emplace_back(std::move(line));
     return Value::list(std::move(out));
   }
   if (name == "startswith" || name == "endswith") {
@@ -418,6 +401,31 @@ Value markup_method(Renderer& r, const Value& self, const std::string& name, Arg
 }
 
 }  // namespace
+
+// str.splitlines(): \n, \r, \r\n, \v, \f, \x1c-\x1e, \x85, \u2028 and \u2029 end lines; with
+// keepends each line keeps its ending.
+std::vector<std::string> split_lines(const std::string& s, bool keepends) {
+  std::vector<std::string> lines;
+  std::string cur;
+  for (size_t i = 0; i < s.size();) {
+    char32_t c;
+    const size_t n = utf8_next(s, i, c);
+    const bool brk = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E) || c == 0x85 ||
+                     c == 0x2028 || c == 0x2029;
+    if (!brk) {
+      cur.append(s, i, n);
+      i += n;
+      continue;
+    }
+    const size_t len = (c == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ? 2 : n;
+    if (keepends) cur.append(s, i, len);
+    lines.push_back(std::move(cur));
+    cur.clear();
+    i += len;
+  }
+  if (!cur.empty()) lines.push_back(std::move(cur));
+  return lines;
+}
 
 std::optional<Value> call_method(Renderer& r, const Value& self, const std::string& name, Args& args) {
   if (self.is_markup() && string_methods().count(name)) return markup_method(r, self, name, args);

@@ -85,6 +85,8 @@ class Params {
 
 // Python's `%` formatting of a string (also the `format` filter).
 std::string percent_format(const std::string& format, const Value& args);
+// Python's str.splitlines(keepends) (jinja_methods.cpp; the indent filter uses it too).
+std::vector<std::string> split_lines(const std::string& s, bool keepends);
 // str.format()
 std::string brace_format(const std::string& format, const Args& args);
 
