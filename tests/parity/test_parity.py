@@ -175,3 +175,24 @@ def test_memory_modes_match(memory, models_dir, run_onyx, tmp_path):
     rng, seed = fresh_rng()
     run_and_compare(models_dir / "llama_layer.onnx", llama_inputs(rng, 5), run_onyx, tmp_path,
                     extra_args=("--memory", memory, "--repeat", "2"), label=f"llama, --memory {memory} (seed {seed})")
+
+
+@pytest.mark.parametrize("past", [0, 5])
+def test_fused_llama_matches_onnxruntime(past, models_dir, run_onyx, tmp_path):
+    """Load-time fusion of the Llama layer (RMSNorm, rotary by halves, SiLU-gated MLP, eager
+    attention with repeated KV heads -> Attention), forced on for the CPU: the fused graph has
+    none of the chains' ops left and computes what onnxruntime computes on the original."""
+    import json
+    rng, seed = fresh_rng()
+    model = models_dir / "llama_layer.onnx"
+    proc = run_onyx("run", model, "--fuse-attention", "on", "--json", "--dim", "batch=2", "--dim", "sequence=3",
+                    "--dim", "past_sequence=4", "--dim", "total_sequence=7")
+    assert proc.returncode == 0, proc.stderr
+    ops = json.loads(proc.stdout)["ops"]
+    layers = gen_models.LLAMA["layers"]
+    assert ops.get("Attention") == layers and ops.get("onyx::RotaryHalf") == 2 * layers, ops
+    assert ops.get("onyx::SiluMul") == layers and ops.get("SimplifiedLayerNormalization") == 2 * layers + 1, ops
+    for gone in ("Softmax", "Expand", "Neg", "Sigmoid", "Sqrt"):
+        assert gone not in ops, (gone, ops)
+    run_and_compare(model, llama_inputs(rng, past), run_onyx, tmp_path, extra_args=("--fuse-attention", "on"),
+                    label=f"llama fused, past {past} (seed {seed})")
