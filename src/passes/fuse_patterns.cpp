@@ -63,7 +63,15 @@ struct Matcher {
   // The rank of value `id` where the graph shows it (declared, or through ops whose output
   // rank follows from their inputs'); -1 when it does not.
   int rank(int id, int depth = 0) const {
-    if (id < 0 || depth > 24) return -1;
+    if (id < 0 || depth > 512) return -1;
+    auto memo = rank_memo.find(id);
+    if (memo != rank_memo.end()) return memo->second;
+    const int r = rank_uncached(id, depth);
+    rank_memo[id] = r;
+    return r;
+  }
+  mutable std::unordered_map<int, int> rank_memo;
+  int rank_uncached(int id, int depth) const {
     const TypeInfo& t = g.values[id].declared;
     if (t.rank_known) return static_cast<int>(t.dims.size());
     auto it = g.initializers.find(id);
@@ -71,8 +79,19 @@ struct Matcher {
     const int p = g.values[id].producer;
     if (p < 0) return -1;
     const Node& n = g.nodes[p];
-    if (!n.domain.empty() && n.domain != "ai.onnx") return -1;
     const std::string& op = n.op_type;
+    // The fused ops of this pass: shaped like their first input (SiluMul: the broadcast of both).
+    if (n.domain == "onyx" || ((n.domain.empty() || n.domain == "ai.onnx") &&
+                               (op == "SimplifiedLayerNormalization" || op == "Attention"))) {
+      int r = -1;
+      for (size_t i = 0; i < (op == "SiluMul" ? n.inputs.size() : std::min<size_t>(1, n.inputs.size())); ++i) {
+        const int ri = rank(n.inputs[i], depth + 1);
+        if (ri < 0) return -1;
+        r = std::max(r, ri);
+      }
+      return r;
+    }
+    if (!n.domain.empty() && n.domain != "ai.onnx") return -1;
     if (op == "Transpose") {
       const Attribute* perm = n.find_attribute("perm");
       return perm ? static_cast<int>(perm->ints.size()) : rank(n.inputs[0], depth + 1);
@@ -91,6 +110,11 @@ struct Matcher {
         r = std::max(r, ri);
       }
       return r;
+    }
+    if (op == "Shape" || op == "Range") return 1;
+    if (op == "MatMul" && n.inputs.size() == 2) {
+      const int a = rank(n.inputs[0], depth + 1), b = rank(n.inputs[1], depth + 1);
+      return a >= 2 && b >= 2 ? std::max(a, b) : -1;
     }
     if (op == "Unsqueeze") {
       std::optional<std::vector<int64_t>> axes;
@@ -174,6 +198,27 @@ Attribute make_float(const char* name, float v) {
   a.kind = Attribute::Kind::kFloat;
   a.f = v;
   return a;
+}
+
+// Puts each fused node at its position and drops the nodes its chain removed.
+void apply(Graph& g, const std::vector<bool>& removed, std::vector<std::pair<size_t, Node>>& replace) {
+  if (replace.empty()) return;
+  std::sort(replace.begin(), replace.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Node> kept;
+  size_t next = 0;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    if (next < replace.size() && replace[next].first == k) {
+      kept.push_back(std::move(replace[next].second));
+      ++next;
+      continue;
+    }
+    if (!removed[k]) kept.push_back(std::move(g.nodes[k]));
+  }
+  g.nodes = std::move(kept);
+  for (auto& v : g.values) v.producer = -1;
+  for (size_t k = 0; k < g.nodes.size(); ++k)
+    for (int o : g.nodes[k].outputs)
+      if (o >= 0) g.values[o].producer = static_cast<int>(k);
 }
 
 constexpr int64_t kToTheEnd = int64_t{1} << 31;  // a Slice end at least this is "to the end" of any real axis
@@ -457,23 +502,40 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
     fused.attributes = {make_float("scale", static_cast<float>(scale))};
     if (commit(k, chain, std::move(fused))) ++r.attentions;
   }
-  if (replace.empty()) return r;
-  std::sort(replace.begin(), replace.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<Node> kept;
-  size_t next = 0;
+  apply(g, removed, replace);
+
+  // The residual add before an RMSNorm: SimplifiedLayerNormalization(Add(a, b), w) ->
+  // SkipSimplifiedLayerNormalization(a, b, w) giving the norm and the sum (output 3), at the
+  // Add's place (the sum's other readers come after it). On the graph with the fusions above.
+  Matcher m2(g);
+  std::vector<bool> removed2(g.nodes.size(), false);
+  std::vector<std::pair<size_t, Node>> replace2;
   for (size_t k = 0; k < g.nodes.size(); ++k) {
-    if (next < replace.size() && replace[next].first == k) {
-      kept.push_back(std::move(replace[next].second));
-      ++next;
+    const Node& norm = g.nodes[k];
+    if (norm.op_type != "SimplifiedLayerNormalization" || !norm.domain.empty() || norm.inputs.size() != 2 ||
+        norm.outputs.size() != 1 || Matcher::attr_int(norm, "axis", -1) != -1 || removed2[k])
       continue;
-    }
-    if (!removed[k]) kept.push_back(std::move(g.nodes[k]));
+    const int sum = norm.inputs[0];
+    const int ap = sum >= 0 ? g.values[sum].producer : -1;
+    if (ap < 0 || removed2[ap] || !m2.plain(g.nodes[ap], "Add") || g.nodes[ap].inputs.size() != 2) continue;
+    const Node& add = g.nodes[ap];
+    const int xr = m2.rank(add.inputs[0]), sr = m2.rank(add.inputs[1]);
+    if (xr < 0 || xr != sr) continue;  // the skip broadcasts onto the input, never the other way
+    Node fused;
+    fused.name = norm.name + "/fused_skip";
+    fused.op_type = "SkipSimplifiedLayerNormalization";
+    fused.domain = "com.microsoft";
+    fused.opset = 1;
+    fused.inputs = {add.inputs[0], add.inputs[1], norm.inputs[1]};
+    fused.outputs = {norm.outputs[0], -1, -1, sum};
+    const Attribute* eps = norm.find_attribute("epsilon");
+    fused.attributes = {make_float("epsilon", eps ? eps->f : 1e-5f)};
+    removed2[k] = removed2[ap] = true;
+    replace2.emplace_back(static_cast<size_t>(ap), std::move(fused));
+    ++r.skip_norms;
+    ++r.nodes_removed;
   }
-  g.nodes = std::move(kept);
-  for (auto& v : g.values) v.producer = -1;
-  for (size_t k = 0; k < g.nodes.size(); ++k)
-    for (int o : g.nodes[k].outputs)
-      if (o >= 0) g.values[o].producer = static_cast<int>(k);
+  apply(g, removed2, replace2);
   return r;
 }
 

@@ -21,6 +21,10 @@
 //     after the Softmax allowed (softmax in float32)
 //   -> Attention(q, k, v, mask, scale=c) (ONNX opset 23, 4-D, grouped-query heads): the keys
 //      and values are read once per KV head, never repeated nor transposed
+//
+//   Then, on the fused graph, the residual add before an RMSNorm:
+//     SimplifiedLayerNormalization(Add(a, b), w)
+//   -> com.microsoft SkipSimplifiedLayerNormalization(a, b, w) -> (norm, -, -, a + b)
 #pragma once
 
 #include <string>
@@ -41,6 +45,7 @@ struct FuseReport {
   int rotary_halves = 0;
   int silu_muls = 0;
   int attentions = 0;
+  int skip_norms = 0;
   int nodes_removed = 0;
 };
 

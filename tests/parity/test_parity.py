@@ -180,7 +180,7 @@ def test_memory_modes_match(memory, models_dir, run_onyx, tmp_path):
 @pytest.mark.parametrize("past", [0, 5])
 def test_fused_llama_matches_onnxruntime(past, models_dir, run_onyx, tmp_path):
     """Load-time fusion of the Llama layer (RMSNorm, rotary by halves, SiLU-gated MLP, eager
-    attention with repeated KV heads -> Attention), forced on for the CPU: the fused graph has
+    attention with repeated KV heads -> Attention, residual add + RMSNorm), forced on for the CPU: the fused graph has
     none of the chains' ops left and computes what onnxruntime computes on the original."""
     import json
     rng, seed = fresh_rng()
@@ -191,7 +191,9 @@ def test_fused_llama_matches_onnxruntime(past, models_dir, run_onyx, tmp_path):
     ops = json.loads(proc.stdout)["ops"]
     layers = gen_models.LLAMA["layers"]
     assert ops.get("Attention") == layers and ops.get("onyx::RotaryHalf") == 2 * layers, ops
-    assert ops.get("onyx::SiluMul") == layers and ops.get("SimplifiedLayerNormalization") == 2 * layers + 1, ops
+    # Every RMSNorm but the first takes the residual add before it.
+    assert ops.get("onyx::SiluMul") == layers and ops.get("SimplifiedLayerNormalization") == 1, ops
+    assert ops.get("com.microsoft::SkipSimplifiedLayerNormalization") == 2 * layers, ops
     for gone in ("Softmax", "Expand", "Neg", "Sigmoid", "Sqrt"):
         assert gone not in ops, (gone, ops)
     run_and_compare(model, llama_inputs(rng, past), run_onyx, tmp_path, extra_args=("--fuse-attention", "on"),
