@@ -2,11 +2,12 @@
 // exporters emit; domain "onyx". Each computes what its chain computes, in the compute type
 // (float for float16/bfloat16) with one rounding at the end instead of one per op.
 //
-//   onyx::RotaryHalf(x, cos, sin) = x * cos + rotate_half(x) * sin
-//     rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2]) along the last axis (HF's
-//     apply_rotary_pos_emb); cos and sin have one shape, broadcast onto x's (numpy rules),
-//     with x's last dimension D (even).
+//   onyx::RotaryHalf(x, cos, sin; split = h) = x * cos + rotate_half(x) * sin
+//     rotate_half(x) = concat(-x[..., h:], x[..., :h]) along the last axis (HF's
+//     apply_rotary_pos_emb, h = D/2 the default); cos and sin have one shape, broadcast onto
+//     x's (numpy rules), ending in x's last dimension D.
 //   onyx::SiluMul(gate, up) = gate * sigmoid(gate) * up (the SiLU-gated MLP), numpy broadcast.
+#include <algorithm>
 #include <cmath>
 
 #include "ops/broadcast.h"
@@ -20,7 +21,6 @@ void check_rotary_half(const Shape& x, const Shape& cos, const Shape& sin) {
   ONYX_CHECK(x.rank() >= 1, "x must have at least one dimension");
   ONYX_CHECK(cos == sin, "cos ", cos.str(), " and sin ", sin.str(), " must have one shape");
   const int64_t d = x[x.rank() - 1];
-  ONYX_CHECK(d % 2 == 0, "x's last dimension ", d, " must be even (its halves are rotated)");
   ONYX_CHECK(cos.rank() >= 1 && cos.rank() <= x.rank() && cos[cos.rank() - 1] == d, "cos ", cos.str(),
              " must end in x's last dimension ", d, " and have at most x's rank (x is ", x.str(), ")");
   const size_t off = x.rank() - cos.rank();
@@ -42,14 +42,15 @@ void rotary_half_kernel(KernelContext& ctx) {
   const Tensor& cos = ctx.input(1);
   const Tensor& sin = ctx.input(2);
   check_rotary_half(x.shape(), cos.shape(), sin.shape());
-  const int64_t d = x.shape()[x.rank() - 1], half = d / 2;
+  const int64_t d = x.shape()[x.rank() - 1];
+  const int64_t h = std::min<int64_t>(std::max<int64_t>(ctx.attr_int("split", d / 2), 0), d);  // Slice clamps
   const T* xp = x.data<T>();
   const T* cp = cos.data<T>();
   const T* sp = sin.data<T>();
   T* y = ctx.output(0).data<T>();
   for_each_broadcast<1>(x.shape(), {&cos.shape()}, [&](int64_t o, const std::array<int64_t, 1>& c) {
     const int64_t j = o % d;
-    const C r = j < half ? -static_cast<C>(xp[o + half]) : static_cast<C>(xp[o - half]);
+    const C r = j < d - h ? -static_cast<C>(xp[o + h]) : static_cast<C>(xp[o - (d - h)]);
     y[o] = static_cast<T>(static_cast<C>(xp[o]) * static_cast<C>(cp[c[0]]) + r * static_cast<C>(sp[c[0]]));
   });
 }

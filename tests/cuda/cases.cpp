@@ -482,6 +482,12 @@ void matmul(std::vector<Case>& v) {
   v.push_back({"a2d_b_batched", "MatMul", kFloats, {X({64, 32}), X({4, 32, 16})}});
   v.push_back({"bcast_both", "MatMul", kFloats, {X({2, 1, 8, 12}), X({1, 3, 12, 5})}});
   v.push_back({"bcast_mixed", "MatMul", kFloats, {X({3, 1, 4, 8, 12}), X({2, 1, 12, 6})}});
+  // Few rows (decode shapes).
+  v.push_back({"rows1_gemv", "MatMul", kFloats, {X({1, 1, 2048}), X({2048, 512})}});
+  v.push_back({"rows3_gemv_k_odd", "MatMul", kFloats, {X({3, 1000}), X({1000, 136})}});
+  v.push_back({"rows8_gemv_wide", "MatMul", kFloats, {X({2, 4, 256}), X({256, 8200})}});
+  v.push_back({"rows5_n_not_8", "MatMul", kFloats, {X({5, 64}), X({64, 30})}});
+  v.push_back({"rows9_cublas", "MatMul", kFloats, {X({9, 300}), X({300, 64})}});
   v.push_back({"vec_vec", "MatMul", kFloats, {X({37}), X({37})}});
   v.push_back({"vec_mat", "MatMul", kFloats, {X({32}), X({32, 24})}});
   v.push_back({"mat_vec", "MatMul", kFloats, {X({24, 32}), X({32})}});

@@ -15,6 +15,8 @@
 // MatMulNBits: up to 8 rows of A (decode) a warp per output feature reads the feature's packed
 // blocks once for every row; more rows, 64x64 tiles of Y with B dequantized into shared memory
 // as it is loaded. Both accumulate in float.
+#include <cooperative_groups.h>
+
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
@@ -904,8 +906,11 @@ std::string gbq_support(const Node& node, const std::vector<ValueType>& in) {
 // of the group, query position), so the group's query heads share each K and V tile, which
 // 128 threads load into shared memory once (in float); each warp takes rows, a lane a key for
 // the scores and a feature for the values, with an online softmax in float. When the grid would
-// not fill the GPU (decode: a few rows per KV head), the keys are split across blocks that write
-// partial (max, sum, values) to the workspace and a second kernel merges them per row.
+// not fill the GPU (decode: a few rows per KV head), the keys are split across the blocks of a
+// cluster (up to 8), whose first block merges the others' partial (max, sum, values) per row
+// from their shared memory.
+namespace cg = cooperative_groups;
+
 constexpr int kAttnWarps = 4;
 constexpr int kAttnKeys = 32;  // keys per shared-memory tile
 constexpr int kAttnMaxHead = 256;
@@ -919,18 +924,42 @@ struct AttnArgs {
   int64_t mstride[4];  // element strides of the mask along (b, h, l, j); 0 where broadcast
   int64_t mask_len;
   void* y;
-  float* partial;  // [B * Hkv * R, splits, D + 2] when splits > 1
   int64_t B, Hq, Hkv, L, S, D, G, R;  // R = G * L rows per (b, KV head)
   int rows_per_warp, tiles, splits;
+  int vec8;  // D % 8 == 0 and K, V 16-byte aligned: K and V tiles load 8 features at a time
   int64_t chunk;  // keys per split
   float scale;
 };
 
-template <class T, int PER_LANE>
+// Eight consecutive values as float, in 16-byte loads (p 16-byte aligned).
+__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+__device__ __forceinline__ void load8(const __half* p, float (&f)[8]) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  const __half2* h = reinterpret_cast<const __half2*>(&v);
+  ONYX_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    const float2 q = __half22float2(h[i]);
+    f[2 * i] = q.x, f[2 * i + 1] = q.y;
+  }
+}
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+  ONYX_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    const float2 q = __bfloat1622float2(h[i]);
+    f[2 * i] = q.x, f[2 * i + 1] = q.y;
+  }
+}
+
+template <class T, int PER_LANE, int RPW>
 __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(AttnArgs a) {
   extern __shared__ float sm[];
   const int64_t D = a.D;
-  const int rows_block = kAttnWarps * a.rows_per_warp;
+  constexpr int rows_block = kAttnWarps * RPW;
   float* qs = sm;                                  // [rows_block][D]
   float* ks = qs + rows_block * D;                 // [kAttnKeys][D + 1]
   float* vs = ks + kAttnKeys * (D + 1);            // [kAttnKeys][D]
@@ -941,9 +970,11 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(AttnArgs a) {
   const T* qp = static_cast<const T*>(a.q);
   const T* kp = static_cast<const T*>(a.k) + (b * a.Hkv + kvh) * a.S * D;
   const T* vp = static_cast<const T*>(a.v) + (b * a.Hkv + kvh) * a.S * D;
+  const int Di = static_cast<int>(D);  // 32-bit index arithmetic below: 64-bit division is slow
   // Query rows of this block, scaled: row r is query head kvh * G + r / L at position r % L.
-  for (int64_t e = threadIdx.x; e < rows_block * D; e += blockDim.x) {
-    const int64_t r = r0 + e / D, d = e % D;
+  for (int e = threadIdx.x; e < rows_block * Di; e += blockDim.x) {
+    const int rr = e / Di, d = e - rr * Di;
+    const int64_t r = r0 + rr;
     float x = 0.f;
     if (r < a.R) {
       const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
@@ -952,9 +983,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(AttnArgs a) {
     qs[e] = x;
   }
   const int64_t lo = split * a.chunk, hi = min(a.S, lo + a.chunk);
-  float m[4], lsum[4], acc[4][PER_LANE];
+  float m[RPW], lsum[RPW], acc[RPW][PER_LANE];
   ONYX_UNROLL
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < RPW; ++i) {
     m[i] = -INFINITY;
     lsum[i] = 0.f;
     ONYX_UNROLL
@@ -962,25 +993,47 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(AttnArgs a) {
   }
   for (int64_t t0 = lo; t0 < hi; t0 += kAttnKeys) {
     __syncthreads();
-    for (int64_t e = threadIdx.x; e < kAttnKeys * D; e += blockDim.x) {
-      const int64_t j = e / D, d = e % D, key = t0 + j;
-      const bool in = key < hi;
-      ks[j * (D + 1) + d] = in ? to_compute(kp[key * D + d]) : 0.f;
-      vs[j * D + d] = in ? to_compute(vp[key * D + d]) : 0.f;
+    if (a.vec8) {  // 16-byte loads: 8 features of a key at a time
+      const int dv = Di / 8;
+      for (int e = threadIdx.x; e < kAttnKeys * dv; e += blockDim.x) {
+        const int j = e / dv, c = (e - j * dv) * 8;
+        const int64_t key = t0 + j;
+        float kf[8], vf[8];
+        if (key < hi) {
+          load8(kp + key * D + c, kf);
+          load8(vp + key * D + c, vf);
+        } else {
+          ONYX_UNROLL
+          for (int u = 0; u < 8; ++u) kf[u] = vf[u] = 0.f;
+        }
+        ONYX_UNROLL
+        for (int u = 0; u < 8; ++u) {
+          ks[j * (Di + 1) + c + u] = kf[u];
+          vs[j * Di + c + u] = vf[u];
+        }
+      }
+    } else {
+      for (int e = threadIdx.x; e < kAttnKeys * Di; e += blockDim.x) {
+        const int j = e / Di, d = e - j * Di;
+        const int64_t key = t0 + j;
+        const bool in = key < hi;
+        ks[j * (Di + 1) + d] = in ? to_compute(kp[key * D + d]) : 0.f;
+        vs[j * Di + d] = in ? to_compute(vp[key * D + d]) : 0.f;
+      }
     }
     __syncthreads();
     const int64_t key = t0 + lane;
     ONYX_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      if (i >= a.rows_per_warp) break;
-      const int64_t rl = warp * a.rows_per_warp + i, r = r0 + rl;
+    for (int i = 0; i < RPW; ++i) {
+      const int64_t rl = warp * RPW + i, r = r0 + rl;
       if (r >= a.R) break;
       float s = -INFINITY;
       if (key < hi) {
         const float* qr = qs + rl * D;
         const float* kr = ks + lane * (D + 1);
         float dot = 0.f;
-        for (int64_t d = 0; d < D; ++d) dot += qr[d] * kr[d];
+#pragma unroll 8
+        for (int d = 0; d < static_cast<int>(D); ++d) dot += qr[d] * kr[d];
         s = dot;
         if (a.mask || key >= a.mask_len) {
           if (key >= a.mask_len) {
@@ -1014,9 +1067,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(AttnArgs a) {
     }
   }
   ONYX_UNROLL
-  for (int i = 0; i < 4; ++i) {
-    if (i >= a.rows_per_warp) break;
-    const int64_t r = r0 + warp * a.rows_per_warp + i;
+  for (int i = 0; i < RPW; ++i) {
+    const int64_t r = r0 + warp * RPW + i;
     if (r >= a.R) break;
     const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
     if (a.splits == 1) {
@@ -1027,51 +1079,63 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(AttnArgs a) {
         const int64_t d = lane + 32 * c;
         if (d < D) yr[d] = from_compute<T>(acc[i][c] * inv);
       }
-    } else {
-      float* pr = a.partial + (((b * a.Hkv + kvh) * a.R + r) * a.splits + split) * (D + 2);
-      if (lane == 0) {
-        pr[0] = m[i];
-        pr[1] = lsum[i];
+    }
+  }
+  if (a.splits == 1) return;
+  // The splits of a tile are one cluster: each leaves (max, sum, values) per row in its shared
+  // memory (where the K tile was), and the cluster's first block merges them.
+  __syncthreads();
+  float* part = ks;  // [rows_block][D + 2]
+  ONYX_UNROLL
+  for (int i = 0; i < RPW; ++i) {
+    const int64_t rl = warp * RPW + i;
+    float* pr = part + rl * (D + 2);
+    if (lane == 0) {
+      pr[0] = m[i];
+      pr[1] = lsum[i];
+    }
+    ONYX_UNROLL
+    for (int c = 0; c < PER_LANE; ++c) {
+      const int64_t d = lane + 32 * c;
+      if (d < D) pr[2 + d] = acc[i][c];
+    }
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  if (cluster.block_rank() == 0) {
+    const unsigned n = cluster.num_blocks();
+    ONYX_UNROLL
+    for (int i = 0; i < RPW; ++i) {
+      const int64_t rl = warp * RPW + i, r = r0 + rl;
+      if (r >= a.R) break;
+      float mx = -INFINITY;
+      for (unsigned q = 0; q < n; ++q) mx = fmaxf(mx, cluster.map_shared_rank(part, q)[rl * (D + 2)]);
+      float den = 0.f;
+      float out[PER_LANE];
+      ONYX_UNROLL
+      for (int c = 0; c < PER_LANE; ++c) out[c] = 0.f;
+      for (unsigned q = 0; q < n; ++q) {
+        const float* pr = cluster.map_shared_rank(part, q) + rl * (D + 2);
+        if (pr[0] == -INFINITY) continue;
+        const float f = __expf(pr[0] - mx);
+        den += pr[1] * f;
+        ONYX_UNROLL
+        for (int c = 0; c < PER_LANE; ++c) {
+          const int64_t d = lane + 32 * c;
+          if (d < D) out[c] += pr[2 + d] * f;
+        }
       }
+      const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
+      T* yr = static_cast<T*>(a.y) + ((b * a.Hq + h) * a.L + l) * D;
+      const float inv = den > 0.f ? 1.f / den : 0.f;
       ONYX_UNROLL
       for (int c = 0; c < PER_LANE; ++c) {
         const int64_t d = lane + 32 * c;
-        if (d < D) pr[2 + d] = acc[i][c];
+        if (d < D) yr[d] = from_compute<T>(out[c] * inv);
       }
     }
   }
-}
-
-// One warp per row: merges the splits' partial softmax sums and values.
-template <class T>
-__global__ void attn_merge_kernel(AttnArgs a) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  const int64_t rows = a.B * a.Hkv * a.R;
-  if (row >= rows) return;
-  const int64_t D = a.D;
-  const float* pr = a.partial + row * a.splits * (D + 2);
-  float mx = -INFINITY;
-  for (int s = 0; s < a.splits; ++s) mx = fmaxf(mx, pr[s * (D + 2)]);
-  float den = 0.f;
-  for (int s = 0; s < a.splits; ++s) {
-    const float ms = pr[s * (D + 2)];
-    if (ms != -INFINITY) den += pr[s * (D + 2) + 1] * __expf(ms - mx);
-  }
-  const int64_t r = row % a.R, bk = row / a.R, kvh = bk % a.Hkv, b = bk / a.Hkv;
-  const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
-  T* yr = static_cast<T*>(a.y) + ((b * a.Hq + h) * a.L + l) * D;
-  for (int64_t d = lane; d < D; d += 32) {
-    float out = 0.f;
-    if (den > 0.f) {
-      for (int s = 0; s < a.splits; ++s) {
-        const float ms = pr[s * (D + 2)];
-        if (ms != -INFINITY) out += pr[s * (D + 2) + 2 + d] * __expf(ms - mx);
-      }
-      out /= den;
-    }
-    yr[d] = from_compute<T>(out);
-  }
+  cluster.sync();  // the others' shared memory stays until the first block has read it
 }
 
 void run_attention(KernelContext& ctx, CudaContext& cu) {
@@ -1101,6 +1165,7 @@ void run_attention(KernelContext& ctx, CudaContext& cu) {
   a.k = k.raw();
   a.v = v.raw();
   a.y = ctx.output(0).raw();
+  a.vec8 = a.D % 8 == 0 && reinterpret_cast<uintptr_t>(a.k) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v) % 16 == 0;
   a.mask_len = a.S;
   if (ctx.has_input(3)) {
     const Tensor& mt = ctx.input(3);
@@ -1127,41 +1192,51 @@ void run_attention(KernelContext& ctx, CudaContext& cu) {
   a.scale = static_cast<float>(ctx.has_attr("scale") ? ctx.attr_float("scale", 1.f)
                                                     : 1.0 / std::sqrt(static_cast<double>(a.D)));
   if (a.B == 0 || a.Hq == 0 || a.L == 0) return;
-  a.rows_per_warp = static_cast<int>(std::min<int64_t>(4, (a.R + kAttnWarps - 1) / kAttnWarps));
+  const int64_t per_warp = (a.R + kAttnWarps - 1) / kAttnWarps;
+  a.rows_per_warp = per_warp <= 1 ? 1 : per_warp <= 2 ? 2 : 4;
   const int64_t rows_block = kAttnWarps * a.rows_per_warp;
   const int64_t tiles = (a.R + rows_block - 1) / rows_block;
   ONYX_CHECK(tiles * 64 <= INT32_MAX && a.Hkv <= 65535 && a.B <= 65535, "Attention on CUDA: ", a.B, " x ", a.Hkv,
              " x ", tiles, " blocks exceed a grid");
   a.tiles = static_cast<int>(tiles);
-  // Split the keys when the grid would leave SMs idle; at least 64 keys per split.
+  // Split the keys (a cluster of at most 8 blocks per tile) when the grid would leave SMs
+  // idle; at least 64 keys per split.
   const int64_t blocks = tiles * a.Hkv * a.B, want = 2 * static_cast<int64_t>(sm_count(cu.device));
   int64_t splits = 1;
-  if (blocks < want && a.S > 64) {
-    splits = std::min<int64_t>((want + blocks - 1) / blocks, (a.S + 63) / 64);
-    const int64_t row_bytes = a.B * a.Hkv * a.R * (a.D + 2) * static_cast<int64_t>(sizeof(float));
-    splits = std::max<int64_t>(1, std::min<int64_t>(splits, static_cast<int64_t>(cu.workspace_bytes) / row_bytes));
-  }
+  if (blocks < want && a.S > 64) splits = std::min<int64_t>({8, (want + blocks - 1) / blocks, (a.S + 63) / 64});
   a.chunk = (a.S + splits - 1) / splits;
   a.chunk = (a.chunk + kAttnKeys - 1) / kAttnKeys * kAttnKeys;
   a.splits = static_cast<int>(std::max<int64_t>(1, (a.S + a.chunk - 1) / std::max<int64_t>(1, a.chunk)));
-  a.partial = static_cast<float*>(cu.workspace);
   const size_t smem = static_cast<size_t>(rows_block * a.D + kAttnKeys * (a.D + 1) + kAttnKeys * a.D) * sizeof(float);
   dispatch_float(q.dtype(), "Attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto launch = [&](auto kernel) {
       if (smem > 48 * 1024)
         ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      kernel<<<dim3(static_cast<unsigned>(tiles * a.splits), static_cast<unsigned>(a.Hkv), static_cast<unsigned>(a.B)),
-               kAttnWarps * 32, smem, cu.stream>>>(a);
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(static_cast<unsigned>(tiles * a.splits), static_cast<unsigned>(a.Hkv), static_cast<unsigned>(a.B));
+      cfg.blockDim = dim3(kAttnWarps * 32);
+      cfg.dynamicSmemBytes = smem;
+      cfg.stream = cu.stream;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = static_cast<unsigned>(a.splits);
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      ONYX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
     };
-    if (a.D <= 32) launch(attn_kernel<T, 1>);
-    else if (a.D <= 64) launch(attn_kernel<T, 2>);
-    else if (a.D <= 128) launch(attn_kernel<T, 4>);
-    else launch(attn_kernel<T, 8>);
-    if (a.splits > 1) {
-      const int64_t rows = a.B * a.Hkv * a.R;
-      attn_merge_kernel<T><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, cu.stream>>>(a);
-    }
+    auto by_rows = [&](auto lanes) {
+      constexpr int L = decltype(lanes)::value;
+      if (a.rows_per_warp == 1) launch(attn_kernel<T, L, 1>);
+      else if (a.rows_per_warp == 2) launch(attn_kernel<T, L, 2>);
+      else launch(attn_kernel<T, L, 4>);
+    };
+    if (a.D <= 32) by_rows(std::integral_constant<int, 1>{});
+    else if (a.D <= 64) by_rows(std::integral_constant<int, 2>{});
+    else if (a.D <= 128) by_rows(std::integral_constant<int, 4>{});
+    else by_rows(std::integral_constant<int, 8>{});
   });
   ONYX_CUDA_CHECK_LAUNCH("Attention");
 }
