@@ -357,6 +357,9 @@ void contrib(std::vector<Case>& v) {
   // Decode: 8 query heads on 2 KV heads, 300 keys (split across blocks), an additive mask [B, 1, 1, T].
   attn("decode_gqa_split_mask", {X({2, 8, 1, 64}), X({2, 2, 300, 64}), X({2, 2, 300, 64}), Uni({2, 1, 1, 300}, -4, 0)},
        {attr_float("scale", 0.125f)});
+  // A long past at batch 1: 2 KV heads x 2000 keys, split 16 ways (a cluster past 8 blocks).
+  attn("decode_long_split16", {X({1, 4, 1, 64}), X({1, 2, 2000, 64}), X({1, 2, 2000, 64}), Uni({1, 1, 1, 2000}, -3, 0)},
+       {attr_float("scale", 0.125f)});
   // A prompt chunk: 5 queries, head size 80, no mask, the default scale, one KV head for 4 query heads.
   attn("chunk_h80_default_scale", {X({1, 4, 5, 80}), X({1, 1, 37, 80}), X({1, 1, 37, 80})}, {});
   // Many rows per block (64 queries x 2 heads), a bool mask [L, T] broadcast over batch and heads,

@@ -907,7 +907,7 @@ std::string gbq_support(const Node& node, const std::vector<ValueType>& in) {
 // 128 threads load into shared memory once (in float); each warp takes rows, a lane a key for
 // the scores and a feature for the values, with an online softmax in float. When the grid would
 // not fill the GPU (decode: a few rows per KV head), the keys are split across the blocks of a
-// cluster (up to 8), whose first block merges the others' partial (max, sum, values) per row
+// cluster (up to 16), whose first block merges the others' partial (max, sum, values) per row
 // from their shared memory.
 namespace cg = cooperative_groups;
 
@@ -1199,11 +1199,11 @@ void run_attention(KernelContext& ctx, CudaContext& cu) {
   ONYX_CHECK(tiles * 64 <= INT32_MAX && a.Hkv <= 65535 && a.B <= 65535, "Attention on CUDA: ", a.B, " x ", a.Hkv,
              " x ", tiles, " blocks exceed a grid");
   a.tiles = static_cast<int>(tiles);
-  // Split the keys (a cluster of at most 8 blocks per tile) when the grid would leave SMs
+  // Split the keys (a cluster of at most 16 blocks per tile) when the grid would leave SMs
   // idle; at least 64 keys per split.
   const int64_t blocks = tiles * a.Hkv * a.B, want = 2 * static_cast<int64_t>(sm_count(cu.device));
   int64_t splits = 1;
-  if (blocks < want && a.S > 64) splits = std::min<int64_t>({8, (want + blocks - 1) / blocks, (a.S + 63) / 64});
+  if (blocks < want && a.S > 64) splits = std::min<int64_t>({16, (want + blocks - 1) / blocks, (a.S + 63) / 64});
   a.chunk = (a.S + splits - 1) / splits;
   a.chunk = (a.chunk + kAttnKeys - 1) / kAttnKeys * kAttnKeys;
   a.splits = static_cast<int>(std::max<int64_t>(1, (a.S + a.chunk - 1) / std::max<int64_t>(1, a.chunk)));
@@ -1213,6 +1213,8 @@ void run_attention(KernelContext& ctx, CudaContext& cu) {
     auto launch = [&](auto kernel) {
       if (smem > 48 * 1024)
         ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      if (a.splits > 8)  // clusters past 8 blocks (Hopper takes 16)
+        ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
       cudaLaunchConfig_t cfg{};
       cfg.gridDim = dim3(static_cast<unsigned>(tiles * a.splits), static_cast<unsigned>(a.Hkv), static_cast<unsigned>(a.B));
       cfg.blockDim = dim3(kAttnWarps * 32);
