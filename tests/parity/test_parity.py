@@ -228,3 +228,26 @@ def test_fused_rotary_half_uneven_split(run_onyx, tmp_path):
     assert ops.get("onyx::RotaryHalf") == 1 and not {"Slice", "Neg", "Concat", "Mul", "Add"} & set(ops), ops
     feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in (("x", (2, 3, 12)), ("cos", (3, 12)), ("sin", (3, 12)))}
     run_and_compare(path, feeds, run_onyx, tmp_path, label=f"rotary split 5 of 12 (seed {seed})")
+
+
+def test_attention_weights_read_elsewhere_are_not_fused(models_dir, run_onyx, tmp_path):
+    """The Llama layer with its attention probabilities also a graph output (as an export with
+    output_attentions): the attention chain must stay as it is (its Softmax is needed), and the
+    outputs, the probabilities among them, equal onnxruntime's."""
+    import json
+    import onnx
+    rng, seed = fresh_rng()
+    m = onnx.load(str(models_dir / "llama_layer.onnx"))
+    softmax = [n for n in m.graph.node if n.op_type == "Softmax"]
+    assert len(softmax) == gen_models.LLAMA["layers"]
+    m.graph.output.append(onnx.helper.make_empty_tensor_value_info(softmax[0].output[0]))
+    path = tmp_path / "llama_probs.onnx"
+    onnx.save(m, str(path))
+    proc = run_onyx("run", path, "--fuse-attention", "on", "--json", "--dim", "batch=2", "--dim", "sequence=3",
+                    "--dim", "past_sequence=4", "--dim", "total_sequence=7")
+    assert proc.returncode == 0, proc.stderr
+    ops = json.loads(proc.stdout)["ops"]
+    layers = gen_models.LLAMA["layers"]
+    assert ops.get("Softmax") == 1 and ops.get("Attention") == layers - 1, ops
+    run_and_compare(path, llama_inputs(rng, 5), run_onyx, tmp_path, extra_args=("--fuse-attention", "on"),
+                    label=f"llama with probabilities out (seed {seed})")
