@@ -123,7 +123,7 @@ class Model:
     def components(self):
         """A pipeline's components, each a dict: name, weight_bytes, arena_bytes (the largest
         arena its runs planned), arena_lower_bound (the bytes live at that plan's busiest step),
-        kv_bytes (the KV cache it holds now). Empty for a decoder-only model."""
+        arena_no_reuse (its intermediates, each in bytes of its own), kv_bytes (the KV cache it holds now). Empty for a decoder-only model."""
         return self._m.components()
 
     def generate(self, prompt, max_new_tokens=128, add_special_tokens=True, **search):

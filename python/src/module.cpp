@@ -794,6 +794,7 @@ NB_MODULE(_onyx, m) {
             d["weight_bytes"] = c.weight_bytes;
             d["arena_bytes"] = c.arena_bytes;
             d["arena_lower_bound"] = c.arena_lower_bound;
+            d["arena_no_reuse"] = c.arena_no_reuse;
             d["kv_bytes"] = c.kv_bytes;
             l.append(d);
           }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <unordered_map>
 
 #include "genai/language_model.h"
 #include "genai/language_model_parts.h"
@@ -24,7 +25,41 @@ Tensor int64_tensor(Shape shape, int64_t fill) {
   return t;
 }
 
-size_t initializer_bytes(const std::string& path) { return static_cast<size_t>(inspect_model(path).summary.initializer_bytes); }
+size_t graph_weight_bytes(const Graph& g) {
+  size_t n = 0;
+  for (const auto& [id, t] : g.initializers) n += t.bytes();
+  return n;
+}
+
+// The split decoder's two files carry the same weights (under names of their own). The steps'
+// graph takes the first run's tensor of each weight they share (same type, shape and bytes): one copy on the host, and one
+// upload to the device (uploads are shared by host address). What is its own it clones, so that
+// nothing borrows from its file's parsed bytes and they go. Returns the bytes shared.
+size_t share_weights(const Graph& from, Graph& to) {
+  auto key = [](const Tensor& t) {
+    return cat(dtype_name(t.dtype()), t.shape().str(), "/",
+               std::hash<std::string_view>{}(std::string_view(static_cast<const char*>(t.raw()), t.bytes())));
+  };
+  std::unordered_multimap<std::string, const Tensor*> by_content;
+  for (const auto& [id, t] : from.initializers)
+    if (t.dtype() != DType::kString && t.bytes() > 0) by_content.emplace(key(t), &t);
+  size_t shared = 0;
+  for (auto& [id, t] : to.initializers) {
+    const Tensor* same = nullptr;
+    if (t.dtype() != DType::kString && t.bytes() > 0) {
+      auto [lo, hi] = by_content.equal_range(key(t));
+      for (auto it = lo; it != hi && !same; ++it)
+        if (std::memcmp(it->second->raw(), t.raw(), t.bytes()) == 0) same = it->second;
+    }
+    if (same) {
+      t = *same;
+      shared += t.bytes();
+    } else {
+      t = t.clone();
+    }
+  }
+  return shared;
+}
 
 }  // namespace
 
@@ -35,8 +70,10 @@ struct EncoderDecoderModel::Runner {
   std::map<std::string, size_t> inputs, outputs;
   ComponentUse* use = nullptr;
 
-  Runner(Graph& g, const SessionOptions& o, const PipelineMemory::Component& c, ComponentUse* u)
-      : graph(&g), exec(std::make_unique<GraphExecutor>(g, OpRegistry::global(), c.host, o, c.backend_or_null())),
+  Runner(Graph& g, const SessionOptions& o, const PipelineMemory::Component& c, ComponentUse* u,
+         std::shared_ptr<DeviceWeights> weights = nullptr)
+      : graph(&g),
+        exec(std::make_unique<GraphExecutor>(g, OpRegistry::global(), c.host, o, c.backend_or_null(), std::move(weights))),
         use(u) {
     for (size_t i = 0; i < g.inputs.size(); ++i) inputs[g.values[g.inputs[i]].name] = i;
     for (size_t i = 0; i < g.outputs.size(); ++i) outputs[g.values[g.outputs[i]].name] = i;
@@ -83,6 +120,7 @@ struct EncoderDecoderModel::Runner {
     if (arena.bytes >= use->arena_bytes) {
       use->arena_bytes = arena.bytes;
       use->arena_lower_bound = arena.lower_bound_bytes;
+      use->arena_no_reuse = arena.no_reuse_bytes;
     }
     return out;
   }
@@ -100,43 +138,49 @@ struct EncoderDecoderModel::Batch {
 EncoderDecoderModel::EncoderDecoderModel(const std::string& dir, const SessionOptions& options) : options_(options) {
   folder_ = load_encoder_decoder_folder(dir);
   with_context(cat("loading the encoder-decoder pipeline '", dir, "'"), [&] {
-    // One device for every component, decided here once (L8).
+    // One device for every component, decided here once (L8), before any file is read.
     const Device device = resolve_device(options.device);
-    const size_t encoder_weights = initializer_bytes(folder_.encoder_path);
-    const size_t decoder_weights =
-        initializer_bytes(folder_.first_path) + (folder_.merged ? 0 : initializer_bytes(folder_.step_path));
-    memory_ = std::make_unique<PipelineMemory>(device, options);
-    memory_->admit({{"encoder", encoder_weights}, {"decoder", decoder_weights}});
-    encoder_use_ = {"encoder", encoder_weights};
-    decoder_use_ = {"decoder", decoder_weights};
     auto load = [&](const std::string& path, bool sampler) {
-      onyx::Model m = load_model(path);
-      if (options.fold_constants) fold_constants(*m.graph, OpRegistry::global());
-      if (options.fuse_patterns) fuse_patterns(*m.graph);
-      if (sampler) append_sampler(*m.graph, folder_.decoder.logits);
-      return m;
+      return with_context(std::filesystem::path(path).filename().string(), [&] {
+        onyx::Model m = load_model(path);
+        if (options.fold_constants) fold_constants(*m.graph, OpRegistry::global());
+        if (options.fuse_patterns) fuse_patterns(*m.graph);
+        if (sampler) append_sampler(*m.graph, folder_.decoder.logits);
+        return m;
+      });
     };
-    // Each component runs eagerly (a step's shapes grow with the cache); the encoder keeps the
-    // plan (and arena) of one prompt shape, the decoder those of its last two.
+    // Every graph is read (on the host) and the weights the split decoder's two files share
+    // are found, before anything is placed: the budget is checked against what will be held.
+    encoder_model_ = load(folder_.encoder_path, false);
+    first_model_ = load(folder_.first_path, true);
+    encoder_use_ = {"encoder", graph_weight_bytes(*encoder_model_.graph)};
+    decoder_use_ = {"decoder", graph_weight_bytes(*first_model_.graph)};
+    if (!folder_.merged) {
+      step_model_ = load(folder_.step_path, true);
+      decoder_use_.weight_bytes +=
+          graph_weight_bytes(*step_model_.graph) - share_weights(*first_model_.graph, *step_model_.graph);
+    }
+    memory_ = std::make_unique<PipelineMemory>(device, options);
+    memory_->admit({{"encoder", encoder_use_.weight_bytes}, {"decoder", decoder_use_.weight_bytes}});
+    // Each component runs eagerly (a step's shapes grow with the cache); the encoder's plan and
+    // arena go after each run, the decoder keeps those of its last two step shapes.
     SessionOptions enc = options, dec = options;
     enc.capture = dec.capture = CaptureMode::kOff;
     enc.plan_cache_capacity = 1;
     dec.plan_cache_capacity = 2;
-    PipelineMemory::Component& ec = memory_->add("encoder", encoder_weights);
+    PipelineMemory::Component& ec = memory_->add("encoder", encoder_use_.weight_bytes);
     with_context("encoder_model.onnx", [&] {
-      encoder_model_ = load(folder_.encoder_path, false);
       encoder_ = std::make_unique<Runner>(*encoder_model_.graph, enc, ec, &encoder_use_);
     });
-    PipelineMemory::Component& dc = memory_->add("decoder", decoder_weights);
+    PipelineMemory::Component& dc = memory_->add("decoder", decoder_use_.weight_bytes);
     kv_pool_ = memory_->pool("decoder kv cache");
+    auto weights = std::make_shared<DeviceWeights>();  // the two decoder graphs' uploads, shared
     with_context(std::filesystem::path(folder_.first_path).filename().string(), [&] {
-      first_model_ = load(folder_.first_path, true);
-      first_ = std::make_unique<Runner>(*first_model_.graph, dec, dc, &decoder_use_);
+      first_ = std::make_unique<Runner>(*first_model_.graph, dec, dc, &decoder_use_, weights);
     });
     if (!folder_.merged)
       with_context(std::filesystem::path(folder_.step_path).filename().string(), [&] {
-        step_model_ = load(folder_.step_path, true);
-        step_ = std::make_unique<Runner>(*step_model_.graph, dec, dc, &decoder_use_);
+        step_ = std::make_unique<Runner>(*step_model_.graph, dec, dc, &decoder_use_, weights);
       });
   });
 }
@@ -198,6 +242,8 @@ Next EncoderDecoderModel::start(const std::vector<std::vector<int64_t>>& prompts
     Feeds f{{folder_.encoder_input, ids}};
     if (!folder_.encoder_mask.empty()) f.emplace_back(folder_.encoder_mask, bt.encoder_mask);
     bt.hidden = encoder_->run(f, {}, {}, memory_->backend())[encoder_->output(folder_.encoder_output)];
+    // The encoder runs once a request: its arena goes back now, before the decoder's steps.
+    encoder_->exec->release_plans();
   });
   Next next = with_context("the decoder's first run", [&] {
     return run_decoder(*first_, true, int64_tensor(Shape{B, 1}, folder_.decoder_start_id), draw);
@@ -349,10 +395,12 @@ std::vector<ComponentUse> EncoderDecoderModel::component_use() const {
 
 std::string EncoderDecoderModel::memory_report() const {
   std::string s = cat("holders of ", memory_->device().str(), "'s governor:\n", memory_->report());
-  s += "per component (the arena is the largest planned by its runs, against the bytes live at its busiest step):\n";
+  s += "per component (the arena is the largest planned by its runs, against the bytes live at its busiest step "
+       "and the bytes of all its intermediates):\n";
   for (const ComponentUse& c : component_use()) {
     s += cat("  ", c.name, ": weights ", format_bytes(c.weight_bytes), ", arena ", format_bytes(c.arena_bytes),
-             " (live-set lower bound ", format_bytes(c.arena_lower_bound), ")");
+             " (live-set lower bound ", format_bytes(c.arena_lower_bound), ", all intermediates ",
+             format_bytes(c.arena_no_reuse), ")");
     if (c.name == "decoder") s += cat(", kv cache ", format_bytes(c.kv_bytes), " (self- and cross-attention)");
     s += "\n";
   }

@@ -1,6 +1,6 @@
 // An encoder-decoder pipeline loaded to generate (T5, BART, as Optimum exports them). A
 // request runs the encoder once over its prompt (planned memory: one arena at fixed offsets,
-// sized to the live set), then the decoder from its start token: the first run computes every
+// sized to the live set, given back once the encoder has run), then the decoder from its start token: the first run computes every
 // layer's cross-attention keys and values from the encoder's output, which the request keeps
 // and feeds to each step beside the self-attention cache, which grows by one position a step
 // (the exported decoders compute positions from the past's length, so the cache is the
@@ -26,7 +26,9 @@ namespace onyx::genai {
 struct ComponentUse {
   std::string name;
   size_t weight_bytes = 0;
-  size_t arena_bytes = 0, arena_lower_bound = 0;  // the last run's plan (the largest of its runs)
+  // The largest arena its runs planned, that plan's live-set lower bound (the bytes live at its
+  // busiest step) and what its intermediates would take each in bytes of its own.
+  size_t arena_bytes = 0, arena_lower_bound = 0, arena_no_reuse = 0;
   size_t kv_bytes = 0;                            // KV cache held now (self- and cross-attention)
 };
 

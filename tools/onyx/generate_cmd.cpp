@@ -322,6 +322,7 @@ int cmd_generate(const std::vector<std::string>& args) {
         for (const auto& c : p->component_use())
           out["components"].push_back({{"name", c.name}, {"weight_bytes", c.weight_bytes},
                                        {"arena_bytes", c.arena_bytes}, {"arena_lower_bound", c.arena_lower_bound},
+                                       {"arena_no_reuse", c.arena_no_reuse},
                                        {"kv_bytes", c.kv_bytes}});
       }
     }
