@@ -394,7 +394,9 @@ std::vector<ComponentUse> EncoderDecoderModel::component_use() const {
 }
 
 std::string EncoderDecoderModel::memory_report() const {
-  std::string s = cat("holders of ", memory_->device().str(), "'s governor:\n", memory_->report());
+  std::string s = cat("holders of ", memory_->device().str(), "'s governor:\n", memory_->report(),
+                      "most leased at once: ", format_bytes(memory_->governor().peak_leased()), " (",
+                      memory_->governor().peak_leased(), " B)\n");
   s += "per component (the arena is the largest planned by its runs, against the bytes live at its busiest step "
        "and the bytes of all its intermediates):\n";
   for (const ComponentUse& c : component_use()) {
