@@ -161,7 +161,7 @@ def main():
           "| onnxruntime RSS after load | onnxruntime's run: peak RSS past load | onnxruntime peak RSS | same tokens |")
     print("|---|---|---|---|---|---|---|---|")
     for n, comps, onyx_peak, ort_out, same, report in rows:
-        held = {m.group(1): int(m.group(2)) for m in re.finditer(r"^  ([a-z ]+): [^(]*\((\d+) B\)", report, re.M)}
+        held = {m.group(1): int(m.group(2)) for m in re.finditer(r"^  ([a-z ]+): [^(\n]*\((\d+) B\)", report, re.M)}
         weights = sum(b for h, b in held.items() if h.endswith("weights"))
         most = int(re.search(r"most leased at once: [^(]*\((\d+) B\)", report).group(1))
         rest = most - weights

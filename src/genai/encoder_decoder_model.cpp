@@ -174,6 +174,7 @@ EncoderDecoderModel::EncoderDecoderModel(const std::string& dir, const SessionOp
     });
     PipelineMemory::Component& dc = memory_->add("decoder", decoder_use_.weight_bytes);
     kv_pool_ = memory_->pool("decoder kv cache");
+    decoder_values_ = dc.backend ? &dc.backend->allocator() : dc.host.get();
     auto weights = std::make_shared<DeviceWeights>();  // the two decoder graphs' uploads, shared
     with_context(std::filesystem::path(folder_.first_path).filename().string(), [&] {
       first_ = std::make_unique<Runner>(*first_model_.graph, dec, dc, &decoder_use_, weights);
@@ -338,6 +339,7 @@ Tensor EncoderDecoderModel::take_rows(const Tensor& t, const std::vector<size_t>
   Backend* backend = memory_->backend();
   Allocator& a = alloc ? *alloc : t.on_host() ? static_cast<Allocator&>(cpu_allocator()) : backend->allocator();
   Tensor out(t.dtype(), s, a);
+  ONYX_ASSERT(out.on_host() == t.on_host(), "take_rows: ", t.type_str(), " into memory of another device");
   const size_t row_bytes = t.bytes() / static_cast<size_t>(t.shape()[0]);
   for (size_t i = 0; i < rows.size(); ++i) {
     char* dst = static_cast<char*>(out.raw()) + i * row_bytes;
@@ -358,8 +360,8 @@ void EncoderDecoderModel::keep(const std::vector<size_t>& keep) {
   while (size < static_cast<int64_t>(keep.size())) size *= 2;
   std::vector<size_t> rows(keep.begin(), keep.end());
   rows.resize(size, keep[0]);
-  bt.encoder_mask = take_rows(bt.encoder_mask, rows);
-  bt.hidden = take_rows(bt.hidden, rows);
+  bt.encoder_mask = take_rows(bt.encoder_mask, rows);  // the host's: fed as a feed
+  bt.hidden = take_rows(bt.hidden, rows, decoder_values_);  // read by the merged decoder's steps
   for (Tensor& t : bt.cross) t = take_rows(t, rows, kv_pool_.get());
   for (Tensor& t : bt.past) t = take_rows(t, rows, kv_pool_.get());
   bt.size = size;

@@ -71,6 +71,7 @@ class EncoderDecoderModel : public TokenModel {
   SessionOptions options_;
   std::unique_ptr<PipelineMemory> memory_;
   std::shared_ptr<Allocator> kv_pool_;  // "decoder kv cache": the presents are written there
+  Allocator* decoder_values_ = nullptr;   // "decoder values", where the decoder's other tensors live
   std::unique_ptr<Tokenizer> tokenizer_;
   onyx::Model encoder_model_, first_model_, step_model_;
   std::unique_ptr<Runner> encoder_, first_, step_;
