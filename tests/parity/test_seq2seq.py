@@ -18,6 +18,8 @@ reference_logits.npy).
   test_budget_refused         a budget below the weights is refused at load, naming the components
   test_cuda_on_cpu_build      --device cuda:0 on a CPU-only build fails with the device error
   test_python                 onyx.genai.Model on a pipeline folder streams the same tokens
+  test_folder_errors          folders onyx cannot use, and ids outside the vocabulary, are errors naming them
+  test_forced_bos             forced_bos_token_id: the first token forced, the next as onnxruntime makes it
 """
 
 import json
@@ -297,3 +299,31 @@ def test_folder_errors(run_onyx, tmp_path):
     # A token id outside the vocabulary: the request is refused, naming it.
     r = run_onyx("generate", src, "--prompt-ids", "5 100000 1")
     assert r.returncode != 0 and "token id 100000 is outside the vocabulary" in r.stderr, r.stderr
+
+
+def test_forced_bos(run_onyx, tmp_path):
+    """forced_bos_token_id (BART's summarisers set it): the first generated token is that id, and
+    the decoder goes on from it (its second token is what the decoder makes from [start, id])."""
+    import shutil
+    src = FIXTURES_DIR / "bart-optimum"
+    d = tmp_path / "forced"
+    shutil.copytree(src, d)
+    forced = 42
+    j = json.loads((d / "generation_config.json").read_text())
+    j["forced_bos_token_id"] = forced
+    (d / "generation_config.json").write_text(json.dumps(j))
+    case = reference("bart-optimum")["cases"][2]
+    out = generate_json(run_onyx, d, "--prompt-ids", ids_arg(case["prompt_ids"]), "--greedy", "--max-new-tokens", 4)
+    assert out["generated_ids"][0] == forced and out["generated_ids"][0] != case["generated_ids"][0]
+    assert len(out["generated_ids"]) == 4
+    # The second token, by onnxruntime: decoder_model.onnx over [start, forced] at once.
+    import onnxruntime as ort
+    ids = np.array([case["prompt_ids"]], np.int64)
+    mask = np.ones_like(ids)
+    hidden = ort.InferenceSession(str(src / "encoder_model.onnx")).run(
+        None, {"input_ids": ids, "attention_mask": mask})[0]
+    dec = ort.InferenceSession(str(src / "decoder_model.onnx"))
+    start = reference("bart-optimum")["decoder_start_token_id"]
+    logits = dec.run(["logits"], {"input_ids": np.array([[start, forced]], np.int64),
+                                  "encoder_attention_mask": mask, "encoder_hidden_states": hidden})[0]
+    assert out["generated_ids"][1] == int(logits[0, -1].argmax())
