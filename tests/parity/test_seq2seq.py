@@ -6,8 +6,8 @@ reference_logits.npy).
   test_greedy_tokens          `onyx generate DIR --prompt-ids ... --json`: the greedy tokens
                               equal transformers', for every prompt, on every fixture
   test_text_prompt            `--prompt TEXT`: onyx's tokenizer gives the encoder transformers' ids
-  test_logits                 onyx.genai's Generator with logits: the first steps' logits equal
-                              transformers' (float32 tolerance)
+  test_logits                 `--logits-out FILE`: the first steps' logits equal transformers'
+                              (within 1e-4 of the largest)
   test_batch                  a batch of prompts of different lengths (the encoder's rows padded
                               and masked): each row equals transformers' batched generate
   test_repetition_penalty     greedy with repetition_penalty 1.3: the penalty reads the decoder's
@@ -15,9 +15,11 @@ reference_logits.npy).
   test_sampling               top_k 1 sampling equals greedy; a seed reproduces a sampled run
   test_memory_report          --memory-report lists each component's weights, arena and KV cache,
                               leased under its own name in one governor
-  test_budget_refused         a budget below the weights is refused at load, naming the components
-  test_cuda_on_cpu_build      --device cuda:0 on a CPU-only build fails with the device error
-  test_python                 onyx.genai.Model on a pipeline folder streams the same tokens
+  test_budget_refused         a budget below the weights is refused at load, naming the components;
+                              one that admits them, by the governor when the encoder's arena asks
+  test_cuda_on_cpu_build      --device cuda:0 where it cannot be had fails with the device error
+  test_python                 onyx.genai.Model on a pipeline folder: text, tokens, logits,
+                              components, and onnxruntime-genai's Generator loop
   test_folder_errors          folders onyx cannot use, and ids outside the vocabulary, are errors naming them
   test_forced_bos             forced_bos_token_id: the first token forced, the next as onnxruntime makes it
 """
