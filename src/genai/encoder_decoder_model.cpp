@@ -144,7 +144,8 @@ EncoderDecoderModel::EncoderDecoderModel(const std::string& dir, const SessionOp
       return with_context(std::filesystem::path(path).filename().string(), [&] {
         onyx::Model m = load_model(path);
         if (options.fold_constants) fold_constants(*m.graph, OpRegistry::global());
-        if (options.fuse_patterns) fuse_patterns(*m.graph);
+        if (options.fuse_patterns)
+          fuse_patterns(*m.graph, FuseOptions{options.fuse_attention.value_or(!device.is_cpu())});
         if (sampler) append_sampler(*m.graph, folder_.decoder.logits);
         return m;
       });

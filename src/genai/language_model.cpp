@@ -113,7 +113,8 @@ LanguageModel::LanguageModel(const std::string& dir, const SessionOptions& optio
     kv_pool_ = backend_ ? backend_->make_pool("kv cache") : host_;
     model_ = load_model(folder_.decoder_path);
     if (options.fold_constants) fold_constants(*model_.graph, OpRegistry::global());
-    if (options.fuse_patterns) fuse_patterns(*model_.graph);
+    if (options.fuse_patterns)
+      fuse_patterns(*model_.graph, FuseOptions{options.fuse_attention.value_or(!device_.is_cpu())});
     append_sampler(*model_.graph, folder_.logits);
     weights_ = std::make_shared<DeviceWeights>();
     SessionOptions prompt_options = options;
