@@ -92,13 +92,20 @@ PipelineMemory::~PipelineMemory() {
   components_.clear();  // their pools return to the governor before the backend goes
 }
 
+// A device pool leases from its governor in whole blocks (backends/cuda/device_allocator.h's
+// default block): a component's weights take their size rounded up to it.
+constexpr size_t kDevicePoolBlockBytes = 64ull << 20;
+
 void PipelineMemory::admit(const std::vector<std::pair<std::string, size_t>>& weights) const {
   size_t need = 0;
-  for (const auto& [name, bytes] : weights) need += bytes;
+  for (const auto& [name, bytes] : weights)
+    need += backend_ ? (bytes + kDevicePoolBlockBytes - 1) / kDevicePoolBlockBytes * kDevicePoolBlockBytes : bytes;
   const size_t budget = governor_->budget(), held = governor_->leased();
   if (held + need <= budget) return;
   std::string table;
-  for (const auto& [name, bytes] : weights) table += cat("  ", name, " weights: ", format_bytes(bytes), " (", bytes, " B)\n");
+  for (const auto& [name, bytes] : weights)
+    table += cat("  ", name, " weights: ", format_bytes(bytes), " (", bytes, " B", backend_ ? ", leased in 64 MiB blocks" : "",
+                 ")\n");
   throw Error(cat("the pipeline does not fit the memory budget of ", device_.str(), ": its weights need ",
                   format_bytes(need), " and ", format_bytes(budget > held ? budget - held : 0),
                   " is left; nothing was placed. The components:\n", table, "held on ", device_.str(), " already:\n",

@@ -199,13 +199,14 @@ std::string index_str(const Shape& s, int64_t flat) {
 
 // Compares output `o`. `ambiguous` collects integer elements whose poison (-1)
 // equals the reference, which a second run with another poison must settle.
-void compare(const std::string& what, const Tensor& ref, const Tensor& got, double f32_tol, bool* ambiguous) {
+void compare(const std::string& what, const Tensor& ref, const Tensor& got, double f32_tol, double f16_tol,
+             bool* ambiguous) {
   ASSERT_EQ(dtype_name(ref.dtype()), dtype_name(got.dtype())) << what << ": dtype";
   ASSERT_EQ(ref.shape().str(), got.shape().str()) << what << ": shape";
   const int64_t n = ref.numel();
   int64_t unwritten = 0, first_unwritten = -1;
   if (is_float(ref.dtype())) {
-    const double tol = ref.dtype() == DType::kFloat32 ? f32_tol : 1e-2;
+    const double tol = ref.dtype() == DType::kFloat32 ? f32_tol : f16_tol;
     double max_ref = 0, max_err = 0;
     int64_t worst = -1, bad_special = 0, first_special = -1;
     for (int64_t i = 0; i < n; ++i) {
@@ -359,14 +360,15 @@ void run_case(const TestCase& tc) {
   ASSERT_EQ(run.outputs.size(), ref.size());
   bool ambiguous = false;
   for (size_t o = 0; o < ref.size(); ++o)
-    compare(cat("output ", o, " (", ref[o].type_str(), ")"), ref[o], run.outputs[o], tc.c.f32_tol, &ambiguous);
+    compare(cat("output ", o, " (", ref[o].type_str(), ")"), ref[o], run.outputs[o], tc.c.f32_tol, tc.c.f16_tol,
+            &ambiguous);
   if (ambiguous) {
     // Integer -1 is also the 0xFF poison: rerun poisoned with zeros to prove those were written.
     GpuRun again = run_gpu(node, *kernel, host_in, dev_in, 0x00);
     ASSERT_TRUE(again.error.empty()) << again.error;
     for (size_t o = 0; o < ref.size(); ++o)
       compare(cat("output ", o, " (", ref[o].type_str(), ", zero-poisoned rerun)"), ref[o], again.outputs[o],
-              tc.c.f32_tol, nullptr);
+              tc.c.f32_tol, tc.c.f16_tol, nullptr);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/gemm.h"
 #include "onyx/error.h"
 
 namespace onyx::cuda {
@@ -419,6 +420,28 @@ std::string gemm_supports(const Node& node, const std::vector<ValueType>& in) {
 }
 
 }  // namespace
+
+void strided_gemm(const StridedGemm& s, CudaContext& cu, const std::string& where) {
+  GemmCall g;
+  g.dtype = s.dtype;
+  g.ta = s.ta;
+  g.tb = s.tb;
+  g.m = s.m;
+  g.n = s.n;
+  g.k = s.k;
+  g.lda = s.lda;
+  g.ldb = s.ldb;
+  g.ldd = s.ldd;
+  g.batch = s.batch;
+  g.stride_a = s.stride_a;
+  g.stride_b = s.stride_b;
+  g.stride_d = s.stride_d;
+  g.alpha = s.alpha;
+  g.a = s.a;
+  g.b = s.b;
+  g.d = s.d;
+  run_gemm(g, cu, where);
+}
 
 void register_matmul_kernels(CudaKernelRegistry& r) {
   r.add(onnx_kernel("MatMul", 1, matmul_run,

@@ -18,6 +18,7 @@
 #include <cooperative_groups.h>
 
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
 #include "backends/cuda/kernels/common/reduce.cuh"
@@ -1138,6 +1139,104 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(AttnArgs a) {
   cluster.sync();  // the others' shared memory stays until the first block has read it
 }
 
+// Long prompts: the scores of a chunk of query rows for every (batch row, KV head) as one
+// strided-batched product (a KV head's query group is G * L consecutive rows of Q), the softmax
+// in place (one block per row: scale and mask in float, the scores and probabilities in T, as
+// the unfused graph rounds them), then the values' product into Y. The chunk's scores live in
+// the workspace, past the part given to cuBLASLt.
+constexpr int64_t kAttnGemmRows = 128;            // from this many rows per KV head (G * L)
+constexpr size_t kAttnLtWorkspace = 8ull << 20;   // of the 32 MiB workspace: cuBLASLt's
+
+template <class T>
+__global__ void attn_softmax_rows_kernel(T* __restrict__ p, AttnArgs a, int64_t r0, int64_t rc) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;  // over batch * Hkv * rc
+  const int64_t bk = row / rc, r = r0 + row % rc, kvh = bk % a.Hkv, b = bk / a.Hkv;
+  const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
+  T* s = p + row * a.S;
+  auto score = [&](int64_t j) {
+    float v = to_compute(s[j]) * a.scale;
+    if (j >= a.mask_len) return -INFINITY;
+    if (a.mask) {
+      const int64_t mi = b * a.mstride[0] + h * a.mstride[1] + l * a.mstride[2] + j * a.mstride[3];
+      if (a.mask_bool) v = static_cast<const bool*>(a.mask)[mi] ? v : -INFINITY;
+      else v += to_compute(static_cast<const T*>(a.mask)[mi]);
+    }
+    return v;
+  };
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < a.S; j += blockDim.x) mx = fmaxf(mx, score(j));
+  mx = block_reduce(mx, [](float x, float y) { return fmaxf(x, y); }, scratch);
+  float sum = 0.f;
+  for (int64_t j = threadIdx.x; j < a.S; j += blockDim.x) {
+    const float v = score(j);
+    sum += mx == -INFINITY || v == -INFINITY ? 0.f : __expf(v - mx);
+  }
+  sum = block_reduce(sum, [](float x, float y) { return x + y; }, scratch);
+  const float inv = sum > 0.f ? 1.f / sum : 0.f;
+  for (int64_t j = threadIdx.x; j < a.S; j += blockDim.x) {
+    const float v = score(j);
+    s[j] = from_compute<T>(mx == -INFINITY || v == -INFINITY ? 0.f : __expf(v - mx) * inv);
+  }
+}
+
+// false when the chunk of scores would not fit (then the direct kernel runs).
+bool attention_by_gemm(const AttnArgs& a, DType dt, CudaContext& cu) {
+  const size_t es = dtype_size(dt);
+  if (cu.workspace_bytes <= kAttnLtWorkspace) return false;
+  const size_t room = cu.workspace_bytes - kAttnLtWorkspace;
+  const int64_t per_row = a.B * a.Hkv * a.S * static_cast<int64_t>(es);
+  if (per_row <= 0 || static_cast<size_t>(per_row) > room) return false;
+  const int64_t rc = std::min<int64_t>(a.R, static_cast<int64_t>(room / static_cast<size_t>(per_row)));
+  void* scores = static_cast<char*>(cu.workspace) + kAttnLtWorkspace;
+  CudaContext lt = cu;
+  lt.workspace_bytes = kAttnLtWorkspace;
+  const int64_t batch = a.B * a.Hkv, D = a.D;
+  for (int64_t r0 = 0; r0 < a.R; r0 += rc) {
+    const int64_t n = std::min(rc, a.R - r0);
+    StridedGemm qk;  // scores[bk][r][j] = Q[bk][r0 + r] . K[bk][j]
+    qk.dtype = dt;
+    qk.tb = true;
+    qk.m = n;
+    qk.n = a.S;
+    qk.k = D;
+    qk.lda = D;
+    qk.ldb = D;
+    qk.ldd = a.S;
+    qk.batch = batch;
+    qk.stride_a = a.R * D;
+    qk.stride_b = a.S * D;
+    qk.stride_d = n * a.S;
+    qk.a = static_cast<const char*>(a.q) + static_cast<size_t>(r0 * D) * es;
+    qk.b = a.k;
+    qk.d = scores;
+    strided_gemm(qk, lt, "Attention's scores");
+    dispatch_float(dt, "Attention", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      attn_softmax_rows_kernel<T><<<static_cast<unsigned>(batch * n), 256, 0, cu.stream>>>(static_cast<T*>(scores), a,
+                                                                                        r0, n);
+    });
+    ONYX_CUDA_CHECK_LAUNCH("Attention (softmax)");
+    StridedGemm pv;  // Y[bk][r0 + r] = P[bk][r] . V[bk]
+    pv.dtype = dt;
+    pv.m = n;
+    pv.n = D;
+    pv.k = a.S;
+    pv.lda = a.S;
+    pv.ldb = D;
+    pv.ldd = D;
+    pv.batch = batch;
+    pv.stride_a = n * a.S;
+    pv.stride_b = a.S * D;
+    pv.stride_d = a.R * D;
+    pv.a = scores;
+    pv.b = a.v;
+    pv.d = static_cast<char*>(a.y) + static_cast<size_t>(r0 * D) * es;
+    strided_gemm(pv, lt, "Attention's values");
+  }
+  return true;
+}
+
 void run_attention(KernelContext& ctx, CudaContext& cu) {
   const Tensor& q = ctx.input(0);
   const Tensor& k = ctx.input(1);
@@ -1192,6 +1291,7 @@ void run_attention(KernelContext& ctx, CudaContext& cu) {
   a.scale = static_cast<float>(ctx.has_attr("scale") ? ctx.attr_float("scale", 1.f)
                                                     : 1.0 / std::sqrt(static_cast<double>(a.D)));
   if (a.B == 0 || a.Hq == 0 || a.L == 0) return;
+  if (a.R >= kAttnGemmRows && a.S >= 64 && attention_by_gemm(a, q.dtype(), cu)) return;
   const int64_t per_warp = (a.R + kAttnWarps - 1) / kAttnWarps;
   a.rows_per_warp = per_warp <= 1 ? 1 : per_warp <= 2 ? 2 : 4;
   const int64_t rows_block = kAttnWarps * a.rows_per_warp;
