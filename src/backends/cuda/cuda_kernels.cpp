@@ -42,6 +42,7 @@ CudaKernelRegistry& CudaKernelRegistry::global_mutable() {
     register_matmul_kernels(r);
     register_genai_kernels(r);
     register_contrib_kernels(r);
+    register_attention_kernels(r);
     return r;
   }();
   return registry;

@@ -104,6 +104,7 @@ void register_data_kernels(CudaKernelRegistry& r);        // data.cu: Gather, Co
 void register_rotary_kernels(CudaKernelRegistry& r);      // rotary.cu: RotaryEmbedding
 void register_matmul_kernels(CudaKernelRegistry& r);      // matmul.cpp: MatMul, Gemm (cuBLASLt)
 void register_genai_kernels(CudaKernelRegistry& r);       // genai.cu: onyx.genai CacheUpdate, Sample
+void register_attention_kernels(CudaKernelRegistry& r);   // attention.cu: ONNX Attention
 void register_contrib_kernels(CudaKernelRegistry& r);     // contrib.cu: GroupQueryAttention, MultiHeadAttention, MatMulNBits, GatherBlockQuantized
 
 }  // namespace onyx::cuda
