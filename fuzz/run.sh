@@ -22,7 +22,6 @@ if [[ ! -f $build/build.ninja ]]; then
   # As scripts/fuzz_ci.sh configures it (either may make build-fuzz/ first).
   CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DONYX_CUDA=OFF \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
     -DONYX_FUZZ=ON -DONYX_BUILD_TESTS=OFF -DONYX_PYTHON_PACKAGE=OFF
 fi
 [[ -n ${NO_BUILD:-} ]] || ninja -C "$build" -j"${JOBS:-2}" "$target"

@@ -18,7 +18,6 @@ if [[ ! -f $build/build.ninja ]]; then
   # -O1 and line tables only: half the compile time of -O2 -g, and reports still name lines.
   CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
     -DONYX_CUDA=OFF -DONYX_FUZZ=ON -DONYX_BUILD_TESTS=OFF -DONYX_PYTHON_PACKAGE=OFF >/dev/null
 fi
 ninja -C "$build" -j"$jobs" "${targets[@]}"
