@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -141,10 +142,9 @@ void check_arity(const Node& node, const Schema& s, const std::string& op, bool 
 
 void check_attributes(const Node& node, const Schema& s, const std::string& op) {
   const std::vector<AttrSpec> specs = parse_attributes(s.attributes);
-  for (size_t k = 0; k < node.attributes.size(); ++k) {
-    const Attribute& a = node.attributes[k];
-    for (size_t j = 0; j < k; ++j)
-      ONYX_CHECK(node.attributes[j].name != a.name, "attribute '", a.name, "' is given twice");
+  std::unordered_set<std::string_view> seen;
+  for (const Attribute& a : node.attributes) {
+    ONYX_CHECK(seen.insert(a.name).second, "attribute '", a.name, "' is given twice");
     auto spec = std::find_if(specs.begin(), specs.end(), [&](const AttrSpec& x) { return x.name == a.name; });
     ONYX_CHECK(spec != specs.end(), "attribute '", a.name, "' is not an attribute of ", op, " (ONNX operator schema)");
     ONYX_CHECK(kind_letter(a.kind) == spec->kind, "attribute '", a.name, "' is of type ",

@@ -137,6 +137,10 @@ def invalid_models():
     yield ("an attribute of the wrong kind",
            model([h.make_node("Softmax", ["x"], ["y"], name="s", axis=1.5)], [x], [vi("y")]),
            ["node 's' (Softmax)", "attribute 'axis' is of type float, but Softmax-13 declares it int"])
+    twice = h.make_node("Softmax", ["x"], ["y"], name="s", axis=1)
+    twice.attribute.extend([h.make_attribute("axis", 0)])
+    yield ("an attribute given twice", model([twice], [x], [vi("y")]),
+           ["node 's' (Softmax)", "attribute 'axis' is given twice"])
     yield ("a missing required attribute", model([h.make_node("Cast", ["x"], ["y"], name="k")], [x], [vi("y")]),
            ["node 'k' (Cast)", "required attribute 'to' of Cast-13 is missing"])
     yield ("an extra node input", model([h.make_node("Relu", ["x", "x"], ["y"], name="r")], [x], [vi("y")]),
