@@ -89,6 +89,53 @@ def profile(label, step, n):
         print(f"      {t / n / 1e3:7.3f}  {k // n:4d}  {name}", flush=True)
 
 
+def prefill(args, c, sess, model, sdpa_model, tdt, dev, g):
+    """A prompt of N tokens at batch 1 with no past: onyx (eager: a prompt's shape is its own)
+    against PyTorch eager (the same attention as the graph) and PyTorch's fused attention. onyx's
+    session captures a shape after its first run, so its later runs of the prompt replay."""
+    import onyx
+    print("\n| prompt | onyx | torch eager | torch SDPA (flash) | onyx / torch SDPA |")
+    print("|---:|---:|---:|---:|---:|")
+    for n in args.prefill:
+        ids = torch.randint(0, c["vocab"], (1, n), generator=g).to(dev)
+        mask = torch.ones((1, n), dtype=torch.int64, device=dev)
+        pos = torch.arange(n, dtype=torch.int64, device=dev).unsqueeze(0)
+        past = [(torch.zeros((1, c["kv_heads"], 0, c["head_dim"]), dtype=tdt, device=dev),
+                 torch.zeros((1, c["kv_heads"], 0, c["head_dim"]), dtype=tdt, device=dev)) for _ in range(c["layers"])]
+        feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
+        for i, (k, v) in enumerate(past):
+            feeds[f"past_key_values.{i}.key"], feeds[f"past_key_values.{i}.value"] = k, v
+        b = sess.io_binding()
+        for name, t in feeds.items():
+            b.bind_ortvalue_input(name, onyx.OrtValue.from_dlpack(t))
+        outs = {"logits": torch.empty((1, n, c["vocab"]), dtype=tdt, device=dev)}
+        for i in range(c["layers"]):
+            for kind in ("key", "value"):
+                outs[f"present.{i}.{kind}"] = torch.empty((1, c["kv_heads"], n, c["head_dim"]), dtype=tdt, device=dev)
+        for name, t in outs.items():
+            b.bind_ortvalue_output(name, onyx.OrtValue.from_dlpack(t))
+        with torch.no_grad():
+            ref, _ = model.forward(ids, mask, pos, past)
+            fused, _ = sdpa_model.forward(ids, mask, pos, past)
+            sess.run_with_iobinding(b)
+            for label, got in (("onyx", outs["logits"]), ("torch SDPA", fused)):
+                err = float((got.float() - ref.float()).abs().max() / ref.float().abs().max())
+                print(f"    prompt {n}: {label} vs torch eager logits: max relative difference {err:.2e}", flush=True)
+            res = {"onyx": [], "eager": [], "sdpa": []}
+            for _ in range(args.rounds):
+                timed(lambda: sess.run_with_iobinding(b), 2)
+                res["onyx"] += timed(lambda: sess.run_with_iobinding(b), max(3, args.repeat // 4))
+                timed(lambda: model.forward(ids, mask, pos, past), 2)
+                res["eager"] += timed(lambda: model.forward(ids, mask, pos, past), max(3, args.repeat // 4))
+                timed(lambda: sdpa_model.forward(ids, mask, pos, past), 2)
+                res["sdpa"] += timed(lambda: sdpa_model.forward(ids, mask, pos, past), max(3, args.repeat // 4))
+        med = {k: statistics.median(v) for k, v in res.items()}
+        print(f"| {n} | {med['onyx']:.3f} | {med['eager']:.3f} | {med['sdpa']:.3f} | {med['onyx'] / med['sdpa']:.2f} |",
+              flush=True)
+        if args.profile:
+            profile(f"onyx prompt {n}", lambda: sess.run_with_iobinding(b), 2)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
@@ -97,6 +144,9 @@ def main():
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prefill", type=int, nargs="*", default=[],
+                    help="also time a prompt of each of these lengths (batch 1, no past): onyx eager against "
+                         "PyTorch eager and PyTorch with scaled_dot_product_attention (flash, causal)")
     ap.add_argument("--profile", type=int, default=0,
                     help="also trace N steps of each (CUPTI through torch.profiler) and print GPU time by kernel")
     args = ap.parse_args()
@@ -144,6 +194,12 @@ def main():
     del weights
 
     g = torch.Generator(device="cpu").manual_seed(1)
+    if args.prefill:
+        try:
+            prefill(args, c, sessions[True], model,
+                    torch_decoder.Decoder(torch_decoder.load_weights(path), dev, sdpa=True), tdt, dev, g)
+        except Exception as e:  # report and go on to the decode steps
+            print(f"prefill failed: {type(e).__name__}: {e}", flush=True)
     print(f"\n| batch | past | onyx captured | onyx captured, no folding | torch eager | torch CUDA Graph | "
           f"floor | onyx / torch graph |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")

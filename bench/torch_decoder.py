@@ -33,7 +33,8 @@ def load_weights(path):
 
 
 class Decoder:
-    def __init__(self, w, device):
+    def __init__(self, w, device, sdpa=False):
+        self.sdpa = sdpa  # attention through torch.nn.functional.scaled_dot_product_attention
         self.w = {k: v.to(device) for k, v in w.items()}
         self.layers = sum(1 for k in w if k.endswith("input_layernorm.weight"))
         q = self.w["model.layers.0.self_attn.q_proj.weight"]
@@ -77,10 +78,16 @@ class Decoder:
             v = torch.cat([past[i][1], v], dim=2)
             presents.append((k, v))
             rep = self.heads // self.kv_heads
-            kr = k.unsqueeze(2).expand(b, self.kv_heads, rep, total, hd).reshape(b, self.heads, total, hd)
-            vr = v.unsqueeze(2).expand(b, self.kv_heads, rep, total, hd).reshape(b, self.heads, total, hd)
-            scores = (q @ kr.transpose(2, 3)) * (1.0 / math.sqrt(hd)) + mask_add
-            ctx = (torch.softmax(scores, dim=-1) @ vr).transpose(1, 2).reshape(b, s, -1)
+            if self.sdpa:  # PyTorch's fused attention (flash for a causal prompt without padding)
+                causal = total == s and bool(mask.all())
+                ctx = torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, attn_mask=None if causal else mask_add, is_causal=causal, enable_gqa=True)
+                ctx = ctx.transpose(1, 2).reshape(b, s, -1)
+            else:
+                kr = k.unsqueeze(2).expand(b, self.kv_heads, rep, total, hd).reshape(b, self.heads, total, hd)
+                vr = v.unsqueeze(2).expand(b, self.kv_heads, rep, total, hd).reshape(b, self.heads, total, hd)
+                scores = (q @ kr.transpose(2, 3)) * (1.0 / math.sqrt(hd)) + mask_add
+                ctx = (torch.softmax(scores, dim=-1) @ vr).transpose(1, 2).reshape(b, s, -1)
             h = h + ctx @ w[f"{p}.self_attn.o_proj.weight"]
             x = self.rms(h, f"{p}.post_attention_layernorm.weight")
             gate = x @ w[f"{p}.mlp.gate_proj.weight"]

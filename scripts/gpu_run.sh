@@ -68,6 +68,13 @@ note "- onyx generate on the genai fixtures (greedy, 40 new tokens), cuda:0 capt
 sed 's/^/    /' "$out/generate.log" | tee -a "$res"
 [ $rc -eq 0 ] || fails=$((fails+1))
 
+part "encoder-decoder pipelines on cuda:0"
+timeout 400 python3 "$here/gpu_pipeline_check.py" "$bin/onyx" "$here/../tests/fixtures/seq2seq" > "$out/pipeline.log" 2>&1
+rc=$?
+note "- onyx generate on the seq2seq fixtures (T5 split and merged, BART; greedy) on cuda:0 against transformers' tokens, every component on cuda:0 by the memory report, a budget below the weights refused at load: exit $rc"
+sed 's/^/    /' "$out/pipeline.log" | tee -a "$res"
+[ $rc -eq 0 ] || fails=$((fails+1))
+
 part "onyx serve on cuda:0"
 timeout 400 python3 "$here/gpu_serve_check.py" --onyx "$bin/onyx" --folder "$ONYX_GENAI_FIXTURES/llama-optimum" \
   --folder "$ONYX_GENAI_FIXTURES/qwen2-builder-fp32" --rounds 3 > "$out/serve.log" 2>&1

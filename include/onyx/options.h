@@ -2,6 +2,8 @@
 // the boundary (the CLI, a binding) and passed down whole.
 #pragma once
 
+#include <optional>
+
 #include <atomic>
 #include <cstddef>
 #include <functional>
@@ -56,6 +58,10 @@ struct SessionOptions {
   bool fold_constants = true;
   // Load-time fusions of exporters' op patterns into one node each (passes/fuse_patterns.h).
   bool fuse_patterns = true;
+  // The attention fusion among them (HF's eager attention -> one Attention node): by default
+  // on CUDA devices only (on the CPU the unfused chain's BLAS products are faster); true or
+  // false forces it.
+  std::optional<bool> fuse_attention;
   // On a GPU: page-locked host memory for the staging buffers of host <-> device copies.
   size_t pinned_memory_budget_bytes = size_t{1} << 30;
   // The host memory this session's allocations may hold at once: plan arenas, every

@@ -76,16 +76,23 @@ class Config:
 
 
 class Model:
-    """A language-model folder loaded to generate. device: "cpu", "cuda:N" (default: the
-    config's provider, else the CPU). capture: CUDA Graphs for decode steps on a GPU
-    ("auto" by default, "off", "require")."""
+    """A model folder loaded to generate: a decoder-only language model, or an encoder-decoder
+    pipeline (an Optimum export with encoder_model.onnx: T5, BART; docs/pipelines.md), whose
+    prompt goes to the encoder. device: "cpu", "cuda:N" (default: the config's provider, else
+    the CPU), for every component. capture: CUDA Graphs for decode steps on a GPU ("auto" by
+    default, "off", "require"). memory_budget: bytes the model may hold on its device (a
+    pipeline whose weights do not fit is refused here)."""
 
-    def __init__(self, config_or_path, device=None, capture=None):
+    def __init__(self, config_or_path, device=None, capture=None, memory_budget=None):
         config = config_or_path if isinstance(config_or_path, Config) else Config(config_or_path)
         dev = _onyx.resolve_device(device if device is not None else config._device())
         if capture is None:
             capture = "off" if dev == "cpu" else "auto"
-        self._m = _onyx.LanguageModel.load(config.path, {"device": dev, "capture": capture})
+        options = {"device": dev, "capture": capture}
+        if memory_budget is not None:
+            options["memory_budget_bytes"] = int(memory_budget)
+            options["host_memory_budget_bytes"] = int(memory_budget)
+        self._m = _onyx.LanguageModel.load(config.path, options)
         self._folder = self._m.folder()
         self.path = config.path
 
@@ -107,6 +114,17 @@ class Model:
 
     def memory_report(self):
         return self._m.memory_report()
+
+    @property
+    def is_encoder_decoder(self):
+        """True for an encoder-decoder pipeline (the prompt goes to the encoder)."""
+        return self._m.encoder_decoder()
+
+    def components(self):
+        """A pipeline's components, each a dict: name, weight_bytes, arena_bytes (the largest
+        arena its runs planned), arena_lower_bound (the bytes live at that plan's busiest step),
+        arena_no_reuse (its intermediates, each in bytes of its own), kv_bytes (the KV cache it holds now). Empty for a decoder-only model."""
+        return self._m.components()
 
     def generate(self, prompt, max_new_tokens=128, add_special_tokens=True, **search):
         """Streams the text generated from `prompt` (a str, or token ids): an iterator of text
@@ -369,6 +387,13 @@ class Generator:
         s = self._search
         longest = max(len(r) for r in rows)
         max_length = int(s["max_length"])
+        encoder_decoder = self._model.is_encoder_decoder
+        if encoder_decoder:
+            # The rows are the encoder's prompts; max_length bounds the decoder's sequence (its
+            # start token and what it generates), which get_sequence returns.
+            if self._g is not None:
+                raise Error("append_tokens: an encoder-decoder generation takes its prompt once")
+            longest = 1
         if longest >= max_length:
             raise Error(f"the sequence ({longest} tokens) already reaches max_length {max_length}")
         search = {"max_new_tokens": max_length - longest, "do_sample": bool(s["do_sample"]),
@@ -381,7 +406,11 @@ class Generator:
             self._g.stop()
         self._g = _onyx.Generator(self._model._m)
         self._g.begin(rows, search, False)
-        self._sequences = [list(r) for r in rows]
+        if encoder_decoder:
+            start = self._model._folder["decoder_start_id"]
+            self._sequences = [[start] for _ in rows]
+        else:
+            self._sequences = [list(r) for r in rows]
         self._last = None
 
     def generate_next_token(self):

@@ -26,6 +26,7 @@
 
 #include "backends/backend.h"
 #include "genai/chat_template.h"
+#include "genai/encoder_decoder_model.h"
 #include "genai/generator.h"
 #include "genai/language_model.h"
 #include "genai/token_stream.h"
@@ -256,6 +257,10 @@ SessionOptions parse_options(const nb::dict& o) {
       else if (key == "validate_replays") s.validate_replays = nb::cast<bool>(v);
       else if (key == "fold_constants") s.fold_constants = nb::cast<bool>(v);
       else if (key == "fuse_patterns") s.fuse_patterns = nb::cast<bool>(v);
+      else if (key == "fuse_attention") {
+        if (v.is_none()) s.fuse_attention.reset();
+        else s.fuse_attention = nb::cast<bool>(v);
+      }
       else if (key == "host_memory_budget_bytes") s.host_memory_budget_bytes = nb::cast<size_t>(v);
       else if (key == "plan_cache_capacity") s.plan_cache_capacity = nb::cast<size_t>(v);
       else if (key == "pinned_memory_budget_bytes") s.pinned_memory_budget_bytes = nb::cast<size_t>(v);
@@ -273,7 +278,7 @@ SessionOptions parse_options(const nb::dict& o) {
         else throw Error(cat("'", m, "' is not one of planned, release, keep"));
       } else {
         throw Error("no such option (device, allow_cpu_fallback, memory_budget_bytes, memory_fraction, "
-                    "validate_replays, fold_constants, fuse_patterns, host_memory_budget_bytes, plan_cache_capacity, pinned_memory_budget_bytes, capture, "
+                    "validate_replays, fold_constants, fuse_patterns, fuse_attention, host_memory_budget_bytes, plan_cache_capacity, pinned_memory_budget_bytes, capture, "
                     "memory)");
       }
     });
@@ -441,7 +446,7 @@ struct PyTokenStream {
 };
 
 struct PyModel {
-  std::shared_ptr<genai::LanguageModel> lm;
+  std::shared_ptr<genai::TokenModel> lm;  // a LanguageModel or an EncoderDecoderModel
   std::weak_ptr<void> active;  // the generation in flight, if any
   std::mutex mu;
 };
@@ -463,8 +468,10 @@ genai::SearchOptions parse_search(const nb::dict& o) {
       else if (key == "seed") s.seed = nb::cast<uint64_t>(v);
       else if (key == "stop") s.stop = nb::cast<std::vector<std::string>>(v);
       else if (key == "kv_capacity") s.kv_capacity = nb::cast<int64_t>(v);
+      else if (key == "return_logits") s.return_logits = nb::cast<bool>(v);
       else throw Error("no such option (max_new_tokens, do_sample, temperature, top_k, top_p, min_p, "
-                       "repetition_penalty, presence_penalty, frequency_penalty, seed, stop, kv_capacity)");
+                       "repetition_penalty, presence_penalty, frequency_penalty, seed, stop, kv_capacity, "
+                       "return_logits)");
     });
   }
   return s;
@@ -515,6 +522,12 @@ class PyGenerator {
       d["generated_ids"] = r.generated_ids;
       d["text"] = nb::bytes(r.text.data(), r.text.size());
       d["stop_reason"] = r.stop_reason;
+      if (!r.logits.empty()) {
+        const size_t n = r.generated_ids.size(), V = n ? r.logits.size() / n : 0;
+        auto* copy = new std::vector<float>(r.logits);
+        nb::capsule owner(copy, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+        d["logits"] = nb::ndarray<nb::numpy, float, nb::ndim<2>>(copy->data(), {n, V}, owner);
+      }
       l.append(d);
     }
     return l;
@@ -727,7 +740,7 @@ NB_MODULE(_onyx, m) {
         SessionOptions o = parse_options(options);
         auto pm = std::make_shared<PyModel>();
         nb::gil_scoped_release nogil;
-        pm->lm = std::make_shared<genai::LanguageModel>(dir, o);
+        pm->lm = genai::load_token_model(dir, o);
         return pm;
       }, "dir"_a, "options"_a)
       .def("tokenizer", [](const std::shared_ptr<PyModel>& pm) {
@@ -755,6 +768,8 @@ NB_MODULE(_onyx, m) {
         d["layers"] = f.layers.size();
         d["kv_heads"] = f.kv_heads;
         d["head_size"] = f.head_size;
+        auto* p = dynamic_cast<genai::EncoderDecoderModel*>(pm->lm.get());
+        d["decoder_start_id"] = p ? p->pipeline().decoder_start_id : -1;
         nb::dict s;
         s["do_sample"] = f.search.do_sample;
         s["temperature"] = f.search.temperature;
@@ -768,10 +783,30 @@ NB_MODULE(_onyx, m) {
       })
       .def("device", [](const std::shared_ptr<PyModel>& pm) { return pm->lm->device().str(); })
       .def("cache_mode", [](const std::shared_ptr<PyModel>& pm) {
-        return std::string(genai::cache_mode_name(pm->lm->cache_mode()));
+        auto* lm = dynamic_cast<genai::LanguageModel*>(pm->lm.get());
+        return std::string(lm ? genai::cache_mode_name(lm->cache_mode()) : "growing");
       })
       .def("capture_report", [](const std::shared_ptr<PyModel>& pm) { return capture_dict(pm->lm->capture_report()); })
-      .def("memory_report", [](const std::shared_ptr<PyModel>& pm) { return pm->lm->memory_report(); });
+      .def("memory_report", [](const std::shared_ptr<PyModel>& pm) { return pm->lm->memory_report(); })
+      .def("components", [](const std::shared_ptr<PyModel>& pm) {
+        // A pipeline's components and their memory; a decoder-only model has none listed.
+        nb::list l;
+        if (auto* p = dynamic_cast<genai::EncoderDecoderModel*>(pm->lm.get()))
+          for (const auto& c : p->component_use()) {
+            nb::dict d;
+            d["name"] = c.name;
+            d["weight_bytes"] = c.weight_bytes;
+            d["arena_bytes"] = c.arena_bytes;
+            d["arena_lower_bound"] = c.arena_lower_bound;
+            d["arena_no_reuse"] = c.arena_no_reuse;
+            d["kv_bytes"] = c.kv_bytes;
+            l.append(d);
+          }
+        return l;
+      })
+      .def("encoder_decoder", [](const std::shared_ptr<PyModel>& pm) {
+        return dynamic_cast<genai::EncoderDecoderModel*>(pm->lm.get()) != nullptr;
+      });
 
   nb::class_<PyGenerator>(m, "Generator")
       .def(nb::init<std::shared_ptr<PyModel>>())

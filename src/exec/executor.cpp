@@ -413,6 +413,12 @@ CaptureReport GraphExecutor::capture_report() const {
   return r;
 }
 
+void GraphExecutor::release_plans() {
+  cache_.clear();
+  device_arena_ = Tensor();
+  ++arena_generation_;
+}
+
 void GraphExecutor::release_captured_graphs() {
   for (const auto& e : cache_.entries())
     if (e->capture) e->capture->release_graph();

@@ -59,6 +59,9 @@ class GraphExecutor {
   // Nodes that ran on the CPU although a backend was given, with the reason (each once).
   const std::vector<Fallback>& fallbacks() const { return fallbacks_; }
   CaptureReport capture_report() const;
+  // Drops every cached plan with what it holds (host arenas, capture state) and the device
+  // arena: a graph that runs once per request (an encoder) gives its memory back between runs.
+  void release_plans();
   void release_captured_graphs();
   bool release_captured_graph(const std::vector<Tensor>& inputs);
   // The device input slots of the signature of `inputs` (capture sessions).

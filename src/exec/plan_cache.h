@@ -37,6 +37,8 @@ class PlanCache {
   // The entry for `signature` if cached (no statistics, no reordering).
   PreparedPlan* find(const std::string& signature);
   PlanCacheStats stats() const;
+  // Drops every entry, with everything it holds.
+  void clear() { entries_.clear(); }
   const std::list<std::shared_ptr<PreparedPlan>>& entries() const { return entries_; }
 
  private:

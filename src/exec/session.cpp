@@ -59,6 +59,7 @@ Session::Session() : impl_(std::make_unique<Impl>()) {}
 Session::~Session() = default;
 
 static void fill_summary(const Model& m, ModelSummary& s);
+static void histogram(const Graph& g, ModelSummary& s, std::set<std::string>& unsupported);
 
 std::unique_ptr<Session> Session::prepare(const SessionOptions& options, const std::function<Model()>& load) {
   std::unique_ptr<Session> s(new Session());
@@ -73,7 +74,7 @@ std::unique_ptr<Session> Session::prepare(const SessionOptions& options, const s
   Graph& g = *m.model.graph;
   if (options.fold_constants)
     with_context(cat("folding constants of '", m.model.path, "'"), [&] { fold_constants(g, OpRegistry::global()); });
-  if (options.fuse_patterns) fuse_patterns(g);
+  if (options.fuse_patterns) fuse_patterns(g, FuseOptions{options.fuse_attention.value_or(!m.device.is_cpu())});
   with_context(cat("preparing '", m.model.path, "'"), [&] {
     m.backend = make_backend(m.device, options);
     m.executor = std::make_unique<GraphExecutor>(g, OpRegistry::global(), m.alloc, options, m.backend.get());
@@ -95,6 +96,8 @@ std::unique_ptr<Session> Session::load_from_bytes(const void* data, size_t size,
 ModelSummary Session::summary() const {
   ModelSummary s;
   fill_summary(impl_->model, s);
+  std::set<std::string> unsupported;
+  histogram(*impl_->model.graph, s, unsupported);  // the graph as prepared: folded and fused
   return s;
 }
 

@@ -99,7 +99,7 @@ void StepLoop::run_planned(const ExecutionPlan& plan, const Step& step, RunEnv& 
   for (int id : step.to_host) fetch(env, id, false);
   for (int id : step.to_accel) fetch(env, id, true);
   if (step.place == StepPlace::kNone) {  // views: the output shares its input's storage, on each device holding it
-    for (auto [o, i] : node.def->views) {
+    for (auto [o, i] : step.views) {
       int in = node.inputs[i], out = node.outputs[o];
       if (in < 0 || out < 0) continue;
       const Shape shape = plan.values[out].type.shape.to_shape();

@@ -25,7 +25,8 @@ struct Generator::State {
   SearchOptions search;
   std::vector<SequenceResult> out;
   std::vector<size_t> rows;
-  std::vector<std::vector<int64_t>> history;      // per sequence: prompt, then generated ids
+  std::vector<std::vector<int64_t>> history;      // per sequence: the decoder's prompt, then generated ids
+  std::vector<int64_t> prompt_lengths;            // per sequence: the decoder prompt's ids in history
   std::vector<std::vector<int64_t>> row_history;  // the history by row (the penalties)
   std::vector<std::unique_ptr<TokenStream>> streams;
   // Per sequence: how much of its text has gone to on_text. Text that could be the start of a
@@ -61,6 +62,7 @@ struct Generator::State {
     static const SearchOptions greedy_options;
     Draw d;
     d.counter = counter;
+    d.logits = search.return_logits;
     for (size_t s : rows) {
       d.options.push_back(draw_options(s == kDone ? greedy_options : search));
       d.seeds.push_back(s == kDone ? 0 : sequence_seed(search.seed, s));
@@ -69,7 +71,7 @@ struct Generator::State {
       row_history.clear();
       for (size_t s : rows) {
         row_history.push_back(s == kDone ? std::vector<int64_t>{} : history[s]);
-        d.prompt_lengths.push_back(s == kDone ? 0 : static_cast<int64_t>(out[s].prompt_ids.size()));
+        d.prompt_lengths.push_back(s == kDone ? 0 : prompt_lengths[s]);
       }
       d.history = &row_history;
     }
@@ -77,7 +79,7 @@ struct Generator::State {
   }
 };
 
-Generator::Generator(LanguageModel& model) : model_(model) {}
+Generator::Generator(TokenModel& model) : model_(model) {}
 Generator::~Generator() = default;
 
 void Generator::begin(const std::vector<std::vector<int64_t>>& prompts, const SearchOptions& search, bool text) {
@@ -109,7 +111,10 @@ void Generator::begin(const std::vector<std::vector<int64_t>>& prompts, const Se
   }
   st.rows.resize(n);
   for (size_t s = 0; s < n; ++s) st.rows[s] = s;
-  st.history.assign(prompts.begin(), prompts.end());
+  for (const auto& p : prompts) {
+    st.history.push_back(model_.decoder_prompt(p));
+    st.prompt_lengths.push_back(static_cast<int64_t>(st.history.back().size()));
+  }
   st.tokens.assign(n, 0);
   auto t0 = std::chrono::steady_clock::now();
   const int64_t capacity =
@@ -189,6 +194,11 @@ std::vector<int64_t> Generator::next(const std::function<void(size_t, const std:
   for (size_t row = 0; row < st.rows.size(); ++row) {
     if (st.rows[row] == State::kDone) continue;  // repeats its last token; its draws go unread
     st.tokens[row] = st.next.tokens[row];
+    if (st.search.return_logits) {
+      const int64_t V = st.next.logits.shape()[1];
+      const float* l = st.next.logits.data<float>() + static_cast<int64_t>(row) * V;
+      st.out[st.rows[row]].logits.insert(st.out[st.rows[row]].logits.end(), l, l + V);
+    }
     if (take(st.rows[row], st.next.tokens[row])) going.push_back(row);
     else st.rows[row] = State::kDone;
   }

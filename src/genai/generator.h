@@ -1,4 +1,5 @@
-// Generation: prompts in, tokens out, one decode step at a time on a LanguageModel, with
+// Generation: prompts in, tokens out, one decode step at a time on a TokenModel (a
+// decoder-only LanguageModel or an encoder-decoder pipeline), with
 // the next token of each sequence chosen by its Sampler, text streamed as it completes,
 // and each sequence stopped at an end-of-sequence id, its token budget, a stop string, a
 // full context, or an interrupt.
@@ -20,6 +21,9 @@ struct SequenceResult {
   std::vector<int64_t> generated_ids;  // with the end-of-sequence id when it ended there
   std::string text;                    // the generated text (with a tokenizer), cut before a stop string
   std::string stop_reason;             // eos, max_new_tokens, stop_string, context_full, interrupted
+  // With SearchOptions::return_logits: per generated id, the vocabulary's logits it was drawn
+  // from, one row after another (float32).
+  std::vector<float> logits;
 };
 
 struct GenerationStats {
@@ -32,7 +36,7 @@ struct GenerationStats {
 
 class Generator {
  public:
-  explicit Generator(LanguageModel& model);
+  explicit Generator(TokenModel& model);
   ~Generator();
   // `on_text(sequence, text)` receives each sequence's text as it completes (needs the
   // tokenizer). `interrupt`, when set, ends every sequence after the step in flight.
@@ -57,7 +61,7 @@ class Generator {
 
  private:
   struct State;
-  LanguageModel& model_;
+  TokenModel& model_;
   GenerationStats stats_;
   std::unique_ptr<State> st_;
 };

@@ -18,8 +18,6 @@ namespace {
 constexpr int64_t kCacheBlock = 64;  // cache capacities are multiples of this many positions
 constexpr size_t kSpareCacheSets = 8;  // retired cache sets kept for reuse (buckets 1-8 at two capacities)
 
-using Feeds = std::vector<std::pair<std::string, Tensor>>;
-
 // The graph that writes a prompt's presents into a static cache: CacheUpdate per tensor.
 Graph make_fill_graph(size_t tensors) {
   Graph g;
@@ -56,9 +54,19 @@ Graph make_fill_graph(size_t tensors) {
   return g;
 }
 
+Draw greedy(size_t sequences) {
+  Draw d;
+  d.options.assign(sequences, {0.f, 0.f, 1.f, 0.f, 1.f});
+  d.seeds.assign(sequences, 0);
+  d.logits = true;
+  return d;
+}
+
+}  // namespace
+
 // Appends onyx.genai::Sample to the decoder: the next token (and the logits it was drawn
 // from) become the outputs; the full logits stay inside, in the plan's arena.
-void add_sampler(Graph& g, const std::string& logits_name) {
+void append_sampler(Graph& g, const std::string& logits_name) {
   const int logits = g.find_value(logits_name);
   auto out = std::find(g.outputs.begin(), g.outputs.end(), logits);
   ONYX_CHECK(out != g.outputs.end(), "the decoder has no output '", logits_name, "'");
@@ -87,16 +95,6 @@ void add_sampler(Graph& g, const std::string& logits_name) {
   g.nodes.push_back(std::move(n));
 }
 
-Draw greedy(size_t sequences) {
-  Draw d;
-  d.options.assign(sequences, {0.f, 0.f, 1.f, 0.f, 1.f});
-  d.seeds.assign(sequences, 0);
-  d.logits = true;
-  return d;
-}
-
-}  // namespace
-
 std::string_view cache_mode_name(CacheMode m) {
   switch (m) {
     case CacheMode::kShared: return "shared";
@@ -115,8 +113,9 @@ LanguageModel::LanguageModel(const std::string& dir, const SessionOptions& optio
     kv_pool_ = backend_ ? backend_->make_pool("kv cache") : host_;
     model_ = load_model(folder_.decoder_path);
     if (options.fold_constants) fold_constants(*model_.graph, OpRegistry::global());
-    if (options.fuse_patterns) fuse_patterns(*model_.graph);
-    add_sampler(*model_.graph, folder_.logits);
+    if (options.fuse_patterns)
+      fuse_patterns(*model_.graph, FuseOptions{options.fuse_attention.value_or(!device_.is_cpu())});
+    append_sampler(*model_.graph, folder_.logits);
     weights_ = std::make_shared<DeviceWeights>();
     SessionOptions prompt_options = options;
     prompt_options.capture = CaptureMode::kOff;  // a prompt's shape is its own: run eagerly

@@ -22,6 +22,7 @@
 
 #include "exec/executor.h"
 #include "genai/model_folder.h"
+#include "genai/token_model.h"
 #include "genai/tokenizer.h"
 #include "model/ir.h"
 
@@ -30,57 +31,35 @@ namespace onyx::genai {
 enum class CacheMode { kShared, kStatic, kGrowing };
 std::string_view cache_mode_name(CacheMode m);
 
-// How each sequence's next token is drawn, by the onyx.genai::Sample node that onyx appends
-// to the decoder (on the decoder's device: only token ids leave it).
-struct Draw {
-  std::vector<std::array<float, 7>> options;  // per sequence, in ops/sampling.h's order
-  std::vector<uint64_t> seeds;                // per sequence
-  int64_t counter = 0;                        // which draw of the sequences this is
-  std::vector<int64_t> counters;              // per sequence, when they differ (serving); else `counter`
-  // Per sequence: its ids so far, prompt then generated, for the penalties (read when a
-  // sequence's options have one); null: no penalty applies.
-  const std::vector<std::vector<int64_t>>* history = nullptr;
-  // Per sequence: how many of the first ids of its history are its prompt (the repetition
-  // penalty looks at all of them, the presence and frequency penalties only at the generated
-  // ones after). Empty: each history is all prompt, none of it counted.
-  std::vector<int64_t> prompt_lengths;
-  bool logits = false;                        // also return the logits drawn from
-};
-
-struct Next {
-  std::vector<int64_t> tokens;  // per sequence
-  Tensor logits;                // [sequences, vocab] float32, when asked
-};
-
-class LanguageModel {
+class LanguageModel : public TokenModel {
  public:
   LanguageModel(const std::string& dir, const SessionOptions& options);
-  ~LanguageModel();
+  ~LanguageModel() override;
   LanguageModel(const LanguageModel&) = delete;
   LanguageModel& operator=(const LanguageModel&) = delete;
 
-  const ModelFolder& folder() const { return folder_; }
+  const ModelFolder& folder() const override { return folder_; }
   // The folder's tokenizer, read on first use (an error names the file it lacks).
-  const Tokenizer& tokenizer();
+  const Tokenizer& tokenizer() override;
   CacheMode cache_mode() const { return mode_; }
   // Runs the next generations with the growing cache (always possible), or back in the form
   // chosen at load; for comparing the two.
   void use_growing_cache(bool growing);
   const std::string& cache_note() const { return note_; }
-  Device device() const { return device_; }
+  Device device() const override { return device_; }
 
   // Runs the prompts (token ids per sequence) and makes a cache for `capacity` positions
   // (prompt and new tokens); draws each sequence's first new token. The batch runs padded to
   // a bucket (1, 2, 4, 8, ...): each bucket is one signature of the decode step.
-  Next start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity, const Draw& draw);
+  Next start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity, const Draw& draw) override;
   // One decode step: each sequence's new token in, its next token out. A full cache first
   // grows by a block of 64 positions (to the context length at most), its contents kept.
-  Next step(const std::vector<int64_t>& tokens, const Draw& draw);
+  Next step(const std::vector<int64_t>& tokens, const Draw& draw) override;
   // Keeps only the sequences `keep` (ascending indexes into the current ones; the rest have
   // finished), moving the batch to the smallest bucket that holds them.
-  void keep(const std::vector<size_t>& keep);
+  void keep(const std::vector<size_t>& keep) override;
   // The bucket the batch in flight runs in.
-  int64_t bucket() const;
+  int64_t bucket() const override;
 
   // ---- Serving: slots ----
   // One cache of `slots` rows of `capacity` positions (rounded up to a block of 64, at most
@@ -109,13 +88,13 @@ class LanguageModel {
   // Forgets what slot s holds from position `keep` on.
   void truncate_slot(int64_t slot, int64_t keep);
 
-  size_t cache_bytes() const;
+  size_t cache_bytes() const override;
   // Times the cache of the generation in flight grew.
-  int64_t cache_grows() const;
+  int64_t cache_grows() const override;
   // The most device memory leased at once so far (0 on the CPU).
-  size_t peak_device_bytes() const;
-  CaptureReport capture_report() const;
-  std::string memory_report() const;
+  size_t peak_device_bytes() const override;
+  CaptureReport capture_report() const override;
+  std::string memory_report() const override;
 
  private:
   struct Batch;

@@ -14,8 +14,6 @@ namespace onyx::genai {
 
 namespace {
 
-using Feeds = std::vector<std::pair<std::string, Tensor>>;
-
 Tensor int64_tensor(Shape shape, int64_t fill) {
   Tensor t(DType::kInt64, std::move(shape));
   std::fill_n(t.data<int64_t>(), t.numel(), fill);
@@ -81,27 +79,25 @@ Feeds LanguageModel::step_feeds(const std::vector<int64_t>& tokens) {
   return f;
 }
 
-// The inputs of the Sample node onyx appended: options, seeds and draw counter, the ids for
-// the penalties (each row's last ids, left-aligned, -1 after) and where its generated ids
-// start among them, and the position each row's logits are read at.
-void LanguageModel::add_draw_feeds(Feeds& f, const Batch& bt, bool prompt, const Draw& draw) const {
+void add_draw_inputs(Feeds& f, int64_t size, int64_t rows, int64_t history_width,
+                     const std::vector<int64_t>& positions, const Draw& draw) {
   using Options = std::array<float, sampling::kOptionCount>;
   static_assert(std::is_same_v<std::decay_t<decltype(draw.options[0])>, Options>);
-  const int64_t B = bt.size;
+  const int64_t B = size;
   Tensor options(DType::kFloat32, Shape{B, sampling::kOptionCount}), rng(DType::kInt64, Shape{B, 2});
   bool penalty = false;
   for (int64_t b = 0; b < B; ++b) {
     // Padding rows draw greedily: cheapest, and their tokens go unread.
-    const Options o = b < bt.rows ? draw.options[b] : Options{0.f, 0.f, 1.f, 0.f, 1.f, 0.f, 0.f};
+    const Options o = b < rows ? draw.options[b] : Options{0.f, 0.f, 1.f, 0.f, 1.f, 0.f, 0.f};
     std::copy(o.begin(), o.end(), options.data<float>() + b * sampling::kOptionCount);
     penalty |= sampling::repetition_applies(o.data()) || sampling::counts_apply(o.data());
-    rng.data<int64_t>()[2 * b] = static_cast<int64_t>(b < bt.rows ? draw.seeds[b] : 0);
-    rng.data<int64_t>()[2 * b + 1] = b < bt.rows && !draw.counters.empty() ? draw.counters[b] : draw.counter;
+    rng.data<int64_t>()[2 * b] = static_cast<int64_t>(b < rows ? draw.seeds[b] : 0);
+    rng.data<int64_t>()[2 * b + 1] = b < rows && !draw.counters.empty() ? draw.counters[b] : draw.counter;
   }
-  const int64_t H = penalty && draw.history ? bt.capacity : 1;
+  const int64_t H = penalty && draw.history ? history_width : 1;
   Tensor history = int64_tensor(Shape{B, H}, -1), generated_start = int64_tensor(Shape{B}, H);
   if (H > 1)
-    for (int64_t b = 0; b < bt.rows && b < static_cast<int64_t>(draw.history->size()); ++b) {
+    for (int64_t b = 0; b < rows && b < static_cast<int64_t>(draw.history->size()); ++b) {
       const auto& ids = (*draw.history)[b];
       const int64_t all = static_cast<int64_t>(ids.size()), n = std::min<int64_t>(H, all);
       std::copy(ids.end() - n, ids.end(), history.data<int64_t>() + b * H);
@@ -110,13 +106,21 @@ void LanguageModel::add_draw_feeds(Feeds& f, const Batch& bt, bool prompt, const
       generated_start.data<int64_t>()[b] = std::clamp<int64_t>(prompt_length - (all - n), 0, H);
     }
   Tensor position(DType::kInt64, Shape{B});
-  for (int64_t b = 0; b < B; ++b)
-    position.data<int64_t>()[b] = !prompt ? 0 : chosen_ == CacheMode::kShared ? bt.length[b] - 1 : bt.prompt - 1;
+  std::copy(positions.begin(), positions.end(), position.data<int64_t>());
   f.emplace_back(kDrawOptions, options);
   f.emplace_back(kDrawRng, rng);
   f.emplace_back(kDrawHistory, history);
   f.emplace_back(kDrawPosition, position);
   f.emplace_back(kDrawGeneratedStart, generated_start);
+}
+
+// The inputs of the Sample node onyx appended; each row's logits are read at its last prompt
+// position (a prompt) or at 0 (a step).
+void LanguageModel::add_draw_feeds(Feeds& f, const Batch& bt, bool prompt, const Draw& draw) const {
+  std::vector<int64_t> positions(bt.size);
+  for (int64_t b = 0; b < bt.size; ++b)
+    positions[b] = !prompt ? 0 : chosen_ == CacheMode::kShared ? bt.length[b] - 1 : bt.prompt - 1;
+  add_draw_inputs(f, bt.size, bt.rows, bt.capacity, positions, draw);
 }
 
 Next LanguageModel::run(Runner& r, Feeds feeds, bool prompt, const Draw& draw) {

@@ -55,4 +55,16 @@ inline constexpr const char* kDrawGeneratedStart = "onyx_draw_generated_start";
 inline constexpr const char* kNextToken = "onyx_next_token";
 inline constexpr const char* kNextLogits = "onyx_next_logits";
 
+using Feeds = std::vector<std::pair<std::string, Tensor>>;
+
+// Appends onyx.genai::Sample to a decoder graph: the next token (and the logits it was drawn
+// from) become the outputs; the full logits stay inside, in the plan's arena.
+void append_sampler(Graph& g, const std::string& logits_name);
+
+// The Sample node's inputs for `size` rows, of which the first `rows` are sequences (the rest
+// pad a bucket and draw greedily): options, seeds and draw counter, the ids for the penalties
+// (up to `history_width` of each row's last ids) and the position each row's logits are read at.
+void add_draw_inputs(Feeds& f, int64_t size, int64_t rows, int64_t history_width,
+                     const std::vector<int64_t>& positions, const Draw& draw);
+
 }  // namespace onyx::genai

@@ -17,7 +17,6 @@ namespace {
 
 constexpr int64_t kBlock = 64;
 
-using Feeds = std::vector<std::pair<std::string, Tensor>>;
 
 Tensor int64_tensor(Shape shape, int64_t fill) {
   Tensor t(DType::kInt64, std::move(shape));

@@ -14,9 +14,8 @@ namespace onyx::genai {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-Json read_json(const fs::path& p) {
+Json read_json_file(const std::string& path) {
+  const fs::path p(path);
   std::ifstream in(p);
   ONYX_CHECK(in, "cannot read '", p.string(), "'");
   std::stringstream ss;
@@ -29,7 +28,7 @@ Json read_json(const fs::path& p) {
 }
 
 // A JSON number or list of numbers (eos_token_id takes both).
-std::vector<int64_t> ids_of(const JsonNode& n) {
+std::vector<int64_t> json_ids(const JsonNode& n) {
   std::vector<int64_t> out;
   if (n.is_null()) return out;
   if (n.is_array()) {
@@ -39,6 +38,8 @@ std::vector<int64_t> ids_of(const JsonNode& n) {
   out.push_back(n.as_int());
   return out;
 }
+
+namespace {
 
 int64_t int_or(const JsonNode& n, const char* key, int64_t fallback) {
   JsonNode v = n.get(key);
@@ -98,7 +99,7 @@ const ValueDesc* find_io(const std::vector<ValueDesc>& list, const std::string& 
 }
 
 void read_genai_config(ModelFolder& f, const fs::path& path) {
-  Json doc = read_json(path);
+  Json doc = read_json_file(path);
   JsonNode root(doc, "");
   JsonNode model = root.at("model");
   JsonNode decoder = model.at("decoder");
@@ -126,7 +127,7 @@ void read_genai_config(ModelFolder& f, const fs::path& path) {
   f.vocab_size = int_or(model, "vocab_size", 0);
   f.bos_id = int_or(model, "bos_token_id", -1);
   f.pad_id = int_or(model, "pad_token_id", -1);
-  f.eos_ids = ids_of(model.get("eos_token_id"));
+  f.eos_ids = json_ids(model.get("eos_token_id"));
   JsonNode search = root.get("search");
   if (!search.is_null()) {
     f.search.do_sample = search.has("do_sample") && search.at("do_sample").as_bool();
@@ -140,11 +141,12 @@ void read_genai_config(ModelFolder& f, const fs::path& path) {
   }
 }
 
-// config.json and generation_config.json fill what the decoder's names do not say.
+}  // namespace
+
 void read_hf_configs(ModelFolder& f, int64_t& num_heads, int64_t& hidden) {
   fs::path dir(f.dir);
   if (fs::exists(dir / "config.json")) {
-    Json doc = read_json(dir / "config.json");
+    Json doc = read_json_file(dir / "config.json");
     JsonNode c(doc, "");
     if (!f.kv_heads) f.kv_heads = int_or(c, "num_key_value_heads", int_or(c, "num_attention_heads", 0));
     num_heads = int_or(c, "num_attention_heads", 0);
@@ -154,12 +156,12 @@ void read_hf_configs(ModelFolder& f, int64_t& num_heads, int64_t& hidden) {
     if (!f.context_length) f.context_length = int_or(c, "max_position_embeddings", 0);
     if (f.bos_id < 0) f.bos_id = int_or(c, "bos_token_id", -1);
     if (f.pad_id < 0) f.pad_id = int_or(c, "pad_token_id", -1);
-    if (f.eos_ids.empty()) f.eos_ids = ids_of(c.get("eos_token_id"));
+    if (f.eos_ids.empty()) f.eos_ids = json_ids(c.get("eos_token_id"));
   }
   if (fs::exists(dir / "generation_config.json")) {
-    Json doc = read_json(dir / "generation_config.json");
+    Json doc = read_json_file(dir / "generation_config.json");
     JsonNode g(doc, "");
-    if (f.eos_ids.empty()) f.eos_ids = ids_of(g.get("eos_token_id"));
+    if (f.eos_ids.empty()) f.eos_ids = json_ids(g.get("eos_token_id"));
     if (f.source != "genai_config.json") {
       f.search.do_sample = g.has("do_sample") && g.at("do_sample").as_bool();
       f.search.temperature = number_or(g, "temperature", f.search.temperature);
@@ -169,6 +171,8 @@ void read_hf_configs(ModelFolder& f, int64_t& num_heads, int64_t& hidden) {
     }
   }
 }
+
+namespace {
 
 // Every role the folder names must be in the decoder, and the cache geometry known.
 void check_against_decoder(ModelFolder& f, const ModelInfo& info, int64_t num_heads, int64_t hidden) {

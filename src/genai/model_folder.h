@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "genai/json_util.h"
 #include "onyx/dtype.h"
 
 namespace onyx::genai {
@@ -55,5 +56,12 @@ struct ModelFolder {
 
 // Reads `dir`. A folder it cannot use is an error that names what is missing or ambiguous.
 ModelFolder load_model_folder(const std::string& dir);
+
+// For the folder readers: a JSON file (an error names the file), a JSON id or list of ids
+// (eos_token_id takes both), and what config.json and generation_config.json say of a decoder
+// (ids, vocabulary, context, sampling defaults) where `f` does not say it already.
+Json read_json_file(const std::string& path);
+std::vector<int64_t> json_ids(const JsonNode& n);
+void read_hf_configs(ModelFolder& f, int64_t& num_heads, int64_t& hidden);
 
 }  // namespace onyx::genai

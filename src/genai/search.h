@@ -31,6 +31,8 @@ struct SearchOptions {
   // Positions the KV cache starts with (0: the longest prompt and max_new_tokens); a full
   // cache grows by blocks of 64 positions, up to the context length.
   int64_t kv_capacity = 0;
+  // Keep the logits each new token was drawn from (before the logit processors), per sequence.
+  bool return_logits = false;
 };
 
 // Checks the options; names what is wrong.

@@ -36,6 +36,7 @@ OpRegistry& OpRegistry::global_mutable() {
     register_conv_pool_ops(r);
     register_resize_ops(r);
     register_genai_ops(r);
+    register_fused_ops(r);
     return r;
   }();
   return registry;

@@ -63,5 +63,6 @@ void register_loss_ops(OpRegistry& r);
 void register_conv_pool_ops(OpRegistry& r);
 void register_resize_ops(OpRegistry& r);
 void register_genai_ops(OpRegistry& r);  // genai_ops.cpp, sampling.cpp: onyx.genai CacheUpdate, Sample
+void register_fused_ops(OpRegistry& r);  // fused_ops.cpp: onyx RotaryHalf, SiluMul (made by passes/fuse_patterns)
 
 }  // namespace onyx

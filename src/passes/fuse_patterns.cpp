@@ -1,5 +1,6 @@
 #include "passes/fuse_patterns.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <unordered_map>
@@ -47,6 +48,132 @@ struct Matcher {
     if (!t || t->numel() != 1 || !t->on_host() || t->dtype() == DType::kString) return std::nullopt;
     return t->get_as_double(0);
   }
+  // A constant integer list (a 1-D or scalar int tensor known at load).
+  std::optional<std::vector<int64_t>> ints(int id) const {
+    const Tensor* t = constant(id);
+    if (!t || !t->on_host() || t->rank() > 1 || (t->dtype() != DType::kInt64 && t->dtype() != DType::kInt32))
+      return std::nullopt;
+    return t->to_int64_vector();
+  }
+  // An int attribute, or `fallback` when absent.
+  static int64_t attr_int(const Node& n, const char* name, int64_t fallback) {
+    const Attribute* a = n.find_attribute(name);
+    return a && a->kind == Attribute::Kind::kInt ? a->i : fallback;
+  }
+  // The rank of value `id` where the graph shows it (declared, or through ops whose output
+  // rank follows from their inputs'); -1 when it does not.
+  int rank(int id, int depth = 0) const {
+    if (id < 0 || depth > 512) return -1;
+    auto memo = rank_memo.find(id);
+    if (memo != rank_memo.end()) return memo->second;
+    const int r = rank_uncached(id, depth);
+    rank_memo[id] = r;
+    return r;
+  }
+  mutable std::unordered_map<int, int> rank_memo;
+  int rank_uncached(int id, int depth) const {
+    const TypeInfo& t = g.values[id].declared;
+    if (t.rank_known) return static_cast<int>(t.dims.size());
+    auto it = g.initializers.find(id);
+    if (it != g.initializers.end()) return static_cast<int>(it->second.rank());
+    const int p = g.values[id].producer;
+    if (p < 0) return -1;
+    const Node& n = g.nodes[p];
+    const std::string& op = n.op_type;
+    // The fused ops of this pass: shaped like their first input (SiluMul: the broadcast of both).
+    if (n.domain == "onyx" || ((n.domain.empty() || n.domain == "ai.onnx") &&
+                               (op == "SimplifiedLayerNormalization" || op == "Attention"))) {
+      int r = -1;
+      for (size_t i = 0; i < (op == "SiluMul" ? n.inputs.size() : std::min<size_t>(1, n.inputs.size())); ++i) {
+        const int ri = rank(n.inputs[i], depth + 1);
+        if (ri < 0) return -1;
+        r = std::max(r, ri);
+      }
+      return r;
+    }
+    if (!n.domain.empty() && n.domain != "ai.onnx") return -1;
+    if (op == "Transpose") {
+      const Attribute* perm = n.find_attribute("perm");
+      return perm ? static_cast<int>(perm->ints.size()) : rank(n.inputs[0], depth + 1);
+    }
+    if (op == "Reshape") {
+      const auto shape = ints(n.inputs.size() > 1 ? n.inputs[1] : -1);
+      if (shape) return static_cast<int>(shape->size());
+      const int e = elements(n.inputs.size() > 1 ? n.inputs[1] : -1, depth + 1);
+      return e;
+    }
+    if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Where") {
+      int r = -1;
+      for (int in : n.inputs) {
+        const int ri = rank(in, depth + 1);
+        if (ri < 0) return -1;
+        r = std::max(r, ri);
+      }
+      return r;
+    }
+    if (op == "Shape" || op == "Range") return 1;
+    if (op == "MatMul" && n.inputs.size() == 2) {
+      const int a = rank(n.inputs[0], depth + 1), b = rank(n.inputs[1], depth + 1);
+      return a >= 2 && b >= 2 ? std::max(a, b) : -1;
+    }
+    if (op == "Unsqueeze") {
+      std::optional<std::vector<int64_t>> axes;
+      if (n.inputs.size() > 1) axes = ints(n.inputs[1]);
+      else if (const Attribute* a = n.find_attribute("axes")) axes = a->ints;
+      const int in = n.inputs.empty() ? -1 : rank(n.inputs[0], depth + 1);
+      return axes && in >= 0 ? in + static_cast<int>(axes->size()) : -1;
+    }
+    if (op == "Gather" && n.inputs.size() == 2) {
+      const int d = rank(n.inputs[0], depth + 1), i = rank(n.inputs[1], depth + 1);
+      return d >= 1 && i >= 0 ? d + i - 1 : -1;
+    }
+    if (op == "Neg" || op == "Cast" || op == "Sigmoid" || op == "Slice" || op == "Concat" || op == "Softmax" ||
+        op == "Identity")
+      return n.inputs.empty() ? -1 : rank(n.inputs[0], depth + 1);
+    return -1;
+  }
+  // The number of elements of a 1-D shape tensor where the graph shows it; -1 when not.
+  int elements(int id, int depth = 0) const {
+    if (id < 0 || depth > 24) return -1;
+    if (const Tensor* t = constant(id)) return t->rank() <= 1 ? static_cast<int>(t->numel()) : -1;
+    const int p = g.values[id].producer;
+    if (p < 0) return -1;
+    const Node& n = g.nodes[p];
+    if (!plain(n, "Concat") && !plain(n, "Unsqueeze") && !plain(n, "Shape")) return -1;
+    if (n.op_type == "Shape") return n.attributes.empty() ? rank(n.inputs[0], depth + 1) : -1;
+    if (n.op_type == "Unsqueeze") {  // a scalar made 1-D: Unsqueeze(Gather(shape, scalar index), [0])
+      const int in = n.inputs.empty() ? -1 : n.inputs[0];
+      const int gp = in >= 0 ? g.values[in].producer : -1;
+      if (gp < 0 || !plain(g.nodes[gp], "Gather") || g.nodes[gp].inputs.size() != 2) return -1;
+      const Tensor* idx = constant(g.nodes[gp].inputs[1]);
+      return idx && idx->rank() == 0 && rank(g.nodes[gp].inputs[0], depth + 1) == 1 ? 1 : -1;
+    }
+    int sum = 0;
+    for (int in : n.inputs) {
+      const int e = elements(in, depth + 1);
+      if (e < 0) return -1;
+      sum += e;
+    }
+    return sum;
+  }
+  // Slice(x, starts, ends, axes, steps) along the last axis of a rank-`r` x with step 1:
+  // {start, end}, or nullopt.
+  std::optional<std::pair<int64_t, int64_t>> last_axis_slice(const Node& n, int r) const {
+    if (!plain(n, "Slice") || n.inputs.size() < 3 || n.opset < 10) return std::nullopt;
+    const auto st = ints(n.inputs[1]), en = ints(n.inputs[2]);
+    if (!st || !en || st->size() != 1 || en->size() != 1) return std::nullopt;
+    if (n.inputs.size() > 3 && n.inputs[3] >= 0) {
+      const auto ax = ints(n.inputs[3]);
+      if (!ax || ax->size() != 1 || !((*ax)[0] == -1 || (r > 0 && (*ax)[0] == r - 1))) return std::nullopt;
+    } else if (r != 1) {
+      return std::nullopt;  // no axes: every axis from 0, so only a 1-D x slices its last
+    }
+    if (n.inputs.size() > 4 && n.inputs[4] >= 0) {
+      const auto sp = ints(n.inputs[4]);
+      if (!sp || sp->size() != 1 || (*sp)[0] != 1) return std::nullopt;
+    }
+    return std::pair<int64_t, int64_t>{(*st)[0], (*en)[0]};
+  }
 };
 
 // The value Mul or Add combines with `known` (either operand order); -1 when neither is it.
@@ -57,13 +184,64 @@ int other_input(const Node& n, int known) {
   return -1;
 }
 
+Attribute make_int(const char* name, int64_t v) {
+  Attribute a;
+  a.name = name;
+  a.kind = Attribute::Kind::kInt;
+  a.i = v;
+  return a;
+}
+
+Attribute make_float(const char* name, float v) {
+  Attribute a;
+  a.name = name;
+  a.kind = Attribute::Kind::kFloat;
+  a.f = v;
+  return a;
+}
+
+// Puts each fused node at its position and drops the nodes its chain removed.
+void apply(Graph& g, const std::vector<bool>& removed, std::vector<std::pair<size_t, Node>>& replace) {
+  if (replace.empty()) return;
+  std::sort(replace.begin(), replace.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Node> kept;
+  size_t next = 0;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    if (next < replace.size() && replace[next].first == k) {
+      kept.push_back(std::move(replace[next].second));
+      ++next;
+      continue;
+    }
+    if (!removed[k]) kept.push_back(std::move(g.nodes[k]));
+  }
+  g.nodes = std::move(kept);
+  for (auto& v : g.values) v.producer = -1;
+  for (size_t k = 0; k < g.nodes.size(); ++k)
+    for (int o : g.nodes[k].outputs)
+      if (o >= 0) g.values[o].producer = static_cast<int>(k);
+}
+
+constexpr int64_t kToTheEnd = int64_t{1} << 31;  // a Slice end at least this is "to the end" of any real axis
+
 }  // namespace
 
-FuseReport fuse_patterns(Graph& g) {
+FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
   FuseReport r;
   Matcher m(g);
   std::vector<bool> removed(g.nodes.size(), false);
   std::vector<std::pair<size_t, Node>> replace;  // position of the last node -> the fused node
+  auto producer = [&](int id) { return g.values[id].producer; };
+  // Claims the chain's nodes and node `k` for `fused`, unless another fusion claimed one first.
+  auto commit = [&](size_t k, const std::vector<int>& chain, Node fused) {
+    if (removed[k]) return false;
+    for (int c : chain)
+      if (removed[c]) return false;
+    for (int c : chain) removed[c] = true;
+    removed[k] = true;
+    replace.emplace_back(k, std::move(fused));
+    r.nodes_removed += static_cast<int>(chain.size());
+    return true;
+  };
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     Node& out_mul = g.nodes[k];
     if (removed[k] || !m.plain(out_mul, "Mul") || out_mul.inputs.size() != 2) continue;
@@ -152,30 +330,212 @@ FuseReport fuse_patterns(Graph& g) {
       epsilon.kind = Attribute::Kind::kFloat;
       epsilon.f = static_cast<float>(*eps);
       fused.attributes = {axis, epsilon};
-      for (int c : chain) removed[c] = true;
-      removed[k] = true;
-      replace.emplace_back(k, std::move(fused));
-      ++r.rms_norms;
-      r.nodes_removed += static_cast<int>(chain.size());
+      if (commit(k, chain, std::move(fused))) ++r.rms_norms;
       break;
     }
   }
-  if (replace.empty()) return r;
-  std::vector<Node> kept;
-  size_t next = 0;
+
+  // Rotary embedding by halves: Add(Mul(x, cos), Mul(Concat(Neg(Slice(x, h:)), Slice(x, :h)), sin)).
   for (size_t k = 0; k < g.nodes.size(); ++k) {
-    if (next < replace.size() && replace[next].first == k) {
-      kept.push_back(std::move(replace[next].second));
-      ++next;
-      continue;
+    const Node& add = g.nodes[k];
+    if (removed[k] || !m.plain(add, "Add") || add.inputs.size() != 2) continue;
+    for (int side = 0; side < 2; ++side) {
+      Node* mc = m.sole(add.inputs[side], "Mul");
+      Node* ms = m.sole(add.inputs[1 - side], "Mul");
+      if (!mc || !ms || mc->inputs.size() != 2 || ms->inputs.size() != 2) continue;
+      Node* cat = nullptr;
+      int sin = -1;
+      for (int j = 0; j < 2 && !cat; ++j)
+        if ((cat = m.sole(ms->inputs[j], "Concat"))) sin = ms->inputs[1 - j];
+      if (!cat || cat->inputs.size() != 2) continue;
+      Node* neg = m.sole(cat->inputs[0], "Neg");
+      Node* lo = m.sole(cat->inputs[1], "Slice");
+      Node* hi = neg && neg->inputs.size() == 1 ? m.sole(neg->inputs[0], "Slice") : nullptr;
+      if (!lo || !hi || lo->inputs.empty() || hi->inputs.empty() || lo->inputs[0] != hi->inputs[0]) continue;
+      const int x = lo->inputs[0];
+      const int xr = m.rank(x);
+      const int64_t axis = Matcher::attr_int(*cat, "axis", 0);
+      if (!(axis == -1 || (xr > 0 && axis == xr - 1))) continue;
+      const auto lr = m.last_axis_slice(*lo, xr), hr = m.last_axis_slice(*hi, xr);
+      if (!lr || !hr || lr->first != 0 || lr->second <= 0 || hr->first != lr->second || hr->second < kToTheEnd)
+        continue;
+      const int cos = other_input(*mc, x);
+      if (cos < 0) continue;
+      Node fused;
+      fused.name = add.name + "/fused_rotary_half";
+      fused.op_type = "RotaryHalf";
+      fused.domain = "onyx";
+      fused.opset = 1;
+      fused.inputs = {x, cos, sin};
+      fused.outputs = {add.outputs[0]};
+      fused.attributes = {make_int("split", lr->second)};
+      const std::vector<int> chain{producer(add.inputs[side]), producer(add.inputs[1 - side]), producer(ms->inputs[0] == sin ? ms->inputs[1] : ms->inputs[0]),
+                                   producer(cat->inputs[0]), producer(cat->inputs[1]), producer(neg->inputs[0])};
+      if (commit(k, chain, std::move(fused))) ++r.rotary_halves;
+      break;
     }
-    if (!removed[k]) kept.push_back(std::move(g.nodes[k]));
   }
-  g.nodes = std::move(kept);
-  for (auto& v : g.values) v.producer = -1;
-  for (size_t k = 0; k < g.nodes.size(); ++k)
-    for (int o : g.nodes[k].outputs)
-      if (o >= 0) g.values[o].producer = static_cast<int>(k);
+
+  // SiLU-gated product: Mul(Mul(g, Sigmoid(g)), u), either operand order at each Mul.
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const Node& mul = g.nodes[k];
+    if (removed[k] || !m.plain(mul, "Mul") || mul.inputs.size() != 2) continue;
+    for (int side = 0; side < 2; ++side) {
+      Node* act = m.sole(mul.inputs[side], "Mul");
+      if (!act || act->inputs.size() != 2) continue;
+      int gate = -1, sig_out = -1;
+      for (int j = 0; j < 2 && gate < 0; ++j) {
+        Node* sig = m.sole(act->inputs[j], "Sigmoid");
+        if (sig && sig->inputs.size() == 1 && sig->inputs[0] == act->inputs[1 - j]) {
+          gate = act->inputs[1 - j];
+          sig_out = act->inputs[j];
+        }
+      }
+      if (gate < 0) continue;
+      Node fused;
+      fused.name = mul.name + "/fused_silu_mul";
+      fused.op_type = "SiluMul";
+      fused.domain = "onyx";
+      fused.opset = 1;
+      fused.inputs = {gate, mul.inputs[1 - side]};
+      fused.outputs = {mul.outputs[0]};
+      if (commit(k, {producer(mul.inputs[side]), producer(sig_out)}, std::move(fused))) ++r.silu_muls;
+      break;
+    }
+  }
+
+  // Attention: MatMul(Softmax(Add(Mul(MatMul(q, Transpose(rep(k))), c), mask)), rep(v)).
+  // rep(x): the KV heads repeated for their query heads (Unsqueeze/Expand/Reshape), or x.
+  auto unrepeat = [&](int id, std::vector<int>& chain) {
+    Node* rs = m.sole(id, "Reshape");
+    Node* ex = rs && rs->inputs.size() == 2 ? m.sole(rs->inputs[0], "Expand") : nullptr;
+    Node* un = ex && ex->inputs.size() == 2 ? m.sole(ex->inputs[0], "Unsqueeze") : nullptr;
+    if (!un || un->inputs.empty()) return id;
+    std::optional<std::vector<int64_t>> axes;
+    if (un->inputs.size() > 1) axes = m.ints(un->inputs[1]);
+    else if (const Attribute* a = un->find_attribute("axes")) axes = a->ints;
+    const int e5 = m.elements(ex->inputs[1]), e4 = m.elements(rs->inputs[1]);
+    if (!axes || *axes != std::vector<int64_t>{2} || (e5 >= 0 && e5 != 5) || (e4 >= 0 && e4 != 4)) return id;
+    chain.push_back(producer(id));
+    chain.push_back(producer(rs->inputs[0]));
+    chain.push_back(producer(ex->inputs[0]));
+    return un->inputs[0];
+  };
+  for (size_t k = 0; k < g.nodes.size() && options.attention; ++k) {
+    const Node& pv = g.nodes[k];
+    if (removed[k] || !m.plain(pv, "MatMul") || pv.inputs.size() != 2) continue;
+    std::vector<int> chain;
+    int p = pv.inputs[0];
+    if (Node* c = m.sole(p, "Cast")) {  // softmax in float32, cast back
+      chain.push_back(producer(p));
+      p = c->inputs[0];
+    }
+    Node* sm = m.sole(p, "Softmax");
+    if (!sm || sm->inputs.size() != 1) continue;
+    const int64_t sm_axis = Matcher::attr_int(*sm, "axis", sm->opset >= 13 ? -1 : 1);
+    if (sm_axis != -1 && sm_axis != 3) continue;
+    chain.push_back(producer(p));
+    int s = sm->inputs[0];
+    if (Node* c = m.sole(s, "Cast")) {
+      if (Matcher::attr_int(*c, "to", 0) != 1 /* FLOAT */ || c->inputs.size() != 1) continue;
+      chain.push_back(producer(s));
+      s = c->inputs[0];
+    }
+    // The scores, with the mask added or not: try each Add operand as the scores.
+    int mask = -1, q = -1, kr = -1;
+    double scale = 1.0;
+    std::vector<int> score_chain;
+    auto scores = [&](int id) {
+      score_chain.clear();
+      scale = 1.0;
+      int inner = id;
+      if (Node* mul = m.sole(id, "Mul"); mul && mul->inputs.size() == 2) {
+        for (int j = 0; j < 2; ++j)
+          if (auto c = m.scalar(mul->inputs[j])) {
+            scale = *c;
+            inner = mul->inputs[1 - j];
+            score_chain.push_back(producer(id));
+            break;
+          }
+        if (inner == id) return false;
+      } else if (Node* div = m.sole(id, "Div"); div && div->inputs.size() == 2) {
+        auto c = m.scalar(div->inputs[1]);
+        if (!c || *c == 0) return false;
+        scale = 1.0 / *c;
+        inner = div->inputs[0];
+        score_chain.push_back(producer(id));
+      }
+      Node* qk = m.sole(inner, "MatMul");
+      if (!qk || qk->inputs.size() != 2) return false;
+      Node* tr = m.sole(qk->inputs[1], "Transpose");
+      const Attribute* perm = tr ? tr->find_attribute("perm") : nullptr;
+      if (!perm || perm->ints != std::vector<int64_t>{0, 1, 3, 2}) return false;
+      score_chain.push_back(producer(inner));
+      score_chain.push_back(producer(qk->inputs[1]));
+      q = qk->inputs[0];
+      kr = tr->inputs[0];
+      return true;
+    };
+    bool found = false;
+    if (Node* add = m.sole(s, "Add"); add && add->inputs.size() == 2) {
+      for (int j = 0; j < 2 && !found; ++j)
+        if (scores(add->inputs[j])) {
+          mask = add->inputs[1 - j];
+          score_chain.push_back(producer(s));
+          found = true;
+        }
+    } else {
+      found = scores(s);
+    }
+    if (!found) continue;
+    chain.insert(chain.end(), score_chain.begin(), score_chain.end());
+    const int key = unrepeat(kr, chain);
+    const int value = unrepeat(pv.inputs[1], chain);
+    if (m.rank(q) != 4 || m.rank(key) != 4 || m.rank(value) != 4) continue;
+    Node fused;
+    fused.name = pv.name + "/fused_attention";
+    fused.op_type = "Attention";
+    fused.opset = 23;
+    fused.inputs = {q, key, value};
+    if (mask >= 0) fused.inputs.push_back(mask);
+    fused.outputs = {pv.outputs[0]};
+    fused.attributes = {make_float("scale", static_cast<float>(scale))};
+    if (commit(k, chain, std::move(fused))) ++r.attentions;
+  }
+  apply(g, removed, replace);
+
+  // The residual add before an RMSNorm: SimplifiedLayerNormalization(Add(a, b), w) ->
+  // SkipSimplifiedLayerNormalization(a, b, w) giving the norm and the sum (output 3), at the
+  // Add's place (the sum's other readers come after it). On the graph with the fusions above.
+  Matcher m2(g);
+  std::vector<bool> removed2(g.nodes.size(), false);
+  std::vector<std::pair<size_t, Node>> replace2;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const Node& norm = g.nodes[k];
+    if (norm.op_type != "SimplifiedLayerNormalization" || !norm.domain.empty() || norm.inputs.size() != 2 ||
+        norm.outputs.size() != 1 || Matcher::attr_int(norm, "axis", -1) != -1 || removed2[k])
+      continue;
+    const int sum = norm.inputs[0];
+    const int ap = sum >= 0 ? g.values[sum].producer : -1;
+    if (ap < 0 || removed2[ap] || !m2.plain(g.nodes[ap], "Add") || g.nodes[ap].inputs.size() != 2) continue;
+    const Node& add = g.nodes[ap];
+    const int xr = m2.rank(add.inputs[0]), sr = m2.rank(add.inputs[1]);
+    if (xr < 0 || xr != sr) continue;  // the skip broadcasts onto the input, never the other way
+    Node fused;
+    fused.name = norm.name + "/fused_skip";
+    fused.op_type = "SkipSimplifiedLayerNormalization";
+    fused.domain = "com.microsoft";
+    fused.opset = 1;
+    fused.inputs = {add.inputs[0], add.inputs[1], norm.inputs[1]};
+    fused.outputs = {norm.outputs[0], -1, -1, sum};
+    const Attribute* eps = norm.find_attribute("epsilon");
+    fused.attributes = {make_float("epsilon", eps ? eps->f : 1e-5f)};
+    removed2[k] = removed2[ap] = true;
+    replace2.emplace_back(static_cast<size_t>(ap), std::move(fused));
+    ++r.skip_norms;
+    ++r.nodes_removed;
+  }
+  apply(g, removed2, replace2);
   return r;
 }
 

@@ -7,6 +7,24 @@
 //     Mul(w, Mul(x, Reciprocal(Sqrt(Add(ReduceMean(Pow(x, 2), axes=[-1], keepdims=1), eps)))))
 //     (also Div(x, Sqrt(..)) and Div(1, Sqrt(..)), either operand order of Mul and Add)
 //   -> SimplifiedLayerNormalization(x, w, axis=-1, epsilon=eps)
+//
+//   Rotary embedding by halves (HF's apply_rotary_pos_emb):
+//     Add(Mul(x, cos), Mul(Concat(Neg(Slice(x, h, end)), Slice(x, 0, h), axis=-1), sin))
+//   -> onyx::RotaryHalf(x, cos, sin, split=h)
+//
+//   SiLU-gated product (the Llama MLP): Mul(Mul(g, Sigmoid(g)), u) -> onyx::SiluMul(g, u)
+//
+//   Attention (HF's eager attention, repeat_kv for grouped-query heads):
+//     MatMul(Softmax(Add(Mul(MatMul(q, Transpose(rep(k), [0,1,3,2])), c), mask)), rep(v))
+//     rep(x) = Reshape(Expand(Unsqueeze(x, [2]), [b, kv, n, t, d]), [b, kv*n, t, d]), or x;
+//     the scale Mul(., c) / Div(., c) and the mask Add optional; Cast(float) before and a Cast
+//     after the Softmax allowed (softmax in float32)
+//   -> Attention(q, k, v, mask, scale=c) (ONNX opset 23, 4-D, grouped-query heads): the keys
+//      and values are read once per KV head, never repeated nor transposed
+//
+//   Then, on the fused graph, the residual add before an RMSNorm:
+//     SimplifiedLayerNormalization(Add(a, b), w)
+//   -> com.microsoft SkipSimplifiedLayerNormalization(a, b, w) -> (norm, -, -, a + b)
 #pragma once
 
 #include <string>
@@ -16,11 +34,21 @@
 
 namespace onyx {
 
+struct FuseOptions {
+  // The attention fusion. Off for CPU sessions: there the unfused chain's matrix products
+  // (BLAS) outrun the Attention kernel's loops.
+  bool attention = true;
+};
+
 struct FuseReport {
   int rms_norms = 0;
+  int rotary_halves = 0;
+  int silu_muls = 0;
+  int attentions = 0;
+  int skip_norms = 0;
   int nodes_removed = 0;
 };
 
-FuseReport fuse_patterns(Graph& g);
+FuseReport fuse_patterns(Graph& g, const FuseOptions& options = {});
 
 }  // namespace onyx

@@ -45,6 +45,29 @@ namespace {
 
 using namespace planning;
 
+// A Transpose whose input's axes of size > 1 keep their order under the permutation (at these
+// planned shapes: [B, 1, H, D] -> [B, H, 1, D] at one position): the output's elements are the
+// input's, in the same order.
+bool order_preserving_transpose(const Node& n, const std::vector<ValueType>& in) {
+  if (n.op_type != "Transpose" || !(n.domain.empty() || n.domain == "ai.onnx") || n.outputs.size() != 1 ||
+      in.empty() || !in[0].shape.fully_known())
+    return false;
+  const std::vector<int64_t>& d = in[0].shape.dims;
+  std::vector<int64_t> perm;
+  if (const Attribute* a = n.find_attribute("perm")) perm = a->ints;
+  else
+    for (size_t i = d.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));  // default: reversed
+  if (perm.size() != d.size()) return false;
+  int64_t last = -1;
+  for (int64_t axis : perm) {
+    if (axis < 0 || axis >= static_cast<int64_t>(d.size())) return false;
+    if (d[axis] == 1) continue;
+    if (axis < last) return false;
+    last = axis;
+  }
+  return true;
+}
+
 // Each node that runs becomes a step with its device and kernel, resolved once.
 void choose_places(Planning& P) {
   ExecutionPlan& p = P.p;
@@ -56,10 +79,14 @@ void choose_places(Planning& P) {
     Step st;
     st.node = s;
     st.has_subgraphs = has_subgraphs(n);
+    st.views = def.views;
     if (P.dynamic[s]) {
       st.place = StepPlace::kRunTime;
     } else if (def.is_view() && def.views.size() == n.outputs.size()) {
       st.place = StepPlace::kNone;
+    } else if (order_preserving_transpose(n, P.node_inputs[s])) {
+      st.place = StepPlace::kNone;
+      st.views = {{0, 0}};
     } else {
       std::string why;
       if (P.options.backend) st.kernel = P.options.backend->find_kernel(n, P.node_inputs[s], &why);
@@ -121,7 +148,7 @@ void share_storage(Planning& P) {
   const bool in_place = P.options.in_place && P.options.arena;
   for (const Step& st : p.steps) {
     const Node& n = P.g.nodes[st.node];
-    for (auto [o, i] : n.def->views) {
+    for (auto [o, i] : st.views) {
       if (o >= static_cast<int>(n.outputs.size()) || i >= static_cast<int>(n.inputs.size())) continue;
       int out = n.outputs[o], in = n.inputs[i];
       if (out >= 0 && in >= 0) join(out, p.values[in].root);
@@ -240,7 +267,7 @@ void plan_copies(Planning& P) {
       }
     }
     if (st.place == StepPlace::kNone) {  // a view is wherever its input is
-      for (auto [o, i] : n.def->views) {
+      for (auto [o, i] : st.views) {
         int out = n.outputs[o], in = n.inputs[i];
         if (out < 0 || in < 0) continue;
         on_host[out] = on_host[in];

@@ -82,6 +82,10 @@ struct Step {
   std::vector<int> to_accel;
   std::vector<int> release_after;  // unguarded values whose last reader this is
   std::string fallback;            // why a session with a backend runs it on the CPU ("" otherwise)
+  // kNone steps: (output, input) pairs whose output is the input's storage under the output's
+  // shape: the op's own views (Reshape), or a Transpose that moves only size-1 axes at the
+  // planned shapes (its elements keep their order, so nothing needs to move).
+  std::vector<std::pair<int, int>> views;
 };
 
 struct ExecutionPlan {

@@ -348,6 +348,46 @@ void contrib(std::vector<Case>& v) {
        Vals(i32, {1}, {4})},
       heads(1, 1), Expect::kDecline);
 
+  // ONNX Attention (opset 23), as the attention fusion makes it: 4-D, grouped-query heads.
+  auto attn = [&](std::string name, std::vector<In> in, std::vector<Attribute> at, Expect e = Expect::kRun) {
+    Case c{std::move(name), "Attention", kFloats, std::move(in), std::move(at), 1, 23, "", e};
+    c.f32_tol = 1e-4;
+    v.push_back(std::move(c));
+  };
+  // Decode: 8 query heads on 2 KV heads, 300 keys (split across blocks), an additive mask [B, 1, 1, T].
+  attn("decode_gqa_split_mask", {X({2, 8, 1, 64}), X({2, 2, 300, 64}), X({2, 2, 300, 64}), Uni({2, 1, 1, 300}, -4, 0)},
+       {attr_float("scale", 0.125f)});
+  // A long past at batch 1: 2 KV heads x 2000 keys, split 16 ways (a cluster past 8 blocks).
+  attn("decode_long_split16", {X({1, 4, 1, 64}), X({1, 2, 2000, 64}), X({1, 2, 2000, 64}), Uni({1, 1, 1, 2000}, -3, 0)},
+       {attr_float("scale", 0.125f)});
+  // A prompt chunk: 5 queries, head size 80, no mask, the default scale, one KV head for 4 query heads.
+  attn("chunk_h80_default_scale", {X({1, 4, 5, 80}), X({1, 1, 37, 80}), X({1, 1, 37, 80})}, {});
+  // Many rows per block (64 queries x 2 heads), a bool mask [L, T] broadcast over batch and heads,
+  // a mask shorter than the keys (the rest masked), head size 128.
+  attn("prefill_bool_mask_short_h128", {X({1, 2, 64, 128}), X({1, 2, 70, 128}), X({1, 2, 70, 128}), Bools({64, 66})},
+       {attr_float("scale", 0.09f)});
+  // Plain multi-head (no grouping), head size 16, a mask per head [B, H, L, T].
+  attn("mha_h16_mask_per_head", {X({3, 2, 3, 16}), X({3, 2, 9, 16}), X({3, 2, 9, 16}), Uni({3, 2, 3, 9}, -2, 2)},
+       {attr_float("scale", 0.3f)});
+  // On the CPU only: is_causal, a past.
+  attn("causal", {X({1, 2, 4, 32}), X({1, 2, 4, 32}), X({1, 2, 4, 32})}, {attr_int("is_causal", 1)}, Expect::kDecline);
+
+  // The fused ops of the load-time fusions (src/ops/fused_ops.cpp).
+  {
+    Case c{"heads_bcast", "RotaryHalf", kFloats, {X({2, 4, 3, 64}), Uni({2, 1, 3, 64}, -1, 1), Uni({2, 1, 3, 64}, -1, 1)},
+           {attr_int("split", 32)}, 1, 1, "onyx"};
+    v.push_back(c);
+    c.name = "split_not_half";  // rotate_half by 5 of 12
+    c.inputs = {X({3, 2, 12}), Uni({2, 12}, -1, 1), Uni({2, 12}, -1, 1)};
+    c.attrs = {attr_int("split", 5)};
+    v.push_back(c);
+    Case m{"flat", "SiluMul", kFloats, {X({4, 1000}), X({4, 1000})}, {}, 1, 1, "onyx"};
+    v.push_back(m);
+    m.name = "bcast";
+    m.inputs = {X({3, 1, 7}), X({5, 7})};
+    v.push_back(m);
+  }
+
   // MultiHeadAttention (Optimum's BERT, T5 and Whisper exports). Inputs: query, key, value,
   // bias, key_padding_mask, attention_bias, past_key, past_value; outputs: y (and present).
   auto mha = [&](std::string name, std::vector<In> in, std::vector<Attribute> at, int outputs = 1,
@@ -445,6 +485,12 @@ void matmul(std::vector<Case>& v) {
   v.push_back({"a2d_b_batched", "MatMul", kFloats, {X({64, 32}), X({4, 32, 16})}});
   v.push_back({"bcast_both", "MatMul", kFloats, {X({2, 1, 8, 12}), X({1, 3, 12, 5})}});
   v.push_back({"bcast_mixed", "MatMul", kFloats, {X({3, 1, 4, 8, 12}), X({2, 1, 12, 6})}});
+  // Few rows (decode shapes).
+  v.push_back({"rows1_gemv", "MatMul", kFloats, {X({1, 1, 2048}), X({2048, 512})}});
+  v.push_back({"rows3_gemv_k_odd", "MatMul", kFloats, {X({3, 1000}), X({1000, 136})}});
+  v.push_back({"rows8_gemv_wide", "MatMul", kFloats, {X({2, 4, 256}), X({256, 8200})}});
+  v.push_back({"rows5_n_not_8", "MatMul", kFloats, {X({5, 64}), X({64, 30})}});
+  v.push_back({"rows9_cublas", "MatMul", kFloats, {X({9, 300}), X({300, 64})}});
   v.push_back({"vec_vec", "MatMul", kFloats, {X({37}), X({37})}});
   v.push_back({"vec_mat", "MatMul", kFloats, {X({32}), X({32, 24})}});
   v.push_back({"mat_vec", "MatMul", kFloats, {X({24, 32}), X({32})}});

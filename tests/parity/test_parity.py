@@ -175,3 +175,79 @@ def test_memory_modes_match(memory, models_dir, run_onyx, tmp_path):
     rng, seed = fresh_rng()
     run_and_compare(models_dir / "llama_layer.onnx", llama_inputs(rng, 5), run_onyx, tmp_path,
                     extra_args=("--memory", memory, "--repeat", "2"), label=f"llama, --memory {memory} (seed {seed})")
+
+
+@pytest.mark.parametrize("past", [0, 5])
+def test_fused_llama_matches_onnxruntime(past, models_dir, run_onyx, tmp_path):
+    """Load-time fusion of the Llama layer (RMSNorm, rotary by halves, SiLU-gated MLP, eager
+    attention with repeated KV heads -> Attention, residual add + RMSNorm), forced on for the CPU: the fused graph has
+    none of the chains' ops left and computes what onnxruntime computes on the original."""
+    import json
+    rng, seed = fresh_rng()
+    model = models_dir / "llama_layer.onnx"
+    proc = run_onyx("run", model, "--fuse-attention", "on", "--json", "--dim", "batch=2", "--dim", "sequence=3",
+                    "--dim", "past_sequence=4", "--dim", "total_sequence=7")
+    assert proc.returncode == 0, proc.stderr
+    ops = json.loads(proc.stdout)["ops"]
+    layers = gen_models.LLAMA["layers"]
+    assert ops.get("Attention") == layers and ops.get("onyx::RotaryHalf") == 2 * layers, ops
+    # Every RMSNorm but the first takes the residual add before it.
+    assert ops.get("onyx::SiluMul") == layers and ops.get("SimplifiedLayerNormalization") == 1, ops
+    assert ops.get("com.microsoft::SkipSimplifiedLayerNormalization") == 2 * layers, ops
+    for gone in ("Softmax", "Expand", "Neg", "Sigmoid", "Sqrt"):
+        assert gone not in ops, (gone, ops)
+    run_and_compare(model, llama_inputs(rng, past), run_onyx, tmp_path, extra_args=("--fuse-attention", "on"),
+                    label=f"llama fused, past {past} (seed {seed})")
+
+
+def test_fused_rotary_half_uneven_split(run_onyx, tmp_path):
+    """The rotary pattern with halves of unequal size (x[..., 5:] and x[..., :5] of 12): fused
+    into onyx::RotaryHalf, and equal to onnxruntime on the original graph."""
+    import json
+    import onnx
+    from onnx import TensorProto, helper
+    rng, seed = fresh_rng()
+    big = np.iinfo(np.int64).max
+    c = lambda name, v: helper.make_node("Constant", [], [name], value=helper.make_tensor(
+        name, TensorProto.INT64, [len(v)], v))
+    nodes = [c("s5", [5]), c("end", [big]), c("z", [0]), c("ax", [-1]), c("one", [1]),
+             helper.make_node("Slice", ["x", "s5", "end", "ax", "one"], ["hi"]),
+             helper.make_node("Slice", ["x", "z", "s5", "ax", "one"], ["lo"]),
+             helper.make_node("Neg", ["hi"], ["nhi"]),
+             helper.make_node("Concat", ["nhi", "lo"], ["rot"], axis=-1),
+             helper.make_node("Mul", ["cos", "x"], ["xc"]),
+             helper.make_node("Mul", ["rot", "sin"], ["rs"]),
+             helper.make_node("Add", ["xc", "rs"], ["y"])]
+    f = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+    g = helper.make_graph(nodes, "rot", [f("x", [2, 3, 12]), f("cos", [3, 12]), f("sin", [3, 12])], [f("y", [2, 3, 12])])
+    path = tmp_path / "rot.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    proc = run_onyx("run", path, "--json")
+    assert proc.returncode == 0, proc.stderr
+    ops = json.loads(proc.stdout)["ops"]
+    assert ops.get("onyx::RotaryHalf") == 1 and not {"Slice", "Neg", "Concat", "Mul", "Add"} & set(ops), ops
+    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in (("x", (2, 3, 12)), ("cos", (3, 12)), ("sin", (3, 12)))}
+    run_and_compare(path, feeds, run_onyx, tmp_path, label=f"rotary split 5 of 12 (seed {seed})")
+
+
+def test_attention_weights_read_elsewhere_are_not_fused(models_dir, run_onyx, tmp_path):
+    """The Llama layer with its attention probabilities also a graph output (as an export with
+    output_attentions): the attention chain must stay as it is (its Softmax is needed), and the
+    outputs, the probabilities among them, equal onnxruntime's."""
+    import json
+    import onnx
+    rng, seed = fresh_rng()
+    m = onnx.load(str(models_dir / "llama_layer.onnx"))
+    softmax = [n for n in m.graph.node if n.op_type == "Softmax"]
+    assert len(softmax) == gen_models.LLAMA["layers"]
+    m.graph.output.append(onnx.helper.make_empty_tensor_value_info(softmax[0].output[0]))
+    path = tmp_path / "llama_probs.onnx"
+    onnx.save(m, str(path))
+    proc = run_onyx("run", path, "--fuse-attention", "on", "--json", "--dim", "batch=2", "--dim", "sequence=3",
+                    "--dim", "past_sequence=4", "--dim", "total_sequence=7")
+    assert proc.returncode == 0, proc.stderr
+    ops = json.loads(proc.stdout)["ops"]
+    layers = gen_models.LLAMA["layers"]
+    assert ops.get("Softmax") == 1 and ops.get("Attention") == layers - 1, ops
+    run_and_compare(path, llama_inputs(rng, 5), run_onyx, tmp_path, extra_args=("--fuse-attention", "on"),
+                    label=f"llama with probabilities out (seed {seed})")

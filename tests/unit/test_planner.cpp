@@ -230,6 +230,47 @@ TEST(Planner, ShapeArithmeticIsEvaluatedWhilePlanning) {
   EXPECT_EQ(out[0].shape(), (Shape{3, 20}));
 }
 
+TEST(Planner, TransposeMovingOnlySizeOneAxesIsAView) {
+  // y = Relu(Transpose(x, [0, 2, 1, 3])): at x [2, 1, 3, 4] the elements keep their order (a view,
+  // no kernel); at [2, 2, 3, 4] they do not (the kernel runs). Both equal the transposition.
+  Graph g;
+  g.name = "transpose_view";
+  int x = g.value_id("x");
+  g.values[x].is_input = true;
+  g.inputs.push_back(x);
+  auto node = [&](const std::string& op, std::vector<int> in, std::vector<Attribute> attrs = {}) {
+    Node n;
+    n.name = op;
+    n.op_type = op;
+    n.opset = 18;
+    n.inputs = std::move(in);
+    n.attributes = std::move(attrs);
+    int out = g.value_id(op + "_out");
+    g.values[out].producer = static_cast<int>(g.nodes.size());
+    n.outputs = {out};
+    g.nodes.push_back(std::move(n));
+    return out;
+  };
+  int t = node("Transpose", {x}, {test::attr_ints("perm", {0, 2, 1, 3})});
+  g.outputs.push_back(node("Relu", {t}));
+  GraphExecutor exec(g, OpRegistry::global(), make_cpu_allocator());
+  for (int64_t s : {1, 2}) {
+    Tensor in = test::random_tensor<float>(Shape{2, s, 3, 4}, -1.0, 1.0);
+    auto plan = exec.plan_for({in});
+    ASSERT_EQ(plan->steps.size(), 2u);
+    EXPECT_EQ(plan->steps[0].place == StepPlace::kNone, s == 1) << "S = " << s;
+    Tensor y = exec.run({in})[0];
+    ASSERT_EQ(y.shape(), (Shape{2, 3, s, 4}));
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t h = 0; h < 3; ++h)
+        for (int64_t q = 0; q < s; ++q)
+          for (int64_t d = 0; d < 4; ++d) {
+            const float v = in.data<float>()[((b * s + q) * 3 + h) * 4 + d];
+            ASSERT_EQ(y.data<float>()[((b * 3 + h) * s + q) * 4 + d], v > 0 ? v : 0.f) << "S = " << s;
+          }
+  }
+}
+
 }  // namespace onyx
 
 namespace onyx {

@@ -11,6 +11,8 @@
 #include <sstream>
 
 #include "cli.h"
+#include "onyx/npy.h"
+#include "genai/encoder_decoder_model.h"
 #include "genai/generator.h"
 
 namespace onyx::cli {
@@ -18,6 +20,10 @@ namespace onyx::cli {
 namespace {
 
 constexpr const char* kGenerateUsage = R"(usage: onyx generate DIR [prompt] [options]
+
+DIR: a decoder-only folder (onnxruntime-genai's genai_config.json, or an Optimum/torch.onnx
+export), or an encoder-decoder export (encoder_model.onnx with decoder_model.onnx and
+decoder_with_past_model.onnx, or decoder_model_merged.onnx: T5, BART); docs/pipelines.md
 
 prompt (one of):
   --prompt TEXT                 the prompt
@@ -41,8 +47,14 @@ options:
                                 --max-new-tokens); a full cache grows by 64 positions
   --device DEVICE               cpu (default), cuda or cuda:N
   --capture off|auto|require    on a GPU, replay decode steps from CUDA graphs (default auto)
-  --memory-report               print the memory governor's holders after the run
+  --memory-report               print the memory governor's holders after the run (a pipeline:
+                                per component, its weights, arena and KV cache)
+  --memory-budget BYTES         on a GPU, the device memory the model may hold; an
+                                encoder-decoder pipeline's budget on the CPU too (a pipeline
+                                whose weights do not fit is refused at load)
   --json                        print one JSON object instead of streaming
+  --logits-out FILE             write the logits each token of the (first) sequence was drawn
+                                from as .npy, float32 [tokens, vocabulary]
   --verify-cache STEPS          instead of generating: run STEPS greedy steps with the cache as
                                 onyx keeps it and again as the decoder was exported, and print
                                 the largest logit difference per step (exit 1 above 1e-4)
@@ -79,6 +91,7 @@ struct GenerateArgs {
   bool max_new_given = false, sampling_given = false, greedy = false;
   bool special = true, json = false, memory_report = false;
   int64_t verify_steps = -1;
+  std::string logits_out;
   SessionOptions session;
 };
 
@@ -147,7 +160,13 @@ GenerateArgs parse(const std::vector<std::string>& args) {
     }
     else if (opt == "--device") g.session.device = a.value();
     else if (opt == "--memory-report") g.memory_report = true;
+    else if (opt == "--memory-budget") {
+      const int64_t b = to_int(a.value());
+      if (b <= 0) throw UsageError("--memory-budget must be positive");
+      g.session.memory_budget_bytes = g.session.host_memory_budget_bytes = static_cast<size_t>(b);
+    }
     else if (opt == "--json") g.json = true;
+    else if (opt == "--logits-out") g.logits_out = a.value(), g.search.return_logits = true;
     else if (opt == "--verify-cache") g.verify_steps = to_int(a.value());
     else if (opt == "--capture") {
       std::string m = a.value();
@@ -165,7 +184,19 @@ GenerateArgs parse(const std::vector<std::string>& args) {
   return g;
 }
 
-void print_figures(const genai::GenerationStats& s, genai::LanguageModel& lm, bool memory_report) {
+// The cache's form: a language model's (shared, static, growing), or a pipeline's.
+std::string cache_form(genai::TokenModel& m) {
+  if (auto* lm = dynamic_cast<genai::LanguageModel*>(&m)) return std::string(genai::cache_mode_name(lm->cache_mode()));
+  return "growing";
+}
+
+std::string cache_note(genai::TokenModel& m) {
+  if (auto* lm = dynamic_cast<genai::LanguageModel*>(&m)) return lm->cache_note();
+  return "encoder-decoder: the self-attention cache grows by a position a step; the cross-attention cache is "
+         "computed once per request";
+}
+
+void print_figures(const genai::GenerationStats& s, genai::TokenModel& lm, bool memory_report) {
   const double prefill_tps = s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0;
   const double ms_per_token = s.decode_steps ? 1e3 * s.decode_seconds / s.decode_steps : 0;
   std::fprintf(stderr,
@@ -175,10 +206,9 @@ void print_figures(const genai::GenerationStats& s, genai::LanguageModel& lm, bo
                static_cast<long long>(s.generated_tokens), ms_per_token,
                s.decode_seconds > 0 ? s.generated_tokens / s.decode_seconds : 0.0, static_cast<long long>(s.sequences),
                s.sequences == 1 ? "" : "s");
-  std::fprintf(stderr, "kv cache: %s, %s", std::string(genai::cache_mode_name(lm.cache_mode())).c_str(),
-               human_bytes(double(s.kv_cache_bytes)).c_str());
+  std::fprintf(stderr, "kv cache: %s, %s", cache_form(lm).c_str(), human_bytes(double(s.kv_cache_bytes)).c_str());
   if (s.kv_cache_grows) std::fprintf(stderr, " (grew %lld times)", static_cast<long long>(s.kv_cache_grows));
-  if (!lm.cache_note().empty()) std::fprintf(stderr, " (%s)", lm.cache_note().c_str());
+  if (!cache_note(lm).empty()) std::fprintf(stderr, " (%s)", cache_note(lm).c_str());
   std::fprintf(stderr, "\ndevice: %s", lm.device().str().c_str());
   if (!lm.device().is_cpu())
     std::fprintf(stderr, "; cuda graphs: %zu captured, %zu replays, %zu eager steps; peak device memory %s",
@@ -196,7 +226,8 @@ int cmd_generate(const std::vector<std::string>& args) {
     return 0;
   }
   GenerateArgs g = parse(args);
-  genai::LanguageModel lm(g.dir, g.session);
+  std::unique_ptr<genai::TokenModel> model = genai::load_token_model(g.dir, g.session);
+  genai::TokenModel& lm = *model;
   const genai::ModelFolder& f = lm.folder();
   genai::SearchOptions& s = g.search;
   const genai::SearchDefaults& d = f.search;
@@ -234,7 +265,10 @@ int cmd_generate(const std::vector<std::string>& args) {
     };
   if (g.verify_steps >= 0) {
     ONYX_CHECK(prompts.size() == 1, "--verify-cache takes one prompt");
-    std::vector<double> diff = genai::compare_with_growing_cache(lm, prompts[0], g.verify_steps);
+    auto* decoder_only = dynamic_cast<genai::LanguageModel*>(model.get());
+    ONYX_CHECK(decoder_only, "--verify-cache compares a decoder-only model's cache forms; an encoder-decoder "
+               "pipeline has only the growing one");
+    std::vector<double> diff = genai::compare_with_growing_cache(*decoder_only, prompts[0], g.verify_steps);
     double worst = 0;
     for (size_t t = 0; t < diff.size(); ++t) {
       std::printf("step %zu: max relative logit difference %.3g\n", t, diff[t]);
@@ -242,7 +276,7 @@ int cmd_generate(const std::vector<std::string>& args) {
     }
     const double tol = lm.folder().kv_dtype == DType::kFloat32 ? 1e-4 : 2e-2;
     std::printf("kv cache: %s; worst %.3g over %zu steps (tolerance %g)\n",
-                std::string(genai::cache_mode_name(lm.cache_mode())).c_str(), worst, diff.size(), tol);
+                cache_form(lm).c_str(), worst, diff.size(), tol);
     return worst <= tol ? 0 : 1;
   }
   std::signal(SIGINT, on_sigint);
@@ -250,6 +284,13 @@ int cmd_generate(const std::vector<std::string>& args) {
   std::vector<genai::SequenceResult> results = gen.generate(prompts, s, on_text, &g_interrupt);
   std::signal(SIGINT, SIG_DFL);
   const genai::GenerationStats& st = gen.stats();
+  if (!g.logits_out.empty()) {
+    const std::vector<float>& l = results[0].logits;
+    const int64_t n = static_cast<int64_t>(results[0].generated_ids.size());
+    Tensor t(DType::kFloat32, Shape{n, n ? static_cast<int64_t>(l.size()) / n : 0});
+    std::copy(l.begin(), l.end(), t.data<float>());
+    write_npy(g.logits_out, t);
+  }
   if (g.json) {
     using J = nlohmann::ordered_json;
     auto one = [&](const genai::SequenceResult& r) {
@@ -268,12 +309,23 @@ int cmd_generate(const std::vector<std::string>& args) {
     }
     out["stats"] = {{"prompt_tokens", st.prompt_tokens},   {"generated_tokens", st.generated_tokens},
                     {"prefill_ms", st.prefill_seconds * 1e3}, {"decode_steps", st.decode_steps},
-                    {"decode_ms", st.decode_seconds * 1e3}, {"kv_cache", std::string(genai::cache_mode_name(lm.cache_mode()))},
-                    {"kv_cache_note", lm.cache_note()},       {"kv_cache_bytes", st.kv_cache_bytes},
+                    {"decode_ms", st.decode_seconds * 1e3}, {"kv_cache", cache_form(lm)},
+                    {"kv_cache_note", cache_note(lm)},       {"kv_cache_bytes", st.kv_cache_bytes},
                     {"kv_cache_grows", st.kv_cache_grows},
                     {"device", lm.device().str()},           {"captures", st.capture.captures},
                     {"replays", st.capture.replays},         {"eager_steps", st.capture.eager_runs},
                     {"peak_device_bytes", lm.peak_device_bytes()}};
+    if (g.memory_report) {
+      out["memory_report"] = lm.memory_report();
+      if (auto* p = dynamic_cast<genai::EncoderDecoderModel*>(model.get())) {
+        out["components"] = J::array();
+        for (const auto& c : p->component_use())
+          out["components"].push_back({{"name", c.name}, {"weight_bytes", c.weight_bytes},
+                                       {"arena_bytes", c.arena_bytes}, {"arena_lower_bound", c.arena_lower_bound},
+                                       {"arena_no_reuse", c.arena_no_reuse},
+                                       {"kv_bytes", c.kv_bytes}});
+      }
+    }
     std::cout << out.dump(2) << "\n";
     return 0;
   }

@@ -58,6 +58,13 @@ RunArgs parse(const std::vector<std::string>& args) {
     else if (opt == "--no-cpu-fallback") r.session.allow_cpu_fallback = false;
     else if (opt == "--no-fold") r.session.fold_constants = false;
     else if (opt == "--no-fuse") r.session.fuse_patterns = false;
+    else if (opt == "--fuse-attention") {
+      const std::string v = a.value();
+      if (v != "on" && v != "off" && v != "auto")
+        throw UsageError("--fuse-attention takes on, off or auto, got '" + v + "'");
+      if (v == "auto") r.session.fuse_attention.reset();
+      else r.session.fuse_attention = v == "on";
+    }
     else if (opt == "--memory-budget") r.session.memory_budget_bytes = static_cast<size_t>(to_int(a.value()));
     else if (opt == "--memory-report") r.memory_report = true;
     else if (opt == "--host-memory-budget") {
@@ -196,6 +203,7 @@ void print_json(const std::string& path, const RunArgs& a, Session& session, con
                  {"host_arena_bytes", p.host_arena_bytes}, {"dynamic_boundaries", p.dynamic_boundaries.size()},
                  {"capture_blocker", p.capture_blocker}};
   }
+  j["ops"] = session.summary().op_histogram;  // after load-time folding and fusion
   j["cpu_fallbacks"] = J::array();
   for (const auto& [node, why] : session.cpu_fallbacks()) j["cpu_fallbacks"].push_back({{"node", node}, {"reason", why}});
   if (a.session.capture != CaptureMode::kOff) {

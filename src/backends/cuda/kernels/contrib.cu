@@ -15,6 +15,8 @@
 // MatMulNBits: up to 8 rows of A (decode) a warp per output feature reads the feature's packed
 // blocks once for every row; more rows, 64x64 tiles of Y with B dequantized into shared memory
 // as it is loaded. Both accumulate in float.
+#include <cooperative_groups.h>
+
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
@@ -895,9 +897,375 @@ std::string gbq_support(const Node& node, const std::vector<ValueType>& in) {
   return "";
 }
 
+
+// ================================ Attention (ONNX opset 23) ================================
+// 4-D Q [B, Hq, L, D], K [B, Hkv, S, D], V [B, Hkv, S, D] (Hq a multiple of Hkv: query head h
+// reads KV head h / (Hq / Hkv)), an optional mask (bool, or additive in Q's type) broadcast
+// right-aligned onto [B, Hq, L, mask_len], columns past mask_len masked; no past, one output.
+// One block per (tile of query rows, KV head, batch row, key split): a row is one (query head
+// of the group, query position), so the group's query heads share each K and V tile, which
+// 128 threads load into shared memory once (in float); each warp takes rows, a lane a key for
+// the scores and a feature for the values, with an online softmax in float. When the grid would
+// not fill the GPU (decode: a few rows per KV head), the keys are split across the blocks of a
+// cluster (up to 16), whose first block merges the others' partial (max, sum, values) per row
+// from their shared memory.
+namespace cg = cooperative_groups;
+
+constexpr int kAttnWarps = 4;
+constexpr int kAttnKeys = 32;  // keys per shared-memory tile
+constexpr int kAttnMaxHead = 256;
+
+struct AttnArgs {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* mask;  // null: none
+  int mask_bool;
+  int64_t mstride[4];  // element strides of the mask along (b, h, l, j); 0 where broadcast
+  int64_t mask_len;
+  void* y;
+  int64_t B, Hq, Hkv, L, S, D, G, R;  // R = G * L rows per (b, KV head)
+  int rows_per_warp, tiles, splits;
+  int vec8;  // D % 8 == 0 and K, V 16-byte aligned: K and V tiles load 8 features at a time
+  int64_t chunk;  // keys per split
+  float scale;
+};
+
+// Eight consecutive values as float, in 16-byte loads (p 16-byte aligned).
+__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+__device__ __forceinline__ void load8(const __half* p, float (&f)[8]) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  const __half2* h = reinterpret_cast<const __half2*>(&v);
+  ONYX_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    const float2 q = __half22float2(h[i]);
+    f[2 * i] = q.x, f[2 * i + 1] = q.y;
+  }
+}
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+  ONYX_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    const float2 q = __bfloat1622float2(h[i]);
+    f[2 * i] = q.x, f[2 * i + 1] = q.y;
+  }
+}
+
+template <class T, int PER_LANE, int RPW>
+__global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(AttnArgs a) {
+  extern __shared__ float sm[];
+  const int64_t D = a.D;
+  constexpr int rows_block = kAttnWarps * RPW;
+  float* qs = sm;                                  // [rows_block][D]
+  float* ks = qs + rows_block * D;                 // [kAttnKeys][D + 1]
+  float* vs = ks + kAttnKeys * (D + 1);            // [kAttnKeys][D]
+  const int tile = blockIdx.x / a.splits, split = blockIdx.x % a.splits;
+  const int64_t kvh = blockIdx.y, b = blockIdx.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t r0 = static_cast<int64_t>(tile) * rows_block;
+  const T* qp = static_cast<const T*>(a.q);
+  const T* kp = static_cast<const T*>(a.k) + (b * a.Hkv + kvh) * a.S * D;
+  const T* vp = static_cast<const T*>(a.v) + (b * a.Hkv + kvh) * a.S * D;
+  const int Di = static_cast<int>(D);  // 32-bit index arithmetic below: 64-bit division is slow
+  // Query rows of this block, scaled: row r is query head kvh * G + r / L at position r % L.
+  for (int e = threadIdx.x; e < rows_block * Di; e += blockDim.x) {
+    const int rr = e / Di, d = e - rr * Di;
+    const int64_t r = r0 + rr;
+    float x = 0.f;
+    if (r < a.R) {
+      const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
+      x = to_compute(qp[((b * a.Hq + h) * a.L + l) * D + d]) * a.scale;
+    }
+    qs[e] = x;
+  }
+  const int64_t lo = split * a.chunk, hi = min(a.S, lo + a.chunk);
+  float m[RPW], lsum[RPW], acc[RPW][PER_LANE];
+  ONYX_UNROLL
+  for (int i = 0; i < RPW; ++i) {
+    m[i] = -INFINITY;
+    lsum[i] = 0.f;
+    ONYX_UNROLL
+    for (int c = 0; c < PER_LANE; ++c) acc[i][c] = 0.f;
+  }
+  for (int64_t t0 = lo; t0 < hi; t0 += kAttnKeys) {
+    __syncthreads();
+    if (a.vec8) {  // 16-byte loads: 8 features of a key at a time
+      const int dv = Di / 8;
+      for (int e = threadIdx.x; e < kAttnKeys * dv; e += blockDim.x) {
+        const int j = e / dv, c = (e - j * dv) * 8;
+        const int64_t key = t0 + j;
+        float kf[8], vf[8];
+        if (key < hi) {
+          load8(kp + key * D + c, kf);
+          load8(vp + key * D + c, vf);
+        } else {
+          ONYX_UNROLL
+          for (int u = 0; u < 8; ++u) kf[u] = vf[u] = 0.f;
+        }
+        ONYX_UNROLL
+        for (int u = 0; u < 8; ++u) {
+          ks[j * (Di + 1) + c + u] = kf[u];
+          vs[j * Di + c + u] = vf[u];
+        }
+      }
+    } else {
+      for (int e = threadIdx.x; e < kAttnKeys * Di; e += blockDim.x) {
+        const int j = e / Di, d = e - j * Di;
+        const int64_t key = t0 + j;
+        const bool in = key < hi;
+        ks[j * (Di + 1) + d] = in ? to_compute(kp[key * D + d]) : 0.f;
+        vs[j * Di + d] = in ? to_compute(vp[key * D + d]) : 0.f;
+      }
+    }
+    __syncthreads();
+    const int64_t key = t0 + lane;
+    ONYX_UNROLL
+    for (int i = 0; i < RPW; ++i) {
+      const int64_t rl = warp * RPW + i, r = r0 + rl;
+      if (r >= a.R) break;
+      float s = -INFINITY;
+      if (key < hi) {
+        const float* qr = qs + rl * D;
+        const float* kr = ks + lane * (D + 1);
+        float dot = 0.f;
+#pragma unroll 8
+        for (int d = 0; d < static_cast<int>(D); ++d) dot += qr[d] * kr[d];
+        s = dot;
+        if (a.mask || key >= a.mask_len) {
+          if (key >= a.mask_len) {
+            s = -INFINITY;
+          } else {
+            const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
+            const int64_t mi = b * a.mstride[0] + h * a.mstride[1] + l * a.mstride[2] + key * a.mstride[3];
+            if (a.mask_bool) s = static_cast<const bool*>(a.mask)[mi] ? s : -INFINITY;
+            else s += to_compute(static_cast<const T*>(a.mask)[mi]);
+          }
+        }
+      }
+      const float mt = warp_reduce(s, [](float x, float y) { return fmaxf(x, y); });
+      const float mn = fmaxf(m[i], mt);
+      if (mn == -INFINITY) continue;  // every key so far masked
+      const float p = s == -INFINITY ? 0.f : __expf(s - mn);
+      const float corr = m[i] == -INFINITY ? 0.f : __expf(m[i] - mn);
+      lsum[i] = lsum[i] * corr + warp_reduce(p, [](float x, float y) { return x + y; });
+      ONYX_UNROLL
+      for (int c = 0; c < PER_LANE; ++c) acc[i][c] *= corr;
+      for (int jj = 0; jj < kAttnKeys; ++jj) {
+        const float pj = __shfl_sync(0xffffffffu, p, jj);
+        const float* vr = vs + jj * D;
+        ONYX_UNROLL
+        for (int c = 0; c < PER_LANE; ++c) {
+          const int64_t d = lane + 32 * c;
+          if (d < D) acc[i][c] += pj * vr[d];
+        }
+      }
+      m[i] = mn;
+    }
+  }
+  ONYX_UNROLL
+  for (int i = 0; i < RPW; ++i) {
+    const int64_t r = r0 + warp * RPW + i;
+    if (r >= a.R) break;
+    const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
+    if (a.splits == 1) {
+      T* yr = static_cast<T*>(a.y) + ((b * a.Hq + h) * a.L + l) * D;
+      const float inv = lsum[i] > 0.f ? 1.f / lsum[i] : 0.f;
+      ONYX_UNROLL
+      for (int c = 0; c < PER_LANE; ++c) {
+        const int64_t d = lane + 32 * c;
+        if (d < D) yr[d] = from_compute<T>(acc[i][c] * inv);
+      }
+    }
+  }
+  if (a.splits == 1) return;
+  // The splits of a tile are one cluster: each leaves (max, sum, values) per row in its shared
+  // memory (where the K tile was), and the cluster's first block merges them.
+  __syncthreads();
+  float* part = ks;  // [rows_block][D + 2]
+  ONYX_UNROLL
+  for (int i = 0; i < RPW; ++i) {
+    const int64_t rl = warp * RPW + i;
+    float* pr = part + rl * (D + 2);
+    if (lane == 0) {
+      pr[0] = m[i];
+      pr[1] = lsum[i];
+    }
+    ONYX_UNROLL
+    for (int c = 0; c < PER_LANE; ++c) {
+      const int64_t d = lane + 32 * c;
+      if (d < D) pr[2 + d] = acc[i][c];
+    }
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  if (cluster.block_rank() == 0) {
+    const unsigned n = cluster.num_blocks();
+    ONYX_UNROLL
+    for (int i = 0; i < RPW; ++i) {
+      const int64_t rl = warp * RPW + i, r = r0 + rl;
+      if (r >= a.R) break;
+      float mx = -INFINITY;
+      for (unsigned q = 0; q < n; ++q) mx = fmaxf(mx, cluster.map_shared_rank(part, q)[rl * (D + 2)]);
+      float den = 0.f;
+      float out[PER_LANE];
+      ONYX_UNROLL
+      for (int c = 0; c < PER_LANE; ++c) out[c] = 0.f;
+      for (unsigned q = 0; q < n; ++q) {
+        const float* pr = cluster.map_shared_rank(part, q) + rl * (D + 2);
+        if (pr[0] == -INFINITY) continue;
+        const float f = __expf(pr[0] - mx);
+        den += pr[1] * f;
+        ONYX_UNROLL
+        for (int c = 0; c < PER_LANE; ++c) {
+          const int64_t d = lane + 32 * c;
+          if (d < D) out[c] += pr[2 + d] * f;
+        }
+      }
+      const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
+      T* yr = static_cast<T*>(a.y) + ((b * a.Hq + h) * a.L + l) * D;
+      const float inv = den > 0.f ? 1.f / den : 0.f;
+      ONYX_UNROLL
+      for (int c = 0; c < PER_LANE; ++c) {
+        const int64_t d = lane + 32 * c;
+        if (d < D) yr[d] = from_compute<T>(out[c] * inv);
+      }
+    }
+  }
+  cluster.sync();  // the others' shared memory stays until the first block has read it
+}
+
+void run_attention(KernelContext& ctx, CudaContext& cu) {
+  const Tensor& q = ctx.input(0);
+  const Tensor& k = ctx.input(1);
+  const Tensor& v = ctx.input(2);
+  const Shape &qs = q.shape(), &ks = k.shape(), &vs = v.shape();
+  ONYX_CHECK(qs.rank() == 4 && ks.rank() == 4 && vs.rank() == 4, "Attention on CUDA takes 4-D Q, K and V, got ",
+             qs.str(), ", ", ks.str(), ", ", vs.str());
+  ONYX_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), "K and V must have Q's dtype ", dtype_name(q.dtype()));
+  AttnArgs a{};
+  a.B = qs[0];
+  a.Hq = qs[1];
+  a.L = qs[2];
+  a.D = qs[3];
+  a.Hkv = ks[1];
+  a.S = ks[2];
+  ONYX_CHECK(ks[0] == a.B && vs[0] == a.B, "Q, K and V have different batch sizes: ", qs.str(), ", ", ks.str(), ", ",
+             vs.str());
+  ONYX_CHECK(ks[3] == a.D && vs[3] == a.D && vs[1] == a.Hkv && vs[2] == a.S, "K ", ks.str(), " and V ", vs.str(),
+             " do not match Q ", qs.str());
+  ONYX_CHECK(a.Hkv > 0 && a.Hq % a.Hkv == 0, "Q's ", a.Hq, " heads are not a multiple of K's ", a.Hkv);
+  ONYX_CHECK(a.D >= 1 && a.D <= kAttnMaxHead, "Attention on CUDA takes head sizes 1..", kAttnMaxHead, ", got ", a.D);
+  a.G = a.Hq / a.Hkv;
+  a.R = a.G * a.L;
+  a.q = q.raw();
+  a.k = k.raw();
+  a.v = v.raw();
+  a.y = ctx.output(0).raw();
+  a.vec8 = a.D % 8 == 0 && reinterpret_cast<uintptr_t>(a.k) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v) % 16 == 0;
+  a.mask_len = a.S;
+  if (ctx.has_input(3)) {
+    const Tensor& mt = ctx.input(3);
+    const Shape& ms = mt.shape();
+    ONYX_CHECK(mt.dtype() == DType::kBool || mt.dtype() == q.dtype(), "attn_mask must be bool or ",
+               dtype_name(q.dtype()), ", got ", dtype_name(mt.dtype()));
+    ONYX_CHECK(ms.rank() >= 1 && ms.rank() <= 4, "attn_mask must have rank 1 to 4, got ", ms.str());
+    a.mask_len = ms[ms.rank() - 1];
+    ONYX_CHECK(a.mask_len <= a.S, "attn_mask's last dimension ", a.mask_len, " exceeds the total sequence length ",
+               a.S);
+    const int64_t full[4] = {a.B, a.Hq, a.L, a.mask_len};
+    int64_t acc = 1;
+    for (size_t i = 0; i < ms.rank(); ++i) {
+      const size_t ax = 4 - ms.rank() + (ms.rank() - 1 - i);
+      const int64_t dim = ms[ms.rank() - 1 - i];
+      ONYX_CHECK(dim == full[ax] || dim == 1, "attn_mask of shape ", ms.str(), " does not broadcast to [", a.B, ",",
+                 a.Hq, ",", a.L, ",", a.mask_len, "]");
+      a.mstride[ax] = dim == 1 ? 0 : acc;
+      acc *= dim;
+    }
+    a.mask = mt.numel() ? mt.raw() : nullptr;
+    a.mask_bool = mt.dtype() == DType::kBool;
+  }
+  a.scale = static_cast<float>(ctx.has_attr("scale") ? ctx.attr_float("scale", 1.f)
+                                                    : 1.0 / std::sqrt(static_cast<double>(a.D)));
+  if (a.B == 0 || a.Hq == 0 || a.L == 0) return;
+  const int64_t per_warp = (a.R + kAttnWarps - 1) / kAttnWarps;
+  a.rows_per_warp = per_warp <= 1 ? 1 : per_warp <= 2 ? 2 : 4;
+  const int64_t rows_block = kAttnWarps * a.rows_per_warp;
+  const int64_t tiles = (a.R + rows_block - 1) / rows_block;
+  ONYX_CHECK(tiles * 64 <= INT32_MAX && a.Hkv <= 65535 && a.B <= 65535, "Attention on CUDA: ", a.B, " x ", a.Hkv,
+             " x ", tiles, " blocks exceed a grid");
+  a.tiles = static_cast<int>(tiles);
+  // Split the keys (a cluster of at most 16 blocks per tile) when the grid would leave SMs
+  // idle; at least 64 keys per split.
+  const int64_t blocks = tiles * a.Hkv * a.B, want = 2 * static_cast<int64_t>(sm_count(cu.device));
+  int64_t splits = 1;
+  if (blocks < want && a.S > 64) splits = std::min<int64_t>({16, (want + blocks - 1) / blocks, (a.S + 63) / 64});
+  a.chunk = (a.S + splits - 1) / splits;
+  a.chunk = (a.chunk + kAttnKeys - 1) / kAttnKeys * kAttnKeys;
+  a.splits = static_cast<int>(std::max<int64_t>(1, (a.S + a.chunk - 1) / std::max<int64_t>(1, a.chunk)));
+  const size_t smem = static_cast<size_t>(rows_block * a.D + kAttnKeys * (a.D + 1) + kAttnKeys * a.D) * sizeof(float);
+  dispatch_float(q.dtype(), "Attention", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto launch = [&](auto kernel) {
+      if (smem > 48 * 1024)
+        ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      if (a.splits > 8)  // clusters past 8 blocks (Hopper takes 16)
+        ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(static_cast<unsigned>(tiles * a.splits), static_cast<unsigned>(a.Hkv), static_cast<unsigned>(a.B));
+      cfg.blockDim = dim3(kAttnWarps * 32);
+      cfg.dynamicSmemBytes = smem;
+      cfg.stream = cu.stream;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = static_cast<unsigned>(a.splits);
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      ONYX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+    };
+    auto by_rows = [&](auto lanes) {
+      constexpr int L = decltype(lanes)::value;
+      if (a.rows_per_warp == 1) launch(attn_kernel<T, L, 1>);
+      else if (a.rows_per_warp == 2) launch(attn_kernel<T, L, 2>);
+      else launch(attn_kernel<T, L, 4>);
+    };
+    if (a.D <= 32) by_rows(std::integral_constant<int, 1>{});
+    else if (a.D <= 64) by_rows(std::integral_constant<int, 2>{});
+    else if (a.D <= 128) by_rows(std::integral_constant<int, 4>{});
+    else by_rows(std::integral_constant<int, 8>{});
+  });
+  ONYX_CUDA_CHECK_LAUNCH("Attention");
+}
+
+std::string attention_support(const Node& node, const std::vector<ValueType>& in) {
+  NodeView n(node);
+  if (in.size() < 3 || !is_cuda_float(in[0].dtype)) return "Attention on CUDA takes float32/float16/bfloat16";
+  for (size_t i = 0; i < 3; ++i)
+    if (in[i].shape.rank_known && in[i].shape.dims.size() != 4) return "Attention on CUDA takes 4-D Q, K and V";
+  for (size_t i = 4; i < in.size(); ++i)
+    if (n.has_input(i)) return "Attention on CUDA does not take past_key, past_value or nonpad_kv_seqlen";
+  for (size_t o = 1; o < node.outputs.size(); ++o)
+    if (node.outputs[o] >= 0) return "Attention on CUDA gives only Y (no present_key, present_value or qk output)";
+  if (n.attr_int("is_causal", 0) != 0) return "Attention on CUDA does not take is_causal=1";
+  if (n.attr_float("softcap", 0.f) != 0.f) return "Attention on CUDA does not take softcap";
+  if (in[0].shape.rank_known && in[0].shape.dims[3] > kAttnMaxHead)
+    return cat("Attention on CUDA takes head sizes up to ", kAttnMaxHead);
+  if (in.size() > 2 && in[2].shape.rank_known && in[0].shape.rank_known && in[2].shape.dims[3] >= 0 &&
+      in[2].shape.dims[3] != in[0].shape.dims[3])
+    return "Attention on CUDA takes V's head size equal to Q's";
+  return "";
+}
+
 }  // namespace
 
 void register_contrib_kernels(CudaKernelRegistry& r) {
+  r.add(onnx_kernel("Attention", 23, run_attention, attention_support));
   r.add(domain_kernel("com.microsoft", "GatherBlockQuantized", 1, run_gbq, gbq_support));
   r.add(domain_kernel("com.microsoft", "GroupQueryAttention", 1, run_gqa, gqa_support));
   r.add(domain_kernel("com.microsoft", "MatMulNBits", 1, run_matmul_nbits, nbits_support));

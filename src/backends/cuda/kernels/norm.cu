@@ -203,7 +203,8 @@ __global__ void norm_rows_kernel(NormArgs a) {
 }
 
 // The common case, memory-bound: x rows contiguous, scale (and bias) one value per
-// column of x's own dtype, nothing added first. Each thread holds its slice of the
+// column of x's own dtype, nothing added first but a skip of x's layout (whose sum with x
+// is written out when asked). Each thread holds its slice of the
 // row in registers (16-byte loads), so the row is read once and written once.
 template <class T, int kVec>
 struct alignas(16) Pack {
@@ -220,6 +221,8 @@ __global__ void norm_rows_fast_kernel(NormArgs a) {
   const P* beta = static_cast<const P*>(a.beta);
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const P* x = static_cast<const P*>(a.x) + row * packs;
+    const P* skip = a.skip ? static_cast<const P*>(a.skip) + row * packs : nullptr;
+    P* sum_out = a.sum_out ? static_cast<P*>(a.sum_out) + row * packs : nullptr;
     P* y = static_cast<P*>(a.y) + row * packs;
     float v[kMaxPacks][kVec];
     float sum = 0.f;
@@ -229,10 +232,20 @@ __global__ void norm_rows_fast_kernel(NormArgs a) {
       if (j < packs) {
         const P p = x[j];
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          v[k][e] = to_compute(p.v[e]);
-          sum += v[k][e];
+        for (int e = 0; e < kVec; ++e) v[k][e] = to_compute(p.v[e]);
+        if (skip) {  // Skip*Norm: x + skip, also written out (input_skip_bias_sum)
+          const P q = skip[j];
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) v[k][e] += to_compute(q.v[e]);
         }
+        if (sum_out) {
+          P o;
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) o.v[e] = from_compute<T>(v[k][e]);
+          sum_out[j] = o;
+        }
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) sum += v[k][e];
       }
     }
     // RMS norms skip the mean (their mean output, SkipSimplifiedLayerNormalization's, is 0).
@@ -277,7 +290,10 @@ bool launch_norm_fast(const NormArgs& a, CudaContext& cu, const char* what) {
   const int code = fcode(dtype_of<std::conditional_t<std::is_same_v<T, float>, float,
                                                       std::conditional_t<std::is_same_v<T, __half>, Float16, BFloat16>>>);
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (a.skip || a.pre_bias || a.sum_out || a.gamma_b.mode != 0 || a.gamma_code != code) return false;
+  if (a.pre_bias || a.gamma_b.mode != 0 || a.gamma_code != code) return false;
+  // A skip of x's own layout and dtype (Skip*Norm), and the sum written in x's dtype.
+  if (a.skip && (a.skip_b.mode != 0 || a.skip_code != code || !aligned(a.skip))) return false;
+  if (a.sum_out && (a.sum_code != code || !aligned(a.sum_out))) return false;
   if (a.beta && (a.beta_b.mode != 0 || a.beta_code != code || !aligned(a.beta))) return false;
   if (a.cols % kVec != 0 || a.cols / kVec > int64_t{1024} * kMaxPacks) return false;
   if (!aligned(a.x) || !aligned(a.y) || !aligned(a.gamma)) return false;

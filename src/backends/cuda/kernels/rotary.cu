@@ -1,6 +1,7 @@
 // Rotary position embeddings: ONNX RotaryEmbedding (opset 23) and
-// com.microsoft RotaryEmbedding, the same functions as src/ops/attention.cpp.
-// Registered from data.cu.
+// com.microsoft RotaryEmbedding, the same functions as src/ops/attention.cpp; and the fused
+// elementwise ops of the load-time fusions (src/ops/fused_ops.cpp): onyx::RotaryHalf and
+// onyx::SiluMul, one thread per output element, computed in float.
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/kernels/common/broadcast.cuh"
 #include "backends/cuda/kernels/common/convert.cuh"
@@ -11,6 +12,13 @@
 namespace onyx::cuda {
 
 namespace {
+
+std::string rank_limit_reason(const std::vector<ValueType>& in) {
+  for (const ValueType& v : in)
+    if (v.shape.rank_known && v.shape.dims.size() > static_cast<size_t>(kMaxRank))
+      return cat("the fused op on CUDA supports tensors of rank at most ", kMaxRank);
+  return "";
+}
 
 struct RotaryArgs {
   unsigned int* err = nullptr;  // the device error word
@@ -158,9 +166,102 @@ CudaSupportFn rotary_support(size_t pos_input, size_t first_cache) {
   };
 }
 
+// y = x * cos + rotate_half(x) * sin, rotate_half by `split` (h): element j of a row of D is
+// -x[j + h] below D - h, else x[j - (D - h)]; cos and sin broadcast onto x.
+template <class T>
+__global__ void rotary_half_kernel(const T* __restrict__ x, const T* __restrict__ cosv, const T* __restrict__ sinv,
+                                   T* __restrict__ y, int64_t n, int64_t D, int64_t h, Broadcast<1> g) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t j = e % D;
+    const float r = j < D - h ? -to_compute(x[e + h]) : to_compute(x[e - (D - h)]);
+    int64_t off[1];
+    broadcast_offsets<int64_t, 1>(g, e, off);
+    y[e] = from_compute<T>(to_compute(x[e]) * to_compute(cosv[off[0]]) + r * to_compute(sinv[off[0]]));
+  }
+}
+
+void run_rotary_half(KernelContext& ctx, CudaContext& cu) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& c = ctx.input(1);
+  const Tensor& sn = ctx.input(2);
+  ONYX_CHECK(x.rank() >= 1 && c.shape() == sn.shape() && c.dtype() == x.dtype() && sn.dtype() == x.dtype(),
+             "RotaryHalf needs cos and sin of one shape and x's dtype, got x ", x.type_str(), ", cos ", c.type_str(),
+             ", sin ", sn.type_str());
+  const int64_t D = x.shape()[x.rank() - 1];
+  ONYX_CHECK(c.rank() >= 1 && c.shape()[c.rank() - 1] == D, "cos ", c.shape().str(), " must end in x's last dimension ", D);
+  const int64_t h = std::min<int64_t>(std::max<int64_t>(ctx.attr_int("split", D / 2), 0), D);
+  const Broadcast<1> g = make_broadcast<1>(x.shape(), {&c.shape()});
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  dispatch_float(x.dtype(), "RotaryHalf", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    rotary_half_kernel<T><<<resident_blocks_for(n, cu.device), kThreads, 0, cu.stream>>>(
+        static_cast<const T*>(x.raw()), static_cast<const T*>(c.raw()), static_cast<const T*>(sn.raw()),
+        static_cast<T*>(ctx.output(0).raw()), n, D, h, g);
+  });
+  ONYX_CUDA_CHECK_LAUNCH("RotaryHalf");
+}
+
+// y = g * sigmoid(g) * u, g and u broadcast onto y; 16-byte accesses when neither broadcasts.
+template <class T>
+__global__ void silu_mul_kernel(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ y, int64_t n,
+                                bool flat, bool vec, Broadcast<2> g) {
+  constexpr int N = vec_width<T, T>();
+  const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  auto f = [](float a, float u) { return a / (1.f + __expf(-a)) * u; };
+  int64_t start = 0;
+  if (flat && vec) {
+    const int64_t nv = n / N;
+    for (int64_t i = tid; i < nv; i += stride) {
+      const Vec<T, N> a = reinterpret_cast<const Vec<T, N>*>(gate)[i];
+      const Vec<T, N> u = reinterpret_cast<const Vec<T, N>*>(up)[i];
+      Vec<T, N> o;
+      ONYX_UNROLL
+      for (int j = 0; j < N; ++j) o.v[j] = from_compute<T>(f(to_compute(a.v[j]), to_compute(u.v[j])));
+      reinterpret_cast<Vec<T, N>*>(y)[i] = o;
+    }
+    start = nv * N;
+  }
+  for (int64_t e = start + tid; e < n; e += stride) {
+    int64_t off[2] = {e, e};
+    if (!flat) broadcast_offsets<int64_t, 2>(g, e, off);
+    y[e] = from_compute<T>(f(to_compute(gate[off[0]]), to_compute(up[off[1]])));
+  }
+}
+
+void run_silu_mul(KernelContext& ctx, CudaContext& cu) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& u = ctx.input(1);
+  Tensor& y = ctx.output(0);
+  ONYX_CHECK(a.dtype() == u.dtype(), "SiluMul's inputs differ in dtype: ", a.type_str(), " and ", u.type_str());
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  const bool flat = a.shape() == y.shape() && u.shape() == y.shape();
+  const Broadcast<2> g = make_broadcast<2>(y.shape(), {&a.shape(), &u.shape()});
+  dispatch_float(y.dtype(), "SiluMul", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int N = vec_width<T, T>();
+    const bool vec = flat && is_aligned(a.raw(), N * sizeof(T)) && is_aligned(u.raw(), N * sizeof(T)) &&
+                     is_aligned(y.raw(), N * sizeof(T));
+    silu_mul_kernel<T><<<resident_blocks_for(vec ? n / N + 1 : n, cu.device), kThreads, 0, cu.stream>>>(
+        static_cast<const T*>(a.raw()), static_cast<const T*>(u.raw()), static_cast<T*>(y.raw()), n, flat, vec, g);
+  });
+  ONYX_CUDA_CHECK_LAUNCH("SiluMul");
+}
+
+std::string fused_float_support(const Node&, const std::vector<ValueType>& in) {
+  for (const ValueType& v : in)
+    if (!is_cuda_float(v.dtype)) return "the fused op on CUDA takes float32/float16/bfloat16";
+  return rank_limit_reason(in);
+}
+
 }  // namespace
 
 void register_rotary_kernels(CudaKernelRegistry& r) {
+  r.add(domain_kernel("onyx", "RotaryHalf", 1, run_rotary_half, fused_float_support));
+  r.add(domain_kernel("onyx", "SiluMul", 1, run_silu_mul, fused_float_support));
   r.add(onnx_kernel("RotaryEmbedding", 23, run_onnx_rotary, rotary_support(3, 1)));
   r.add(domain_kernel("com.microsoft", "RotaryEmbedding", 1, run_ms_rotary, rotary_support(1, 2)));
 }

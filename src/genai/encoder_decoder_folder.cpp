@@ -1,0 +1,192 @@
+#include "genai/encoder_decoder_folder.h"
+
+#include <filesystem>
+#include <map>
+#include <regex>
+
+#include "onyx/session.h"
+
+namespace onyx::genai {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const ValueDesc* find_io(const std::vector<ValueDesc>& list, const std::string& name) {
+  for (const auto& d : list)
+    if (d.name == name) return &d;
+  return nullptr;
+}
+
+// Optimum's cache names: past_key_values.N.{decoder,encoder}.{key,value} in, present.N.* out.
+void cache_names(const ModelInfo& info, const std::string& where, std::vector<CacheNames>& self,
+                 std::vector<CacheNames>& cross, bool want_past) {
+  static const std::regex kPast(R"(past_key_values\.(\d+)\.(decoder|encoder)\.(key|value))");
+  static const std::regex kPresent(R"(present\.(\d+)\.(decoder|encoder)\.(key|value))");
+  std::map<int, CacheNames> s, c;
+  std::smatch m;
+  auto put = [&](std::map<int, CacheNames>& side, int layer, bool key, bool past, const std::string& name) {
+    CacheNames& l = side[layer];
+    (past ? (key ? l.past_key : l.past_value) : (key ? l.present_key : l.present_value)) = name;
+  };
+  for (const auto& in : info.inputs)
+    if (std::regex_match(in.name, m, kPast)) put(m[2] == "decoder" ? s : c, std::stoi(m[1]), m[3] == "key", true, in.name);
+  for (const auto& out : info.outputs)
+    if (std::regex_match(out.name, m, kPresent))
+      put(m[2] == "decoder" ? s : c, std::stoi(m[1]), m[3] == "key", false, out.name);
+  self.clear();
+  cross.clear();
+  for (auto* side : {&s, &c})
+    for (auto& [i, l] : *side) {
+      auto& list = side == &s ? self : cross;
+      ONYX_CHECK(i == static_cast<int>(list.size()), where, ": the cache names skip layer ", list.size());
+      list.push_back(l);
+    }
+  ONYX_CHECK(!self.empty(), where, " has no self-attention cache (present.N.decoder.key): onyx generates with a KV "
+             "cache; export with --task text2text-generation-with-past");
+  if (want_past)
+    for (size_t i = 0; i < self.size(); ++i)
+      ONYX_CHECK(!self[i].past_key.empty() && !self[i].past_value.empty(), where, ": layer ", i,
+                 " has no past input past_key_values.", i, ".decoder.key/value");
+}
+
+void need_input(const ModelInfo& info, const std::string& where, const std::string& name, const char* role) {
+  ONYX_CHECK(find_io(info.inputs, name), where, " has no input '", name, "' (", role, ")");
+}
+
+}  // namespace
+
+bool is_encoder_decoder_folder(const std::string& dir) { return fs::exists(fs::path(dir) / "encoder_model.onnx"); }
+
+EncoderDecoderFolder load_encoder_decoder_folder(const std::string& dir) {
+  return with_context(cat("model folder '", dir, "'"), [&] {
+    ONYX_CHECK(fs::is_directory(dir), "is not a folder");
+    const fs::path d(dir);
+    EncoderDecoderFolder f;
+    ModelFolder& dec = f.decoder;
+    dec.dir = dir;
+    dec.source = "an encoder-decoder export (encoder_model.onnx)";
+    f.encoder_path = (d / "encoder_model.onnx").string();
+    ONYX_CHECK(fs::exists(f.encoder_path), "has no encoder_model.onnx");
+    // The split form first: a merged decoder is one If node, whose branches onyx runs as
+    // subgraphs (on the CPU), where the split graphs are planned and placed whole.
+    if (fs::exists(d / "decoder_model.onnx") && fs::exists(d / "decoder_with_past_model.onnx")) {
+      f.first_path = (d / "decoder_model.onnx").string();
+      f.step_path = (d / "decoder_with_past_model.onnx").string();
+    } else {
+      ONYX_CHECK(fs::exists(d / "decoder_model_merged.onnx"),
+                 "has encoder_model.onnx but neither decoder_model_merged.onnx nor both decoder_model.onnx and "
+                 "decoder_with_past_model.onnx (onyx decodes with a KV cache: export with "
+                 "--task text2text-generation-with-past)");
+      f.first_path = f.step_path = (d / "decoder_model_merged.onnx").string();
+      f.merged = true;
+    }
+    dec.decoder_path = f.step_path;
+
+    // The encoder: token ids (and their mask) in, hidden states out.
+    const ModelInfo enc = inspect_model(f.encoder_path);
+    const std::string ew = "encoder 'encoder_model.onnx'";
+    if (find_io(enc.inputs, "input_features"))
+      throw Error(cat(ew, " takes input_features (audio): onyx runs text encoders (input_ids) so far"));
+    need_input(enc, ew, "input_ids", "the prompt's token ids");
+    f.encoder_input = "input_ids";
+    if (find_io(enc.inputs, "attention_mask")) f.encoder_mask = "attention_mask";
+    for (const auto& in : enc.inputs)
+      ONYX_CHECK(in.name == f.encoder_input || in.name == f.encoder_mask || in.has_default, ew, ": input '", in.name,
+                 "' has no role onyx knows how to feed (input_ids, attention_mask)");
+    ONYX_CHECK(!enc.outputs.empty(), ew, " has no outputs");
+    f.encoder_output = find_io(enc.outputs, "last_hidden_state") ? "last_hidden_state" : enc.outputs[0].name;
+
+    // The decoder's first run and its steps.
+    const ModelInfo first = inspect_model(f.first_path);
+    const ModelInfo step = f.merged ? first : inspect_model(f.step_path);
+    const std::string fw = cat("decoder '", fs::path(f.first_path).filename().string(), "'");
+    const std::string sw = cat("decoder '", fs::path(f.step_path).filename().string(), "'");
+    need_input(first, fw, "input_ids", "the decoder's token ids");
+    need_input(first, fw, "encoder_hidden_states", "the encoder's output");
+    ONYX_CHECK(find_io(first.outputs, "logits"), fw, " has no output 'logits'");
+    dec.input_ids = "input_ids";
+    dec.logits = "logits";
+    f.decoder_hidden_states = "encoder_hidden_states";
+    if (find_io(first.inputs, "encoder_attention_mask")) f.decoder_encoder_mask = "encoder_attention_mask";
+    if (f.merged) {
+      need_input(first, fw, "use_cache_branch", "the merged decoder's switch between its first run and its steps");
+      dec.use_cache_branch = "use_cache_branch";
+    }
+    std::vector<CacheNames> first_self, first_cross;
+    cache_names(first, fw, first_self, first_cross, f.merged);
+    cache_names(step, sw, dec.layers, f.cross, true);
+    ONYX_CHECK(first_cross.size() == first_self.size(), fw, " returns the cross-attention cache of ",
+               first_cross.size(), " layers for ", first_self.size(), " decoder layers");
+    ONYX_CHECK(first_self.size() == dec.layers.size(), fw, " has ", first_self.size(), " layers, ", sw, " ",
+               dec.layers.size());
+    for (size_t i = 0; i < f.cross.size(); ++i) {
+      // The first run's encoder presents are the steps' encoder pasts.
+      f.cross[i].present_key = first_cross[i].present_key;
+      f.cross[i].present_value = first_cross[i].present_value;
+      ONYX_CHECK(!f.cross[i].past_key.empty() && !f.cross[i].past_value.empty(), sw, ": layer ", i,
+                 " has no cross-attention past input past_key_values.", i, ".encoder.key/value");
+    }
+    ONYX_CHECK(f.cross.size() == dec.layers.size(), sw, " has the cross-attention cache of ", f.cross.size(),
+               " layers for ", dec.layers.size(), " decoder layers");
+    for (const auto* info : {&first, &step})
+      for (const auto& in : info->inputs) {
+        bool known = in.name == dec.input_ids || in.name == f.decoder_encoder_mask ||
+                     in.name == f.decoder_hidden_states || in.name == dec.use_cache_branch || in.has_default;
+        for (size_t i = 0; i < dec.layers.size(); ++i)
+          known |= in.name == dec.layers[i].past_key || in.name == dec.layers[i].past_value ||
+                   in.name == f.cross[i].past_key || in.name == f.cross[i].past_value;
+        ONYX_CHECK(known, info == &first ? fw : sw, ": input '", in.name,
+                   "' has no role onyx knows how to feed (input_ids, encoder_attention_mask, "
+                   "encoder_hidden_states, past_key_values.N.decoder/encoder.key/value, use_cache_branch)");
+      }
+    auto geometry = [&](const std::string& name, int64_t& heads, int64_t& size, DType* dtype) {
+      const ValueDesc& past = *find_io(step.inputs, name);
+      if (dtype) *dtype = past.dtype;
+      if (past.rank_known && past.dims.size() == 4) {
+        heads = past.dims[1];
+        size = past.dims[3];
+      }
+      ONYX_CHECK(heads > 0 && size > 0, sw, ": input '", name, "' does not declare its heads and head size (",
+                 past.type_str(), ")");
+    };
+    geometry(dec.layers[0].past_key, dec.kv_heads, dec.head_size, &dec.kv_dtype);
+    geometry(f.cross[0].past_key, f.cross_heads, f.cross_head_size, nullptr);
+    const ValueDesc& logits = *find_io(first.outputs, "logits");
+    if (logits.rank_known && !logits.dims.empty() && logits.dims.back() > 0) dec.vocab_size = logits.dims.back();
+
+    // config.json / generation_config.json: ids, context, search defaults, the start token.
+    int64_t num_heads = 0, hidden = 0;
+    read_hf_configs(dec, num_heads, hidden);
+    // generation_config.json first, as transformers reads them.
+    auto id_in_configs = [&](const char* key) {
+      for (const char* file : {"generation_config.json", "config.json"}) {
+        if (!fs::exists(d / file)) continue;
+        Json doc = read_json_file((d / file).string());
+        JsonNode c(doc, file);
+        if (c.has(key) && !c.at(key).is_null()) return c.at(key).as_int();
+      }
+      return int64_t{-1};
+    };
+    const int64_t start = id_in_configs("decoder_start_token_id");
+    f.forced_bos_id = id_in_configs("forced_bos_token_id");
+    if (fs::exists(d / "config.json")) {
+      Json doc = read_json_file((d / "config.json").string());
+      JsonNode c(doc, "config.json");
+      f.model_type = c.string_or("model_type", "");
+      if (c.has("n_positions") && !c.at("n_positions").is_null()) f.encoder_context = c.at("n_positions").as_int();
+      if (c.has("max_position_embeddings") && !c.at("max_position_embeddings").is_null())
+        f.encoder_context = c.at("max_position_embeddings").as_int();
+    }
+    ONYX_CHECK(start >= 0, "neither generation_config.json nor config.json names decoder_start_token_id, the "
+               "token the decoder starts from");
+    ONYX_CHECK(dec.vocab_size <= 0 || start < dec.vocab_size, "decoder_start_token_id ", start,
+               " is outside the vocabulary of ", dec.vocab_size);
+    f.decoder_start_id = start;
+    if (!dec.context_length) dec.context_length = 2048;
+    ONYX_CHECK(!dec.eos_ids.empty(), "neither generation_config.json nor config.json names eos_token_id");
+    return f;
+  });
+}
+
+}  // namespace onyx::genai

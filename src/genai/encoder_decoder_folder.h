@@ -1,0 +1,50 @@
+// An encoder-decoder folder as Optimum exports it (T5, BART, ...): encoder_model.onnx, and
+// the decoder as decoder_model.onnx (the first run) with decoder_with_past_model.onnx (the
+// steps), or as decoder_model_merged.onnx (one graph, use_cache_branch choosing the first run
+// or the steps; used when the split pair is absent); config.json, generation_config.json and the tokenizer files. The roles of the
+// inputs and outputs are found by their names.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "genai/model_folder.h"
+
+namespace onyx::genai {
+
+struct EncoderDecoderFolder {
+  // The decoder's generation facts (eos, pad, vocabulary, context, search defaults, its
+  // self-attention cache names and geometry), as a decoder-only folder has them.
+  ModelFolder decoder;
+  std::string model_type;  // config.json's, e.g. "t5", "bart"
+
+  std::string encoder_path;
+  std::string encoder_input;           // input_ids (text encoders)
+  std::string encoder_mask;            // attention_mask ("" when the encoder has none)
+  std::string encoder_output;          // last_hidden_state
+
+  // The decoder graphs: `first_path` runs the start token with no past and returns the
+  // cross-attention cache; `step_path` runs each step with both caches as past. The same
+  // file when merged (then `use_cache_branch` names the switch).
+  std::string first_path, step_path;
+  bool merged = false;
+  std::string decoder_encoder_mask;    // encoder_attention_mask ("" when the decoder has none)
+  std::string decoder_hidden_states;   // encoder_hidden_states (the first run's; the merged graph's every run)
+  std::vector<CacheNames> cross;       // per layer: past_key_values.N.encoder.*, present.N.encoder.*
+  int64_t cross_heads = 0, cross_head_size = 0;
+
+  int64_t decoder_start_id = 0;
+  // The first generated token, forced (BART's forced_bos_token_id); -1: none. (A forced EOS
+  // at the length limit, forced_eos_token_id, is not applied.)
+  int64_t forced_bos_id = -1;
+  int64_t encoder_context = 0;         // the longest prompt the encoder takes (0: no limit known)
+};
+
+// Whether `dir` holds an encoder-decoder export (an encoder_model.onnx).
+bool is_encoder_decoder_folder(const std::string& dir);
+
+// Reads `dir`. A folder it cannot use is an error naming what is missing.
+EncoderDecoderFolder load_encoder_decoder_folder(const std::string& dir);
+
+}  // namespace onyx::genai

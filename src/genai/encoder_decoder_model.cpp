@@ -1,0 +1,420 @@
+#include "genai/encoder_decoder_model.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <unordered_map>
+
+#include "genai/language_model.h"
+#include "genai/language_model_parts.h"
+#include "model/loader.h"
+#include "onyx/session.h"
+#include "passes/fold_constants.h"
+#include "passes/fuse_patterns.h"
+
+namespace onyx::genai {
+
+namespace {
+
+constexpr int64_t kHistoryBlock = 64;  // the penalties' id window grows by this many ids
+
+Tensor int64_tensor(Shape shape, int64_t fill) {
+  Tensor t(DType::kInt64, std::move(shape));
+  std::fill_n(t.data<int64_t>(), t.numel(), fill);
+  return t;
+}
+
+size_t graph_weight_bytes(const Graph& g) {
+  size_t n = 0;
+  for (const auto& [id, t] : g.initializers) n += t.bytes();
+  return n;
+}
+
+// The split decoder's two files carry the same weights (under names of their own). The steps'
+// graph takes the first run's tensor of each weight they share (same type, shape and bytes): one copy on the host, and one
+// upload to the device (uploads are shared by host address). What is its own it clones, so that
+// nothing borrows from its file's parsed bytes and they go. Returns the bytes shared.
+size_t share_weights(const Graph& from, Graph& to) {
+  auto key = [](const Tensor& t) {
+    return cat(dtype_name(t.dtype()), t.shape().str(), "/",
+               std::hash<std::string_view>{}(std::string_view(static_cast<const char*>(t.raw()), t.bytes())));
+  };
+  std::unordered_multimap<std::string, const Tensor*> by_content;
+  for (const auto& [id, t] : from.initializers)
+    if (t.dtype() != DType::kString && t.bytes() > 0) by_content.emplace(key(t), &t);
+  size_t shared = 0;
+  for (auto& [id, t] : to.initializers) {
+    const Tensor* same = nullptr;
+    if (t.dtype() != DType::kString && t.bytes() > 0) {
+      auto [lo, hi] = by_content.equal_range(key(t));
+      for (auto it = lo; it != hi && !same; ++it)
+        if (std::memcmp(it->second->raw(), t.raw(), t.bytes()) == 0) same = it->second;
+    }
+    if (same) {
+      t = *same;
+      shared += t.bytes();
+    } else {
+      t = t.clone();
+    }
+  }
+  return shared;
+}
+
+}  // namespace
+
+// One executor over one component's graph, its inputs and outputs by name.
+struct EncoderDecoderModel::Runner {
+  Graph* graph = nullptr;
+  std::unique_ptr<GraphExecutor> exec;
+  std::map<std::string, size_t> inputs, outputs;
+  ComponentUse* use = nullptr;
+
+  Runner(Graph& g, const SessionOptions& o, const PipelineMemory::Component& c, ComponentUse* u,
+         std::shared_ptr<DeviceWeights> weights = nullptr)
+      : graph(&g),
+        exec(std::make_unique<GraphExecutor>(g, OpRegistry::global(), c.host, o, c.backend_or_null(), std::move(weights))),
+        use(u) {
+    for (size_t i = 0; i < g.inputs.size(); ++i) inputs[g.values[g.inputs[i]].name] = i;
+    for (size_t i = 0; i < g.outputs.size(); ++i) outputs[g.values[g.outputs[i]].name] = i;
+  }
+  bool has_input(const std::string& n) const { return inputs.count(n) > 0; }
+  size_t output(const std::string& n) const {
+    auto it = outputs.find(n);
+    ONYX_ASSERT(it != outputs.end(), "graph '", graph->name, "' has no output '", n, "'");
+    return it->second;
+  }
+
+  // Runs with the named feeds (any input of the graph not fed must have a default); the outputs
+  // stay on the device but for those in `to_host`. Outputs in `bound` are written into those
+  // tensors: by the step that makes them where the plan knows their shape, else copied there
+  // after the run (a merged decoder's If). Records the arena of the run's plan.
+  std::vector<Tensor> run(const Feeds& feeds, const std::vector<std::string>& to_host, const Feeds& bound,
+                          Backend* backend) {
+    std::vector<Tensor> in(graph->inputs.size());
+    for (const auto& [name, t] : feeds) {
+      auto it = inputs.find(name);
+      if (it != inputs.end()) in[it->second] = t;
+    }
+    std::vector<OutputPlace> places(graph->outputs.size(), OutputPlace::kDevice);
+    for (const auto& n : to_host) places[output(n)] = OutputPlace::kHost;
+    const std::shared_ptr<const ExecutionPlan> plan = exec->plan_for(in);
+    std::vector<Tensor> into(graph->outputs.size());
+    std::vector<std::pair<size_t, Tensor>> copy_into;
+    for (const auto& [name, t] : bound) {
+      const size_t k = output(name);
+      const ValueType& type = plan->values[graph->outputs[k]].type;
+      if (type.shape.fully_known() && type.dtype == t.dtype() && type.shape.to_shape() == t.shape()) into[k] = t;
+      else copy_into.emplace_back(k, t);
+    }
+    std::vector<Tensor> out = exec->run(in, nullptr, &places, bound.empty() ? nullptr : &into);
+    for (auto& [k, t] : copy_into) {
+      const Tensor& o = out[k];
+      ONYX_CHECK(o.dtype() == t.dtype() && o.shape() == t.shape(), "output '", graph->values[graph->outputs[k]].name,
+                 "' is ", o.type_str(), ", expected ", t.type_str());
+      if (o.on_host() && t.on_host()) std::memcpy(t.raw(), o.raw(), t.bytes());
+      else backend->copy_on_device(t.raw(), o.raw(), t.bytes());
+      out[k] = t;
+    }
+    const ArenaPlan& arena = plan->main_arena();
+    if (arena.bytes >= use->arena_bytes) {
+      use->arena_bytes = arena.bytes;
+      use->arena_lower_bound = arena.lower_bound_bytes;
+      use->arena_no_reuse = arena.no_reuse_bytes;
+    }
+    return out;
+  }
+};
+
+// The request in flight.
+struct EncoderDecoderModel::Batch {
+  int64_t size = 0, rows = 0, steps = 0;
+  Tensor encoder_mask;           // [size, prompt] int64, on the host
+  Tensor hidden;                 // the encoder's output (the merged decoder reads it every run)
+  std::vector<Tensor> cross;     // per layer: key, value (computed by the first run, kept)
+  std::vector<Tensor> past;      // per layer: key, value (the last run's presents)
+};
+
+EncoderDecoderModel::EncoderDecoderModel(const std::string& dir, const SessionOptions& options) : options_(options) {
+  folder_ = load_encoder_decoder_folder(dir);
+  with_context(cat("loading the encoder-decoder pipeline '", dir, "'"), [&] {
+    // One device for every component, decided here once (L8), before any file is read.
+    const Device device = resolve_device(options.device);
+    auto load = [&](const std::string& path, bool sampler) {
+      return with_context(std::filesystem::path(path).filename().string(), [&] {
+        onyx::Model m = load_model(path);
+        if (options.fold_constants) fold_constants(*m.graph, OpRegistry::global());
+        if (options.fuse_patterns)
+          fuse_patterns(*m.graph, FuseOptions{options.fuse_attention.value_or(!device.is_cpu())});
+        if (sampler) append_sampler(*m.graph, folder_.decoder.logits);
+        return m;
+      });
+    };
+    // Every graph is read (on the host) and the weights the split decoder's two files share
+    // are found, before anything is placed: the budget is checked against what will be held.
+    encoder_model_ = load(folder_.encoder_path, false);
+    first_model_ = load(folder_.first_path, true);
+    encoder_use_ = {"encoder", graph_weight_bytes(*encoder_model_.graph)};
+    decoder_use_ = {"decoder", graph_weight_bytes(*first_model_.graph)};
+    if (!folder_.merged) {
+      step_model_ = load(folder_.step_path, true);
+      decoder_use_.weight_bytes +=
+          graph_weight_bytes(*step_model_.graph) - share_weights(*first_model_.graph, *step_model_.graph);
+    }
+    memory_ = std::make_unique<PipelineMemory>(device, options);
+    memory_->admit({{"encoder", encoder_use_.weight_bytes}, {"decoder", decoder_use_.weight_bytes}});
+    // Each component runs eagerly (a step's shapes grow with the cache); the encoder's plan and
+    // arena go after each run, the decoder keeps those of its last two step shapes.
+    SessionOptions enc = options, dec = options;
+    enc.capture = dec.capture = CaptureMode::kOff;
+    enc.plan_cache_capacity = 1;
+    dec.plan_cache_capacity = 2;
+    PipelineMemory::Component& ec = memory_->add("encoder", encoder_use_.weight_bytes);
+    with_context("encoder_model.onnx", [&] {
+      encoder_ = std::make_unique<Runner>(*encoder_model_.graph, enc, ec, &encoder_use_);
+    });
+    PipelineMemory::Component& dc = memory_->add("decoder", decoder_use_.weight_bytes);
+    kv_pool_ = memory_->pool("decoder kv cache");
+    decoder_values_ = dc.backend ? &dc.backend->allocator() : dc.host.get();
+    auto weights = std::make_shared<DeviceWeights>();  // the two decoder graphs' uploads, shared
+    with_context(std::filesystem::path(folder_.first_path).filename().string(), [&] {
+      first_ = std::make_unique<Runner>(*first_model_.graph, dec, dc, &decoder_use_, weights);
+    });
+    if (!folder_.merged)
+      with_context(std::filesystem::path(folder_.step_path).filename().string(), [&] {
+        step_ = std::make_unique<Runner>(*step_model_.graph, dec, dc, &decoder_use_, weights);
+      });
+  });
+}
+
+EncoderDecoderModel::~EncoderDecoderModel() {
+  // Every tensor of the components' pools goes before the pools and the backend.
+  batch_.reset();
+  kv_pool_.reset();
+  encoder_.reset();
+  first_.reset();
+  step_.reset();
+}
+
+const Tokenizer& EncoderDecoderModel::tokenizer() {
+  if (!tokenizer_) {
+    const std::string& dir = folder_.decoder.dir;
+    ONYX_CHECK(std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"), "model folder '", dir,
+               "' has no tokenizer.json: give token ids (--prompt-ids) or add the tokenizer");
+    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_file(dir));
+  }
+  return *tokenizer_;
+}
+
+Next EncoderDecoderModel::start(const std::vector<std::vector<int64_t>>& prompts, int64_t, const Draw& draw) {
+  ONYX_CHECK(!prompts.empty(), "no prompt to generate from");
+  ONYX_CHECK(draw.options.size() == prompts.size() && draw.seeds.size() == prompts.size(),
+             "the draw needs options and a seed per sequence");
+  const ModelFolder& dec = folder_.decoder;
+  int64_t longest = 0;
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    ONYX_CHECK(!prompts[b].empty(), "prompt ", b, " has no tokens");
+    for (int64_t id : prompts[b])
+      ONYX_CHECK(id >= 0 && (dec.vocab_size <= 0 || id < dec.vocab_size), "prompt ", b, ": token id ", id,
+                 " is outside the vocabulary of ", dec.vocab_size);
+    longest = std::max<int64_t>(longest, prompts[b].size());
+  }
+  ONYX_CHECK(folder_.encoder_context <= 0 || longest <= folder_.encoder_context, "a prompt of ", longest,
+             " tokens is longer than the encoder's ", folder_.encoder_context, " positions");
+  batch_.reset();
+  batch_ = std::make_unique<Batch>();
+  Batch& bt = *batch_;
+  bt.rows = static_cast<int64_t>(prompts.size());
+  bt.size = 1;
+  while (bt.size < bt.rows) bt.size *= 2;
+  // Rows padded on the right, masked out (the encoder attends both ways); rows past the
+  // sequences repeat the first prompt, and their tokens go unread.
+  const int64_t B = bt.size, S = longest;
+  const int64_t pad = dec.pad_id >= 0 ? dec.pad_id : dec.eos_ids[0];
+  Tensor ids = int64_tensor(Shape{B, S}, pad);
+  bt.encoder_mask = int64_tensor(Shape{B, S}, 0);
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& p = prompts[b < bt.rows ? b : 0];
+    for (size_t j = 0; j < p.size(); ++j) {
+      ids.data<int64_t>()[b * S + j] = p[j];
+      bt.encoder_mask.data<int64_t>()[b * S + j] = 1;
+    }
+  }
+  with_context("the encoder", [&] {
+    Feeds f{{folder_.encoder_input, ids}};
+    if (!folder_.encoder_mask.empty()) f.emplace_back(folder_.encoder_mask, bt.encoder_mask);
+    bt.hidden = encoder_->run(f, {}, {}, memory_->backend())[encoder_->output(folder_.encoder_output)];
+    // The encoder runs once a request: its arena goes back now, before the decoder's steps.
+    encoder_->exec->release_plans();
+  });
+  Next next = with_context("the decoder's first run", [&] {
+    return run_decoder(*first_, true, int64_tensor(Shape{B, 1}, folder_.decoder_start_id), draw);
+  });
+  if (folder_.forced_bos_id >= 0) std::fill(next.tokens.begin(), next.tokens.end(), folder_.forced_bos_id);
+  return next;
+}
+
+Next EncoderDecoderModel::step(const std::vector<int64_t>& tokens, const Draw& draw) {
+  ONYX_CHECK(batch_, "a decode step needs a prompt first");
+  Batch& bt = *batch_;
+  ONYX_CHECK(static_cast<int64_t>(tokens.size()) == bt.rows, "a step takes one token per sequence (", bt.rows,
+             "), got ", tokens.size());
+  ONYX_CHECK(static_cast<int64_t>(draw.options.size()) == bt.rows, "the draw needs options per sequence");
+  ONYX_CHECK(bt.steps + 1 < folder_.decoder.context_length, "the decoder's context of ",
+             folder_.decoder.context_length, " positions is full");
+  Tensor ids(DType::kInt64, Shape{bt.size, 1});
+  for (int64_t b = 0; b < bt.size; ++b) ids.data<int64_t>()[b] = tokens[b < bt.rows ? b : 0];
+  Runner& r = step_ ? *step_ : *first_;
+  Next next = with_context("a decoder step", [&] { return run_decoder(r, false, ids, draw); });
+  ++bt.steps;
+  return next;
+}
+
+Next EncoderDecoderModel::run_decoder(Runner& r, bool first, const Tensor& ids, const Draw& draw) {
+  Feeds f{{folder_.decoder.input_ids, ids}};
+  Batch& bt = *batch_;
+  const ModelFolder& dec = folder_.decoder;
+  const int64_t B = bt.size;
+  if (!folder_.decoder_encoder_mask.empty()) f.emplace_back(folder_.decoder_encoder_mask, bt.encoder_mask);
+  if (r.has_input(folder_.decoder_hidden_states)) f.emplace_back(folder_.decoder_hidden_states, bt.hidden);
+  if (!dec.use_cache_branch.empty()) f.emplace_back(dec.use_cache_branch, Tensor::from_vector<bool>({!first}, Shape{1}));
+  const Tensor no_self(dec.kv_dtype, Shape{B, dec.kv_heads, 0, dec.head_size});
+  const Tensor no_cross(dec.kv_dtype, Shape{B, folder_.cross_heads, 0, folder_.cross_head_size});
+  for (size_t l = 0; l < dec.layers.size(); ++l) {
+    if (!r.has_input(dec.layers[l].past_key)) continue;  // decoder_model.onnx: no past at all
+    f.emplace_back(dec.layers[l].past_key, first ? no_self : bt.past[2 * l]);
+    f.emplace_back(dec.layers[l].past_value, first ? no_self : bt.past[2 * l + 1]);
+    f.emplace_back(folder_.cross[l].past_key, first ? no_cross : bt.cross[2 * l]);
+    f.emplace_back(folder_.cross[l].past_value, first ? no_cross : bt.cross[2 * l + 1]);
+  }
+  // Each run has one new position: its logits are row 0. The penalties read the decoder's ids
+  // so far (its start token and what it generated).
+  const int64_t width = (bt.steps + 2 + kHistoryBlock - 1) / kHistoryBlock * kHistoryBlock;
+  add_draw_inputs(f, B, bt.rows, width, std::vector<int64_t>(B, 0), draw);
+  std::vector<std::string> to_host{kNextToken};
+  if (draw.logits) to_host.push_back(kNextLogits);
+  // The caches are written into the KV pool: self-attention one position longer than the past,
+  // cross-attention (the first run) over the prompt.
+  Feeds into;
+  const int64_t positions = first ? 1 : bt.past[0].shape()[2] + 1;
+  for (const auto& l : dec.layers)
+    for (const std::string* n : {&l.present_key, &l.present_value})
+      into.emplace_back(*n, Tensor(dec.kv_dtype, Shape{B, dec.kv_heads, positions, dec.head_size}, *kv_pool_));
+  if (first)
+    for (const auto& l : folder_.cross)
+      for (const std::string* n : {&l.present_key, &l.present_value})
+        into.emplace_back(*n, Tensor(dec.kv_dtype, Shape{B, folder_.cross_heads, bt.encoder_mask.shape()[1],
+                                                         folder_.cross_head_size}, *kv_pool_));
+  std::vector<Tensor> out = r.run(f, to_host, into, memory_->backend());
+  std::vector<Tensor> past;
+  for (const auto& l : dec.layers) {
+    past.push_back(out[r.output(l.present_key)]);
+    past.push_back(out[r.output(l.present_value)]);
+  }
+  bt.past = std::move(past);
+  if (first) {
+    bt.cross.clear();
+    for (const auto& l : folder_.cross) {
+      bt.cross.push_back(out[r.output(l.present_key)]);
+      bt.cross.push_back(out[r.output(l.present_value)]);
+    }
+    // The split decoder's steps do not read the encoder's output again: it goes now.
+    if (step_ && !step_->has_input(folder_.decoder_hidden_states)) bt.hidden = Tensor();
+  }
+  Next next;
+  const Tensor& tokens = out[r.output(kNextToken)];
+  next.tokens.assign(tokens.data<int64_t>(), tokens.data<int64_t>() + bt.rows);
+  if (draw.logits) {
+    const Tensor& l = out[r.output(kNextLogits)];
+    next.logits = Tensor(DType::kFloat32, Shape{bt.rows, l.shape()[1]});
+    std::memcpy(next.logits.raw(), l.raw(), next.logits.bytes());
+  }
+  return next;
+}
+
+// t[rows[i]] along dimension 0, where t lives.
+Tensor EncoderDecoderModel::take_rows(const Tensor& t, const std::vector<size_t>& rows, Allocator* alloc) const {
+  if (!t.defined()) return t;
+  Shape s = t.shape();
+  s[0] = static_cast<int64_t>(rows.size());
+  Backend* backend = memory_->backend();
+  Allocator& a = alloc ? *alloc : t.on_host() ? static_cast<Allocator&>(cpu_allocator()) : backend->allocator();
+  Tensor out(t.dtype(), s, a);
+  ONYX_ASSERT(out.on_host() == t.on_host(), "take_rows: ", t.type_str(), " into memory of another device");
+  const size_t row_bytes = t.bytes() / static_cast<size_t>(t.shape()[0]);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    char* dst = static_cast<char*>(out.raw()) + i * row_bytes;
+    const char* src = static_cast<const char*>(t.raw()) + rows[i] * row_bytes;
+    if (t.on_host()) std::memcpy(dst, src, row_bytes);
+    else backend->copy_on_device(dst, src, row_bytes);
+  }
+  return out;
+}
+
+void EncoderDecoderModel::keep(const std::vector<size_t>& keep) {
+  ONYX_CHECK(batch_ && !keep.empty(), "nothing to keep");
+  Batch& bt = *batch_;
+  for (size_t i = 0; i < keep.size(); ++i)
+    ONYX_CHECK(static_cast<int64_t>(keep[i]) < bt.rows && (i == 0 || keep[i] > keep[i - 1]),
+               "keep takes ascending sequence indexes");
+  int64_t size = 1;
+  while (size < static_cast<int64_t>(keep.size())) size *= 2;
+  std::vector<size_t> rows(keep.begin(), keep.end());
+  rows.resize(size, keep[0]);
+  bt.encoder_mask = take_rows(bt.encoder_mask, rows);  // the host's: fed as a feed
+  bt.hidden = take_rows(bt.hidden, rows, decoder_values_);  // read by the merged decoder's steps
+  for (Tensor& t : bt.cross) t = take_rows(t, rows, kv_pool_.get());
+  for (Tensor& t : bt.past) t = take_rows(t, rows, kv_pool_.get());
+  bt.size = size;
+  bt.rows = static_cast<int64_t>(keep.size());
+}
+
+int64_t EncoderDecoderModel::bucket() const { return batch_ ? batch_->size : 0; }
+
+size_t EncoderDecoderModel::cache_bytes() const {
+  size_t n = 0;
+  if (batch_) {
+    for (const auto& t : batch_->past) n += t.bytes();
+    for (const auto& t : batch_->cross) n += t.bytes();
+  }
+  return n;
+}
+
+int64_t EncoderDecoderModel::cache_grows() const { return batch_ ? batch_->steps : 0; }
+
+CaptureReport EncoderDecoderModel::capture_report() const {
+  return (step_ ? step_ : first_)->exec->capture_report();
+}
+
+size_t EncoderDecoderModel::peak_device_bytes() const {
+  return memory_->backend() ? memory_->governor().peak_leased() : 0;
+}
+
+std::vector<ComponentUse> EncoderDecoderModel::component_use() const {
+  ComponentUse d = decoder_use_;
+  d.kv_bytes = cache_bytes();
+  return {encoder_use_, d};
+}
+
+std::string EncoderDecoderModel::memory_report() const {
+  std::string s = cat("holders of ", memory_->device().str(), "'s governor:\n", memory_->report(),
+                      "most leased at once: ", format_bytes(memory_->governor().peak_leased()), " (",
+                      memory_->governor().peak_leased(), " B)\n");
+  s += "per component (the arena is the largest planned by its runs, against the bytes live at its busiest step "
+       "and the bytes of all its intermediates):\n";
+  for (const ComponentUse& c : component_use()) {
+    s += cat("  ", c.name, ": weights ", format_bytes(c.weight_bytes), ", arena ", format_bytes(c.arena_bytes),
+             " (live-set lower bound ", format_bytes(c.arena_lower_bound), ", all intermediates ",
+             format_bytes(c.arena_no_reuse), ")");
+    if (c.name == "decoder") s += cat(", kv cache ", format_bytes(c.kv_bytes), " (self- and cross-attention)");
+    s += "\n";
+  }
+  return s;
+}
+
+std::unique_ptr<TokenModel> load_token_model(const std::string& dir, const SessionOptions& options) {
+  if (is_encoder_decoder_folder(dir)) return std::make_unique<EncoderDecoderModel>(dir, options);
+  return std::make_unique<LanguageModel>(dir, options);
+}
+
+}  // namespace onyx::genai

@@ -1,0 +1,86 @@
+// An encoder-decoder pipeline loaded to generate (T5, BART, as Optimum exports them). A
+// request runs the encoder once over its prompt (planned memory: one arena at fixed offsets,
+// sized to the live set, given back once the encoder has run), then the decoder from its start token: the first run computes every
+// layer's cross-attention keys and values from the encoder's output, which the request keeps
+// and feeds to each step beside the self-attention cache, which grows by one position a step
+// (the exported decoders compute positions from the past's length, so the cache is the
+// "growing" form of docs/genai.md, never captured).
+//
+// Both components run on the one device the options resolve to, and lease their memory from
+// that device's one governor under their own names (genai/pipeline_memory.h).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "exec/executor.h"
+#include "genai/encoder_decoder_folder.h"
+#include "genai/pipeline_memory.h"
+#include "genai/token_model.h"
+#include "model/ir.h"
+
+namespace onyx::genai {
+
+// What one component has used, for the memory report.
+struct ComponentUse {
+  std::string name;
+  size_t weight_bytes = 0;
+  // The largest arena its runs planned, that plan's live-set lower bound (the bytes live at its
+  // busiest step) and what its intermediates would take each in bytes of its own.
+  size_t arena_bytes = 0, arena_lower_bound = 0, arena_no_reuse = 0;
+  size_t kv_bytes = 0;                            // KV cache held now (self- and cross-attention)
+};
+
+class EncoderDecoderModel : public TokenModel {
+ public:
+  EncoderDecoderModel(const std::string& dir, const SessionOptions& options);
+  ~EncoderDecoderModel() override;
+
+  const EncoderDecoderFolder& pipeline() const { return folder_; }
+  const ModelFolder& folder() const override { return folder_.decoder; }
+  const Tokenizer& tokenizer() override;
+  Device device() const override { return memory_->device(); }
+  std::vector<int64_t> decoder_prompt(const std::vector<int64_t>&) const override {
+    return {folder_.decoder_start_id};
+  }
+
+  Next start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity, const Draw& draw) override;
+  Next step(const std::vector<int64_t>& tokens, const Draw& draw) override;
+  void keep(const std::vector<size_t>& keep) override;
+  int64_t bucket() const override;
+
+  size_t cache_bytes() const override;
+  int64_t cache_grows() const override;
+  CaptureReport capture_report() const override;
+  size_t peak_device_bytes() const override;
+  // The governor's holders (every component's weights and values), then per component its
+  // weights, the arena of its last run's plan against that plan's live-set lower bound, and
+  // the KV cache it holds.
+  std::string memory_report() const override;
+  std::vector<ComponentUse> component_use() const;
+
+ private:
+  struct Runner;
+  struct Batch;
+  Next run_decoder(Runner& r, bool first, const Tensor& ids, const Draw& draw);
+  // t[rows[i]] along dimension 0, where t lives (from `alloc` when on the device, if given).
+  Tensor take_rows(const Tensor& t, const std::vector<size_t>& rows, Allocator* alloc = nullptr) const;
+
+  EncoderDecoderFolder folder_;
+  SessionOptions options_;
+  std::unique_ptr<PipelineMemory> memory_;
+  std::shared_ptr<Allocator> kv_pool_;  // "decoder kv cache": the presents are written there
+  Allocator* decoder_values_ = nullptr;   // "decoder values", where the decoder's other tensors live
+  std::unique_ptr<Tokenizer> tokenizer_;
+  onyx::Model encoder_model_, first_model_, step_model_;
+  std::unique_ptr<Runner> encoder_, first_, step_;
+  std::unique_ptr<Batch> batch_;
+  ComponentUse encoder_use_, decoder_use_;
+};
+
+// The model a folder holds: an encoder-decoder pipeline when it has encoder_model.onnx, else
+// a decoder-only LanguageModel.
+std::unique_ptr<TokenModel> load_token_model(const std::string& dir, const SessionOptions& options);
+
+}  // namespace onyx::genai

@@ -1,0 +1,74 @@
+// What a Generator drives: a model that runs prompts, then one decode step at a time, drawing
+// each sequence's next token on its device. A decoder-only LanguageModel is one; an
+// encoder-decoder pipeline (EncoderDecoderModel) is another.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "exec/capture.h"
+#include "genai/model_folder.h"
+#include "genai/tokenizer.h"
+#include "onyx/device.h"
+#include "onyx/tensor.h"
+
+namespace onyx::genai {
+
+// How each sequence's next token is drawn, by the onyx.genai::Sample node that onyx appends
+// to the decoder (on the decoder's device: only token ids leave it).
+struct Draw {
+  std::vector<std::array<float, 7>> options;  // per sequence, in ops/sampling.h's order
+  std::vector<uint64_t> seeds;                // per sequence
+  int64_t counter = 0;                        // which draw of the sequences this is
+  std::vector<int64_t> counters;              // per sequence, when they differ (serving); else `counter`
+  // Per sequence: its ids so far, prompt then generated, for the penalties (read when a
+  // sequence's options have one); null: no penalty applies.
+  const std::vector<std::vector<int64_t>>* history = nullptr;
+  // Per sequence: how many of the first ids of its history are its prompt (the repetition
+  // penalty looks at all of them, the presence and frequency penalties only at the generated
+  // ones after). Empty: each history is all prompt, none of it counted.
+  std::vector<int64_t> prompt_lengths;
+  bool logits = false;                        // also return the logits drawn from
+};
+
+struct Next {
+  std::vector<int64_t> tokens;  // per sequence
+  Tensor logits;                // [sequences, vocab] float32, when asked
+};
+
+class TokenModel {
+ public:
+  virtual ~TokenModel() = default;
+
+  // The decoder's facts: end-of-sequence ids, context length, vocabulary, search defaults.
+  virtual const ModelFolder& folder() const = 0;
+  // The folder's tokenizer, read on first use (an error names the file it lacks).
+  virtual const Tokenizer& tokenizer() = 0;
+  virtual Device device() const = 0;
+
+  // The ids the decoder has seen before its first new token, for the prompt `prompt`: the
+  // prompt itself for a decoder-only model, the decoder's start id for an encoder-decoder one.
+  // The penalties and the context limit count these and the generated ids.
+  virtual std::vector<int64_t> decoder_prompt(const std::vector<int64_t>& prompt) const { return prompt; }
+
+  // Runs the prompts and draws each sequence's first new token; `capacity` is the positions
+  // (prompt and new tokens) the cache should start with.
+  virtual Next start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity, const Draw& draw) = 0;
+  // One decode step: each sequence's new token in, its next token out.
+  virtual Next step(const std::vector<int64_t>& tokens, const Draw& draw) = 0;
+  // Keeps only the sequences `keep` (ascending indexes into the current ones).
+  virtual void keep(const std::vector<size_t>& keep) = 0;
+  // The rows the batch in flight runs in.
+  virtual int64_t bucket() const = 0;
+
+  virtual size_t cache_bytes() const = 0;
+  virtual int64_t cache_grows() const = 0;
+  virtual CaptureReport capture_report() const = 0;
+  // The most device memory leased at once so far (0 on the CPU).
+  virtual size_t peak_device_bytes() const = 0;
+  virtual std::string memory_report() const = 0;
+};
+
+}  // namespace onyx::genai

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Encoder-decoder pipelines on cuda:0, for the GPU suite (scripts/gpu_run.sh).
+
+For every fixture under DIR (tests/fixtures/seq2seq, staged with the checkout):
+
+  - `onyx generate DIR --device cuda:0 --greedy --json --memory-report` on each prompt of its
+    reference.json: the tokens equal transformers' (as on the CPU), and the memory report is
+    cuda:0's governor with every component's holders in it (encoder weights, decoder weights,
+    decoder kv cache non-zero): each component was placed on cuda:0, as the report says, not
+    by trust;
+  - a budget that holds what the backend itself leases but not the pipeline's weights is
+    refused at load, naming the components, with nothing placed.
+
+Prints one line per check and exits 1 on any failure.
+
+  gpu_pipeline_check.py ONYX_BIN DIR
+"""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run(cmd):
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, errors="replace", timeout=300)
+
+
+def holders(report):
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^  ([a-zA-Z0-9 ._-]+): [^(\n]*\((\d+) B\)", report, re.M)}
+
+
+def main():
+    onyx, root = sys.argv[1], Path(sys.argv[2])
+    fails = 0
+    for folder in sorted(d for d in root.iterdir() if (d / "reference.json").is_file()):
+        ref = json.loads((folder / "reference.json").read_text())
+        wrong, report = [], ""
+        for case in ref["cases"]:
+            r = run([onyx, "generate", folder, "--prompt-ids", " ".join(map(str, case["prompt_ids"])), "--greedy",
+                     "--max-new-tokens", ref["new_tokens"], "--device", "cuda:0", "--json", "--memory-report"])
+            if r.returncode != 0:
+                print(f"FAIL {folder.name} {case['name']}: exit {r.returncode}: {r.stderr.strip()[-600:]}")
+                fails += 1
+                break
+            out = json.loads(r.stdout)
+            report = out["memory_report"]
+            if out["generated_ids"] != case["generated_ids"]:
+                wrong.append(case["name"])
+            if out["stats"]["device"] != "cuda:0":
+                wrong.append(f"{case['name']} (device {out['stats']['device']})")
+        else:
+            h = holders(report)
+            placed = report.startswith("holders of cuda:0's governor") and all(
+                h.get(k, 0) > 0 for k in ("encoder weights", "decoder weights", "decoder kv cache"))
+            ok = not wrong and placed
+            fails += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} {folder.name}: {len(ref['cases']) - len(wrong)}/{len(ref['cases'])} "
+                  f"prompts equal transformers' on cuda:0; components placed on cuda:0 by the report: {placed}"
+                  + (f"; differ: {wrong}" if wrong else ""))
+            if not placed:
+                print(report)
+            # The budget: the backend's own holders fit, the pipeline's weights do not.
+            own = sum(b for k, b in h.items() if not k.startswith(("encoder ", "decoder ")))
+            weights = h.get("encoder weights", 0) + h.get("decoder weights", 0)
+            budget = own + weights // 2
+            r = run([onyx, "generate", folder, "--prompt-ids", "5 6 1", "--device", "cuda:0",
+                     "--memory-budget", budget])
+            refused = (r.returncode != 0 and "does not fit the memory budget of cuda:0" in r.stderr
+                       and "encoder weights:" in r.stderr and "nothing was placed" in r.stderr)
+            fails += not refused
+            print(f"{'ok  ' if refused else 'FAIL'} {folder.name}: a budget of {budget} B (the backend's "
+                  f"{own} B and half the weights) refused at load: {refused}"
+                  + ("" if refused else f": exit {r.returncode}: {r.stderr.strip()[-600:]}"))
+    sys.exit(1 if fails else 0)
+
+
+if __name__ == "__main__":
+    main()
