@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up (if needed), builds, and runs the whole test suite: unit tests, the
-# ONNX node-test conformance ratchet, and parity against onnxruntime.
+# ONNX node-test conformance ratchet, parity against onnxruntime, and bounded fuzzing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -11,3 +11,11 @@ if [ -x build/tests/onyx_cuda_tests ]; then
   [ "$rc" -eq 77 ] && echo "GPU tests: $gpu_check"
 fi
 ctest --test-dir build --output-on-failure "$@"
+# The fuzz targets (fuzz/README.md): built with clang under ASan and UBSan, the reproducers of
+# tests/fixtures/fuzz replayed, then each target fuzzed for ONYX_FUZZ_SECONDS (60). Skipped when
+# the arguments pick tests for ctest.
+if (($# == 0)); then
+  scripts/fuzz_ci.sh
+else
+  echo "fuzz: skipped (ctest arguments given)"
+fi

@@ -117,7 +117,7 @@ GraphExecutor::Signature GraphExecutor::signature(std::vector<ValueType> types, 
 }
 
 GraphExecutor::Signature GraphExecutor::signature_of(const std::vector<Tensor>& inputs, const Scope* outer) const {
-  ONYX_ASSERT(inputs.size() <= graph_.inputs.size(), "graph '", graph_.name, "' takes ", graph_.inputs.size(),
+  ONYX_CHECK(inputs.size() <= graph_.inputs.size(), "graph '", graph_.name, "' takes ", graph_.inputs.size(),
               " inputs, got ", inputs.size());
   std::vector<ValueType> types(graph_.inputs.size());
   std::vector<bool> on_accel(graph_.inputs.size(), false);

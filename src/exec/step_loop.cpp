@@ -1,5 +1,6 @@
 #include "exec/step_loop.h"
 
+#include "model/onnx_schema.h"
 #include "ops/compute.h"
 
 namespace onyx {
@@ -125,10 +126,10 @@ void StepLoop::run_planned(const ExecutionPlan& plan, const Step& step, RunEnv& 
   if (step.has_subgraphs) runner = subgraph_runner(env, outer, b.control, node);
   KernelContext ctx(node, std::move(inputs), outputs, alloc, step.has_subgraphs ? &runner : nullptr);
   step.kernel(ctx);
+  check_outputs_produced(node, outputs);
   for (size_t o = 0; o < node.outputs.size(); ++o) {
     int out = node.outputs[o];
     if (out < 0) continue;
-    ONYX_ASSERT(outputs[o].defined(), "output ", o, " was not produced");
     // A subgraph may return a value of this graph as is; if that value's bytes are the
     // arena's, they are reused after its own last reader: the output gets its own copy.
     if (step.has_subgraphs && outputs[o].on_host() && b.host_arena && b.host_arena->defined() &&
@@ -180,8 +181,11 @@ void StepLoop::run_dynamic(const Step& step, RunEnv& env, const StepBindings& b,
   };
   std::vector<Tensor> outputs =
       compute_node(node, inputs, alloc, &runner, &bind, &infer_values, accel ? &kernel : nullptr);
-  for (size_t o = 0; o < node.outputs.size(); ++o)
-    if (node.outputs[o] >= 0) env.side(!outputs[o].on_host())[node.outputs[o]] = std::move(outputs[o]);
+  for (size_t o = 0; o < node.outputs.size(); ++o) {
+    if (node.outputs[o] < 0) continue;
+    check_declared_dtype(graph_, node.outputs[o], outputs[o].dtype());
+    env.side(!outputs[o].on_host())[node.outputs[o]] = std::move(outputs[o]);
+  }
 }
 
 }  // namespace onyx

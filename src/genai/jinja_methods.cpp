@@ -737,11 +737,7 @@ class DictType : public Function {
   }
 };
 
-Value g_namespace(Renderer&, Args& a) {
-  auto ns = std::make_shared<Namespace>();
-  ns->attrs = dict_from(a, "namespace");
-  return Value::object(ns);
-}
+Value g_namespace(Renderer& r, Args& a) { return r.new_namespace(dict_from(a, "namespace")); }
 
 Value g_raise_exception(Renderer&, Args& a) {
   std::string message = a.positional.empty() ? "" : py_str(a.positional[0]);

@@ -18,6 +18,28 @@ Value* Frame::find(const std::string& name) {
 
 Renderer::Renderer(const Dict& variables) : variables_(variables) { frame = new_frame(nullptr); }
 
+Renderer::~Renderer() {
+  for (auto& weak : namespaces_) {
+    if (auto ns = weak.lock()) {
+      // Moved out first: destroying the attributes may destroy other namespaces of this render.
+      Dict attrs = std::move(ns->attrs);
+      ns->attrs = Dict{};
+    }
+  }
+}
+
+Value Renderer::new_namespace(Dict attrs) {
+  auto ns = std::make_shared<Namespace>();
+  ns->attrs = std::move(attrs);
+  // Drop the entries of namespaces already gone, so a loop making one per iteration keeps
+  // this list as long as the namespaces alive at once (amortized).
+  if (namespaces_.size() >= 64 && namespaces_.size() == namespaces_.capacity()) {
+    std::erase_if(namespaces_, [](const std::weak_ptr<Namespace>& w) { return w.expired(); });
+  }
+  namespaces_.push_back(ns);
+  return Value::object(std::move(ns));
+}
+
 Frame* Renderer::new_frame(Frame* parent) {
   frames_.emplace_back();
   frames_.back().parent = parent;

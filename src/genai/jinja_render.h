@@ -4,6 +4,7 @@
 #pragma once
 
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,10 @@ struct Frame {
 class Renderer {
  public:
   explicit Renderer(const Dict& variables);
+  // Breaks the reference cycles a render may have made (see namespaces_).
+  ~Renderer();
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
 
   // A name as the template sees it: the scopes from the innermost out, then the variables
   // of the render, then the globals (namespace, range, raise_exception, strftime_now, ...).
@@ -30,6 +35,8 @@ class Renderer {
   void assign(const std::string& name, Value v) { assign_in(frame, name, std::move(v)); }
   static void assign_in(Frame* f, const std::string& name, Value v);
   Frame* new_frame(Frame* parent);
+  // A namespace() made by this render (the global function calls it).
+  Value new_namespace(Dict attrs);
 
   // jinja2's `obj.name` (an attribute, else an item) and `obj[key]` (an item, else an attribute).
   Value get_attr(const Value& obj, const std::string& name);
@@ -43,6 +50,12 @@ class Renderer {
  private:
   const Dict& variables_;
   std::deque<Frame> frames_;
+  // Every namespace this render made. A namespace is the one value that changes after it is
+  // built, so it is the only way to an owning cycle: every other value can hold only values
+  // older than itself ({% set ns.me = ns %}, or two namespaces holding each other, would keep
+  // their shared values alive for ever). The destructor empties the namespaces still alive,
+  // which breaks every cycle; nothing of a render outlives it but its text.
+  std::vector<std::weak_ptr<Namespace>> namespaces_;
 };
 
 // Sets the current frame for a scope's lifetime.

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "model/mapped_file.h"
+#include "model/onnx_schema.h"
 #include "model/tensor_proto.h"
 #include "onnx/onnx.pb.h"
 
@@ -85,7 +86,10 @@ class GraphBuilder {
       node.op_type = np.op_type();
       node.domain = normalize_domain(np.domain());
       std::string where = node.describe();
-      with_context(where, [&] { convert_node(np, node, *g); });
+      with_context(where, [&] {
+        convert_node(np, node, *g);
+        check_node_schema(node);
+      });
       int index = static_cast<int>(g->nodes.size());
       for (int out : node.outputs) {
         if (out < 0) continue;
@@ -241,7 +245,10 @@ Model convert(std::shared_ptr<onnx::ModelProto> mp, const std::string& name, con
   model.graph_doc_string = mp->graph().doc_string();
   for (const auto& kv : mp->metadata_props()) model.metadata[kv.key()] = kv.value();
   ONYX_CHECK(mp->has_graph(), "the model has no graph (is this an ONNX model?)");
-  for (const auto& op : mp->opset_import()) model.opsets[normalize_domain(op.domain())] = static_cast<int>(op.version());
+  for (const auto& op : mp->opset_import()) {
+    check_opset_import(normalize_domain(op.domain()), op.version());
+    model.opsets[normalize_domain(op.domain())] = static_cast<int>(op.version());
+  }
   if (mp->opset_import_size() == 0) model.opsets[""] = 1;  // IR < 3 models predate opset imports
   ONYX_CHECK(mp->functions_size() == 0, "model-local functions are not supported (the model defines ",
              mp->functions_size(), ")");

@@ -113,8 +113,8 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, TensorLoadContext& ctx) {
 
   if (p.has_raw_data() && dt != DType::kString) {
     const std::string& raw = p.raw_data();
-    ONYX_CHECK(raw.size() == n * dtype_size(dt), "raw data holds ", raw.size(), " bytes, but ", dtype_name(dt),
-               shape.str(), " needs ", n * dtype_size(dt));
+    ONYX_CHECK(raw.size() == need, "raw data holds ", raw.size(), " bytes, but ", dtype_name(dt), shape.str(),
+               " needs ", need);
     if (ctx.proto_owner && reinterpret_cast<uintptr_t>(raw.data()) % dtype_size(dt) == 0)
       return Tensor::borrow(dt, shape, const_cast<char*>(raw.data()), ctx.proto_owner);
     Tensor t(dt, shape);

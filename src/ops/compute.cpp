@@ -35,9 +35,15 @@ std::vector<Tensor> compute_node(const Node& node, const std::vector<const Tenso
     KernelContext kctx(node, inputs, outputs, alloc, subgraphs);
     run(kctx);
   }
-  for (size_t o = 0; o < node.outputs.size(); ++o)
-    if (node.outputs[o] >= 0) ONYX_ASSERT(outputs[o].defined(), "output ", o, " was not produced");
+  check_outputs_produced(node, outputs);
   return outputs;
+}
+
+void check_outputs_produced(const Node& node, const std::vector<Tensor>& outputs) {
+  for (size_t o = 0; o < node.outputs.size(); ++o)
+    ONYX_CHECK(node.outputs[o] < 0 || (o < outputs.size() && outputs[o].defined()), "the node names output ", o,
+               ", but its kernel produced no value for it (", node.outputs.size(), " outputs named: more than ",
+               node.op_type, " has?)");
 }
 
 }  // namespace onyx

@@ -25,4 +25,8 @@ std::vector<Tensor> compute_node(const Node& node, const std::vector<const Tenso
                                  const std::vector<const Tensor*>* infer_values = nullptr,
                                  const KernelFn* kernel = nullptr);
 
+// Throws when the kernel left an output that the node names undefined: the node names more
+// outputs than its op produces (ops of other domains than ONNX's have no schema checked at load).
+void check_outputs_produced(const Node& node, const std::vector<Tensor>& outputs);
+
 }  // namespace onyx

@@ -1,5 +1,6 @@
 // Phases 1 and 2 of plan_graph: the values present before the first node, then shape
 // propagation, with the shape arithmetic of exported models evaluated now.
+#include "model/onnx_schema.h"
 #include "onyx/checked.h"
 #include "ops/compute.h"
 #include "plan/planning.h"
@@ -76,6 +77,7 @@ void propagate_node(Planning& P, int s) {
       p.constants[n.outputs[o]] = outs[o].clone();  // owned by the plan, not borrowed from an input
       p.values[n.outputs[o]].type = ValueType{outs[o].dtype(), outs[o].shape()};
       p.values[n.outputs[o]].kind = ValueKind::kConstant;
+      check_declared_dtype(P.g, n.outputs[o], outs[o].dtype());
     }
     p.folded[s] = true;
     ++p.folded_nodes;
@@ -108,6 +110,7 @@ void propagate_node(Planning& P, int s) {
     int out = n.outputs[o];
     if (out < 0) continue;
     p.values[out].type = ictx.outputs()[o];
+    check_declared_dtype(P.g, out, p.values[out].type.dtype);
     outputs_known &= p.values[out].type.shape.fully_known();
     out_bytes = checked_add_bytes(out_bytes, value_bytes(p.values[out].type), "the node's outputs");
   }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "genai/chat_template.h"
+#include "genai/jinja_render.h"
 #include "onyx/error.h"
 
 namespace onyx::genai {
@@ -210,6 +211,46 @@ TEST(ChatTemplate, IntegerArithmeticPast64BitsIsAnError) {
   EXPECT_NE(error_of("{{ (-9223372036854775807 - 1) // -1 }}").find("integer overflow"), std::string::npos);
   EXPECT_NE(error_of("{{ 'ab' * 9000000000000 }}").find("more than"), std::string::npos);
   EXPECT_EQ(ChatTemplate("{{ 'ab' * 3 }}{{ [1] * 2 }}").render(OJson::object()), "ababab[1, 1]");
+}
+
+// A namespace is the one value that changes after it is built, so the only way to a cycle of
+// shared values ({% set ns.me = ns %}, two namespaces holding each other, a list holding the
+// namespace that holds it). The render breaks them when it ends: the namespaces are freed.
+// tests/fixtures/fuzz/chat_template_namespace_self_reference.leak is the fuzz target's finding
+// (LeakSanitizer); the fuzz build replays it, this checks the namespaces go without a sanitizer.
+TEST(ChatTemplate, NamespacesInReferenceCyclesAreFreedWhenTheRenderEnds) {
+  std::weak_ptr<jinja::Object> self, a, b, in_list;
+  {
+    jinja::Dict no_variables;
+    jinja::Renderer r(no_variables);
+    jinja::Value ns = r.new_namespace({});
+    static_cast<jinja::Namespace&>(ns.object()).attrs.set(jinja::Value("me"), ns);
+    self = ns.object_ptr();
+    jinja::Value x = r.new_namespace({}), y = r.new_namespace({});
+    static_cast<jinja::Namespace&>(x.object()).attrs.set(jinja::Value("other"), y);
+    static_cast<jinja::Namespace&>(y.object()).attrs.set(jinja::Value("other"), x);
+    a = x.object_ptr();
+    b = y.object_ptr();
+    jinja::Value z = r.new_namespace({});
+    static_cast<jinja::Namespace&>(z.object()).attrs.set(jinja::Value("items"), jinja::Value::list({jinja::Value(1), z}));
+    in_list = z.object_ptr();
+  }
+  EXPECT_TRUE(self.expired());
+  EXPECT_TRUE(a.expired());
+  EXPECT_TRUE(b.expired());
+  EXPECT_TRUE(in_list.expired());
+  // Through templates: the cycles render as jinja2 renders them, and the render ends.
+  EXPECT_EQ(ChatTemplate("{% set ns = namespace(n=0) %}{% set ns.n = ns %}{{ ns.n.n.n is defined }}").render(OJson::object()),
+            "True");
+  EXPECT_EQ(ChatTemplate("{% for i in range(100) %}{% set a = namespace() %}{% set b = namespace(a=a) %}"
+                         "{% set a.b = b %}{% endfor %}{{ 'done' }}")
+                .render(OJson::object()),
+            "done");
+  std::ifstream in(std::string(ONYX_SOURCE_DIR) + "/tests/fixtures/fuzz/chat_template_namespace_self_reference.leak",
+                   std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(text.empty());
+  EXPECT_NO_THROW(ChatTemplate(text.substr(0, text.find('\0'))).render(OJson::object()));
 }
 
 TEST(ChatTemplate, RaiseExceptionCarriesTheTemplatesMessage) {
