@@ -362,15 +362,10 @@ void LanguageModel::copy_rows(const Tensor& t, const std::vector<size_t>& rows, 
 }
 
 void LanguageModel::keep(const std::vector<size_t>& keep) {
-  ONYX_CHECK(batch_ && !keep.empty(), "nothing to keep");
+  ONYX_CHECK(batch_, "nothing to keep");
   Batch& bt = *batch_;
-  for (size_t i = 0; i < keep.size(); ++i)
-    ONYX_CHECK(static_cast<int64_t>(keep[i]) < bt.rows && (i == 0 || keep[i] > keep[i - 1]),
-               "keep takes ascending sequence indexes");
-  int64_t size = 1;
-  while (size < static_cast<int64_t>(keep.size())) size *= 2;
-  std::vector<size_t> rows(keep.begin(), keep.end());
-  rows.resize(size, keep[0]);
+  const std::vector<size_t> rows = kept_rows(keep, bt.rows);
+  const int64_t size = static_cast<int64_t>(rows.size());
   for (Tensor& t : bt.past) t = take_rows(t, rows);
   if (!bt.cache.empty()) {  // into a set of the smaller bucket's geometry (reused when there is one)
     std::vector<Tensor> set = cache_set(size, bt.capacity);

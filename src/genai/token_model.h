@@ -12,6 +12,7 @@
 #include "genai/model_folder.h"
 #include "genai/tokenizer.h"
 #include "onyx/device.h"
+#include "onyx/error.h"
 #include "onyx/tensor.h"
 
 namespace onyx::genai {
@@ -37,6 +38,21 @@ struct Next {
   std::vector<int64_t> tokens;  // per sequence
   Tensor logits;                // [sequences, vocab] float32, when asked
 };
+
+// The rows a model's batch keeps for TokenModel::keep: `keep` checked (ascending indexes below
+// `rows`), then padded to the next power of two by repeating the first (the bucket the smaller
+// batch runs in).
+inline std::vector<size_t> kept_rows(const std::vector<size_t>& keep, int64_t rows) {
+  ONYX_CHECK(!keep.empty(), "nothing to keep");
+  for (size_t i = 0; i < keep.size(); ++i)
+    ONYX_CHECK(static_cast<int64_t>(keep[i]) < rows && (i == 0 || keep[i] > keep[i - 1]),
+               "keep takes ascending sequence indexes");
+  size_t size = 1;
+  while (size < keep.size()) size *= 2;
+  std::vector<size_t> out(keep.begin(), keep.end());
+  out.resize(size, keep[0]);
+  return out;
+}
 
 class TokenModel {
  public:

@@ -200,6 +200,19 @@ Attribute make_float(const char* name, float v) {
   return a;
 }
 
+Node fused_node(std::string name, std::string domain, std::string op, int opset, std::vector<int> inputs,
+                std::vector<int> outputs, std::vector<Attribute> attributes = {}) {
+  Node n;
+  n.name = std::move(name);
+  n.domain = std::move(domain);
+  n.op_type = std::move(op);
+  n.opset = opset;
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  n.attributes = std::move(attributes);
+  return n;
+}
+
 // Puts each fused node at its position and drops the nodes its chain removed.
 void apply(Graph& g, const std::vector<bool>& removed, std::vector<std::pair<size_t, Node>>& replace) {
   if (replace.empty()) return;
@@ -315,21 +328,9 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
         continue;
       }
       // x itself may have other readers (the residual); every value in between must not.
-      Node fused;
-      fused.name = out_mul.name + "/fused_rms_norm";
-      fused.op_type = "SimplifiedLayerNormalization";
-      fused.opset = out_mul.opset;
-      fused.inputs = {x, w};
-      fused.outputs = {out_mul.outputs[0]};
-      Attribute axis;
-      axis.name = "axis";
-      axis.kind = Attribute::Kind::kInt;
-      axis.i = -1;
-      Attribute epsilon;
-      epsilon.name = "epsilon";
-      epsilon.kind = Attribute::Kind::kFloat;
-      epsilon.f = static_cast<float>(*eps);
-      fused.attributes = {axis, epsilon};
+      Node fused = fused_node(out_mul.name + "/fused_rms_norm", "", "SimplifiedLayerNormalization", out_mul.opset, {x, w},
+                              {out_mul.outputs[0]},
+                              {make_int("axis", -1), make_float("epsilon", static_cast<float>(*eps))});
       if (commit(k, chain, std::move(fused))) ++r.rms_norms;
       break;
     }
@@ -361,14 +362,8 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
         continue;
       const int cos = other_input(*mc, x);
       if (cos < 0) continue;
-      Node fused;
-      fused.name = add.name + "/fused_rotary_half";
-      fused.op_type = "RotaryHalf";
-      fused.domain = "onyx";
-      fused.opset = 1;
-      fused.inputs = {x, cos, sin};
-      fused.outputs = {add.outputs[0]};
-      fused.attributes = {make_int("split", lr->second)};
+      Node fused = fused_node(add.name + "/fused_rotary_half", "onyx", "RotaryHalf", 1, {x, cos, sin}, {add.outputs[0]},
+                              {make_int("split", lr->second)});
       const std::vector<int> chain{producer(add.inputs[side]), producer(add.inputs[1 - side]), producer(ms->inputs[0] == sin ? ms->inputs[1] : ms->inputs[0]),
                                    producer(cat->inputs[0]), producer(cat->inputs[1]), producer(neg->inputs[0])};
       if (commit(k, chain, std::move(fused))) ++r.rotary_halves;
@@ -392,13 +387,8 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
         }
       }
       if (gate < 0) continue;
-      Node fused;
-      fused.name = mul.name + "/fused_silu_mul";
-      fused.op_type = "SiluMul";
-      fused.domain = "onyx";
-      fused.opset = 1;
-      fused.inputs = {gate, mul.inputs[1 - side]};
-      fused.outputs = {mul.outputs[0]};
+      Node fused = fused_node(mul.name + "/fused_silu_mul", "onyx", "SiluMul", 1, {gate, mul.inputs[1 - side]},
+                              {mul.outputs[0]});
       if (commit(k, {producer(mul.inputs[side]), producer(sig_out)}, std::move(fused))) ++r.silu_muls;
       break;
     }
@@ -492,14 +482,10 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
     const int key = unrepeat(kr, chain);
     const int value = unrepeat(pv.inputs[1], chain);
     if (m.rank(q) != 4 || m.rank(key) != 4 || m.rank(value) != 4) continue;
-    Node fused;
-    fused.name = pv.name + "/fused_attention";
-    fused.op_type = "Attention";
-    fused.opset = 23;
-    fused.inputs = {q, key, value};
-    if (mask >= 0) fused.inputs.push_back(mask);
-    fused.outputs = {pv.outputs[0]};
-    fused.attributes = {make_float("scale", static_cast<float>(scale))};
+    std::vector<int> inputs{q, key, value};
+    if (mask >= 0) inputs.push_back(mask);
+    Node fused = fused_node(pv.name + "/fused_attention", "", "Attention", 23, std::move(inputs), {pv.outputs[0]},
+                            {make_float("scale", static_cast<float>(scale))});
     if (commit(k, chain, std::move(fused))) ++r.attentions;
   }
   apply(g, removed, replace);
@@ -521,15 +507,10 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
     const Node& add = g.nodes[ap];
     const int xr = m2.rank(add.inputs[0]), sr = m2.rank(add.inputs[1]);
     if (xr < 0 || xr != sr) continue;  // the skip broadcasts onto the input, never the other way
-    Node fused;
-    fused.name = norm.name + "/fused_skip";
-    fused.op_type = "SkipSimplifiedLayerNormalization";
-    fused.domain = "com.microsoft";
-    fused.opset = 1;
-    fused.inputs = {add.inputs[0], add.inputs[1], norm.inputs[1]};
-    fused.outputs = {norm.outputs[0], -1, -1, sum};
     const Attribute* eps = norm.find_attribute("epsilon");
-    fused.attributes = {make_float("epsilon", eps ? eps->f : 1e-5f)};
+    Node fused = fused_node(norm.name + "/fused_skip", "com.microsoft", "SkipSimplifiedLayerNormalization", 1,
+                            {add.inputs[0], add.inputs[1], norm.inputs[1]}, {norm.outputs[0], -1, -1, sum},
+                            {make_float("epsilon", eps ? eps->f : 1e-5f)});
     removed2[k] = removed2[ap] = true;
     replace2.emplace_back(static_cast<size_t>(ap), std::move(fused));
     ++r.skip_norms;

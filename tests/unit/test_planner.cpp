@@ -186,6 +186,21 @@ TEST(Planner, OutputsNeverPointIntoTheArena) {
     for (int64_t i = 0; i < first[o].numel(); ++i) ASSERT_EQ(first[o].data<float>()[i], kept[o].data<float>()[i]);
 }
 
+// Appends node `op` (named after it, opset 18) reading `in`; returns its output value.
+static int add_node(Graph& g, const std::string& op, std::vector<int> in, std::vector<Attribute> attrs = {}) {
+  Node n;
+  n.name = op;
+  n.op_type = op;
+  n.opset = 18;
+  n.inputs = std::move(in);
+  n.attributes = std::move(attrs);
+  int out = g.value_id(op + "_out");
+  g.values[out].producer = static_cast<int>(g.nodes.size());
+  n.outputs = {out};
+  g.nodes.push_back(std::move(n));
+  return out;
+}
+
 TEST(Planner, ShapeArithmeticIsEvaluatedWhilePlanning) {
   // y = Reshape(x, Concat(Gather(Shape(x), 0), [-1])) : the target shape is computed while planning.
   Graph g;
@@ -202,17 +217,7 @@ TEST(Planner, ShapeArithmeticIsEvaluatedWhilePlanning) {
   int minus1 = init("minus1", Tensor::from_vector<int64_t>({-1}, Shape{1}));
   int zero = init("zero", Tensor::from_vector<int64_t>({0}, Shape{1}));
   auto node = [&](const std::string& op, std::vector<int> in, std::vector<Attribute> attrs = {}) {
-    Node n;
-    n.name = op;
-    n.op_type = op;
-    n.opset = 18;
-    n.inputs = std::move(in);
-    n.attributes = std::move(attrs);
-    int out = g.value_id(op + "_out");
-    g.values[out].producer = static_cast<int>(g.nodes.size());
-    n.outputs = {out};
-    g.nodes.push_back(std::move(n));
-    return out;
+    return add_node(g, op, std::move(in), std::move(attrs));
   };
   int shape = node("Shape", {x});
   int first = node("Gather", {shape, zero}, {test::attr_int("axis", 0)});
@@ -239,17 +244,7 @@ TEST(Planner, TransposeMovingOnlySizeOneAxesIsAView) {
   g.values[x].is_input = true;
   g.inputs.push_back(x);
   auto node = [&](const std::string& op, std::vector<int> in, std::vector<Attribute> attrs = {}) {
-    Node n;
-    n.name = op;
-    n.op_type = op;
-    n.opset = 18;
-    n.inputs = std::move(in);
-    n.attributes = std::move(attrs);
-    int out = g.value_id(op + "_out");
-    g.values[out].producer = static_cast<int>(g.nodes.size());
-    n.outputs = {out};
-    g.nodes.push_back(std::move(n));
-    return out;
+    return add_node(g, op, std::move(in), std::move(attrs));
   };
   int t = node("Transpose", {x}, {test::attr_ints("perm", {0, 2, 1, 3})});
   g.outputs.push_back(node("Relu", {t}));
