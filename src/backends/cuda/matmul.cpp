@@ -58,24 +58,6 @@ struct Preference {
   }
 };
 
-// One cuBLASLt call in row-major terms: D[b] = alpha * op(A[b]) · op(B[b]) + beta * C + bias,
-// for b in [0, batch). A is stored [M, K] (or [K, M] when ta), B [K, N] (or [N, K] when tb),
-// D [M, N] with leading dimension ldd. Strides are in elements; 0 broadcasts that operand.
-struct GemmCall {
-  DType dtype = DType::kFloat32;
-  bool ta = false, tb = false;
-  int64_t m = 0, n = 0, k = 0;
-  int64_t lda = 0, ldb = 0, ldd = 0;
-  int64_t batch = 1;
-  int64_t stride_a = 0, stride_b = 0, stride_d = 0;
-  float alpha = 1.f, beta = 0.f;
-  const void* a = nullptr;
-  const void* b = nullptr;
-  const void* c = nullptr;     // [M, N] with D's layout, read when beta != 0
-  const void* bias = nullptr;  // [N], added to every row (cuBLASLt's BIAS epilogue)
-  void* d = nullptr;
-};
-
 // The largest power of two (at most 256, cuBLASLt's default assumption) dividing
 // the address and, for batches, the byte stride between matrices.
 uint32_t alignment_of(const void* p, int64_t stride_bytes) {
@@ -108,6 +90,8 @@ void make_layout(Layout& l, cudaDataType_t t, int64_t rows, int64_t cols, int64_
              "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)", where);
   }
 }
+
+}  // namespace
 
 void run_gemm(const GemmCall& g, CudaContext& cu, const std::string& where) {
   ONYX_CHECK(cu.lt, "cuBLASLt handle missing for ", where);
@@ -201,6 +185,8 @@ void run_gemm(const GemmCall& g, CudaContext& cu, const std::string& where) {
                           cu.workspace, cu.workspace ? cu.workspace_bytes : 0, cu.stream),
            "cublasLtMatmul", where);
 }
+
+namespace {
 
 std::string describe(const char* op, const Tensor& a, const Tensor& b, const Tensor& out) {
   return cat(op, " ", a.shape().str(), " x ", b.shape().str(), " -> ", out.shape().str());
@@ -420,28 +406,6 @@ std::string gemm_supports(const Node& node, const std::vector<ValueType>& in) {
 }
 
 }  // namespace
-
-void strided_gemm(const StridedGemm& s, CudaContext& cu, const std::string& where) {
-  GemmCall g;
-  g.dtype = s.dtype;
-  g.ta = s.ta;
-  g.tb = s.tb;
-  g.m = s.m;
-  g.n = s.n;
-  g.k = s.k;
-  g.lda = s.lda;
-  g.ldb = s.ldb;
-  g.ldd = s.ldd;
-  g.batch = s.batch;
-  g.stride_a = s.stride_a;
-  g.stride_b = s.stride_b;
-  g.stride_d = s.stride_d;
-  g.alpha = s.alpha;
-  g.a = s.a;
-  g.b = s.b;
-  g.d = s.d;
-  run_gemm(g, cu, where);
-}
 
 void register_matmul_kernels(CudaKernelRegistry& r) {
   r.add(onnx_kernel("MatMul", 1, matmul_run,

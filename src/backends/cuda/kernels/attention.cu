@@ -308,7 +308,7 @@ bool attention_by_gemm(const AttnArgs& a, DType dt, CudaContext& cu) {
   const int64_t batch = a.B * a.Hkv, D = a.D;
   for (int64_t r0 = 0; r0 < a.R; r0 += rc) {
     const int64_t n = std::min(rc, a.R - r0);
-    StridedGemm qk;  // scores[bk][r][j] = Q[bk][r0 + r] . K[bk][j]
+    GemmCall qk;  // scores[bk][r][j] = Q[bk][r0 + r] . K[bk][j]
     qk.dtype = dt;
     qk.tb = true;
     qk.m = n;
@@ -324,14 +324,14 @@ bool attention_by_gemm(const AttnArgs& a, DType dt, CudaContext& cu) {
     qk.a = static_cast<const char*>(a.q) + static_cast<size_t>(r0 * D) * es;
     qk.b = a.k;
     qk.d = scores;
-    strided_gemm(qk, lt, "Attention's scores");
+    run_gemm(qk, lt, "Attention's scores");
     dispatch_float(dt, "Attention", [&](auto tag) {
       using T = typename decltype(tag)::type;
       attn_softmax_rows_kernel<T><<<static_cast<unsigned>(batch * n), 256, 0, cu.stream>>>(static_cast<T*>(scores), a,
                                                                                         r0, n);
     });
     ONYX_CUDA_CHECK_LAUNCH("Attention (softmax)");
-    StridedGemm pv;  // Y[bk][r0 + r] = P[bk][r] . V[bk]
+    GemmCall pv;  // Y[bk][r0 + r] = P[bk][r] . V[bk]
     pv.dtype = dt;
     pv.m = n;
     pv.n = D;
@@ -346,7 +346,7 @@ bool attention_by_gemm(const AttnArgs& a, DType dt, CudaContext& cu) {
     pv.a = scores;
     pv.b = a.v;
     pv.d = static_cast<char*>(a.y) + static_cast<size_t>(r0 * D) * es;
-    strided_gemm(pv, lt, "Attention's values");
+    run_gemm(pv, lt, "Attention's values");
   }
   return true;
 }
