@@ -62,6 +62,15 @@ struct SessionOptions {
   // on CUDA devices only (on the CPU the unfused chain's BLAS products are faster); true or
   // false forces it.
   std::optional<bool> fuse_attention;
+  // The linear fusions among them (passes/fuse_linear.h): products by constant weights with
+  // the weights stored output-major (onyx::Linear), a layer's Q, K and V products as one, the
+  // MLP's gate and up products with the SiLU gating as one (onyx::SiluGateLinear). By default
+  // on CUDA devices only (the decode step's one-row products stream each weight once); true or
+  // false forces it.
+  std::optional<bool> fuse_linear;
+  // On a GPU: a matrix-product kernel of onyx's own may start while the kernel before it
+  // finishes, reading its weights meanwhile (Hopper's programmatic dependent launch).
+  bool overlap_launches = true;
   // On a GPU: page-locked host memory for the staging buffers of host <-> device copies.
   size_t pinned_memory_budget_bytes = size_t{1} << 30;
   // The host memory this session's allocations may hold at once: plan arenas, every

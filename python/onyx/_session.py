@@ -149,6 +149,9 @@ class SessionOptions:
     - memory_budget_bytes: the device memory budget (0: memory_fraction of the free memory)
     - memory_fraction, allow_cpu_fallback, validate_replays, plan_cache_capacity
     - fuse_attention: None (default: fuse eager attention into one Attention node on CUDA only), True, False
+    - fuse_linear: None (default: products by constant weights as onyx::Linear, Q/K/V and gate/up as one
+      product each, on CUDA only), True, False
+    - overlap_launches: True (default: on a GPU, a product kernel may start while the kernel before it finishes)
     """
 
     def __init__(self):
@@ -179,6 +182,8 @@ class SessionOptions:
         self.plan_cache_capacity = 8
         self.host_memory_budget_bytes = 0  # 0: 80% of the physical memory
         self.fuse_attention = None  # None: fuse eager attention on CUDA devices only; True/False force it
+        self.fuse_linear = None  # None: the linear fusions on CUDA devices only; True/False force them
+        self.overlap_launches = True  # GPU: programmatic dependent launch of the product kernels
 
     def add_session_config_entry(self, key, value):
         self._config[str(key)] = str(value)
@@ -202,6 +207,8 @@ class SessionOptions:
             "fold_constants": self.graph_optimization_level != GraphOptimizationLevel.ORT_DISABLE_ALL,
             "fuse_patterns": self.graph_optimization_level != GraphOptimizationLevel.ORT_DISABLE_ALL,
             "fuse_attention": None if self.fuse_attention is None else bool(self.fuse_attention),
+            "fuse_linear": None if self.fuse_linear is None else bool(self.fuse_linear),
+            "overlap_launches": bool(self.overlap_launches),
         }
 
 

@@ -257,10 +257,12 @@ SessionOptions parse_options(const nb::dict& o) {
       else if (key == "validate_replays") s.validate_replays = nb::cast<bool>(v);
       else if (key == "fold_constants") s.fold_constants = nb::cast<bool>(v);
       else if (key == "fuse_patterns") s.fuse_patterns = nb::cast<bool>(v);
-      else if (key == "fuse_attention") {
-        if (v.is_none()) s.fuse_attention.reset();
-        else s.fuse_attention = nb::cast<bool>(v);
+      else if (key == "fuse_attention" || key == "fuse_linear") {
+        auto& field = key == "fuse_attention" ? s.fuse_attention : s.fuse_linear;
+        if (v.is_none()) field.reset();
+        else field = nb::cast<bool>(v);
       }
+      else if (key == "overlap_launches") s.overlap_launches = nb::cast<bool>(v);
       else if (key == "host_memory_budget_bytes") s.host_memory_budget_bytes = nb::cast<size_t>(v);
       else if (key == "plan_cache_capacity") s.plan_cache_capacity = nb::cast<size_t>(v);
       else if (key == "pinned_memory_budget_bytes") s.pinned_memory_budget_bytes = nb::cast<size_t>(v);
@@ -277,9 +279,11 @@ SessionOptions parse_options(const nb::dict& o) {
         else if (m == "keep") s.memory = MemoryMode::kKeepAll;
         else throw Error(cat("'", m, "' is not one of planned, release, keep"));
       } else {
-        throw Error("no such option (device, allow_cpu_fallback, memory_budget_bytes, memory_fraction, "
-                    "validate_replays, fold_constants, fuse_patterns, fuse_attention, host_memory_budget_bytes, plan_cache_capacity, pinned_memory_budget_bytes, capture, "
-                    "memory)");
+        throw Error(
+            "no such option (device, allow_cpu_fallback, memory_budget_bytes, memory_fraction, "
+            "validate_replays, fold_constants, fuse_patterns, fuse_attention, fuse_linear, overlap_launches, "
+            "host_memory_budget_bytes, plan_cache_capacity, pinned_memory_budget_bytes, capture, "
+            "memory)");
       }
     });
   }

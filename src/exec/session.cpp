@@ -8,8 +8,7 @@
 
 #include "exec/executor.h"
 #include "model/loader.h"
-#include "passes/fold_constants.h"
-#include "passes/fuse_patterns.h"
+#include "passes/optimize.h"
 
 namespace onyx {
 
@@ -51,7 +50,8 @@ static ValueDesc describe(const Value& v, bool has_default) {
   d.dims = v.declared.dims;
   d.dim_params = v.declared.dim_params;
   d.has_default = has_default;
-  d.is_tensor = v.declared.category == TypeInfo::Category::kTensor || v.declared.category == TypeInfo::Category::kUnknown;
+  d.is_tensor =
+      v.declared.category == TypeInfo::Category::kTensor || v.declared.category == TypeInfo::Category::kUnknown;
   return d;
 }
 
@@ -72,9 +72,7 @@ std::unique_ptr<Session> Session::prepare(const SessionOptions& options, const s
                                                       : default_host_memory_budget());
   m.model = load();
   Graph& g = *m.model.graph;
-  if (options.fold_constants)
-    with_context(cat("folding constants of '", m.model.path, "'"), [&] { fold_constants(g, OpRegistry::global()); });
-  if (options.fuse_patterns) fuse_patterns(g, FuseOptions{options.fuse_attention.value_or(!m.device.is_cpu())});
+  with_context(cat("optimizing '", m.model.path, "'"), [&] { optimize_graph(g, options, m.device); });
   with_context(cat("preparing '", m.model.path, "'"), [&] {
     m.backend = make_backend(m.device, options);
     m.executor = std::make_unique<GraphExecutor>(g, OpRegistry::global(), m.alloc, options, m.backend.get());
@@ -188,7 +186,9 @@ std::vector<Tensor> Session::Impl::order_feeds(const NamedTensors& feeds, bool c
       throw Error(cat("'", name, "' is not an input of the model (its inputs are: ", names, ")"));
     }
     ONYX_CHECK(!ordered[k].defined(), "input '", name, "' is fed twice");
-    if (check) with_lazy_context([&name = name] { return cat("input '", name, "'"); }, [&, &tensor = tensor] { check_feed(inputs[k], tensor, symbols); });
+    if (check)
+      with_lazy_context([&name = name] { return cat("input '", name, "'"); },
+                        [&, &tensor = tensor] { check_feed(inputs[k], tensor, symbols); });
     ordered[k] = tensor;
   }
   return ordered;
@@ -383,7 +383,8 @@ Session::InputBinding Session::bind_inputs(const NamedTensors& example_feeds) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.run_mutex);
   return with_context(cat("binding inputs of '", m.model.path, "'"), [&] {
-    ONYX_CHECK(m.backend && m.options.capture != CaptureMode::kOff, "input binding needs a GPU session with capture on");
+    ONYX_CHECK(m.backend && m.options.capture != CaptureMode::kOff,
+               "input binding needs a GPU session with capture on");
     std::vector<Tensor> slots = m.executor->input_slots(m.order_feeds(example_feeds, true));
     InputBinding b;
     for (size_t k = 0; k < slots.size(); ++k) b.slots.emplace_back(m.inputs[k].name, slots[k]);

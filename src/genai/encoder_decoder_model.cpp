@@ -10,8 +10,7 @@
 #include "genai/language_model_parts.h"
 #include "model/loader.h"
 #include "onyx/session.h"
-#include "passes/fold_constants.h"
-#include "passes/fuse_patterns.h"
+#include "passes/optimize.h"
 
 namespace onyx::genai {
 
@@ -32,9 +31,9 @@ size_t graph_weight_bytes(const Graph& g) {
 }
 
 // The split decoder's two files carry the same weights (under names of their own). The steps'
-// graph takes the first run's tensor of each weight they share (same type, shape and bytes): one copy on the host, and one
-// upload to the device (uploads are shared by host address). What is its own it clones, so that
-// nothing borrows from its file's parsed bytes and they go. Returns the bytes shared.
+// graph takes the first run's tensor of each weight they share (same type, shape and bytes): one copy on the host, and
+// one upload to the device (uploads are shared by host address). What is its own it clones, so that nothing borrows
+// from its file's parsed bytes and they go. Returns the bytes shared.
 size_t share_weights(const Graph& from, Graph& to) {
   auto key = [](const Tensor& t) {
     return cat(dtype_name(t.dtype()), t.shape().str(), "/",
@@ -73,7 +72,8 @@ struct EncoderDecoderModel::Runner {
   Runner(Graph& g, const SessionOptions& o, const PipelineMemory::Component& c, ComponentUse* u,
          std::shared_ptr<DeviceWeights> weights = nullptr)
       : graph(&g),
-        exec(std::make_unique<GraphExecutor>(g, OpRegistry::global(), c.host, o, c.backend_or_null(), std::move(weights))),
+        exec(std::make_unique<GraphExecutor>(g, OpRegistry::global(), c.host, o, c.backend_or_null(),
+                                             std::move(weights))),
         use(u) {
     for (size_t i = 0; i < g.inputs.size(); ++i) inputs[g.values[g.inputs[i]].name] = i;
     for (size_t i = 0; i < g.outputs.size(); ++i) outputs[g.values[g.outputs[i]].name] = i;
@@ -143,9 +143,7 @@ EncoderDecoderModel::EncoderDecoderModel(const std::string& dir, const SessionOp
     auto load = [&](const std::string& path, bool sampler) {
       return with_context(std::filesystem::path(path).filename().string(), [&] {
         onyx::Model m = load_model(path);
-        if (options.fold_constants) fold_constants(*m.graph, OpRegistry::global());
-        if (options.fuse_patterns)
-          fuse_patterns(*m.graph, FuseOptions{options.fuse_attention.value_or(!device.is_cpu())});
+        optimize_graph(*m.graph, options, device);
         if (sampler) append_sampler(*m.graph, folder_.decoder.logits);
         return m;
       });
@@ -277,7 +275,8 @@ Next EncoderDecoderModel::run_decoder(Runner& r, bool first, const Tensor& ids, 
   const int64_t B = bt.size;
   if (!folder_.decoder_encoder_mask.empty()) f.emplace_back(folder_.decoder_encoder_mask, bt.encoder_mask);
   if (r.has_input(folder_.decoder_hidden_states)) f.emplace_back(folder_.decoder_hidden_states, bt.hidden);
-  if (!dec.use_cache_branch.empty()) f.emplace_back(dec.use_cache_branch, Tensor::from_vector<bool>({!first}, Shape{1}));
+  if (!dec.use_cache_branch.empty())
+    f.emplace_back(dec.use_cache_branch, Tensor::from_vector<bool>({!first}, Shape{1}));
   const Tensor no_self(dec.kv_dtype, Shape{B, dec.kv_heads, 0, dec.head_size});
   const Tensor no_cross(dec.kv_dtype, Shape{B, folder_.cross_heads, 0, folder_.cross_head_size});
   for (size_t l = 0; l < dec.layers.size(); ++l) {

@@ -7,8 +7,7 @@
 #include <filesystem>
 
 #include "model/loader.h"
-#include "passes/fold_constants.h"
-#include "passes/fuse_patterns.h"
+#include "passes/optimize.h"
 #include "passes/kv_cache.h"
 
 namespace onyx::genai {
@@ -112,9 +111,7 @@ LanguageModel::LanguageModel(const std::string& dir, const SessionOptions& optio
     backend_ = make_backend(device_, options);
     kv_pool_ = backend_ ? backend_->make_pool("kv cache") : host_;
     model_ = load_model(folder_.decoder_path);
-    if (options.fold_constants) fold_constants(*model_.graph, OpRegistry::global());
-    if (options.fuse_patterns)
-      fuse_patterns(*model_.graph, FuseOptions{options.fuse_attention.value_or(!device_.is_cpu())});
+    optimize_graph(*model_.graph, options, device_);
     append_sampler(*model_.graph, folder_.logits);
     weights_ = std::make_shared<DeviceWeights>();
     SessionOptions prompt_options = options;

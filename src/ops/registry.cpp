@@ -37,6 +37,7 @@ OpRegistry& OpRegistry::global_mutable() {
     register_resize_ops(r);
     register_genai_ops(r);
     register_fused_ops(r);
+    register_linear_ops(r);
     return r;
   }();
   return registry;

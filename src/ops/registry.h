@@ -49,8 +49,9 @@ void register_softmax_ops(OpRegistry& r);  // softmax.cpp
 void register_linalg_ops(OpRegistry& r);   // linalg.cpp: Det, Einsum
 void register_control_flow_ops(OpRegistry& r);
 void register_cast_ops(OpRegistry& r);
-void register_quantize_ops(OpRegistry& r);       // quantize.cpp: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear
-void register_quant_matmul_ops(OpRegistry& r);    // quant_matmul.cpp: MatMulInteger, QLinearMatMul, com.microsoft's integer MatMuls
+void register_quantize_ops(OpRegistry& r);  // quantize.cpp: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear
+void register_quant_matmul_ops(
+    OpRegistry& r);  // quant_matmul.cpp: MatMulInteger, QLinearMatMul, com.microsoft's integer MatMuls
 void register_gather_scatter_ops(OpRegistry& r);
 void register_sort_ops(OpRegistry& r);  // sort_ops.cpp: TopK, Unique
 void register_normalization_ops(OpRegistry& r);
@@ -64,5 +65,6 @@ void register_conv_pool_ops(OpRegistry& r);
 void register_resize_ops(OpRegistry& r);
 void register_genai_ops(OpRegistry& r);  // genai_ops.cpp, sampling.cpp: onyx.genai CacheUpdate, Sample
 void register_fused_ops(OpRegistry& r);  // fused_ops.cpp: onyx RotaryHalf, SiluMul (made by passes/fuse_patterns)
+void register_linear_ops(OpRegistry& r);  // linear_ops.cpp: onyx Linear, SiluGateLinear (made by passes/fuse_linear)
 
 }  // namespace onyx

@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "passes/rewrite_util.h"
+
 namespace onyx {
 
 namespace {
@@ -34,15 +36,7 @@ struct Matcher {
     return &g.nodes[p];
   }
   // A value known at load: an initializer no feed replaces, or a Constant node's value.
-  const Tensor* constant(int id) const {
-    if (id < 0) return nullptr;
-    auto it = g.initializers.find(id);
-    if (it != g.initializers.end()) return g.values[id].is_input ? nullptr : &it->second;
-    const int p = g.values[id].producer;
-    if (p < 0 || !plain(g.nodes[p], "Constant")) return nullptr;
-    const Attribute* a = g.nodes[p].find_attribute("value");
-    return a && a->kind == Attribute::Kind::kTensor ? &a->t : nullptr;
-  }
+  const Tensor* constant(int id) const { return constant_value(g, id); }
   std::optional<double> scalar(int id) const {
     const Tensor* t = constant(id);
     if (!t || t->numel() != 1 || !t->on_host() || t->dtype() == DType::kString) return std::nullopt;
@@ -184,56 +178,6 @@ int other_input(const Node& n, int known) {
   return -1;
 }
 
-Attribute make_int(const char* name, int64_t v) {
-  Attribute a;
-  a.name = name;
-  a.kind = Attribute::Kind::kInt;
-  a.i = v;
-  return a;
-}
-
-Attribute make_float(const char* name, float v) {
-  Attribute a;
-  a.name = name;
-  a.kind = Attribute::Kind::kFloat;
-  a.f = v;
-  return a;
-}
-
-Node fused_node(std::string name, std::string domain, std::string op, int opset, std::vector<int> inputs,
-                std::vector<int> outputs, std::vector<Attribute> attributes = {}) {
-  Node n;
-  n.name = std::move(name);
-  n.domain = std::move(domain);
-  n.op_type = std::move(op);
-  n.opset = opset;
-  n.inputs = std::move(inputs);
-  n.outputs = std::move(outputs);
-  n.attributes = std::move(attributes);
-  return n;
-}
-
-// Puts each fused node at its position and drops the nodes its chain removed.
-void apply(Graph& g, const std::vector<bool>& removed, std::vector<std::pair<size_t, Node>>& replace) {
-  if (replace.empty()) return;
-  std::sort(replace.begin(), replace.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<Node> kept;
-  size_t next = 0;
-  for (size_t k = 0; k < g.nodes.size(); ++k) {
-    if (next < replace.size() && replace[next].first == k) {
-      kept.push_back(std::move(replace[next].second));
-      ++next;
-      continue;
-    }
-    if (!removed[k]) kept.push_back(std::move(g.nodes[k]));
-  }
-  g.nodes = std::move(kept);
-  for (auto& v : g.values) v.producer = -1;
-  for (size_t k = 0; k < g.nodes.size(); ++k)
-    for (int o : g.nodes[k].outputs)
-      if (o >= 0) g.values[o].producer = static_cast<int>(k);
-}
-
 constexpr int64_t kToTheEnd = int64_t{1} << 31;  // a Slice end at least this is "to the end" of any real axis
 
 }  // namespace
@@ -315,7 +259,8 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
         axes = a->ints;
       }
       const auto& xd = g.values[x].declared;
-      const bool last = axes.size() == 1 && (axes[0] == -1 || (xd.rank_known && axes[0] == int64_t(xd.dims.size()) - 1));
+      const bool last =
+          axes.size() == 1 && (axes[0] == -1 || (xd.rank_known && axes[0] == int64_t(xd.dims.size()) - 1));
       if (!last) continue;
       const int sq = rm->inputs[0];
       Node* pow = m.sole(sq, "Pow");
@@ -328,9 +273,9 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
         continue;
       }
       // x itself may have other readers (the residual); every value in between must not.
-      Node fused = fused_node(out_mul.name + "/fused_rms_norm", "", "SimplifiedLayerNormalization", out_mul.opset, {x, w},
-                              {out_mul.outputs[0]},
-                              {make_int("axis", -1), make_float("epsilon", static_cast<float>(*eps))});
+      Node fused = make_node(out_mul.name + "/fused_rms_norm", "", "SimplifiedLayerNormalization", out_mul.opset,
+                             {x, w}, {out_mul.outputs[0]},
+                             {make_int_attr("axis", -1), make_float_attr("epsilon", static_cast<float>(*eps))});
       if (commit(k, chain, std::move(fused))) ++r.rms_norms;
       break;
     }
@@ -362,10 +307,14 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
         continue;
       const int cos = other_input(*mc, x);
       if (cos < 0) continue;
-      Node fused = fused_node(add.name + "/fused_rotary_half", "onyx", "RotaryHalf", 1, {x, cos, sin}, {add.outputs[0]},
-                              {make_int("split", lr->second)});
-      const std::vector<int> chain{producer(add.inputs[side]), producer(add.inputs[1 - side]), producer(ms->inputs[0] == sin ? ms->inputs[1] : ms->inputs[0]),
-                                   producer(cat->inputs[0]), producer(cat->inputs[1]), producer(neg->inputs[0])};
+      Node fused = make_node(add.name + "/fused_rotary_half", "onyx", "RotaryHalf", 1, {x, cos, sin}, {add.outputs[0]},
+                              {make_int_attr("split", lr->second)});
+      const std::vector<int> chain{producer(add.inputs[side]),
+                                   producer(add.inputs[1 - side]),
+                                   producer(ms->inputs[0] == sin ? ms->inputs[1] : ms->inputs[0]),
+                                   producer(cat->inputs[0]),
+                                   producer(cat->inputs[1]),
+                                   producer(neg->inputs[0])};
       if (commit(k, chain, std::move(fused))) ++r.rotary_halves;
       break;
     }
@@ -387,7 +336,7 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
         }
       }
       if (gate < 0) continue;
-      Node fused = fused_node(mul.name + "/fused_silu_mul", "onyx", "SiluMul", 1, {gate, mul.inputs[1 - side]},
+      Node fused = make_node(mul.name + "/fused_silu_mul", "onyx", "SiluMul", 1, {gate, mul.inputs[1 - side]},
                               {mul.outputs[0]});
       if (commit(k, {producer(mul.inputs[side]), producer(sig_out)}, std::move(fused))) ++r.silu_muls;
       break;
@@ -484,11 +433,11 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
     if (m.rank(q) != 4 || m.rank(key) != 4 || m.rank(value) != 4) continue;
     std::vector<int> inputs{q, key, value};
     if (mask >= 0) inputs.push_back(mask);
-    Node fused = fused_node(pv.name + "/fused_attention", "", "Attention", 23, std::move(inputs), {pv.outputs[0]},
-                            {make_float("scale", static_cast<float>(scale))});
+    Node fused = make_node(pv.name + "/fused_attention", "", "Attention", 23, std::move(inputs), {pv.outputs[0]},
+                            {make_float_attr("scale", static_cast<float>(scale))});
     if (commit(k, chain, std::move(fused))) ++r.attentions;
   }
-  apply(g, removed, replace);
+  replace_nodes(g, removed, replace);
 
   // The residual add before an RMSNorm: SimplifiedLayerNormalization(Add(a, b), w) ->
   // SkipSimplifiedLayerNormalization(a, b, w) giving the norm and the sum (output 3), at the
@@ -508,15 +457,15 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
     const int xr = m2.rank(add.inputs[0]), sr = m2.rank(add.inputs[1]);
     if (xr < 0 || xr != sr) continue;  // the skip broadcasts onto the input, never the other way
     const Attribute* eps = norm.find_attribute("epsilon");
-    Node fused = fused_node(norm.name + "/fused_skip", "com.microsoft", "SkipSimplifiedLayerNormalization", 1,
+    Node fused = make_node(norm.name + "/fused_skip", "com.microsoft", "SkipSimplifiedLayerNormalization", 1,
                             {add.inputs[0], add.inputs[1], norm.inputs[1]}, {norm.outputs[0], -1, -1, sum},
-                            {make_float("epsilon", eps ? eps->f : 1e-5f)});
+                            {make_float_attr("epsilon", eps ? eps->f : 1e-5f)});
     removed2[k] = removed2[ap] = true;
     replace2.emplace_back(static_cast<size_t>(ap), std::move(fused));
     ++r.skip_norms;
     ++r.nodes_removed;
   }
-  apply(g, removed2, replace2);
+  replace_nodes(g, removed2, replace2);
   return r;
 }
 

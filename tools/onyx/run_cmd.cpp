@@ -58,12 +58,13 @@ RunArgs parse(const std::vector<std::string>& args) {
     else if (opt == "--no-cpu-fallback") r.session.allow_cpu_fallback = false;
     else if (opt == "--no-fold") r.session.fold_constants = false;
     else if (opt == "--no-fuse") r.session.fuse_patterns = false;
-    else if (opt == "--fuse-attention") {
+    else if (opt == "--fuse-attention" || opt == "--fuse-linear") {
       const std::string v = a.value();
       if (v != "on" && v != "off" && v != "auto")
-        throw UsageError("--fuse-attention takes on, off or auto, got '" + v + "'");
-      if (v == "auto") r.session.fuse_attention.reset();
-      else r.session.fuse_attention = v == "on";
+        throw UsageError(opt + " takes on, off or auto, got '" + v + "'");
+      auto& field = opt == "--fuse-attention" ? r.session.fuse_attention : r.session.fuse_linear;
+      if (v == "auto") field.reset();
+      else field = v == "on";
     }
     else if (opt == "--memory-budget") r.session.memory_budget_bytes = static_cast<size_t>(to_int(a.value()));
     else if (opt == "--memory-report") r.memory_report = true;
@@ -205,7 +206,8 @@ void print_json(const std::string& path, const RunArgs& a, Session& session, con
   }
   j["ops"] = session.summary().op_histogram;  // after load-time folding and fusion
   j["cpu_fallbacks"] = J::array();
-  for (const auto& [node, why] : session.cpu_fallbacks()) j["cpu_fallbacks"].push_back({{"node", node}, {"reason", why}});
+  for (const auto& [node, why] : session.cpu_fallbacks())
+    j["cpu_fallbacks"].push_back({{"node", node}, {"reason", why}});
   if (a.session.capture != CaptureMode::kOff) {
     CaptureReport c = session.capture_report();
     j["capture"] = {{"captures", c.captures},         {"recaptures", c.recaptures},

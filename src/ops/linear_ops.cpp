@@ -1,0 +1,231 @@
+// Products with a weight stored output-major, the form the linear fusion (passes/fuse_linear.h)
+// gives a MatMul whose right operand is a constant; domain "onyx".
+//
+//   onyx::Linear(x[..., K], w[N, K]; splits) -> y_0[..., N_0], ..., y_{s-1}[..., N_{s-1}]
+//     y = x · w^T (numpy matmul of x by the transposed weight), its N columns cut into the
+//     outputs by `splits` (sum N; default [N], one output). Products that share x (a layer's Q,
+//     K and V projections) become one node that reads x once and the weights in one stream.
+//   onyx::SiluGateLinear(x[..., K], w[2F, K]) -> y[..., F]
+//     y = silu(x · w[:F]^T) * (x · w[F:]^T): the gate and up projections of a SiLU-gated MLP
+//     with the gating product, one rounding at the end.
+//   onyx::RmsNormLinear(x[..., K], skip?, gamma[K], w; epsilon, splits, gated) -> (sum?, y...)
+//     h = x + skip (skip may be omitted), n = h / sqrt(mean(h^2) + epsilon) * gamma rounded to
+//     x's type (what SimplifiedLayerNormalization and SkipSimplifiedLayerNormalization give),
+//     then Linear(n, w; splits), or with gated = 1 SiluGateLinear(n, w); output 0, optional, is
+//     h rounded (SkipSimplifiedLayerNormalization's residual sum). The norm
+//     before a layer's products: its rows are normalized where they are multiplied, with no
+//     normalized tensor in between.
+//
+// A weight row is one output's K inputs, contiguous: a one-row product (a decode step) reads
+// each row once with no transposition, and the CUDA kernel streams rows at full width.
+// Sums are in the compute type (float for float16/bfloat16), as MatMul's.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "ops/common.h"
+#include "ops/gemm.h"
+
+namespace onyx {
+
+namespace {
+
+// The weight's [N, K] and x's K, checked where inference can see them.
+void check_linear(const InferContext& ctx, int64_t& n, int64_t& k) {
+  check_same_dtypes(ctx);
+  const PartialShape& w = ctx.input_shape(1);
+  const PartialShape& x = ctx.input_shape(0);
+  ONYX_CHECK(w.rank_known && w.dims.size() == 2, "the weight must be 2-D [N, K], got ", w.str());
+  ONYX_CHECK(!x.rank_known || !x.dims.empty(), "x must have at least one dimension");
+  n = w.dims[0];
+  k = w.dims[1];
+  if (x.rank_known && x.dims.back() >= 0 && k >= 0)
+    ONYX_CHECK(x.dims.back() == k, "x ", x.str(), " does not end in the weight's K = ", k, " (weight ", w.str(), ")");
+}
+
+PartialShape with_last(const PartialShape& x, int64_t last) {
+  if (!x.rank_known) return x;
+  PartialShape s = x;
+  s.dims.back() = last;
+  return s;
+}
+
+std::vector<int64_t> splits_of(const NodeView& v, int64_t n) {
+  std::vector<int64_t> s = v.attr_ints("splits", {});
+  if (s.empty()) return {n};
+  for (int64_t p : s) ONYX_CHECK(p > 0, "splits must be positive, got ", p);
+  if (n >= 0) {
+    const int64_t total = std::accumulate(s.begin(), s.end(), int64_t{0});
+    ONYX_CHECK(total == n, "splits add up to ", total, ", not the weight's N = ", n);
+  }
+  return s;
+}
+
+void infer_linear(InferContext& ctx) {
+  int64_t n = -1, k = -1;
+  check_linear(ctx, n, k);
+  const std::vector<int64_t> s = splits_of(ctx, n);
+  ONYX_CHECK(s.size() == ctx.num_outputs(), s.size(), " splits for ", ctx.num_outputs(), " outputs");
+  for (size_t i = 0; i < s.size(); ++i) ctx.set_output(i, ctx.input_dtype(0), with_last(ctx.input_shape(0), s[i]));
+}
+
+void infer_silu_gate_linear(InferContext& ctx) {
+  int64_t n = -1, k = -1;
+  check_linear(ctx, n, k);
+  ONYX_CHECK(n < 0 || n % 2 == 0, "the weight's N = ", n, " must be even (gate rows, then up rows)");
+  ctx.set_output(0, ctx.input_dtype(0), with_last(ctx.input_shape(0), n < 0 ? -1 : n / 2));
+}
+
+// out[m, n] = x[m, :] · w[n, :] for the weight rows [first, first + n).
+template <class T>
+void product(const T* x, const T* w, int64_t m, int64_t n, int64_t k, T* out) {
+  using C = compute_t<T>;
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+    cpu::gemm_blas(false, true, m, n, k, C(1), x, k, w, k, C(0), out, n);
+  else
+    cpu::gemm_reference<T, C>(false, true, m, n, k, C(1), x, k, w, k, C(0), out, n);
+}
+
+// y_i = x[m, k] · (the weight's next N_i rows)^T, for each output in turn.
+template <class T>
+void linear_into(const T* x, int64_t m, const Tensor& w, const std::vector<Tensor*>& ys) {
+  const int64_t k = w.shape()[1];
+  int64_t first = 0;
+  for (Tensor* y : ys) {
+    const int64_t n = y->shape()[y->rank() - 1];
+    if (k == 0) std::fill_n(y->data<T>(), y->numel(), T(0));
+    else if (m > 0 && n > 0) product(x, w.data<T>() + first * k, m, n, k, y->data<T>());
+    first += n;
+  }
+}
+
+// y = silu(x · w[:F]^T) * (x · w[F:]^T), both products in the compute type, one rounding.
+template <class T>
+void silu_gate_into(const T* xp, int64_t m, const Tensor& w, Tensor& y) {
+  using C = compute_t<T>;
+  const int64_t k = w.shape()[1], f = w.shape()[0] / 2;
+  if (m == 0 || f == 0) return;
+  std::vector<C> gate(static_cast<size_t>(m * f), C(0)), up(static_cast<size_t>(m * f), C(0));
+  const T* wp = w.data<T>();
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (k > 0) {
+      cpu::gemm_blas(false, true, m, f, k, C(1), xp, k, wp, k, C(0), gate.data(), f);
+      cpu::gemm_blas(false, true, m, f, k, C(1), xp, k, wp + f * k, k, C(0), up.data(), f);
+    }
+  } else {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < f; ++j) {
+        C g = 0, u = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          const C xv = static_cast<C>(xp[i * k + p]);
+          g += xv * static_cast<C>(wp[j * k + p]);
+          u += xv * static_cast<C>(wp[(f + j) * k + p]);
+        }
+        gate[static_cast<size_t>(i * f + j)] = g;
+        up[static_cast<size_t>(i * f + j)] = u;
+      }
+  }
+  T* yp = y.data<T>();
+  for (size_t i = 0; i < gate.size(); ++i) yp[i] = static_cast<T>(gate[i] / (C(1) + std::exp(-gate[i])) * up[i]);
+}
+
+template <class T>
+void linear_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const int64_t k = ctx.input(1).shape()[1];
+  std::vector<Tensor*> ys;
+  for (size_t i = 0; i < ctx.num_outputs(); ++i) ys.push_back(&ctx.output(i));
+  linear_into(x.data<T>(), k == 0 ? 0 : x.numel() / k, ctx.input(1), ys);
+}
+
+template <class T>
+void silu_gate_linear_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const int64_t k = ctx.input(1).shape()[1];
+  silu_gate_into(x.data<T>(), k == 0 ? 0 : x.numel() / k, ctx.input(1), ctx.output(0));
+}
+
+// ---- RmsNormLinear: inputs x, skip (optional), gamma, w; outputs sum (optional), y... ----
+
+void infer_rms_norm_linear(InferContext& ctx) {
+  check_same_dtypes(ctx);
+  ONYX_CHECK(ctx.num_inputs() == 4 && ctx.has_input(2) && ctx.has_input(3), "RmsNormLinear takes x, skip, gamma, w");
+  const PartialShape& x = ctx.input_shape(0);
+  const PartialShape& w = ctx.input_shape(3);
+  ONYX_CHECK(w.rank_known && w.dims.size() == 2, "the weight must be 2-D [N, K], got ", w.str());
+  ONYX_CHECK(!x.rank_known || !x.dims.empty(), "x must have at least one dimension");
+  const int64_t n = w.dims[0], k = w.dims[1];
+  if (x.rank_known && x.dims.back() >= 0 && k >= 0)
+    ONYX_CHECK(x.dims.back() == k, "x ", x.str(), " does not end in the weight's K = ", k, " (weight ", w.str(), ")");
+  const PartialShape& g = ctx.input_shape(2);
+  if (g.fully_known() && k >= 0)
+    ONYX_CHECK(g.dims.size() == 1 && g.dims[0] == k, "gamma must be [", k, "], got ", g.str());
+  if (ctx.has_input(1) && ctx.input_shape(1).fully_known() && x.fully_known())
+    ONYX_CHECK(ctx.input_shape(1).dims == x.dims, "skip ", ctx.input_shape(1).str(), " must have x's shape ", x.str());
+  const DType dt = ctx.input_dtype(0);
+  if (ctx.has_output(0)) ctx.set_output(0, dt, x);
+  if (ctx.attr_int("gated", 0) != 0) {
+    ONYX_CHECK(ctx.num_outputs() == 2, "the gated form gives the sum and one output");
+    ONYX_CHECK(n < 0 || n % 2 == 0, "the weight's N = ", n, " must be even (gate rows, then up rows)");
+    ctx.set_output(1, dt, with_last(x, n < 0 ? -1 : n / 2));
+    return;
+  }
+  const std::vector<int64_t> s = splits_of(ctx, n);
+  ONYX_CHECK(s.size() + 1 == ctx.num_outputs(), s.size(), " splits for ", ctx.num_outputs() - 1, " outputs");
+  for (size_t i = 0; i < s.size(); ++i) ctx.set_output(i + 1, dt, with_last(x, s[i]));
+}
+
+template <class T>
+void rms_norm_linear_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& gamma = ctx.input(2);
+  const Tensor& w = ctx.input(3);
+  const int64_t k = w.shape()[1];
+  const int64_t m = k == 0 ? 0 : x.numel() / k;
+  const T* xp = x.data<T>();
+  const T* sp = ctx.has_input(1) ? ctx.input(1).data<T>() : nullptr;
+  T* sum = ctx.has_output(0) ? ctx.output(0).data<T>() : nullptr;
+  const double eps = ctx.attr_float("epsilon", 1e-5f);
+  std::vector<T> normed(static_cast<size_t>(m * k));
+  std::vector<double> h(static_cast<size_t>(k));
+  for (int64_t r = 0; r < m; ++r) {
+    double sq = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t i = r * k + j;
+      h[j] = static_cast<double>(static_cast<compute_t<T>>(xp[i])) +
+             (sp ? static_cast<double>(static_cast<compute_t<T>>(sp[i])) : 0.0);
+      if (sum) sum[i] = static_cast<T>(static_cast<compute_t<T>>(h[j]));
+      sq += h[j] * h[j];
+    }
+    const double inv = 1.0 / std::sqrt(sq / static_cast<double>(k) + eps);
+    for (int64_t j = 0; j < k; ++j)
+      normed[static_cast<size_t>(r * k + j)] = static_cast<T>(
+          static_cast<compute_t<T>>(h[j] * inv * static_cast<double>(static_cast<compute_t<T>>(gamma.data<T>()[j]))));
+  }
+  if (ctx.attr_int("gated", 0) != 0) {
+    silu_gate_into(normed.data(), m, w, ctx.output(1));
+    return;
+  }
+  std::vector<Tensor*> ys;
+  for (size_t i = 1; i < ctx.num_outputs(); ++i) ys.push_back(&ctx.output(i));
+  linear_into(normed.data(), m, w, ys);
+}
+
+}  // namespace
+
+void register_linear_ops(OpRegistry& r) {
+  r.add(domain_op("onyx", "Linear", 1, infer_linear, [](KernelContext& ctx) {
+    dispatch<FloatTypes>(ctx.input(0).dtype(), "Linear",
+                         [&](auto tag) { linear_kernel<typename decltype(tag)::type>(ctx); });
+  }));
+  r.add(domain_op("onyx", "SiluGateLinear", 1, infer_silu_gate_linear, [](KernelContext& ctx) {
+    dispatch<FloatTypes>(ctx.input(0).dtype(), "SiluGateLinear",
+                         [&](auto tag) { silu_gate_linear_kernel<typename decltype(tag)::type>(ctx); });
+  }));
+  r.add(domain_op("onyx", "RmsNormLinear", 1, infer_rms_norm_linear, [](KernelContext& ctx) {
+    dispatch<FloatTypes>(ctx.input(0).dtype(), "RmsNormLinear",
+                         [&](auto tag) { rms_norm_linear_kernel<typename decltype(tag)::type>(ctx); });
+  }));
+}
+
+}  // namespace onyx

@@ -1,0 +1,288 @@
+#include "passes/fuse_linear.h"
+
+#include <cstring>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "passes/rewrite_util.h"
+
+namespace onyx {
+
+namespace {
+
+bool plain(const Node& n, const char* op) { return n.op_type == op && (n.domain.empty() || n.domain == "ai.onnx"); }
+
+bool linear_dtype(DType d) {
+  return d == DType::kFloat32 || d == DType::kFloat16 || d == DType::kBFloat16 || d == DType::kFloat64;
+}
+
+bool weight_2d(const Tensor* t) { return t && t->on_host() && t->rank() == 2 && linear_dtype(t->dtype()); }
+
+// [rows, cols] -> [cols, rows], in tiles so that both sides stay in cache.
+Tensor transposed(const Tensor& t) {
+  const int64_t rows = t.shape()[0], cols = t.shape()[1];
+  Tensor out(t.dtype(), Shape({cols, rows}));
+  const size_t e = dtype_size(t.dtype());
+  const char* src = static_cast<const char*>(t.raw());
+  char* dst = static_cast<char*>(out.raw());
+  constexpr int64_t kTile = 64;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
+      for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
+        for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
+          std::memcpy(dst + (c * rows + r) * e, src + (r * cols + c) * e, e);
+  return out;
+}
+
+// The weights stacked by rows: [sum N_i, K].
+Tensor stacked(const std::vector<const Tensor*>& ws) {
+  int64_t n = 0;
+  for (const Tensor* w : ws) n += w->shape()[0];
+  Tensor out(ws[0]->dtype(), Shape({n, ws[0]->shape()[1]}));
+  char* dst = static_cast<char*>(out.raw());
+  for (const Tensor* w : ws) {
+    std::memcpy(dst, w->raw(), w->bytes());
+    dst += w->bytes();
+  }
+  return out;
+}
+
+std::unordered_map<int, int> count_readers(const Graph& g) {
+  std::unordered_map<int, int> readers;
+  for (const auto& n : g.nodes) {
+    for (int id : n.inputs)
+      if (id >= 0) ++readers[id];
+    for (int id : n.implicit_inputs) ++readers[id];
+  }
+  for (int id : g.outputs) ++readers[id];
+  return readers;
+}
+
+// A Linear of one output (no splits) and its weight.
+struct Single {
+  size_t node;
+  int x, w, out;
+};
+
+std::optional<Single> single_linear(const Graph& g, size_t k) {
+  const Node& n = g.nodes[k];
+  if (n.op_type != "Linear" || n.domain != "onyx" || n.inputs.size() != 2 || n.outputs.size() != 1) return std::nullopt;
+  if (const Attribute* s = n.find_attribute("splits"); s && s->ints.size() > 1) return std::nullopt;
+  if (!weight_2d(constant_value(g, n.inputs[1]))) return std::nullopt;
+  return Single{k, n.inputs[0], n.inputs[1], n.outputs[0]};
+}
+
+}  // namespace
+
+LinearReport linear_from_matmul(Graph& g) {
+  LinearReport r;
+  auto readers = count_readers(g);
+  std::vector<bool> removed(g.nodes.size(), false);
+  std::vector<std::pair<size_t, Node>> replace;
+  std::vector<int> replaced_weights;
+  std::unordered_map<int, int> transposed_of;  // a [K, N] weight -> its [N, K] copy, made once
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const Node& mm = g.nodes[k];
+    if (!plain(mm, "MatMul") || mm.inputs.size() != 2 || mm.outputs.size() != 1 || mm.inputs[0] < 0) continue;
+    const int b = mm.inputs[1];
+    int w = -1;
+    const int tp = b >= 0 ? g.values[b].producer : -1;
+    if (const Tensor* bt = constant_value(g, b); weight_2d(bt)) {
+      auto it = transposed_of.find(b);
+      if (it == transposed_of.end()) {
+        Tensor t = transposed(*bt);
+        r.weight_bytes += t.bytes();
+        it = transposed_of.emplace(b, add_initializer(g, g.values[b].name + "/transposed", std::move(t))).first;
+        replaced_weights.push_back(b);
+        ++r.transposed;
+      }
+      w = it->second;
+    } else if (tp >= 0 && plain(g.nodes[tp], "Transpose") && g.nodes[tp].inputs.size() == 1 &&
+               weight_2d(constant_value(g, g.nodes[tp].inputs[0]))) {
+      const Attribute* perm = g.nodes[tp].find_attribute("perm");
+      if (perm && perm->ints != std::vector<int64_t>{1, 0}) continue;
+      w = g.nodes[tp].inputs[0];  // MatMul(x, W^T) = Linear(x, W): the weight as stored
+      if (--readers[b] == 0) removed[static_cast<size_t>(tp)] = true;
+    } else {
+      continue;
+    }
+    replace.emplace_back(k, make_node(mm.name + "/linear", "onyx", "Linear", 1, {mm.inputs[0], w}, {mm.outputs[0]}));
+    removed[k] = true;
+    ++r.linears;
+  }
+  replace_nodes(g, removed, replace);
+  drop_unread_initializers(g, replaced_weights);
+  return r;
+}
+
+LinearReport group_linears(Graph& g) {
+  LinearReport r;
+  std::vector<int> replaced_weights;
+  {
+    // SiluMul(Linear(x, Wg), Linear(x, Wu)) -> SiluGateLinear(x, [Wg; Wu]).
+    auto readers = count_readers(g);
+    std::vector<bool> removed(g.nodes.size(), false);
+    std::vector<std::pair<size_t, Node>> replace;
+    for (size_t k = 0; k < g.nodes.size(); ++k) {
+      const Node& sm = g.nodes[k];
+      if (sm.op_type != "SiluMul" || sm.domain != "onyx" || sm.inputs.size() != 2 || sm.outputs.size() != 1) continue;
+      const int gp = sm.inputs[0] >= 0 ? g.values[sm.inputs[0]].producer : -1;
+      const int up = sm.inputs[1] >= 0 ? g.values[sm.inputs[1]].producer : -1;
+      if (gp < 0 || up < 0 || gp == up || removed[gp] || removed[up]) continue;
+      const auto gl = single_linear(g, static_cast<size_t>(gp)), ul = single_linear(g, static_cast<size_t>(up));
+      if (!gl || !ul || gl->x != ul->x || readers[gl->out] != 1 || readers[ul->out] != 1) continue;
+      const Tensor* wg = constant_value(g, gl->w);
+      const Tensor* wu = constant_value(g, ul->w);
+      if (!(wg->shape() == wu->shape()) || wg->dtype() != wu->dtype()) continue;
+      Tensor w = stacked({wg, wu});
+      r.weight_bytes += w.bytes();
+      const int wid = add_initializer(g, g.values[gl->w].name + "/gate_up", std::move(w));
+      replaced_weights.insert(replaced_weights.end(), {gl->w, ul->w});
+      replace.emplace_back(k, make_node(sm.name + "/silu_gate_linear", "onyx", "SiluGateLinear", 1, {gl->x, wid},
+                                        {sm.outputs[0]}));
+      removed[k] = removed[gp] = removed[up] = true;
+      ++r.gated;
+    }
+    replace_nodes(g, removed, replace);
+  }
+  {
+    // Linears reading the same x (and weights of one dtype) -> one Linear with splits, at the
+    // place of the first: its inputs are x and constants, and every reader of an output comes
+    // after the member that made it.
+    std::map<std::tuple<int, DType, int64_t>, std::vector<Single>> by_input;
+    for (size_t k = 0; k < g.nodes.size(); ++k)
+      if (auto s = single_linear(g, k)) {
+        const Tensor* w = constant_value(g, s->w);
+        by_input[{s->x, w->dtype(), w->shape()[1]}].push_back(*s);
+      }
+    std::vector<bool> removed(g.nodes.size(), false);
+    std::vector<std::pair<size_t, Node>> replace;
+    for (auto& [key, members] : by_input) {
+      if (members.size() < 2) continue;
+      std::vector<const Tensor*> ws;
+      std::vector<int64_t> splits;
+      std::vector<int> outs;
+      for (const Single& s : members) {
+        ws.push_back(constant_value(g, s.w));
+        splits.push_back(ws.back()->shape()[0]);
+        outs.push_back(s.out);
+        replaced_weights.push_back(s.w);
+        removed[s.node] = true;
+      }
+      Tensor w = stacked(ws);
+      r.weight_bytes += w.bytes();
+      const int wid = add_initializer(g, g.values[members[0].w].name + "/stacked", std::move(w));
+      const Node& first = g.nodes[members[0].node];
+      replace.emplace_back(members[0].node, make_node(first.name + "/grouped", "onyx", "Linear", 1,
+                                                      {members[0].x, wid}, std::move(outs),
+                                                      {make_ints_attr("splits", std::move(splits))}));
+      ++r.groups;
+      r.grouped += static_cast<int>(members.size());
+    }
+    replace_nodes(g, removed, replace);
+  }
+  drop_unread_initializers(g, replaced_weights);
+  return r;
+}
+
+namespace {
+
+// The dtype of value `id` where the graph shows it: declared, a constant's, or through the ops
+// of a decoder's residual stream; kUndefined otherwise.
+DType known_dtype(const Graph& g, int id, int depth = 0) {
+  if (id < 0 || depth > 64) return DType::kUndefined;
+  if (g.values[id].declared.dtype != DType::kUndefined) return g.values[id].declared.dtype;
+  if (const Tensor* t = constant_value(g, id)) return t->dtype();
+  const int p = g.values[id].producer;
+  if (p < 0) return DType::kUndefined;
+  const Node& n = g.nodes[p];
+  const bool onnx = n.domain.empty() || n.domain == "ai.onnx";
+  if (onnx && n.op_type == "Gather" && !n.inputs.empty()) return known_dtype(g, n.inputs[0], depth + 1);
+  if (onnx && (n.op_type == "Add" || n.op_type == "Sub" || n.op_type == "Mul" || n.op_type == "Reshape" ||
+               n.op_type == "Identity")) {
+    for (int in : n.inputs) {
+      const DType d = known_dtype(g, in, depth + 1);
+      if (d != DType::kUndefined) return d;
+    }
+    return DType::kUndefined;
+  }
+  if (onnx && n.op_type == "Cast") {
+    const Attribute* to = n.find_attribute("to");
+    return to ? dtype_from_onnx(static_cast<int>(to->i)) : DType::kUndefined;
+  }
+  if (n.domain == "com.microsoft" && n.op_type == "SkipSimplifiedLayerNormalization" && !n.inputs.empty())
+    return known_dtype(g, n.inputs[0], depth + 1);
+  if (n.domain == "onyx" && !n.inputs.empty()) {
+    const Tensor* w = constant_value(g, n.inputs.back());
+    if (w && (n.op_type == "Linear" || n.op_type == "SiluGateLinear" || n.op_type == "RmsNormLinear"))
+      return w->dtype();
+  }
+  return DType::kUndefined;
+}
+
+}  // namespace
+
+LinearReport norm_into_linear(Graph& g) {
+  LinearReport r;
+  auto readers = count_readers(g);
+  std::vector<bool> removed(g.nodes.size(), false);
+  std::vector<std::pair<size_t, Node>> replace;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const Node& lin = g.nodes[k];
+    const bool gated = lin.op_type == "SiluGateLinear";
+    if (lin.domain != "onyx" || (lin.op_type != "Linear" && !gated) || lin.inputs.size() != 2) continue;
+    const int x = lin.inputs[0];
+    const int np = x >= 0 ? g.values[x].producer : -1;
+    if (np < 0 || removed[np] || readers[x] != 1) continue;
+    const Node& norm = g.nodes[np];
+    const Tensor* w = constant_value(g, lin.inputs[1]);
+    if (!w || w->rank() != 2) continue;
+    int in = -1, skip = -1, gamma = -1, sum = -1;
+    float eps = 1e-5f;
+    if (norm.op_type == "SkipSimplifiedLayerNormalization" && norm.domain == "com.microsoft" &&
+        norm.inputs.size() == 3 && norm.outputs.size() >= 1) {
+      bool stats_read = false;
+      for (size_t o = 1; o < 3 && o < norm.outputs.size(); ++o)
+        if (norm.outputs[o] >= 0 && readers[norm.outputs[o]] > 0) stats_read = true;
+      if (stats_read) continue;
+      in = norm.inputs[0];
+      skip = norm.inputs[1];
+      gamma = norm.inputs[2];
+      sum = norm.outputs.size() > 3 ? norm.outputs[3] : -1;
+      const Attribute* e = norm.find_attribute("epsilon");
+      eps = e ? e->f : 1e-12f;
+    } else if (norm.op_type == "SimplifiedLayerNormalization" && (norm.domain.empty() || norm.domain == "ai.onnx") &&
+               norm.inputs.size() == 2) {
+      const Attribute* axis = norm.find_attribute("axis");
+      if (axis && axis->i != -1) continue;
+      if (norm.outputs.size() > 1 && norm.outputs[1] >= 0 && readers[norm.outputs[1]] > 0) continue;
+      in = norm.inputs[0];
+      gamma = norm.inputs[1];
+      // The norm's output has the scale's dtype: fuse only where x has it too.
+      const Tensor* gt = constant_value(g, gamma);
+      if (!gt || known_dtype(g, in) != gt->dtype()) continue;
+      const Attribute* e = norm.find_attribute("epsilon");
+      eps = e ? e->f : 1e-5f;
+    } else {
+      continue;
+    }
+    const Tensor* gt = constant_value(g, gamma);
+    if (!gt || gt->rank() != 1 || gt->dtype() != w->dtype() || gt->shape()[0] != w->shape()[1]) continue;
+    std::vector<int> outs{sum};
+    outs.insert(outs.end(), lin.outputs.begin(), lin.outputs.end());
+    std::vector<Attribute> attrs{make_float_attr("epsilon", eps)};
+    if (gated) attrs.push_back(make_int_attr("gated", 1));
+    if (const Attribute* s = lin.find_attribute("splits")) attrs.push_back(*s);
+    replace.emplace_back(np, make_node(lin.name + "/rms_norm", "onyx", "RmsNormLinear", 1,
+                                       {in, skip, gamma, lin.inputs[1]}, std::move(outs), std::move(attrs)));
+    removed[np] = removed[k] = true;
+    ++r.normed;
+  }
+  replace_nodes(g, removed, replace);
+  return r;
+}
+
+}  // namespace onyx

@@ -1,0 +1,44 @@
+// Load-time rewrites of the products with constant weights into onyx::Linear and
+// onyx::SiluGateLinear (ops/linear_ops.cpp), whose weights are stored output-major [N, K]:
+// the layout a one-row product (a decode step) streams at full width, and the one
+// cuBLASLt takes as a transposed operand for many rows.
+//
+//   linear_from_matmul: MatMul(x, B) with B a 2-D constant [K, N] -> Linear(x, B^T), the
+//     weight transposed once here; MatMul(x, Transpose(W)) with W a 2-D constant (the tied LM
+//     head) -> Linear(x, W), W read as it is stored (no copy).
+//   group_linears, on the graph after fuse_patterns:
+//     SiluMul(Linear(x, Wg), Linear(x, Wu)) -> SiluGateLinear(x, [Wg; Wu]) (the MLP's gate
+//     and up projections: one read of x, one stream of weights, the gating in the epilogue);
+//     then every set of Linears reading the same x (a layer's Q, K and V projections) ->
+//     one Linear over the stacked weights, its outputs cut by `splits`.
+//   norm_into_linear, after group_linears: the RMS norm before a product,
+//     Linear|SiluGateLinear(SimplifiedLayerNormalization(x, gamma)) or
+//     Linear|SiluGateLinear(SkipSimplifiedLayerNormalization(x, skip, gamma)) with the norm read
+//     by that product alone -> onyx::RmsNormLinear(x, skip, gamma, w) -> (sum, y...), at the
+//     norm's place: the rows are normalized where they are multiplied.
+//
+// Both keep the values the rest of the graph reads; the weights they replace are dropped when
+// nothing else reads them.
+#pragma once
+
+#include <cstddef>
+
+#include "model/ir.h"
+
+namespace onyx {
+
+struct LinearReport {
+  int linears = 0;          // MatMuls made Linear
+  int transposed = 0;       // of them, weights transposed at load (the rest read W as stored)
+  int gated = 0;            // SiluGateLinear nodes made
+  int groups = 0;           // Linear nodes made from several
+  int grouped = 0;          // Linear nodes those replaced
+  int normed = 0;           // RmsNormLinear nodes made
+  size_t weight_bytes = 0;  // bytes of the weights made (transposed or stacked)
+};
+
+LinearReport linear_from_matmul(Graph& g);
+LinearReport group_linears(Graph& g);
+LinearReport norm_into_linear(Graph& g);
+
+}  // namespace onyx

@@ -1,0 +1,30 @@
+#include "passes/optimize.h"
+
+#include "ops/registry.h"
+
+namespace onyx {
+
+OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Device& device) {
+  OptimizeReport r;
+  const bool linear = options.fuse_patterns && options.fuse_linear.value_or(!device.is_cpu());
+  // Before folding, a MatMul by Transpose(W) still shows W as stored: Linear reads it as it
+  // is instead of folding a transposed copy and transposing that back.
+  if (linear) r.linear = linear_from_matmul(g);
+  if (options.fold_constants) r.fold = fold_constants(g, OpRegistry::global());
+  if (options.fuse_patterns) r.fuse = fuse_patterns(g, FuseOptions{options.fuse_attention.value_or(!device.is_cpu())});
+  if (linear) {
+    // Weights that folding made constant (a Cast of a weight) become Linear too.
+    const LinearReport more = linear_from_matmul(g);
+    const LinearReport grouped = group_linears(g);
+    r.linear.normed = norm_into_linear(g).normed;
+    r.linear.linears += more.linears;
+    r.linear.transposed += more.transposed;
+    r.linear.weight_bytes += more.weight_bytes + grouped.weight_bytes;
+    r.linear.gated = grouped.gated;
+    r.linear.groups = grouped.groups;
+    r.linear.grouped = grouped.grouped;
+  }
+  return r;
+}
+
+}  // namespace onyx

@@ -1,0 +1,23 @@
+// The load-time pass pipeline, one for every device and every component (a session, a
+// language model, each graph of a pipeline): constant folding, then the pattern fusions, then
+// on CUDA the linear fusions, each as the session options ask.
+#pragma once
+
+#include "onyx/device.h"
+#include "onyx/options.h"
+#include "passes/fold_constants.h"
+#include "passes/fuse_linear.h"
+#include "passes/fuse_patterns.h"
+
+namespace onyx {
+
+struct OptimizeReport {
+  FoldReport fold;
+  FuseReport fuse;
+  LinearReport linear;
+};
+
+// `device` is the resolved device the graph will run on (the fusions' defaults depend on it).
+OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Device& device);
+
+}  // namespace onyx

@@ -1,0 +1,35 @@
+// What the load-time rewrites share: building the nodes and attributes they put in, swapping
+// them into the graph in order, and finding the values known at load.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/ir.h"
+
+namespace onyx {
+
+Attribute make_int_attr(const char* name, int64_t v);
+Attribute make_float_attr(const char* name, float v);
+Attribute make_ints_attr(const char* name, std::vector<int64_t> v);
+
+Node make_node(std::string name, std::string domain, std::string op, int opset, std::vector<int> inputs,
+               std::vector<int> outputs, std::vector<Attribute> attributes = {});
+
+// Puts each new node at its position (the index of the node it replaces) and drops the nodes
+// marked removed; then recomputes every value's producer.
+void replace_nodes(Graph& g, const std::vector<bool>& removed, std::vector<std::pair<size_t, Node>>& replace);
+
+// A value known at load: an initializer no feed replaces, or a Constant node's value; null
+// otherwise.
+const Tensor* constant_value(const Graph& g, int id);
+
+// Adds `t` as a new initializer named after `base` (made unique), and returns its value id.
+int add_initializer(Graph& g, const std::string& base, Tensor t);
+
+// Drops those of `candidates` that are initializers no node reads and no graph output names
+// (the weights a rewrite replaced); returns how many.
+int drop_unread_initializers(Graph& g, const std::vector<int>& candidates);
+
+}  // namespace onyx

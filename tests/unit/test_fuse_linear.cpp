@@ -1,0 +1,259 @@
+// The linear fusions (passes/fuse_linear.h) and the ops they make (ops/linear_ops.cpp): the
+// rewritten graph computes what the original computes, the weights are stored output-major,
+// products that share an input become one, and what does not match is left alone.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "op_test_util.h"
+#include "passes/optimize.h"
+
+namespace onyx {
+
+namespace {
+
+struct Builder {
+  Graph g;
+  int input(const std::string& n) {
+    const int id = g.value_id(n);
+    g.values[id].is_input = true;
+    g.inputs.push_back(id);
+    return id;
+  }
+  int init(const std::string& n, Tensor t) {
+    const int id = g.value_id(n);
+    g.values[id].is_initializer = true;
+    g.initializers[id] = std::move(t);
+    return id;
+  }
+  int node(const std::string& op, std::vector<int> in, std::vector<Attribute> attrs = {}) {
+    Node n;
+    n.name = op + std::to_string(g.nodes.size());
+    n.op_type = op;
+    n.opset = 18;
+    n.inputs = std::move(in);
+    const int out = g.value_id(n.name + "_out");
+    n.outputs = {out};
+    n.attributes = std::move(attrs);
+    g.values[out].producer = static_cast<int>(g.nodes.size());
+    g.nodes.push_back(std::move(n));
+    return out;
+  }
+};
+
+// A layer's products over x[2, 3, 16]: Q, K and V; the SiLU-gated MLP (gate and up); an LM
+// head tied to an embedding table E[20, 16] (MatMul by Transpose(E), E also gathered).
+// `gate_read_twice`: the gate product is also a graph output (no gated fusion).
+Graph make_layer(bool gate_read_twice) {
+  Builder b;
+  const int x = b.input("x");
+  const int q = b.node("MatMul", {x, b.init("wq", test::random_tensor<float>(Shape{16, 8}, -1, 1))});
+  const int k = b.node("MatMul", {x, b.init("wk", test::random_tensor<float>(Shape{16, 4}, -1, 1))});
+  const int v = b.node("MatMul", {x, b.init("wv", test::random_tensor<float>(Shape{16, 4}, -1, 1))});
+  const int gate = b.node("MatMul", {x, b.init("wg", test::random_tensor<float>(Shape{16, 12}, -1, 1))});
+  const int up = b.node("MatMul", {x, b.init("wu", test::random_tensor<float>(Shape{16, 12}, -1, 1))});
+  const int mlp = b.node("Mul", {b.node("Mul", {gate, b.node("Sigmoid", {gate})}), up});
+  const int e = b.init("embed", test::random_tensor<float>(Shape{20, 16}, -1, 1));
+  const int hx = b.node("Concat", {q, k, v}, {test::attr_int("axis", -1)});  // [2, 3, 16]
+  const int head = b.node("MatMul", {hx, b.node("Transpose", {e})});
+  const int emb = b.node("Gather", {e, b.init("ids", Tensor::from_vector<int64_t>({3, 7}, Shape{2}))});
+  b.g.outputs = {q, k, v, mlp, head, emb};
+  if (gate_read_twice) b.g.outputs.push_back(gate);
+  return b.g;
+}
+
+Graph copy_of(const Graph& g) { return g; }
+
+std::vector<Tensor> run(Graph& g, const Tensor& x) {
+  auto alloc = make_cpu_allocator();
+  GraphExecutor exec(g, OpRegistry::global(), alloc, SessionOptions{});
+  return exec.run({x});
+}
+
+int count(const Graph& g, const std::string& op) {
+  int c = 0;
+  for (const auto& n : g.nodes) c += n.op_type == op;
+  return c;
+}
+
+SessionOptions linear_on() {
+  SessionOptions o;
+  o.fuse_linear = true;
+  return o;
+}
+
+}  // namespace
+
+TEST(FuseLinear, LayerProductsBecomeLinearsThatComputeTheSame) {
+  Graph plain = make_layer(false);
+  Graph fused = copy_of(plain);
+  const OptimizeReport r = optimize_graph(fused, linear_on(), Device::cpu());
+  EXPECT_EQ(r.linear.linears, 6);     // q, k, v, gate, up, the head
+  EXPECT_EQ(r.linear.transposed, 5);  // the head reads the embedding as stored
+  EXPECT_EQ(r.linear.gated, 1);
+  EXPECT_EQ(r.linear.groups, 1);
+  EXPECT_EQ(r.linear.grouped, 3);
+  EXPECT_EQ(count(fused, "MatMul"), 0);
+  EXPECT_EQ(count(fused, "Transpose"), 0);
+  EXPECT_EQ(count(fused, "SiluGateLinear"), 1);
+  EXPECT_EQ(count(fused, "Linear"), 2);
+  for (const auto& n : fused.nodes) {
+    if (n.op_type == "Linear" && n.outputs.size() == 1) {  // the head: the embedding itself, no copy
+      EXPECT_EQ(fused.values[n.inputs[1]].name, "embed");
+    }
+  }
+  // The replaced weights are gone; the embedding (gathered too) stays.
+  for (const char* w : {"wq", "wk", "wv", "wg", "wu"}) EXPECT_FALSE(fused.initializers.count(fused.find_value(w))) << w;
+  for (int rep = 0; rep < 3; ++rep) {
+    const Tensor x = test::random_tensor<float>(Shape{2, 3, 16}, -2, 2);
+    const auto a = run(plain, x), b = run(fused, x);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t o = 0; o < a.size(); ++o) {
+      ASSERT_TRUE(a[o].shape() == b[o].shape()) << o;
+      for (int64_t i = 0; i < a[o].numel(); ++i)
+        EXPECT_NEAR(a[o].data<float>()[i], b[o].data<float>()[i], 2e-5 * (1 + std::abs(a[o].data<float>()[i])))
+            << "output " << o << " element " << i;
+    }
+  }
+}
+
+TEST(FuseLinear, GateReadElsewhereIsGroupedNotGated) {
+  Graph g = make_layer(true);
+  const OptimizeReport r = optimize_graph(g, linear_on(), Device::cpu());
+  EXPECT_EQ(r.linear.gated, 0);
+  EXPECT_EQ(r.linear.groups, 1);   // q, k, v, gate and up all read x: one product
+  EXPECT_EQ(r.linear.grouped, 5);
+  EXPECT_EQ(count(g, "SiluMul"), 1);
+}
+
+TEST(FuseLinear, OffOnTheCpuByDefaultAndWhenAsked) {
+  Graph g = make_layer(false);
+  EXPECT_EQ(optimize_graph(g, SessionOptions{}, Device::cpu()).linear.linears, 0);
+  EXPECT_EQ(count(g, "Linear"), 0);
+  SessionOptions off;
+  off.fuse_linear = false;
+  Graph h = make_layer(false);
+  EXPECT_EQ(optimize_graph(h, off, Device::cuda(0)).linear.linears, 0);
+}
+
+TEST(FuseLinear, ProductsOfNonConstantsOrBatchedWeightsStay) {
+  Builder b;
+  const int x = b.input("x");
+  const int y = b.input("y");
+  const int xy = b.node("MatMul", {x, y});                                                             // no constant
+  const int w3 = b.node("MatMul", {x, b.init("w3", test::random_tensor<float>(Shape{2, 16, 4}))});    // 3-D weight
+  const int wi = b.node("MatMul", {b.node("Cast", {x}, {test::attr_int("to", 7)}),
+                                   b.init("wi", test::random_tensor<int64_t>(Shape{16, 4}, -3, 3))});  // integers
+  b.g.outputs = {xy, w3, wi};
+  LinearReport r = linear_from_matmul(b.g);
+  EXPECT_EQ(r.linears, 0);
+  EXPECT_EQ(count(b.g, "MatMul"), 3);
+}
+
+// The norms before a layer's products: SimplifiedLayerNormalization before Q and K,
+// SkipSimplifiedLayerNormalization (its sum read after) before the gated MLP.
+TEST(FuseLinear, NormsBeforeProductsBecomeRmsNormLinearsThatComputeTheSame) {
+  Builder b;
+  const int x = b.input("x"), res = b.input("res");
+  const int n1 =
+      b.node("SimplifiedLayerNormalization", {x, b.init("g1", test::random_tensor<float>(Shape{16}, 0.5, 1.5))},
+             {test::attr_int("axis", -1), test::attr_float("epsilon", 1e-5f)});
+  const int q = b.node("MatMul", {n1, b.init("wq", test::random_tensor<float>(Shape{16, 8}, -1, 1))});
+  const int k = b.node("MatMul", {n1, b.init("wk", test::random_tensor<float>(Shape{16, 4}, -1, 1))});
+  // (n2, -, -, sum) = SkipSimplifiedLayerNormalization(x, res, g2)
+  Node skip;
+  skip.name = "skip_norm";
+  skip.op_type = "SkipSimplifiedLayerNormalization";
+  skip.domain = "com.microsoft";
+  skip.opset = 1;
+  skip.inputs = {x, res, b.init("g2", test::random_tensor<float>(Shape{16}, 0.5, 1.5))};
+  const int n2 = b.g.value_id("n2"), sum = b.g.value_id("sum");
+  skip.outputs = {n2, -1, -1, sum};
+  skip.attributes = {test::attr_float("epsilon", 1e-6f)};
+  b.g.values[n2].producer = b.g.values[sum].producer = static_cast<int>(b.g.nodes.size());
+  b.g.nodes.push_back(skip);
+  const int gate = b.node("MatMul", {n2, b.init("wg", test::random_tensor<float>(Shape{16, 12}, -1, 1))});
+  const int up = b.node("MatMul", {n2, b.init("wu", test::random_tensor<float>(Shape{16, 12}, -1, 1))});
+  const int mlp = b.node("Mul", {b.node("Mul", {gate, b.node("Sigmoid", {gate})}), up});
+  const int down = b.node("MatMul", {mlp, b.init("wd", test::random_tensor<float>(Shape{12, 16}, -1, 1))});
+  const int out = b.node("Add", {sum, down});
+  b.g.values[x].declared.dtype = DType::kFloat32;
+  b.g.outputs = {q, k, out};
+  Graph plain = b.g, fused = b.g;
+  const OptimizeReport r = optimize_graph(fused, linear_on(), Device::cpu());
+  EXPECT_EQ(r.linear.normed, 2);
+  EXPECT_EQ(count(fused, "RmsNormLinear"), 2);
+  EXPECT_EQ(count(fused, "SimplifiedLayerNormalization"), 0);
+  EXPECT_EQ(count(fused, "SkipSimplifiedLayerNormalization"), 0);
+  for (int rep = 0; rep < 3; ++rep) {
+    const Tensor xv = test::random_tensor<float>(Shape{2, 3, 16}, -2, 2);
+    const Tensor rv = test::random_tensor<float>(Shape{2, 3, 16}, -2, 2);
+    auto alloc = make_cpu_allocator();
+    GraphExecutor pe(plain, OpRegistry::global(), alloc, SessionOptions{});
+    GraphExecutor fe(fused, OpRegistry::global(), alloc, SessionOptions{});
+    const auto a = pe.run({xv, rv}), c = fe.run({xv, rv});
+    for (size_t o = 0; o < a.size(); ++o)
+      for (int64_t i = 0; i < a[o].numel(); ++i)
+        EXPECT_NEAR(a[o].data<float>()[i], c[o].data<float>()[i], 2e-5 * (1 + std::abs(a[o].data<float>()[i])))
+            << "output " << o << " element " << i;
+  }
+}
+
+// The ops on their own, 16-bit, against a float64 computation: one rounding at the end.
+TEST(LinearOps, SplitsAndGatingMatchAFloat64Reference) {
+  for (int rep = 0; rep < 2; ++rep) {
+    const int64_t m = 5, k = 40, f = 6;
+    const Tensor x = test::random_tensor<BFloat16>(Shape{1, m, k}, -1, 1);
+    const Tensor w = test::random_tensor<BFloat16>(Shape{2 * f, k}, -1, 1);
+    auto dot = [&](int64_t i, int64_t j) {
+      double s = 0;
+      for (int64_t p = 0; p < k; ++p)
+        s += double(static_cast<float>(x.data<BFloat16>()[i * k + p])) *
+             double(static_cast<float>(w.data<BFloat16>()[j * k + p]));
+      return s;
+    };
+    const auto split = test::run_op("Linear", {x, w}, {test::attr_ints("splits", {7, 5})}, 2, 1, "onyx", {false, true});
+    ASSERT_EQ(split.size(), 2u);
+    EXPECT_TRUE(split[0].shape() == Shape({1, m, 7}));
+    EXPECT_TRUE(split[1].shape() == Shape({1, m, 5}));
+    const auto gated = test::run_op("SiluGateLinear", {x, w}, {}, 1, 1, "onyx", {false, true});
+    EXPECT_TRUE(gated[0].shape() == Shape({1, m, f}));
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < 2 * f; ++j) {
+        const double want = dot(i, j);
+        const Tensor& y = j < 7 ? split[0] : split[1];
+        const int64_t c = j < 7 ? j : j - 7, width = j < 7 ? 7 : 5;
+        EXPECT_NEAR(static_cast<float>(y.data<BFloat16>()[i * width + c]), want, 1e-2 * (1 + std::abs(want)));
+      }
+      for (int64_t j = 0; j < f; ++j) {
+        const double g = dot(i, j), u = dot(i, f + j), want = g / (1 + std::exp(-g)) * u;
+        EXPECT_NEAR(static_cast<float>(gated[0].data<BFloat16>()[i * f + j]), want, 1e-2 * (1 + std::abs(want)));
+      }
+    }
+  }
+}
+
+TEST(LinearOps, BadShapesAreErrorsThatSayWhy) {
+  const Tensor x = test::random_tensor<float>(Shape{2, 8});
+  try {
+    test::run_op("Linear", {x, test::random_tensor<float>(Shape{4, 9})}, {}, 1, 1, "onyx", {false, true});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not end in the weight's K = 9"), std::string::npos) << e.what();
+  }
+  try {
+    test::run_op("Linear", {x, test::random_tensor<float>(Shape{4, 8})}, {test::attr_ints("splits", {3, 2})}, 2, 1,
+                 "onyx", {false, true});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("splits add up to 5, not the weight's N = 4"), std::string::npos) << e.what();
+  }
+  try {
+    test::run_op("SiluGateLinear", {x, test::random_tensor<float>(Shape{5, 8})}, {}, 1, 1, "onyx", {false, true});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must be even"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace onyx
