@@ -64,7 +64,8 @@ void unary(std::vector<Case>& v) {
   v.push_back({"no_bias", "FastGelu", kFloats, {X({4, 65})}, {}, 1, 1, ms});
   v.push_back({"bias", "BiasGelu", kFloats, {X({4, 65}), X({65})}, {}, 1, 1, ms});
   for (const char* op : {"Sqrt", "Log"}) v.push_back({"basic", op, kFloats, {Pos({3, 33})}});
-  for (const char* op : {"Neg", "Abs"}) v.push_back({"basic", op, kInts, {X({3, 33})}, {}, 1, 18, "", Expect::kMayFall});
+  for (const char* op : {"Neg", "Abs"})
+    v.push_back({"basic", op, kInts, {X({3, 33})}, {}, 1, 18, "", Expect::kMayFall});
   v.push_back({"big", "Exp", kFloats, {X({kBig})}});
   v.push_back({"big", "Relu", {D::kFloat32}, {X({kBig})}});
   v.push_back({"exact", "Gelu", kFloats, {X({4, 65})}, {}, 1, 20});
@@ -91,12 +92,19 @@ void casts(std::vector<Case>& v) {
       std::string name = cat("to_", dtype_name(to));
       // Values every type holds (bf16 rounds them, identically on both sides).
       // Floats carry fractions (truncation toward zero); integers include zeros (false).
-      In x = from == D::kBool ? Bools({7, 13}) : is_float_like(from) ? Uni({7, 13}, -100, 100) : Uni({7, 13}, -1000, 1000);
+      In x = from == D::kBool      ? Bools({7, 13})
+             : is_float_like(from) ? Uni({7, 13}, -100, 100)
+                                   : Uni({7, 13}, -1000, 1000);
       v.push_back({name, "Cast", {from}, {x}, {attr_int("to", static_cast<int64_t>(to))}, 1, 19});
     }
   v.push_back({"to_float16", "CastLike", {D::kFloat32}, {X({5, 6}), X({1}, D::kFloat16)}, {}, 1, 19});
   v.push_back({"to_int64", "CastLike", {D::kBFloat16}, {Uni({5, 6}, -50, 50), X({1}, D::kInt64)}, {}, 1, 19});
-  v.push_back({"big_to_float16", "Cast", {D::kFloat32}, {X({kBig})}, {attr_int("to", static_cast<int64_t>(D::kFloat16))}, 1,
+  v.push_back({"big_to_float16",
+               "Cast",
+               {D::kFloat32},
+               {X({kBig})},
+               {attr_int("to", static_cast<int64_t>(D::kFloat16))},
+               1,
                19});
 }
 
@@ -118,9 +126,15 @@ void reductions(std::vector<Case>& v) {
   for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"}) {
     for (int keep : {1, 0}) {
       std::string k = cat("keep", keep);
-      v.push_back({"attr_mid_" + k, op, kFloats, {X({4, 5, 6})}, {attr_ints("axes", {1}), attr_int("keepdims", keep)}, 1, 11});
-      v.push_back({"attr_outer_" + k, op, kFloats, {X({4, 5, 6})}, {attr_ints("axes", {0, -1}), attr_int("keepdims", keep)},
-                   1, 11});
+      v.push_back(
+          {"attr_mid_" + k, op, kFloats, {X({4, 5, 6})}, {attr_ints("axes", {1}), attr_int("keepdims", keep)}, 1, 11});
+      v.push_back({"attr_outer_" + k,
+                   op,
+                   kFloats,
+                   {X({4, 5, 6})},
+                   {attr_ints("axes", {0, -1}), attr_int("keepdims", keep)},
+                   1,
+                   11});
       // One output: a sum of 120 terms, which cancellation can make far smaller than the terms,
       // while float32 summation's error follows their magnitudes (~n eps sum|x|): relative to the
       // output alone, 1e-5 failed now and then (|mean| 9e-4, an error of 1.2e-8).
@@ -132,7 +146,8 @@ void reductions(std::vector<Case>& v) {
       // reads the axes on the device).
       v.push_back({"input_last_" + k, op, kFloats, {X({3, 4, 50}), I64({-1})}, {attr_int("keepdims", keep)}, 1, 18});
       v.push_back({"input_mid_" + k, op, kFloats, {X({3, 4, 50}), I64({1})}, {attr_int("keepdims", keep)}, 1, 18});
-      v.push_back({"input_two_ones_" + k, op, kFloats, {X({1, 6, 1, 5}), I64({0, 3})}, {attr_int("keepdims", keep)}, 1, 18});
+      v.push_back(
+          {"input_two_ones_" + k, op, kFloats, {X({1, 6, 1, 5}), I64({0, 3})}, {attr_int("keepdims", keep)}, 1, 18});
       v.push_back({"input_equal_lengths_" + k, op, kFloats, {X({4, 4, 3}), I64({1})}, {attr_int("keepdims", keep)}, 1,
                    18});
       v.push_back({"input_equal_lengths_neg_two_" + k, op, kFloats, {X({5, 3, 5, 3}), I64({-1, 0})},
@@ -140,7 +155,8 @@ void reductions(std::vector<Case>& v) {
     }
     v.push_back({"long_rows", op, kFloats, {X({8, 4096})}, {attr_ints("axes", {-1})}, 1, 11});
     // onnxruntime-genai's sequence lengths: the int64 mask [batch, length] summed over axis 1 (batch == length here).
-    v.push_back({"mask_lengths", op, {D::kInt64, D::kInt32}, {Uni({6, 6}, 0, 1), I64({1})}, {attr_int("keepdims", 0)}, 1, 18});
+    v.push_back(
+        {"mask_lengths", op, {D::kInt64, D::kInt32}, {Uni({6, 6}, 0, 1), I64({1})}, {attr_int("keepdims", 0)}, 1, 18});
     v.push_back({"long_cols", op, {D::kFloat32}, {X({3000, 7})}, {attr_ints("axes", {0})}, 1, 11});
   }
 }
@@ -163,8 +179,13 @@ void norms(std::vector<Case>& v) {
                {attr_int("axis", 1), attr_float("epsilon", 1e-3f)}, 3, 17});
   v.push_back({"wide", "LayerNormalization", kFloats, {X({8, 4096}), X({4096}), X({4096})}, {}, 1, 17});
   v.push_back({"basic", "SimplifiedLayerNormalization", kFloats, {X({4, 6, 64}), X({64})}, {}, 1, 17});
-  v.push_back({"inv_std", "SimplifiedLayerNormalization", kFloats, {X({4, 96}), X({96})}, {attr_float("epsilon", 1e-6f)},
-               2, 17});
+  v.push_back({"inv_std",
+               "SimplifiedLayerNormalization",
+               kFloats,
+               {X({4, 96}), X({96})},
+               {attr_float("epsilon", 1e-6f)},
+               2,
+               17});
   v.push_back({"basic", "SimplifiedLayerNormalization", kFloats, {X({4, 6, 64}), X({64})}, {}, 1, 1, ms});
   v.push_back({"basic", "RMSNormalization", kFloats, {X({3, 5, 128}), X({128})}, {}, 1, 23});
   // The skip norms are registered in the default domain too (as exporters name them).
@@ -213,23 +234,45 @@ void data(std::vector<Case>& v) {
 
 void genai_ops(std::vector<Case>& v) {
   const std::string g = "onyx.genai";
-  v.push_back({"decode", "CacheUpdate", kAll, {X({2, 3, 8, 4}), X({2, 3, 1, 4}), Vals(D::kInt64, {}, {5})}, {}, 1, 1, g});
-  v.push_back({"prompt", "CacheUpdate", kAll, {X({1, 2, 16, 8}), X({1, 2, 7, 8}), Vals(D::kInt64, {}, {0})}, {}, 1, 1, g});
-  v.push_back({"last", "CacheUpdate", kFloats, {X({3, 2, 9, 5}), X({3, 2, 2, 5}), Vals(D::kInt64, {}, {7})}, {}, 1, 1, g});
+  v.push_back(
+      {"decode", "CacheUpdate", kAll, {X({2, 3, 8, 4}), X({2, 3, 1, 4}), Vals(D::kInt64, {}, {5})}, {}, 1, 1, g});
+  v.push_back(
+      {"prompt", "CacheUpdate", kAll, {X({1, 2, 16, 8}), X({1, 2, 7, 8}), Vals(D::kInt64, {}, {0})}, {}, 1, 1, g});
+  v.push_back(
+      {"last", "CacheUpdate", kFloats, {X({3, 2, 9, 5}), X({3, 2, 2, 5}), Vals(D::kInt64, {}, {7})}, {}, 1, 1, g});
   // One position per row (serving's slots, each at its own length).
-  v.push_back({"per_row", "CacheUpdate", kAll, {X({3, 2, 9, 4}), X({3, 2, 1, 4}), Vals(D::kInt64, {3}, {0, 8, 4})}, {}, 1, 1, g});
-  v.push_back({"per_row_chunk", "CacheUpdate", kFloats, {X({2, 2, 9, 5}), X({2, 2, 3, 5}), Vals(D::kInt64, {2}, {6, 1})}, {}, 1, 1, g});
+  v.push_back({"per_row",
+               "CacheUpdate",
+               kAll,
+               {X({3, 2, 9, 4}), X({3, 2, 1, 4}), Vals(D::kInt64, {3}, {0, 8, 4})},
+               {},
+               1,
+               1,
+               g});
+  v.push_back({"per_row_chunk",
+               "CacheUpdate",
+               kFloats,
+               {X({2, 2, 9, 5}), X({2, 2, 3, 5}), Vals(D::kInt64, {2}, {6, 1})},
+               {},
+               1,
+               1,
+               g});
   // Sample: per row temperature, top_k, top_p, min_p, repetition, presence and frequency
   // penalties; (seed, counter); history; position; generated_start.
   const D f32 = D::kFloat32, i64 = D::kInt64;
   v.push_back({"greedy", "Sample", kFloats,
                {X({3, 1, 1000}), Vals(f32, {3, 7}, {0, 0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 1, 0, 0}),
                 Vals(i64, {3, 2}, {1, 0, 2, 0, 3, 0})}, {}, 2, 1, g});
-  v.push_back({"mixed_rows", "Sample", kFloats,
-               {X({3, 4, 777}),
-                Vals(f32, {3, 7}, {0.7, 40, 1, 0, 1, 0, 0, /**/ 1.3, 0, 0.9, 0, 1.2, 0, 0, /**/ 1.0, 20, 0.8, 0.05, 1.1, 0, 0}),
+  v.push_back({"mixed_rows",
+               "Sample",
+               kFloats,
+               {X({3, 4, 777}), Vals(f32, {3, 7}, {0.7, 40, 1, 0,        1,  0,   0,    /**/ 1.3, 0, 0.9, 0,
+                                                   1.2, 0,  0, /**/ 1.0, 20, 0.8, 0.05, 1.1,      0, 0}),
                 Vals(i64, {3, 2}, {11, 5, 12, 9, 13, 100}), Ints({3, 6}, 0, 776, i64), Vals(i64, {3}, {3, 1, 0})},
-               {}, 2, 1, g});
+               {},
+               2,
+               1,
+               g});
   v.push_back({"greedy_penalty", "Sample", kFloats,
                {X({2, 2, 5000}), Vals(f32, {2, 7}, {0, 0, 1, 0, 1.5, 0, 0, /**/ 0, 0, 1, 0, 0.8, 0, 0}),
                 Vals(i64, {2, 2}, {0, 0, 0, 0}), Ints({2, 30}, 0, 4999, i64)},
@@ -252,12 +295,17 @@ void genai_ops(std::vector<Case>& v) {
                 Vals(i64, {3}, {10, 50, 0})},
                {}, 2, 1, g});
   // No generated_start: every entry counts.
-  v.push_back({"counts_all_history", "Sample", kFloats,
-               {X({4, 1, 300}),
-                Vals(f32, {4, 7}, {0, 0, 1, 0, 1, 0.6, 0.8, /**/ 1.1, 10, 1, 0, 1, 0.3, 1.7, /**/ 0, 0, 1, 0, 1, 1.2, 0.5,
-                                   /**/ 0.8, 0, 1, 0, 1, 0, 1.9}),
+  v.push_back({"counts_all_history",
+               "Sample",
+               kFloats,
+               {X({4, 1, 300}), Vals(f32, {4, 7}, {0,        0,   1,   0,      1, 0.6, 0.8, /**/ 1.1, 10,  1,   0,
+                                                   1,        0.3, 1.7, /**/ 0, 0, 1,   0,   1,        1.2, 0.5,
+                                                   /**/ 0.8, 0,   1,   0,      1, 0,   1.9}),
                 Vals(i64, {4, 2}, {7, 1, 8, 2, 9, 3, 10, 4}), Ints({4, 50}, -1, 120, i64), None()},
-               {}, 2, 1, g});
+               {},
+               2,
+               1,
+               g});
   // More history than vocabulary (the counts by rank are min(H, V) long).
   v.push_back({"history_longer_than_vocab", "Sample", kFloats,
                {X({2, 1, 50}), Vals(f32, {2, 7}, {0, 0, 1, 0, 1, 0.3, 0.4, /**/ 1.2, 0, 1, 0, 1, 0.1, 0.3}),
@@ -300,7 +348,9 @@ void rotary(std::vector<Case>& v) {
 void contrib(std::vector<Case>& v) {
   const std::string ms = "com.microsoft";
   const D i32 = D::kInt32;
-  auto heads = [](int64_t n, int64_t kv) { return std::vector<Attribute>{attr_int("num_heads", n), attr_int("kv_num_heads", kv)}; };
+  auto heads = [](int64_t n, int64_t kv) {
+    return std::vector<Attribute>{attr_int("num_heads", n), attr_int("kv_num_heads", kv)};
+  };
   auto with = [](std::vector<Attribute> a, std::vector<Attribute> more) {
     a.insert(a.end(), more.begin(), more.end());
     return a;
@@ -360,6 +410,18 @@ void contrib(std::vector<Case>& v) {
   // A long past at batch 1: 2 KV heads x 2000 keys, split 16 ways (a cluster past 8 blocks).
   attn("decode_long_split16", {X({1, 4, 1, 64}), X({1, 2, 2000, 64}), X({1, 2, 2000, 64}), Uni({1, 1, 1, 2000}, -3, 0)},
        {attr_float("scale", 0.125f)});
+  // The 16-bit decode kernel (at most 8 rows per KV head, head size 64 or 128): 8 heads per KV head
+  // at 8191 keys (16 splits), head size 128 with a bool mask and a mask shorter than the keys, two
+  // positions of 4 heads (8 rows) with a per-head mask, one row per KV head, a few keys (one split,
+  // fewer keys than one warp's loads), no mask.
+  attn("decode_g8_long_8191", {X({1, 8, 1, 64}), X({1, 1, 8191, 64}), X({1, 1, 8191, 64}), Uni({1, 1, 1, 8191}, -3, 0)},
+       {attr_float("scale", 0.125f)});
+  attn("decode_h128_bool_short", {X({2, 4, 1, 128}), X({2, 2, 700, 128}), X({2, 2, 700, 128}), Bools({2, 1, 1, 650})},
+       {attr_float("scale", 0.09f)});
+  attn("decode_l2_rows8_mask_per_head",
+       {X({1, 8, 2, 64}), X({1, 2, 513, 64}), X({1, 2, 513, 64}), Uni({1, 8, 2, 513}, -2, 0)},
+       {attr_float("scale", 0.125f)});
+  attn("decode_rows1_few_keys", {X({3, 2, 1, 64}), X({3, 2, 5, 64}), X({3, 2, 5, 64})}, {attr_float("scale", 0.125f)});
   // A prompt chunk: 5 queries, head size 80, no mask, the default scale, one KV head for 4 query heads.
   attn("chunk_h80_default_scale", {X({1, 4, 5, 80}), X({1, 1, 37, 80}), X({1, 1, 37, 80})}, {});
   // Many rows per block (64 queries x 2 heads), a bool mask [L, T] broadcast over batch and heads,
@@ -393,8 +455,14 @@ void contrib(std::vector<Case>& v) {
 
   // The fused ops of the load-time fusions (src/ops/fused_ops.cpp).
   {
-    Case c{"heads_bcast", "RotaryHalf", kFloats, {X({2, 4, 3, 64}), Uni({2, 1, 3, 64}, -1, 1), Uni({2, 1, 3, 64}, -1, 1)},
-           {attr_int("split", 32)}, 1, 1, "onyx"};
+    Case c{"heads_bcast",
+           "RotaryHalf",
+           kFloats,
+           {X({2, 4, 3, 64}), Uni({2, 1, 3, 64}, -1, 1), Uni({2, 1, 3, 64}, -1, 1)},
+           {attr_int("split", 32)},
+           1,
+           1,
+           "onyx"};
     v.push_back(c);
     c.name = "split_not_half";  // rotate_half by 5 of 12
     c.inputs = {X({3, 2, 12}), Uni({2, 12}, -1, 1), Uni({2, 12}, -1, 1)};
@@ -405,6 +473,68 @@ void contrib(std::vector<Case>& v) {
     m.name = "bcast";
     m.inputs = {X({3, 1, 7}), X({5, 7})};
     v.push_back(m);
+  }
+
+  // onyx::Linear and onyx::SiluGateLinear (src/ops/linear_ops.cpp): up to 8 rows of x in onyx's
+  // own kernel (each row bound 1, 2, 4, 8; K a whole number of 16-byte packs, with and without a
+  // partial last step; outputs past a warp's last row), more rows or K off the packs through
+  // cuBLASLt.
+  {
+    auto lin = [&](std::string name, Shape x, int64_t n, int64_t k, std::vector<int64_t> splits = {}) {
+      std::vector<Attribute> at;
+      if (!splits.empty()) at.push_back(attr_ints("splits", splits));
+      const int outs = splits.empty() ? 1 : static_cast<int>(splits.size());
+      v.push_back({std::move(name), "Linear", kFloats, {Uni(std::move(x), -1, 1), Uni({n, k}, -1, 1)}, at, outs, 1,
+                   "onyx"});
+    };
+    lin("row1", {1, 1, 256}, 48, 256);
+    lin("row1_tail", {1, 1, 2056}, 33, 2056);
+    lin("rows2_splits", {2, 1, 520}, 40, 520, {8, 24, 8});
+    lin("rows3", {3, 64}, 65, 64);
+    lin("rows5_splits", {5, 1, 264}, 31, 264, {1, 30});
+    lin("rows8", {2, 4, 136}, 97, 136);
+    lin("k_off_packs", {2, 12}, 9, 12);
+    // The streaming kernel (one or two 16-bit rows): more tiles than SMs (blocks take several),
+    // a row in five chunks with a short last one.
+    lin("row1_many_tiles", {1, 64}, 4500, 64, {4000, 500});
+    lin("rows2_k8200", {2, 8200}, 40, 8200);
+    lin("rows9_lt", {9, 72}, 40, 72, {16, 24});
+    lin("rows64_lt", {4, 16, 128}, 96, 128, {32, 64});
+    auto gated = [&](std::string name, Shape x, int64_t f, int64_t k) {
+      v.push_back({std::move(name),
+                   "SiluGateLinear",
+                   kFloats,
+                   {Uni(std::move(x), -1, 1), Uni({2 * f, k}, -1, 1)},
+                   {},
+                   1,
+                   1,
+                   "onyx"});
+    };
+    gated("row1", {1, 1, 256}, 24, 256);
+    gated("rows2_tail", {2, 1040}, 33, 1040);
+    gated("rows4", {1, 4, 64}, 7, 64);
+    gated("row1_many_tiles", {1, 1, 128}, 1500, 128);
+    gated("rows8", {8, 64}, 17, 64);
+    gated("k_off_packs", {3, 20}, 5, 20);
+    gated("rows40_lt", {40, 96}, 50, 96);
+    // onyx::RmsNormLinear: x, skip, gamma, w -> sum, y...: the norm in the kernel's prologue (few
+    // rows) or into the workspace before cuBLASLt (more rows).
+    auto normed = [&](std::string name, Shape x, bool skip, int64_t n, int64_t k, std::vector<int64_t> splits,
+                      bool gate) {
+      std::vector<Attribute> at{attr_float("epsilon", 1e-5f)};
+      if (!splits.empty()) at.push_back(attr_ints("splits", splits));
+      if (gate) at.push_back(attr_int("gated", 1));
+      const int outs = 1 + (gate || splits.empty() ? 1 : static_cast<int>(splits.size()));
+      v.push_back({std::move(name), "RmsNormLinear", kFloats,
+                   {Uni(x, -2, 2), skip ? Uni(x, -2, 2) : None(), Pos({k}, 0.5, 1.5), Uni({n, k}, -1, 1)}, at, outs, 1,
+                   "onyx"});
+    };
+    normed("row1_skip_splits", {1, 1, 256}, true, 48, 256, {16, 32}, false);
+    normed("rows3_no_skip", {3, 512}, false, 40, 512, {}, false);
+    normed("rows2_gated_tail", {2, 1, 2056}, true, 66, 2056, {}, true);
+    normed("rows8_splits", {8, 128}, true, 24, 128, {8, 8, 8}, false);
+    normed("rows12_lt", {12, 128}, true, 32, 128, {8, 24}, false);
+    normed("rows40_lt_gated", {40, 96}, true, 100, 96, {}, true);
   }
 
   // MultiHeadAttention (Optimum's BERT, T5 and Whisper exports). Inputs: query, key, value,
@@ -480,6 +610,12 @@ void contrib(std::vector<Case>& v) {
   nbits("gemv_int2", 1, 0, 128, 20, 64, 2, 1, false);
   nbits("gemm_m37", 37, 0, 160, 70, 32, 4, 1, true);
   nbits("gemm_3d_block128", 2, 45, 256, 130, 128, 4, 0, true);
+  // The 4-bit few-row kernel (16-bit A, K and block multiples of 32): row bounds 1, 2, 4, 8; a
+  // loop over K past one step with a partial last one; every zero-point form.
+  nbits("gemv4_m1_k5120_block64", 1, 0, 5120, 19, 64, 4, 1, false);
+  nbits("gemv4_m2_block128_zp_typed", 1, 2, 512, 37, 128, 4, 2, true);
+  nbits("gemv4_m5_block32", 5, 0, 4160, 9, 32, 4, 0, true);
+  nbits("gemv4_m8_block256", 8, 0, 1024, 66, 256, 4, 1, false);
 
   // GatherBlockQuantized: uint8 data [rows, (inner,) packed cols], scales of the output type.
   auto gbq = [&](std::string name, Shape data, Shape scales, In indices, bool zp, int64_t bits, int64_t block) {
@@ -531,16 +667,23 @@ void matmul(std::vector<Case>& v) {
       ab.push_back(attr_float("beta", -1.5f));
       v.push_back({t + "_full_c_alpha_beta", "Gemm", kFloats, {X(a), X(b), X({24, 36})}, ab, 1, 13});
     }
-  v.push_back({"row_c_1n_alpha", "Gemm", kFloats, {X({24, 40}), X({40, 36}), X({1, 36})}, {attr_float("alpha", 2.f)}, 1, 13});
+  v.push_back(
+      {"row_c_1n_alpha", "Gemm", kFloats, {X({24, 40}), X({40, 36}), X({1, 36})}, {attr_float("alpha", 2.f)}, 1, 13});
   v.push_back({"big_row_c", "Gemm", kFloats, {X({256, 512}), X({384, 512}), X({384})}, {attr_int("transB", 1)}, 1, 13});
   v.push_back({"beta0_any_c", "Gemm", kFloats, {X({8, 16}), X({16, 12}), X({})}, {attr_float("beta", 0.f)}, 1, 13});
-  v.push_back({"m1_row_c_beta", "Gemm", kFloats, {X({1, 16}), X({16, 12}), X({12})}, {attr_float("beta", 0.5f)}, 1, 13});
+  v.push_back(
+      {"m1_row_c_beta", "Gemm", kFloats, {X({1, 16}), X({16, 12}), X({12})}, {attr_float("beta", 0.5f)}, 1, 13});
   // Forms cuBLASLt has no epilogue for: beta * C is broadcast into the output first.
   v.push_back({"scalar_c", "Gemm", kFloats, {X({8, 16}), X({16, 12}), X({})}, {attr_float("beta", 1.5f)}, 1, 13});
   v.push_back({"col_c", "Gemm", kFloats, {X({8, 16}), X({16, 12}), X({8, 1})}, {}, 1, 13});
   v.push_back({"row_c_beta", "Gemm", kFloats, {X({8, 16}), X({16, 12}), X({12})}, {attr_float("beta", 0.5f)}, 1, 13});
-  v.push_back({"row_c_beta_transposed", "Gemm", kFloats, {X({16, 24}), X({40, 16}), X({40})},
-               {attr_float("beta", 1.1f), attr_float("alpha", 0.9f), attr_int("transA", 1), attr_int("transB", 1)}, 1, 13});
+  v.push_back({"row_c_beta_transposed",
+               "Gemm",
+               kFloats,
+               {X({16, 24}), X({40, 16}), X({40})},
+               {attr_float("beta", 1.1f), attr_float("alpha", 0.9f), attr_int("transA", 1), attr_int("transB", 1)},
+               1,
+               13});
 }
 
 std::vector<TestCase> all_cases() {

@@ -23,7 +23,8 @@ bool g_cpu_only = false;
 
 // CUDA runtime calls of the harness itself (not the kernel under test).
 void ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(cat("harness: ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
+  if (e != cudaSuccess)
+    throw Error(cat("harness: ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
 }
 
 std::string short_name(DType d) {
@@ -269,12 +270,13 @@ void compare(const std::string& what, const Tensor& ref, const Tensor& got, doub
   EXPECT_EQ(unwritten, 0) << what << ": " << unwritten << " of " << n << " elements never written (first at "
                           << index_str(ref.shape(), first_unwritten) << ")";
   EXPECT_EQ(mismatches, 0) << what << ": " << mismatches << " of " << n << " elements differ; first at "
-                           << index_str(ref.shape(), first) << ": cpu "
-                           << (first >= 0 ? ref.get_as_int64(first) : 0) << ", cuda "
-                           << (first >= 0 ? (ref.dtype() == DType::kBool
-                                                 ? static_cast<int64_t>(static_cast<const unsigned char*>(got.raw())[first])
-                                                 : got.get_as_int64(first))
-                                          : 0);
+                           << index_str(ref.shape(), first) << ": cpu " << (first >= 0 ? ref.get_as_int64(first) : 0)
+                           << ", cuda "
+                           << (first >= 0
+                                   ? (ref.dtype() == DType::kBool
+                                          ? static_cast<int64_t>(static_cast<const unsigned char*>(got.raw())[first])
+                                          : got.get_as_int64(first))
+                                   : 0);
 }
 
 }  // namespace
@@ -397,6 +399,7 @@ int main(int argc, char** argv) {
       cu.workspace_bytes = size_t{32} << 20;
       ok(cudaMalloc(&cu.workspace, cu.workspace_bytes), "cudaMalloc(workspace)");
       cu.device = 0;
+      cu.overlap_launches = true;  // as sessions launch them (SessionOptions::overlap_launches)
     } catch (const std::exception& e) {
       std::printf("CUDA setup failed: %s\n", e.what());
       return 1;

@@ -61,7 +61,7 @@ class CudaGraphWork final : public CapturedWork {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int index, const SessionOptions& options) : index_(index) {
+  CudaBackend(int index, const SessionOptions& options) : index_(index), overlap_launches_(options.overlap_launches) {
     ONYX_CUDA_CHECK(cudaSetDevice(index));
     size_t free = 0, total = 0;
     ONYX_CUDA_CHECK(cudaMemGetInfo(&free, &total));
@@ -227,10 +227,12 @@ class CudaBackend final : public Backend {
     cu.param_scratch = param_scratch_;
     cu.param_scratch_bytes = kParamScratchBytes;
     cu.error_word = error_word_;
+    cu.overlap_launches = overlap_launches_;
     with_lazy_context([&] { return cat("on cuda:", index_); }, [&] { k.run(ctx, cu); });
   }
 
   int index_;
+  bool overlap_launches_;
   cudaStream_t stream_ = nullptr;
   void* lt_ = nullptr;
   std::shared_ptr<MemoryGovernor> device_gov_, host_gov_;

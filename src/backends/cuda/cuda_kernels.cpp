@@ -42,7 +42,9 @@ CudaKernelRegistry& CudaKernelRegistry::global_mutable() {
     register_matmul_kernels(r);
     register_genai_kernels(r);
     register_contrib_kernels(r);
+    register_matmul_nbits_kernels(r);
     register_attention_kernels(r);
+    register_linear_kernels(r);
     return r;
   }();
   return registry;

@@ -36,6 +36,9 @@ struct CudaContext {
   // out-of-range index instead of reading out of bounds; the executor checks it after
   // each run and replay, and names the op family.
   unsigned int* error_word = nullptr;
+  // Kernels that can (kernels/common/pdl.cuh) start while the kernel before them finishes
+  // (SessionOptions::overlap_launches).
+  bool overlap_launches = false;
 };
 
 constexpr unsigned int kDeviceErrorGatherIndex = 1u;
@@ -105,6 +108,9 @@ void register_rotary_kernels(CudaKernelRegistry& r);      // rotary.cu: RotaryEm
 void register_matmul_kernels(CudaKernelRegistry& r);      // matmul.cpp: MatMul, Gemm (cuBLASLt)
 void register_genai_kernels(CudaKernelRegistry& r);       // genai.cu: onyx.genai CacheUpdate, Sample
 void register_attention_kernels(CudaKernelRegistry& r);   // attention.cu: ONNX Attention
-void register_contrib_kernels(CudaKernelRegistry& r);     // contrib.cu: GroupQueryAttention, MultiHeadAttention, MatMulNBits, GatherBlockQuantized
+void register_linear_kernels(CudaKernelRegistry& r);      // linear.cu: onyx Linear, SiluGateLinear
+void register_contrib_kernels(
+    CudaKernelRegistry& r);  // contrib.cu: GroupQueryAttention, MultiHeadAttention, GatherBlockQuantized
+void register_matmul_nbits_kernels(CudaKernelRegistry& r);  // matmul_nbits.cu: com.microsoft MatMulNBits
 
 }  // namespace onyx::cuda

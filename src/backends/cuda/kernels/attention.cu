@@ -18,6 +18,7 @@
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
+#include "backends/cuda/kernels/common/pdl.cuh"
 #include "backends/cuda/kernels/common/reduce.cuh"
 
 namespace onyx::cuda {
@@ -72,6 +73,7 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {
 
 template <class T, int PER_LANE, int RPW>
 __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(AttnArgs a) {
+  ONYX_KERNEL_PROLOGUE();
   extern __shared__ float sm[];
   const int64_t D = a.D;
   constexpr int rows_block = kAttnWarps * RPW;
@@ -253,6 +255,230 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(AttnArgs a) {
   cluster.sync();  // the others' shared memory stays until the first block has read it
 }
 
+// Decode (at most kDecodeRows query rows per KV head: a group's heads at one or a few positions),
+// 16-bit Q, K, V with head size 64 or 128: a key's D values lie across D / 8 lanes, 16 bytes each,
+// so a warp reads 32 / (D / 8) keys per load with every lane busy, and U such loads of K and of V
+// are in flight per lane. Each lane keeps a running softmax (max, sum, its 8 features of the
+// weighted values) over the keys its lane group sees; the groups of a warp merge by shuffles, the
+// warps of a block in shared memory, and the blocks of a cluster (the key splits) through
+// distributed shared memory into the cluster's first block, which writes Y.
+constexpr int kDecodeRows = 8;
+constexpr int kDecodeWarps = 8;
+
+template <int R, int D>
+struct DecodeShared {
+  float m[kDecodeWarps][R], l[kDecodeWarps][R];
+  float acc[kDecodeWarps][R][D];
+  float bm[R], bl[R];  // the block's (max, sum) per row; its values are in acc[0]
+};
+
+// A 16-byte piece of K or V as 8 floats.
+template <class T>
+__device__ __forceinline__ void piece_floats(const uint4& v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  ONYX_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    } else {
+      const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      f[2 * i] = h.x;
+      f[2 * i + 1] = h.y;
+    }
+  }
+}
+
+// (m, l, acc) <- the merge of two running softmaxes over disjoint keys.
+__device__ __forceinline__ void merge_softmax(float& m, float& l, float* acc, float m2, float l2, const float* acc2,
+                                              int n) {
+  const float mn = fmaxf(m, m2);
+  if (mn == -INFINITY) return;  // both saw only masked keys
+  const float f1 = m == -INFINITY ? 0.f : __expf(m - mn), f2 = m2 == -INFINITY ? 0.f : __expf(m2 - mn);
+  l = l * f1 + l2 * f2;
+  for (int i = 0; i < n; ++i) acc[i] = acc[i] * f1 + acc2[i] * f2;
+  m = mn;
+}
+
+template <class T, int D, int R>
+__global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs a) {
+  ONYX_KERNEL_PROLOGUE();
+  constexpr int kLanesPerKey = D / 8, kKeysPerLoad = 32 / kLanesPerKey, kU = 4;
+  __shared__ DecodeShared<R, D> sh;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int sub = lane / kLanesPerKey, part = lane % kLanesPerKey;
+  const int split = blockIdx.x;
+  const int64_t kvh = blockIdx.y, b = blockIdx.z;
+  const int rows = static_cast<int>(a.R);
+  const T* qp = static_cast<const T*>(a.q);
+  const T* kp = static_cast<const T*>(a.k) + (b * a.Hkv + kvh) * a.S * D + part * 8;
+  const T* vp = static_cast<const T*>(a.v) + (b * a.Hkv + kvh) * a.S * D + part * 8;
+  float q[R][8];
+  ONYX_UNROLL
+  for (int r = 0; r < R; ++r) {
+    if (r < rows) {
+      const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
+      load8(qp + ((b * a.Hq + h) * a.L + l) * D + part * 8, q[r]);
+      ONYX_UNROLL
+      for (int i = 0; i < 8; ++i) q[r][i] *= a.scale;
+    }
+  }
+  const int64_t lo = split * a.chunk, hi = min(a.S, lo + a.chunk);
+  float m[R], lsum[R], acc[R][8];
+  ONYX_UNROLL
+  for (int r = 0; r < R; ++r) {
+    m[r] = -INFINITY;
+    lsum[r] = 0.f;
+    ONYX_UNROLL
+    for (int i = 0; i < 8; ++i) acc[r][i] = 0.f;
+  }
+  constexpr int kStep = kDecodeWarps * kKeysPerLoad * kU;
+  for (int64_t t0 = lo + warp * kKeysPerLoad * kU; t0 < hi; t0 += kStep) {
+    uint4 kr[kU], vr[kU];
+    ONYX_UNROLL
+    for (int u = 0; u < kU; ++u) {
+      const int64_t key = t0 + u * kKeysPerLoad + sub;
+      if (key < hi) {
+        kr[u] = *reinterpret_cast<const uint4*>(kp + key * D);
+        vr[u] = *reinterpret_cast<const uint4*>(vp + key * D);
+      } else {
+        kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+    ONYX_UNROLL
+    for (int u = 0; u < kU; ++u) {
+      const int64_t key = t0 + u * kKeysPerLoad + sub;
+      float kf[8], vf[8];
+      piece_floats<T>(kr[u], kf);
+      piece_floats<T>(vr[u], vf);
+      ONYX_UNROLL
+      for (int r = 0; r < R; ++r) {
+        if (r >= rows) continue;
+        float s = 0.f;
+        ONYX_UNROLL
+        for (int i = 0; i < 8; ++i) s = fmaf(q[r][i], kf[i], s);
+        ONYX_UNROLL
+        for (int o = kLanesPerKey / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (key >= hi || key >= a.mask_len) {
+          s = -INFINITY;
+        } else if (a.mask) {
+          const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
+          const int64_t mi = b * a.mstride[0] + h * a.mstride[1] + l * a.mstride[2] + key * a.mstride[3];
+          if (a.mask_bool) s = static_cast<const bool*>(a.mask)[mi] ? s : -INFINITY;
+          else s += to_compute(static_cast<const T*>(a.mask)[mi]);
+        }
+        if (s == -INFINITY) continue;
+        const float mn = fmaxf(m[r], s);
+        const float corr = __expf(m[r] - mn), p = __expf(s - mn);  // exp(-inf) = 0 on the first key
+        lsum[r] = lsum[r] * corr + p;
+        ONYX_UNROLL
+        for (int i = 0; i < 8; ++i) acc[r][i] = fmaf(p, vf[i], acc[r][i] * corr);
+        m[r] = mn;
+      }
+    }
+  }
+  // The lane groups of the warp (the same features, other keys) into lanes [0, kLanesPerKey).
+  ONYX_UNROLL
+  for (int r = 0; r < R; ++r) {
+    ONYX_UNROLL
+    for (int o = kLanesPerKey; o < 32; o <<= 1) {
+      float acc2[8];
+      const float m2 = __shfl_xor_sync(0xffffffffu, m[r], o), l2 = __shfl_xor_sync(0xffffffffu, lsum[r], o);
+      ONYX_UNROLL
+      for (int i = 0; i < 8; ++i) acc2[i] = __shfl_xor_sync(0xffffffffu, acc[r][i], o);
+      merge_softmax(m[r], lsum[r], acc[r], m2, l2, acc2, 8);
+    }
+    if (sub == 0) {
+      if (part == 0) {
+        sh.m[warp][r] = m[r];
+        sh.l[warp][r] = lsum[r];
+      }
+      ONYX_UNROLL
+      for (int i = 0; i < 8; ++i) sh.acc[warp][r][part * 8 + i] = acc[r][i];
+    }
+  }
+  __syncthreads();
+  // The block's warps into warp 0's slots: one thread per (row, feature).
+  for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
+    const int r = e / D, d = e - r * D;
+    float mb = sh.m[0][r], lb = sh.l[0][r], ab = sh.acc[0][r][d];
+    for (int w = 1; w < kDecodeWarps; ++w) merge_softmax(mb, lb, &ab, sh.m[w][r], sh.l[w][r], &sh.acc[w][r][d], 1);
+    sh.acc[0][r][d] = ab;  // only this thread reads or writes element (r, d)
+    if (d == 0) {
+      sh.bm[r] = mb;
+      sh.bl[r] = lb;
+    }
+  }
+  __syncthreads();
+  auto write = [&](int r, int d, float value, float den) {
+    const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
+    static_cast<T*>(a.y)[((b * a.Hq + h) * a.L + l) * D + d] = from_compute<T>(den > 0.f ? value / den : 0.f);
+  };
+  if (a.splits == 1) {
+    for (int e = threadIdx.x; e < rows * D; e += blockDim.x) write(e / D, e % D, sh.acc[0][e / D][e % D], sh.bl[e / D]);
+    return;
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  if (cluster.block_rank() == 0) {
+    const unsigned n = cluster.num_blocks();
+    for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
+      const int r = e / D, d = e - r * D;
+      float mb = -INFINITY, lb = 0.f, ab = 0.f;
+      for (unsigned qb = 0; qb < n; ++qb) {
+        const DecodeShared<R, D>* o = cluster.map_shared_rank(&sh, qb);
+        merge_softmax(mb, lb, &ab, o->bm[r], o->bl[r], &o->acc[0][r][d], 1);
+      }
+      write(r, d, ab, lb);
+    }
+  }
+  cluster.sync();  // the others' shared memory stays until the first block has read it
+}
+
+// Whether the decode kernel takes this attention, and launches it.
+bool attention_decode(AttnArgs& a, DType dt, CudaContext& cu) {
+  if (!a.vec8 || a.R > kDecodeRows || (a.D != 64 && a.D != 128) || (dt != DType::kBFloat16 && dt != DType::kFloat16) ||
+      reinterpret_cast<uintptr_t>(a.q) % 16 != 0 || a.Hkv > 65535 || a.B > 65535)
+    return false;
+  // Enough blocks to fill the SMs twice over, at least 64 keys each, at most a cluster of 16.
+  const int64_t heads = a.Hkv * a.B, want = 2 * static_cast<int64_t>(sm_count(cu.device));
+  int64_t splits = std::min<int64_t>({16, (want + heads - 1) / heads, (a.S + 63) / 64});
+  splits = std::max<int64_t>(1, splits);
+  a.chunk = (a.S + splits - 1) / splits;
+  a.splits = static_cast<int>(std::max<int64_t>(1, (a.S + a.chunk - 1) / std::max<int64_t>(1, a.chunk)));
+  auto launch = [&](auto kernel) {
+    if (a.splits > 8) ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(a.splits), static_cast<unsigned>(a.Hkv), static_cast<unsigned>(a.B));
+    cfg.blockDim = dim3(kDecodeWarps * 32);
+    cfg.stream = cu.stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(a.splits);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    ONYX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+  };
+  auto by_rows = [&](auto tag, auto dim) {
+    using T = typename decltype(tag)::type;
+    constexpr int Dc = decltype(dim)::value;
+    if (a.R <= 1) launch(attn_decode_kernel<T, Dc, 1>);
+    else if (a.R <= 2) launch(attn_decode_kernel<T, Dc, 2>);
+    else if (a.R <= 4) launch(attn_decode_kernel<T, Dc, 4>);
+    else launch(attn_decode_kernel<T, Dc, 8>);
+  };
+  dispatch_float(dt, "Attention", [&](auto tag) {
+    if constexpr (!std::is_same_v<typename decltype(tag)::type, float>) {
+      if (a.D == 64) by_rows(tag, std::integral_constant<int, 64>{});
+      else by_rows(tag, std::integral_constant<int, 128>{});
+    }
+  });
+  ONYX_CUDA_CHECK_LAUNCH("Attention (decode)");
+  return true;
+}
+
 // Long prompts: the scores of a chunk of query rows for every (batch row, KV head) as one
 // strided-batched product (a KV head's query group is G * L consecutive rows of Q), the softmax
 // in place (one block per row: scale and mask in float, the scores and probabilities in T, as
@@ -263,6 +489,7 @@ constexpr size_t kAttnLtWorkspace = 8ull << 20;   // of the 32 MiB workspace: cu
 
 template <class T>
 __global__ void attn_softmax_rows_kernel(T* __restrict__ p, AttnArgs a, int64_t r0, int64_t rc) {
+  ONYX_KERNEL_PROLOGUE();
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;  // over batch * Hkv * rc
   const int64_t bk = row / rc, r = r0 + row % rc, kvh = bk % a.Hkv, b = bk / a.Hkv;
@@ -327,8 +554,8 @@ bool attention_by_gemm(const AttnArgs& a, DType dt, CudaContext& cu) {
     run_gemm(qk, lt, "Attention's scores");
     dispatch_float(dt, "Attention", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      attn_softmax_rows_kernel<T><<<static_cast<unsigned>(batch * n), 256, 0, cu.stream>>>(static_cast<T*>(scores), a,
-                                                                                        r0, n);
+      launch_kernel(attn_softmax_rows_kernel<T>, static_cast<unsigned>(batch * n), 256, 0, cu, static_cast<T*>(scores),
+                    a, r0, n);
     });
     ONYX_CUDA_CHECK_LAUNCH("Attention (softmax)");
     GemmCall pv;  // Y[bk][r0 + r] = P[bk][r] . V[bk]
@@ -406,6 +633,7 @@ void run_attention(KernelContext& ctx, CudaContext& cu) {
                                                     : 1.0 / std::sqrt(static_cast<double>(a.D)));
   if (a.B == 0 || a.Hq == 0 || a.L == 0) return;
   if (a.R >= kAttnGemmRows && a.S >= 64 && attention_by_gemm(a, q.dtype(), cu)) return;
+  if (attention_decode(a, q.dtype(), cu)) return;
   const int64_t per_warp = (a.R + kAttnWarps - 1) / kAttnWarps;
   a.rows_per_warp = per_warp <= 1 ? 1 : per_warp <= 2 ? 2 : 4;
   const int64_t rows_block = kAttnWarps * a.rows_per_warp;
@@ -426,11 +654,13 @@ void run_attention(KernelContext& ctx, CudaContext& cu) {
     using T = typename decltype(tag)::type;
     auto launch = [&](auto kernel) {
       if (smem > 48 * 1024)
-        ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        ONYX_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
       if (a.splits > 8)  // clusters past 8 blocks (Hopper takes 16)
         ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
       cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(static_cast<unsigned>(tiles * a.splits), static_cast<unsigned>(a.Hkv), static_cast<unsigned>(a.B));
+      cfg.gridDim =
+          dim3(static_cast<unsigned>(tiles * a.splits), static_cast<unsigned>(a.Hkv), static_cast<unsigned>(a.B));
       cfg.blockDim = dim3(kAttnWarps * 32);
       cfg.dynamicSmemBytes = smem;
       cfg.stream = cu.stream;

@@ -1,7 +1,7 @@
 // CUDA kernels of the com.microsoft ops that onnxruntime-genai's builder emits:
-// GroupQueryAttention, MatMulNBits and GatherBlockQuantized (tied int4 embeddings), and
-// MultiHeadAttention (Optimum's BERT, T5 and Whisper exports). The semantics are the CPU
-// kernels' (ops/gqa.h, ops/group_query_attention.cpp, ops/matmul_nbits.cpp, ops/mha.h,
+// GroupQueryAttention and GatherBlockQuantized (tied int4 embeddings; MatMulNBits is in
+// matmul_nbits.cu), and MultiHeadAttention (Optimum's BERT, T5 and Whisper exports). The
+// semantics are the CPU kernels' (ops/gqa.h, ops/group_query_attention.cpp, ops/mha.h,
 // ops/multi_head_attention.cpp), which the harness compares these with.
 //
 // GroupQueryAttention reads seqlens_k and total_sequence_length on the device, so a captured
@@ -11,14 +11,11 @@
 // positions, then one block per (query, head, batch row) with an online softmax over its keys,
 // its warps taking keys in turn and merging at the end, in float. Not on CUDA (the CPU kernel
 // runs them): sliding_window_cache, query_seqlens, head sizes above 256, an absent present.
-//
-// MatMulNBits: up to 8 rows of A (decode) a warp per output feature reads the feature's packed
-// blocks once for every row; more rows, 64x64 tiles of Y with B dequantized into shared memory
-// as it is loaded. Both accumulate in float.
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
 #include "backends/cuda/kernels/common/reduce.cuh"
+#include "backends/cuda/kernels/common/pdl.cuh"
 #include "ops/block_quant.h"
 #include "ops/gqa.h"
 #include "ops/mha.h"
@@ -115,6 +112,7 @@ __device__ __forceinline__ float rotated(const GqaArgs& a, const T* x, int64_t d
 // One block per (token s, batch row b): the token's keys (rotated) and values into present.
 template <class T>
 __global__ void __launch_bounds__(kGqaThreads) gqa_store_kernel(GqaArgs a) {
+  ONYX_KERNEL_PROLOGUE();
   const int64_t s = blockIdx.x, b = blockIdx.y;
   GqaRowDev r;
   if (!gqa_row(a, b, r)) return;
@@ -136,6 +134,7 @@ __global__ void __launch_bounds__(kGqaThreads) gqa_store_kernel(GqaArgs a) {
 // One block per (query token s, query head h, batch row b).
 template <class T>
 __global__ void __launch_bounds__(kGqaThreads) gqa_attend_kernel(GqaArgs a) {
+  ONYX_KERNEL_PROLOGUE();
   __shared__ float qs[kGqaMaxHead];
   __shared__ float wm[kGqaWarps], wl[kGqaWarps];
   __shared__ float wacc[kGqaWarps][kGqaMaxHead];
@@ -253,8 +252,8 @@ void run_gqa(KernelContext& ctx, CudaContext& cu) {
     const size_t past_in = i == 0 ? kPastKey : kPastValue;
     const Tensor* past = ctx.has_input(past_in) ? &ctx.input(past_in) : nullptr;
     if (past && past->raw() == pt.raw()) {
-      ONYX_CHECK(past->shape() == pt.shape(), i == 0 ? "present_key" : "present_value", " shares past's buffer but has shape ",
-                 pt.shape().str(), " instead of past's ", past->shape().str());
+      ONYX_CHECK(past->shape() == pt.shape(), i == 0 ? "present_key" : "present_value",
+                 " shares past's buffer but has shape ", pt.shape().str(), " instead of past's ", past->shape().str());
       continue;
     }
     const int64_t P = past ? g.past_len : 0;
@@ -313,9 +312,11 @@ void run_gqa(KernelContext& ctx, CudaContext& cu) {
              g.S, " or heads ", g.N, " exceed a grid dimension");
   dispatch_float(y.dtype(), "GroupQueryAttention", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    gqa_store_kernel<T><<<dim3(static_cast<unsigned>(g.S), static_cast<unsigned>(g.B)), kGqaThreads, 0, cu.stream>>>(a);
-    gqa_attend_kernel<T><<<dim3(static_cast<unsigned>(g.S), static_cast<unsigned>(g.N), static_cast<unsigned>(g.B)),
-                           kGqaThreads, 0, cu.stream>>>(a);
+    launch_kernel(gqa_store_kernel<T>, dim3(static_cast<unsigned>(g.S), static_cast<unsigned>(g.B)), kGqaThreads, 0, cu,
+                  a);
+    launch_kernel(gqa_attend_kernel<T>,
+                  dim3(static_cast<unsigned>(g.S), static_cast<unsigned>(g.N), static_cast<unsigned>(g.B)), kGqaThreads,
+                  0, cu, a);
   });
   ONYX_CUDA_CHECK_LAUNCH("GroupQueryAttention");
 }
@@ -334,7 +335,8 @@ std::string gqa_support(const Node& node, const std::vector<ValueType>& in) {
     if (o >= node.outputs.size() || node.outputs[o] < 0)
       return "GroupQueryAttention on CUDA needs the present_key and present_value outputs";
   if (node.outputs.size() > 3 && node.outputs[3] >= 0) return "output 'output_qk' is not supported by onyx";
-  if (in.empty() || !is_cuda_float(in[kQuery].dtype)) return "GroupQueryAttention on CUDA takes float32/float16/bfloat16";
+  if (in.empty() || !is_cuda_float(in[kQuery].dtype))
+    return "GroupQueryAttention on CUDA takes float32/float16/bfloat16";
   const PartialShape& q = in[kQuery].shape;
   if (q.rank_known && q.dims.size() == 3 && q.dims[2] >= 0) {
     const int64_t heads = has(kKey) ? at.num_heads : at.num_heads + 2 * at.kv_num_heads;
@@ -393,6 +395,7 @@ __device__ __forceinline__ float mha_kv(const MhaArgs& a, const void* x, const v
 // present_key (is_value 0) or present_value: concat(past, new (+ bias)), one thread per element.
 template <class T>
 __global__ void mha_present_kernel(MhaArgs a, int is_value) {
+  ONYX_KERNEL_PROLOGUE();
   const int64_t width = is_value ? a.Hv : a.H, total = a.B * a.N * a.T * width;
   const void* x = is_value ? a.v : a.k;
   const void* past = is_value ? a.past_v : a.past_k;
@@ -408,6 +411,7 @@ __global__ void mha_present_kernel(MhaArgs a, int is_value) {
 // One block per (query token s, head h, batch row b).
 template <class T>
 __global__ void __launch_bounds__(kMhaThreads) mha_attend_kernel(MhaArgs a) {
+  ONYX_KERNEL_PROLOGUE();
   __shared__ float qs[kMhaMaxHead];
   __shared__ double wm[kMhaWarps];
   __shared__ float wl[kMhaWarps];
@@ -556,11 +560,12 @@ void run_mha(KernelContext& ctx, CudaContext& cu) {
     for (int is_value = 0; is_value < 2; ++is_value) {
       const int64_t n = g.B * g.N * g.T() * (is_value ? g.Hv : g.H);
       if ((is_value ? a.present_v : a.present_k) && n > 0)
-        mha_present_kernel<T><<<resident_blocks_for(n, cu.device), kThreads, 0, cu.stream>>>(a, is_value);
+        launch_kernel(mha_present_kernel<T>, resident_blocks_for(n, cu.device), kThreads, 0, cu, a, is_value);
     }
     if (y.numel() > 0)
-      mha_attend_kernel<T><<<dim3(static_cast<unsigned>(g.S), static_cast<unsigned>(g.N), static_cast<unsigned>(g.B)),
-                             kMhaThreads, 0, cu.stream>>>(a);
+      launch_kernel(mha_attend_kernel<T>,
+                    dim3(static_cast<unsigned>(g.S), static_cast<unsigned>(g.N), static_cast<unsigned>(g.B)),
+                    kMhaThreads, 0, cu, a);
   });
   ONYX_CUDA_CHECK_LAUNCH("MultiHeadAttention");
 }
@@ -618,199 +623,6 @@ std::string mha_support(const Node& node, const std::vector<ValueType>& in) {
   return "";
 }
 
-// ==================================== MatMulNBits ====================================
-
-struct NBitsArgs {
-  const void* a;  // [M, K]
-  const uint8_t* b;  // [N, k_blocks, blob]
-  const void* scales;  // [N, k_blocks]
-  const void* zp;      // null: the default; packed uint8 or A's type
-  int zp_packed;
-  const void* bias;  // [N] or null
-  void* y;           // [M, N]
-  int64_t M, N, K, block, k_blocks, bits, zp_row;
-};
-
-template <class T>
-__device__ __forceinline__ float nbits_zero(const NBitsArgs& p, int64_t n, int64_t blk) {
-  if (!p.zp) return static_cast<float>(1 << (p.bits - 1));
-  if (p.zp_packed) {
-    const int64_t per_byte = 8 / p.bits;
-    const uint8_t byte = static_cast<const uint8_t*>(p.zp)[n * p.zp_row + blk / per_byte];
-    return static_cast<float>((byte >> ((blk % per_byte) * p.bits)) & ((1 << p.bits) - 1));
-  }
-  return to_compute(static_cast<const T*>(p.zp)[n * p.k_blocks + blk]);
-}
-
-// Up to MR rows of A: a warp per output feature n; each lane takes 4-byte words of the
-// feature's packed row in turn (a word never straddles a block: blobs are >= 4 bytes).
-template <class T, int MR>
-__global__ void __launch_bounds__(256) nbits_gemv_kernel(NBitsArgs p) {
-  const int lane = threadIdx.x & 31;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
-  if (n >= p.N) return;
-  const T* A = static_cast<const T*>(p.a);
-  const int64_t blob = p.block * p.bits / 8, per_word = 32 / p.bits, mask = (1 << p.bits) - 1;
-  const int64_t words = p.k_blocks * blob / 4;
-  const uint32_t* row = reinterpret_cast<const uint32_t*>(p.b + n * p.k_blocks * blob);
-  float acc[MR];
-  ONYX_UNROLL
-  for (int m = 0; m < MR; ++m) acc[m] = 0.f;
-  for (int64_t w = lane; w < words; w += 32) {
-    const uint32_t word = __ldg(row + w);
-    const int64_t k0 = w * per_word, blk = k0 / p.block;
-    const float scale = to_compute(static_cast<const T*>(p.scales)[n * p.k_blocks + blk]);
-    const float zero = nbits_zero<T>(p, n, blk);
-    for (int64_t i = 0; i < per_word; ++i) {
-      const int64_t k = k0 + i;
-      if (k >= p.K) break;
-      const float wv = (static_cast<float>((word >> (i * p.bits)) & mask) - zero) * scale;
-      ONYX_UNROLL
-      for (int m = 0; m < MR; ++m)
-        if (m < p.M) acc[m] += to_compute(A[m * p.K + k]) * wv;
-    }
-  }
-  ONYX_UNROLL
-  for (int m = 0; m < MR; ++m) {
-    const float s = warp_reduce(acc[m], [](float x, float y) { return x + y; });
-    if (lane == 0 && m < p.M) {
-      const float bias = p.bias ? to_compute(static_cast<const T*>(p.bias)[n]) : 0.f;
-      static_cast<T*>(p.y)[m * p.N + n] = from_compute<T>(s + bias);
-    }
-  }
-}
-
-// 64x64 tiles of Y, 256 threads of 4x4 outputs each, K in steps of 16; B's tile is
-// dequantized into shared memory as it is loaded.
-constexpr int kTileM = 64, kTileN = 64, kTileK = 16;
-
-template <class T>
-__global__ void __launch_bounds__(256) nbits_gemm_kernel(NBitsArgs p) {
-  __shared__ float As[kTileK][kTileM + 1];
-  __shared__ float Bs[kTileK][kTileN + 1];
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTileM, n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
-  const T* A = static_cast<const T*>(p.a);
-  const int64_t blob = p.block * p.bits / 8, mask = (1 << p.bits) - 1;
-  float acc[4][4] = {};
-  for (int64_t k0 = 0; k0 < p.K; k0 += kTileK) {
-    for (int e = threadIdx.x; e < kTileK * kTileM; e += blockDim.x) {
-      const int kk = e % kTileK, mm = e / kTileK;
-      const int64_t m = m0 + mm, k = k0 + kk;
-      As[kk][mm] = m < p.M && k < p.K ? to_compute(A[m * p.K + k]) : 0.f;
-    }
-    for (int e = threadIdx.x; e < kTileK * kTileN; e += blockDim.x) {
-      const int kk = e % kTileK, nn = e / kTileK;
-      const int64_t n = n0 + nn, k = k0 + kk;
-      float wv = 0.f;
-      if (n < p.N && k < p.K) {
-        const int64_t blk = k / p.block, i = k % p.block;
-        const uint8_t* bb = p.b + (n * p.k_blocks + blk) * blob;
-        const int64_t per_byte = 8 / p.bits;
-        const int q = (bb[i / per_byte] >> ((i % per_byte) * p.bits)) & mask;
-        wv = (static_cast<float>(q) - nbits_zero<T>(p, n, blk)) *
-             to_compute(static_cast<const T*>(p.scales)[n * p.k_blocks + blk]);
-      }
-      Bs[kk][nn] = wv;
-    }
-    __syncthreads();
-    ONYX_UNROLL
-    for (int kk = 0; kk < kTileK; ++kk) {
-      float av[4], bv[4];
-      ONYX_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        av[i] = As[kk][ty * 4 + i];
-        bv[i] = Bs[kk][tx * 4 + i];
-      }
-      ONYX_UNROLL
-      for (int i = 0; i < 4; ++i)
-        ONYX_UNROLL
-        for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * bv[j];
-    }
-    __syncthreads();
-  }
-  for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < 4; ++j) {
-      const int64_t m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;
-      if (m >= p.M || n >= p.N) continue;
-      const float bias = p.bias ? to_compute(static_cast<const T*>(p.bias)[n]) : 0.f;
-      static_cast<T*>(p.y)[m * p.N + n] = from_compute<T>(acc[i][j] + bias);
-    }
-}
-
-template <class T>
-__global__ void nbits_bias_kernel(const void* bias, void* y, int64_t M, int64_t N) {
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < M * N;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    static_cast<T*>(y)[e] = bias ? static_cast<const T*>(bias)[e % N] : from_compute<T>(0.f);
-}
-
-void run_matmul_nbits(KernelContext& ctx, CudaContext& cu) {
-  const Tensor& a = ctx.input(0);
-  const Tensor& b = ctx.input(1);
-  NBitsArgs p{};
-  p.K = ctx.attr_int("K");
-  p.N = ctx.attr_int("N");
-  p.block = ctx.attr_int("block_size");
-  p.bits = ctx.attr_int("bits", 4);
-  check_quant_bits(p.bits);
-  check_quant_block_size(p.block);
-  p.k_blocks = (p.K + p.block - 1) / p.block;
-  p.M = a.numel() / p.K;
-  p.a = a.raw();
-  p.b = b.data<uint8_t>();
-  p.scales = ctx.input(2).raw();
-  if (ctx.has_input(3)) {
-    p.zp = ctx.input(3).raw();
-    p.zp_packed = ctx.input(3).dtype() == DType::kUInt8;
-    p.zp_row = packed_bytes(p.k_blocks, p.bits);
-  }
-  p.bias = ctx.has_input(5) ? ctx.input(5).raw() : nullptr;
-  Tensor& y = ctx.output(0);
-  p.y = y.raw();
-  if (p.M == 0) return;
-  ONYX_CHECK(b.shape() == Shape({p.N, p.k_blocks, p.block * p.bits / 8}) || b.numel() == 0, "input 'B' must be [",
-             p.N, ", ", p.k_blocks, ", ", p.block * p.bits / 8, "], got ", b.shape().str());
-  dispatch_float(a.dtype(), "MatMulNBits", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if (b.numel() == 0) {  // an omitted projection: the bias, or zeros
-      nbits_bias_kernel<T><<<resident_blocks_for(p.M * p.N, cu.device), kThreads, 0, cu.stream>>>(p.bias, p.y, p.M,
-                                                                                                    p.N);
-      return;
-    }
-    const unsigned warps_blocks = static_cast<unsigned>((p.N + 7) / 8);
-    if (p.M == 1)
-      nbits_gemv_kernel<T, 1><<<warps_blocks, 256, 0, cu.stream>>>(p);
-    else if (p.M <= 4)
-      nbits_gemv_kernel<T, 4><<<warps_blocks, 256, 0, cu.stream>>>(p);
-    else if (p.M <= 8)
-      nbits_gemv_kernel<T, 8><<<warps_blocks, 256, 0, cu.stream>>>(p);
-    else {
-      ONYX_CHECK((p.M + kTileM - 1) / kTileM <= 65535, "MatMulNBits on CUDA: ", p.M, " rows exceed the grid");
-      nbits_gemm_kernel<T><<<dim3(static_cast<unsigned>((p.N + kTileN - 1) / kTileN),
-                                  static_cast<unsigned>((p.M + kTileM - 1) / kTileM)),
-                             256, 0, cu.stream>>>(p);
-    }
-  });
-  ONYX_CUDA_CHECK_LAUNCH("MatMulNBits");
-}
-
-std::string nbits_support(const Node& node, const std::vector<ValueType>& in) {
-  NodeView n(node);
-  if (in.empty() || !is_cuda_float(in[0].dtype)) return "MatMulNBits on CUDA takes float32/float16/bfloat16 A";
-  if (n.attr_int("weight_prepacked", 0) != 0) return "weight_prepacked B is not supported by onyx";
-  const int64_t bits = n.attr_int("bits", 4), block = n.attr_int("block_size", 0);
-  if (bits != 2 && bits != 4 && bits != 8) return "MatMulNBits on CUDA takes 2, 4 or 8 bits";
-  if (block < 16 || (block & (block - 1)) != 0) return "MatMulNBits block_size must be a power of two >= 16";
-  if (node.inputs.size() > 4 && node.inputs[4] >= 0) return "MatMulNBits on CUDA does not take g_idx";
-  for (size_t i : {size_t{2}, size_t{5}})
-    if (i < in.size() && node.inputs[i] >= 0 && in[i].dtype != in[0].dtype)
-      return "MatMulNBits: scales and bias must have A's dtype";
-  if (in.size() > 3 && node.inputs[3] >= 0 && in[3].dtype != DType::kUInt8 && in[3].dtype != in[0].dtype)
-    return "MatMulNBits: zero_points must be uint8 or A's dtype";
-  return "";
-}
-
 // ================================ GatherBlockQuantized ================================
 // uint8 data (gather_axis 0, quantize_axis last), as the CPU kernel takes it: one thread per
 // output value; an index outside [-rows, rows) gives zeros, as the op defines.
@@ -827,6 +639,7 @@ struct GbqArgs {
 
 template <class T>
 __global__ void gbq_kernel(GbqArgs a) {
+  ONYX_KERNEL_PROLOGUE();
   const int64_t row_out = a.inner * a.cols, mask = (1 << a.bits) - 1, per_byte = 8 / a.bits;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < a.total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -875,7 +688,7 @@ void run_gbq(KernelContext& ctx, CudaContext& cu) {
   if (a.total == 0) return;
   dispatch_float(y.dtype(), "GatherBlockQuantized", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    gbq_kernel<T><<<resident_blocks_for(a.total, cu.device), kThreads, 0, cu.stream>>>(a);
+    launch_kernel(gbq_kernel<T>, resident_blocks_for(a.total, cu.device), kThreads, 0, cu, a);
   });
   ONYX_CUDA_CHECK_LAUNCH("GatherBlockQuantized");
 }
@@ -901,7 +714,6 @@ std::string gbq_support(const Node& node, const std::vector<ValueType>& in) {
 void register_contrib_kernels(CudaKernelRegistry& r) {
   r.add(domain_kernel("com.microsoft", "GatherBlockQuantized", 1, run_gbq, gbq_support));
   r.add(domain_kernel("com.microsoft", "GroupQueryAttention", 1, run_gqa, gqa_support));
-  r.add(domain_kernel("com.microsoft", "MatMulNBits", 1, run_matmul_nbits, nbits_support));
   r.add(domain_kernel("com.microsoft", "MultiHeadAttention", 1, run_mha, mha_support));
 }
 

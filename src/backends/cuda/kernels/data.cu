@@ -10,6 +10,7 @@
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
 #include "backends/cuda/kernels/common/reduce.cuh"
+#include "backends/cuda/kernels/common/pdl.cuh"
 
 namespace onyx::cuda {
 
@@ -45,7 +46,8 @@ bool movable(DType dt) {
 }
 
 std::string movable_reason(const char* op) {
-  return cat(op, " on CUDA supports fixed-size dtypes of 1, 2, 4 or 8 bytes (float32/float16/bfloat16/int32/int64/bool...)");
+  return cat(
+      op, " on CUDA supports fixed-size dtypes of 1, 2, 4 or 8 bytes (float32/float16/bfloat16/int32/int64/bool...)");
 }
 
 // ---- Gather ----
@@ -54,6 +56,7 @@ std::string movable_reason(const char* op) {
 template <class U>
 __global__ void gather_kernel(const U* __restrict__ src, U* __restrict__ dst, const void* idx, int idx64,
                               int64_t outer, int64_t n, int64_t size, int64_t inner, unsigned int* err) {
+  ONYX_KERNEL_PROLOGUE();
   const int64_t total = outer * n * inner;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -85,9 +88,9 @@ void run_gather(KernelContext& ctx, CudaContext& cu) {
   const int64_t inner_u = inner * es / w;
   dispatch_width(w, [&](auto tag) {
     using U = typename decltype(tag)::type;
-    gather_kernel<U><<<blocks_for(outer * n * inner_u, kThreads), kThreads, 0, cu.stream>>>(
-        static_cast<const U*>(data.raw()), static_cast<U*>(out.raw()), ind.raw(), ind.dtype() == DType::kInt64,
-        outer, n, size, inner_u, cu.error_word);
+    launch_kernel(gather_kernel<U>, blocks_for(outer * n * inner_u, kThreads), kThreads, 0, cu,
+                  static_cast<const U*>(data.raw()), static_cast<U*>(out.raw()), ind.raw(),
+                  ind.dtype() == DType::kInt64, outer, n, size, inner_u, cu.error_word);
   });
   ONYX_CUDA_CHECK_LAUNCH("Gather");
 }
@@ -106,6 +109,7 @@ struct Pieces {
 
 template <class U>
 __global__ void pieces_kernel(U* whole, Pieces p, int64_t outer, int64_t total, int to_whole) {
+  ONYX_KERNEL_PROLOGUE();
   const int q = blockIdx.y;
   const int64_t w = p.width[q];
   const int64_t n = outer * w;
@@ -126,8 +130,8 @@ struct Piece {
 
 // Copies pieces into (Concat) or out of (Split) `whole`; pieces with a null
 // pointer are skipped but still take their place along the axis.
-void move_pieces(void* whole, const std::vector<int64_t>& dims, int64_t axis, size_t es, const std::vector<Piece>& pieces,
-                 bool to_whole, CudaContext& cu, const char* what) {
+void move_pieces(void* whole, const std::vector<int64_t>& dims, int64_t axis, size_t es,
+                 const std::vector<Piece>& pieces, bool to_whole, CudaContext& cu, const char* what) {
   const int64_t outer = prod(dims, 0, axis), inner = prod(dims, axis + 1, dims.size());
   const int64_t row_bytes = dims[axis] * inner * static_cast<int64_t>(es);
   if (outer == 0 || row_bytes == 0) return;
@@ -160,7 +164,7 @@ void move_pieces(void* whole, const std::vector<int64_t>& dims, int64_t axis, si
     dispatch_width(w, [&](auto tag) {
       using U = typename decltype(tag)::type;
       const dim3 grid(blocks_for(outer * widest, kThreads), static_cast<unsigned>(count));
-      pieces_kernel<U><<<grid, kThreads, 0, cu.stream>>>(static_cast<U*>(whole), batch, outer, total,
+      launch_kernel(pieces_kernel<U>, grid, kThreads, 0, cu, static_cast<U*>(whole), batch, outer, total,
                                                          to_whole ? 1 : 0);
     });
     ONYX_CUDA_CHECK_LAUNCH(what);
@@ -241,6 +245,7 @@ struct Strided {
 
 template <class U>
 __global__ void strided_copy_kernel(const U* __restrict__ in, U* __restrict__ out, Strided s) {
+  ONYX_KERNEL_PROLOGUE();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < s.total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t off = 0, rem = e;
@@ -257,6 +262,7 @@ __global__ void strided_copy_kernel(const U* __restrict__ in, U* __restrict__ ou
 template <class U>
 __global__ void transpose_tiled_kernel(const U* __restrict__ in, U* __restrict__ out, int64_t batch, int64_t R,
                                        int64_t C) {
+  ONYX_KERNEL_PROLOGUE();
   __shared__ U tile[32][33];
   const int64_t tiles_c = (C + 31) / 32, tiles_r = (R + 31) / 32;
   const int64_t tiles = batch * tiles_r * tiles_c;
@@ -343,7 +349,7 @@ void run_transpose(KernelContext& ctx, CudaContext& cu) {
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{1} << 20));
     dispatch_width(static_cast<int>(es), [&](auto tag) {
       using U = typename decltype(tag)::type;
-      transpose_tiled_kernel<U><<<blocks, dim3(32, 8), 0, cu.stream>>>(static_cast<const U*>(in.raw()),
+      launch_kernel(transpose_tiled_kernel<U>, blocks, dim3(32, 8), 0, cu, static_cast<const U*>(in.raw()),
                                                                          static_cast<U*>(out.raw()), batch, R, C);
     });
     ONYX_CUDA_CHECK_LAUNCH("Transpose (tiled)");
@@ -371,8 +377,8 @@ void run_transpose(KernelContext& ctx, CudaContext& cu) {
   s.total = static_cast<int64_t>(out.bytes()) / w;
   dispatch_width(w, [&](auto tag) {
     using U = typename decltype(tag)::type;
-    strided_copy_kernel<U><<<blocks_for(s.total, kThreads), kThreads, 0, cu.stream>>>(
-        static_cast<const U*>(in.raw()), static_cast<U*>(out.raw()), s);
+    launch_kernel(strided_copy_kernel<U>, blocks_for(s.total, kThreads), kThreads, 0, cu,
+                  static_cast<const U*>(in.raw()), static_cast<U*>(out.raw()), s);
   });
   ONYX_CUDA_CHECK_LAUNCH("Transpose");
 }
@@ -397,6 +403,7 @@ struct SliceArgs {
 
 template <class U>
 __global__ void slice_kernel(const U* __restrict__ in, U* __restrict__ out, SliceArgs a) {
+  ONYX_KERNEL_PROLOGUE();
   __shared__ int64_t stride[kMaxRank];
   __shared__ int64_t base;
   if (threadIdx.x == 0) {
@@ -489,7 +496,7 @@ void run_slice(KernelContext& ctx, CudaContext& cu) {
   }
   dispatch_width(static_cast<int>(dtype_size(in.dtype())), [&](auto tag) {
     using U = typename decltype(tag)::type;
-    slice_kernel<U><<<blocks_for(a.total, kThreads), kThreads, 0, cu.stream>>>(static_cast<const U*>(in.raw()),
+    launch_kernel(slice_kernel<U>, blocks_for(a.total, kThreads), kThreads, 0, cu, static_cast<const U*>(in.raw()),
                                                                              static_cast<U*>(out.raw()), a);
   });
   ONYX_CUDA_CHECK_LAUNCH("Slice");

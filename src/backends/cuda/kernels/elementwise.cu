@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "backends/cuda/kernels/elementwise_common.cuh"
+#include "backends/cuda/kernels/common/pdl.cuh"
 
 namespace onyx::cuda {
 
@@ -88,6 +89,7 @@ template <class A, class B, class R>
 __global__ void __launch_bounds__(kThreads)
     binary_flat_kernel(const A* __restrict__ a, const B* __restrict__ b, R* __restrict__ out, int64_t n,
                        bool a_scalar, bool b_scalar, bool vec, BinaryOp<A, B, R> op) {
+  ONYX_KERNEL_PROLOGUE();
   constexpr int N = vec_width<A, B, R>();
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -140,6 +142,7 @@ template <class A, class B, class R>
 __global__ void __launch_bounds__(kThreads)
     binary_broadcast_kernel(const A* __restrict__ a, const B* __restrict__ b, R* __restrict__ out, int64_t n,
                             Broadcast<2> g, BinaryOp<A, B, R> op) {
+  ONYX_KERNEL_PROLOGUE();
   if (fits_index32(n)) binary_broadcast_body<uint32_t>(a, b, out, static_cast<uint32_t>(n), g, op);
   else binary_broadcast_body<int64_t>(a, b, out, n, g, op);
 }
@@ -159,13 +162,14 @@ void run_binary(const Tensor& ta, const Tensor& tb, Tensor& out, int code, CudaC
     const bool vec = N > 1 && n >= N && (a_scalar || is_aligned(a, N * sizeof(A))) &&
                      (b_scalar || is_aligned(b, N * sizeof(B))) && is_aligned(o, N * sizeof(R));
     const int64_t items = vec ? n / N : n;
-    binary_flat_kernel<A, B, R><<<resident_blocks_for(items, cu.device), kThreads, 0, cu.stream>>>(a, b, o, n, a_scalar,
-                                                                                        b_scalar, vec, op);
+    launch_kernel(binary_flat_kernel<A, B, R>, resident_blocks_for(items, cu.device), kThreads, 0, cu, a, b, o, n,
+                  a_scalar, b_scalar, vec, op);
     ONYX_CUDA_CHECK_LAUNCH(what);
     return;
   }
   const Broadcast<2> g = make_broadcast<2>(out.shape(), {&ta.shape(), &tb.shape()});
-  binary_broadcast_kernel<A, B, R><<<resident_blocks_for(n, cu.device), kThreads, 0, cu.stream>>>(a, b, o, n, g, op);
+  launch_kernel(binary_broadcast_kernel<A, B, R>, resident_blocks_for(n, cu.device), kThreads, 0, cu, a, b, o, n, g,
+                op);
   ONYX_CUDA_CHECK_LAUNCH(what);
 }
 
@@ -235,7 +239,8 @@ void add_binary(CudaKernelRegistry& r, const char* name, int code) {
           if (!dtype_in(a, kArithTypes)) return cat(name, " on CUDA supports float32/float16/bfloat16/int32/int64");
           if (b != a) return cat(name, " on CUDA needs inputs of one type");
           // A kernel cannot raise the CPU's "integer division by zero" error: keep integer Div there.
-          if (code == kDiv && !dtype_in(a, kFloatTypes)) return "integer Div runs on the CPU, which reports division by zero";
+          if (code == kDiv && !dtype_in(a, kFloatTypes))
+            return "integer Div runs on the CPU, which reports division by zero";
         }
         return rank_reason(in, name);
       }));

@@ -11,6 +11,7 @@
 #include "backends/cuda/kernels/common/broadcast.cuh"
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
+#include "backends/cuda/kernels/common/pdl.cuh"
 
 namespace onyx::cuda {
 
@@ -22,6 +23,7 @@ namespace onyx::cuda {
 template <class S, class D, class Op>
 __global__ void __launch_bounds__(kThreads)
     map1_kernel(const S* __restrict__ in, D* __restrict__ out, int64_t n, bool vec, Op op_in) {
+  ONYX_KERNEL_PROLOGUE();
   const auto op = op_in.prepare();
   constexpr int N = vec_width<S, D>();
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -49,8 +51,8 @@ void launch_map1(const void* in, void* out, int64_t n, const Op& op, CudaContext
   constexpr int N = vec_width<S, D>();
   const bool vec = N > 1 && n >= N && is_aligned(in, N * sizeof(S)) && is_aligned(out, N * sizeof(D));
   const int64_t items = vec ? n / N : n;
-  map1_kernel<S, D, Op><<<resident_blocks_for(items, cu.device), kThreads, 0, cu.stream>>>(
-      static_cast<const S*>(in), static_cast<D*>(out), n, vec, op);
+  launch_kernel(map1_kernel<S, D, Op>, resident_blocks_for(items, cu.device), kThreads, 0, cu,
+                static_cast<const S*>(in), static_cast<D*>(out), n, vec, op);
   ONYX_CUDA_CHECK_LAUNCH(what);
 }
 

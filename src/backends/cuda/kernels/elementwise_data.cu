@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backends/cuda/kernels/elementwise_common.cuh"
+#include "backends/cuda/kernels/common/pdl.cuh"
 
 namespace onyx::cuda {
 
@@ -56,6 +57,7 @@ template <class T>
 __global__ void __launch_bounds__(kThreads)
     where_flat_kernel(const bool* __restrict__ c, const T* __restrict__ x, const T* __restrict__ y,
                       T* __restrict__ out, int64_t n, unsigned scalars, bool vec) {
+  ONYX_KERNEL_PROLOGUE();
   constexpr int N = vec_width<T>();
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -117,6 +119,7 @@ template <class T>
 __global__ void __launch_bounds__(kThreads)
     where_broadcast_kernel(const bool* __restrict__ c, const T* __restrict__ x, const T* __restrict__ y,
                            T* __restrict__ out, int64_t n, Broadcast<3> g) {
+  ONYX_KERNEL_PROLOGUE();
   if (fits_index32(n)) where_broadcast_body<uint32_t>(c, x, y, out, static_cast<uint32_t>(n), g);
   else where_broadcast_body<int64_t>(c, x, y, out, n, g);
 }
@@ -137,13 +140,13 @@ void run_where(const Tensor& tc, const Tensor& tx, const Tensor& ty, Tensor& to,
     const bool vec = n >= N && ((scalars & kCondScalar) || is_aligned(c, N)) &&
                      ((scalars & kXScalar) || is_aligned(x, N * sizeof(T))) &&
                      ((scalars & kYScalar) || is_aligned(y, N * sizeof(T))) && is_aligned(o, N * sizeof(T));
-    where_flat_kernel<T><<<resident_blocks_for(vec ? n / N : n, cu.device), kThreads, 0, cu.stream>>>(c, x, y, o, n, scalars,
-                                                                                          vec);
+    launch_kernel(where_flat_kernel<T>, resident_blocks_for(vec ? n / N : n, cu.device), kThreads, 0, cu, c, x, y, o, n,
+                  scalars, vec);
     ONYX_CUDA_CHECK_LAUNCH("Where");
     return;
   }
   const Broadcast<3> g = make_broadcast<3>(to.shape(), {&tc.shape(), &tx.shape(), &ty.shape()});
-  where_broadcast_kernel<T><<<resident_blocks_for(n, cu.device), kThreads, 0, cu.stream>>>(c, x, y, o, n, g);
+  launch_kernel(where_broadcast_kernel<T>, resident_blocks_for(n, cu.device), kThreads, 0, cu, c, x, y, o, n, g);
   ONYX_CUDA_CHECK_LAUNCH("Where");
 }
 
@@ -163,6 +166,7 @@ __device__ __forceinline__ void expand_body(const T* __restrict__ in, T* __restr
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     expand_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t n, Broadcast<1> g) {
+  ONYX_KERNEL_PROLOGUE();
   if (fits_index32(n)) expand_body<uint32_t>(in, out, static_cast<uint32_t>(n), g);
   else expand_body<int64_t>(in, out, n, g);
 }
@@ -187,15 +191,15 @@ void run_expand(const Tensor& in, Tensor& out, CudaContext& cu) {
     const Shape os(o), is(i);
     const int64_t units = n * static_cast<int64_t>(es) / 16;
     const Broadcast<1> g = make_broadcast<1>(os, {&is});
-    expand_kernel<uint4><<<resident_blocks_for(units, cu.device), kThreads, 0, cu.stream>>>(
-        static_cast<const uint4*>(in.raw()), static_cast<uint4*>(out.raw()), units, g);
+    launch_kernel(expand_kernel<uint4>, resident_blocks_for(units, cu.device), kThreads, 0, cu,
+                  static_cast<const uint4*>(in.raw()), static_cast<uint4*>(out.raw()), units, g);
     ONYX_CUDA_CHECK_LAUNCH("Expand");
     return;
   }
   const Broadcast<1> g = make_broadcast<1>(out.shape(), {&in.shape()});
   const bool ok = dispatch_size(in.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    expand_kernel<T><<<resident_blocks_for(n, cu.device), kThreads, 0, cu.stream>>>(static_cast<const T*>(in.raw()),
+    launch_kernel(expand_kernel<T>, resident_blocks_for(n, cu.device), kThreads, 0, cu, static_cast<const T*>(in.raw()),
                                                                          static_cast<T*>(out.raw()), n, g);
     ONYX_CUDA_CHECK_LAUNCH("Expand");
   });
@@ -206,6 +210,7 @@ void run_expand(const Tensor& in, Tensor& out, CudaContext& cu) {
 
 template <class T>
 __global__ void __launch_bounds__(kThreads) fill_kernel(T* __restrict__ out, int64_t n, T v) {
+  ONYX_KERNEL_PROLOGUE();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = v;
@@ -225,7 +230,7 @@ void run_constant_of_shape(KernelContext& ctx, CudaContext& cu) {
                  value->type_str(), " does not fill ", out.type_str());
       std::memcpy(&v, value->raw(), sizeof v);
     }
-    fill_kernel<T><<<resident_blocks_for(n, cu.device), kThreads, 0, cu.stream>>>(static_cast<T*>(out.raw()), n, v);
+    launch_kernel(fill_kernel<T>, resident_blocks_for(n, cu.device), kThreads, 0, cu, static_cast<T*>(out.raw()), n, v);
     ONYX_CUDA_CHECK_LAUNCH("ConstantOfShape");
   });
   ONYX_CHECK(ok, "ConstantOfShape on CUDA: element type ", dtype_name(out.dtype()), " is not supported");
@@ -239,6 +244,7 @@ void run_constant_of_shape(KernelContext& ctx, CudaContext& cu) {
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     range_kernel(const T* __restrict__ start, const T* __restrict__ delta, T* __restrict__ out, int64_t n) {
+  ONYX_KERNEL_PROLOGUE();
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   if constexpr (std::is_floating_point_v<T>) {
@@ -260,9 +266,9 @@ void run_range(KernelContext& ctx, CudaContext& cu) {
   for (size_t i = 0; i < 3; ++i)
     ONYX_CHECK(ctx.input(i).numel() == 1 && ctx.input(i).dtype() == out.dtype(), "Range: input ", i,
                " must be a scalar of the output's type, got ", ctx.input(i).type_str());
-  range_kernel<T><<<resident_blocks_for(n, cu.device), kThreads, 0, cu.stream>>>(
-      static_cast<const T*>(ctx.input(0).raw()), static_cast<const T*>(ctx.input(2).raw()),
-      static_cast<T*>(out.raw()), n);
+  launch_kernel(range_kernel<T>, resident_blocks_for(n, cu.device), kThreads, 0, cu,
+                static_cast<const T*>(ctx.input(0).raw()), static_cast<const T*>(ctx.input(2).raw()),
+                static_cast<T*>(out.raw()), n);
   ONYX_CUDA_CHECK_LAUNCH("Range");
 }
 
@@ -280,7 +286,8 @@ void register_where_expand_range_kernels(CudaKernelRegistry& r) {
         const Tensor &c = ctx.input(0), &x = ctx.input(1), &y = ctx.input(2);
         ONYX_CHECK(c.dtype() == DType::kBool && x.dtype() == y.dtype(), "Where on CUDA: condition ", c.type_str(),
                    ", X ", x.type_str(), ", Y ", y.type_str());
-        const bool ok = dispatch_size(x.dtype(), [&](auto tag) { run_where<decltype(tag)>(c, x, y, ctx.output(0), cu); });
+        const bool ok =
+            dispatch_size(x.dtype(), [&](auto tag) { run_where<decltype(tag)>(c, x, y, ctx.output(0), cu); });
         ONYX_CHECK(ok, "Where on CUDA: element type ", dtype_name(x.dtype()), " is not supported");
       },
       [](const Node&, const std::vector<ValueType>& in) -> std::string {
@@ -291,7 +298,8 @@ void register_where_expand_range_kernels(CudaKernelRegistry& r) {
         return rank_reason(in, "Where");
       }));
 
-  r.add(onnx_kernel("Expand", 8, [](KernelContext& ctx, CudaContext& cu) { run_expand(ctx.input(0), ctx.output(0), cu); },
+  r.add(onnx_kernel(
+      "Expand", 8, [](KernelContext& ctx, CudaContext& cu) { run_expand(ctx.input(0), ctx.output(0), cu); },
       [](const Node&, const std::vector<ValueType>& in) -> std::string {
         if (!size_dispatchable(input_dtype(in, 0))) return "Expand on CUDA supports numeric and bool tensors";
         if (!in.empty() && in[0].shape.rank_known && in[0].shape.dims.size() > static_cast<size_t>(kMaxRank))

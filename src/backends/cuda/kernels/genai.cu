@@ -7,6 +7,7 @@
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
 #include "backends/cuda/kernels/common/reduce.cuh"
+#include "backends/cuda/kernels/common/pdl.cuh"
 #include "ops/sampling.h"
 
 namespace onyx::cuda {
@@ -20,6 +21,7 @@ __global__ void __launch_bounds__(kThreads)
     cache_update_kernel(const U* __restrict__ src, U* __restrict__ dst, const int64_t* __restrict__ index,
                         int64_t per_row, int64_t outer, int64_t capacity, int64_t length, int64_t inner,
                         unsigned int* err) {
+  ONYX_KERNEL_PROLOGUE();
   const int64_t total = outer * length * inner;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -55,13 +57,13 @@ void run_cache_update(KernelContext& ctx, CudaContext& cu) {
   const int64_t unit_inner = words ? inner / 4 : inner;
   const unsigned blocks = resident_blocks_for(total / (words ? 4 : 1), cu.device);
   if (words)
-    cache_update_kernel<uint32_t><<<blocks, kThreads, 0, cu.stream>>>(
-        static_cast<const uint32_t*>(fresh.raw()), static_cast<uint32_t*>(out.raw()), index.data<int64_t>(), per_row, outer,
-        cd[axis], fresh.shape()[axis], unit_inner, cu.error_word);
+    launch_kernel(cache_update_kernel<uint32_t>, blocks, kThreads, 0, cu, static_cast<const uint32_t*>(fresh.raw()),
+                  static_cast<uint32_t*>(out.raw()), index.data<int64_t>(), per_row, outer, cd[axis],
+                  fresh.shape()[axis], unit_inner, cu.error_word);
   else
-    cache_update_kernel<uint8_t><<<blocks, kThreads, 0, cu.stream>>>(
-        static_cast<const uint8_t*>(fresh.raw()), static_cast<uint8_t*>(out.raw()), index.data<int64_t>(), per_row, outer,
-        cd[axis], fresh.shape()[axis], unit_inner, cu.error_word);
+    launch_kernel(cache_update_kernel<uint8_t>, blocks, kThreads, 0, cu, static_cast<const uint8_t*>(fresh.raw()),
+                  static_cast<uint8_t*>(out.raw()), index.data<int64_t>(), per_row, outer, cd[axis],
+                  fresh.shape()[axis], unit_inner, cu.error_word);
   ONYX_CUDA_CHECK_LAUNCH("CacheUpdate");
 }
 
@@ -144,6 +146,7 @@ __device__ uint32_t exclusive_scan(uint32_t v, uint32_t* scratch) {
 }
 
 __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
+  ONYX_KERNEL_PROLOGUE();
   extern __shared__ uint32_t shared[];
   __shared__ double dscratch[32];
   __shared__ float fscratch[32];
@@ -373,36 +376,38 @@ void run_sample(KernelContext& ctx, CudaContext& cu) {
     ONYX_CHECK(shared <= limits.at_most, sample_shared_refusal(a.V, a.H, shared, limits.at_most));
     allow_sample_shared(cu.device, limits);
   }
-  sample_kernel<<<static_cast<unsigned>(B), kSampleThreads, shared, cu.stream>>>(a);
+  launch_kernel(sample_kernel, static_cast<unsigned>(B), kSampleThreads, shared, cu, a);
   ONYX_CUDA_CHECK_LAUNCH("Sample");
 }
 
 }  // namespace
 
 void register_genai_kernels(CudaKernelRegistry& r) {
-  r.add(domain_kernel("onyx.genai", "Sample", 1, run_sample, [](const Node&, const std::vector<ValueType>& in) -> std::string {
-    if (in.empty() || !is_cuda_float(in[0].dtype)) return "Sample on CUDA takes float32/float16/bfloat16 logits";
-    // The penalties' bitmap, ranks and counts live in shared memory (SampleShared): a history
-    // too long for it, with this vocabulary, runs on the CPU.
-    const PartialShape& l = in[0].shape;
-    if (in.size() > 3 && in[3].dtype != DType::kUndefined && l.rank_known && l.dims.size() == 3 && l.dims[2] > 0 &&
-        in[3].shape.rank_known && in[3].shape.dims.size() == 2 && in[3].shape.dims[1] >= 0) {
-      const size_t shared = SampleShared::of(l.dims[2], in[3].shape.dims[1]).bytes();
-      int device = 0;
-      if (cudaGetDevice(&device) != cudaSuccess) (void)cudaGetLastError();
-      // (A device that cannot say declines nothing here: the launch finds out.)
-      const SampleLimits limits = sample_shared_limits(device);
-      if (limits.known && shared > limits.at_most)
-        return sample_shared_refusal(l.dims[2], in[3].shape.dims[1], shared, limits.at_most);
-    }
-    return "";
-  }));
+  r.add(domain_kernel(
+      "onyx.genai", "Sample", 1, run_sample, [](const Node&, const std::vector<ValueType>& in) -> std::string {
+        if (in.empty() || !is_cuda_float(in[0].dtype)) return "Sample on CUDA takes float32/float16/bfloat16 logits";
+        // The penalties' bitmap, ranks and counts live in shared memory (SampleShared): a history
+        // too long for it, with this vocabulary, runs on the CPU.
+        const PartialShape& l = in[0].shape;
+        if (in.size() > 3 && in[3].dtype != DType::kUndefined && l.rank_known && l.dims.size() == 3 && l.dims[2] > 0 &&
+            in[3].shape.rank_known && in[3].shape.dims.size() == 2 && in[3].shape.dims[1] >= 0) {
+          const size_t shared = SampleShared::of(l.dims[2], in[3].shape.dims[1]).bytes();
+          int device = 0;
+          if (cudaGetDevice(&device) != cudaSuccess) (void)cudaGetLastError();
+          // (A device that cannot say declines nothing here: the launch finds out.)
+          const SampleLimits limits = sample_shared_limits(device);
+          if (limits.known && shared > limits.at_most)
+            return sample_shared_refusal(l.dims[2], in[3].shape.dims[1], shared, limits.at_most);
+        }
+        return "";
+      }));
   r.add(domain_kernel("onyx.genai", "CacheUpdate", 1, run_cache_update,
                       [](const Node&, const std::vector<ValueType>& in) -> std::string {
                         if (in.size() < 3 || in[2].dtype != DType::kInt64) return "CacheUpdate takes an int64 index";
                         const DType t = in[0].dtype;
-                        return t == DType::kString || t == DType::kUndefined ? "CacheUpdate on CUDA moves fixed-size types"
-                                                                              : "";
+                        return t == DType::kString || t == DType::kUndefined
+                                   ? "CacheUpdate on CUDA moves fixed-size types"
+                                   : "";
                       }));
 }
 

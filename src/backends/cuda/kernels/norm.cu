@@ -8,7 +8,9 @@
 #include "backends/cuda/kernels/common/broadcast.cuh"
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
+#include "backends/cuda/kernels/common/pdl.cuh"
 #include "backends/cuda/kernels/common/reduce.cuh"
+#include "backends/cuda/kernels/norm.h"
 
 namespace onyx::cuda {
 
@@ -45,6 +47,7 @@ __device__ __forceinline__ void online_merge(float& m, float& s, float m2, float
 template <class T>
 __global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols,
                                     int group, int log_out) {
+  ONYX_KERNEL_PROLOGUE();
   __shared__ float sm[32], ss[32];
   const int rows_per_block = blockDim.x / group;
   const int lane = threadIdx.x % group;
@@ -89,6 +92,7 @@ __global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, 
 template <class T>
 __global__ void softmax_cols_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t outer, int64_t n,
                                     int64_t inner, int log_out) {
+  ONYX_KERNEL_PROLOGUE();
   const int64_t total = outer * inner;
   for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < total;
        c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -100,7 +104,8 @@ __global__ void softmax_cols_kernel(const T* __restrict__ x, T* __restrict__ y, 
       for (int64_t j = 0; j < n; ++j) y[base + j * inner] = from_compute<T>(to_compute(x[base + j * inner]) - shift);
     } else {
       const float inv = 1.f / s;
-      for (int64_t j = 0; j < n; ++j) y[base + j * inner] = from_compute<T>(expf(to_compute(x[base + j * inner]) - m) * inv);
+      for (int64_t j = 0; j < n; ++j)
+        y[base + j * inner] = from_compute<T>(expf(to_compute(x[base + j * inner]) - m) * inv);
     }
   }
 }
@@ -126,11 +131,11 @@ void launch_softmax(KernelContext& ctx, CudaContext& cu, bool log_out) {
   if (inner == 1) {
     const int threads = n <= 1024 ? 256 : 1024;
     const int group = n <= 1024 ? 32 : threads;
-    softmax_rows_kernel<T><<<blocks_for(outer, threads / group), threads, 0, cu.stream>>>(x, y, outer, n, group,
+    launch_kernel(softmax_rows_kernel<T>, blocks_for(outer, threads / group), threads, 0, cu, x, y, outer, n, group,
                                                                                           log_out ? 1 : 0);
     ONYX_CUDA_CHECK_LAUNCH("Softmax (rows)");
   } else {
-    softmax_cols_kernel<T><<<blocks_for(outer * inner, 256), 256, 0, cu.stream>>>(x, y, outer, n, inner,
+    launch_kernel(softmax_cols_kernel<T>, blocks_for(outer * inner, 256), 256, 0, cu, x, y, outer, n, inner,
                                                                                  log_out ? 1 : 0);
     ONYX_CUDA_CHECK_LAUNCH("Softmax (columns)");
   }
@@ -161,6 +166,7 @@ struct NormArgs {
 // own columns of the cache, so the passes need no barrier between them.
 template <class T>
 __global__ void norm_rows_kernel(NormArgs a) {
+  ONYX_KERNEL_PROLOGUE();
   extern __shared__ float rowbuf[];
   __shared__ float scratch[32];
   const T* x = static_cast<const T*>(a.x);
@@ -213,6 +219,7 @@ struct alignas(16) Pack {
 
 template <class T, int kVec, int kMaxPacks>
 __global__ void norm_rows_fast_kernel(NormArgs a) {
+  ONYX_KERNEL_PROLOGUE();
   __shared__ float scratch[32];
   using P = Pack<T, kVec>;
   const int packs = static_cast<int>(a.cols / kVec);
@@ -267,7 +274,8 @@ __global__ void norm_rows_fast_kernel(NormArgs a) {
         if (beta) {
           const P b = beta[j];
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) out.v[e] = from_compute<T>((v[k][e] - shift) * inv * to_compute(g.v[e]) + to_compute(b.v[e]));
+          for (int e = 0; e < kVec; ++e)
+            out.v[e] = from_compute<T>((v[k][e] - shift) * inv * to_compute(g.v[e]) + to_compute(b.v[e]));
         } else {
 #pragma unroll
           for (int e = 0; e < kVec; ++e) out.v[e] = from_compute<T>((v[k][e] - shift) * inv * to_compute(g.v[e]));
@@ -287,8 +295,9 @@ template <class T>
 bool launch_norm_fast(const NormArgs& a, CudaContext& cu, const char* what) {
   constexpr int kVec = 16 / sizeof(T);
   constexpr int kMaxPacks = 4;
-  const int code = fcode(dtype_of<std::conditional_t<std::is_same_v<T, float>, float,
-                                                      std::conditional_t<std::is_same_v<T, __half>, Float16, BFloat16>>>);
+  const int code =
+      fcode(dtype_of<std::conditional_t<std::is_same_v<T, float>, float,
+                                        std::conditional_t<std::is_same_v<T, __half>, Float16, BFloat16>>>);
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (a.pre_bias || a.gamma_b.mode != 0 || a.gamma_code != code) return false;
   // A skip of x's own layout and dtype (Skip*Norm), and the sum written in x's dtype.
@@ -301,7 +310,7 @@ bool launch_norm_fast(const NormArgs& a, CudaContext& cu, const char* what) {
   int64_t threads = ((packs + kMaxPacks - 1) / kMaxPacks + 31) / 32 * 32;
   threads = std::min<int64_t>(1024, std::max<int64_t>(64, threads));
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(a.rows, int64_t{1} << 20));
-  norm_rows_fast_kernel<T, kVec, kMaxPacks><<<blocks, static_cast<unsigned>(threads), 0, cu.stream>>>(a);
+  launch_kernel(norm_rows_fast_kernel<T, kVec, kMaxPacks>, blocks, static_cast<unsigned>(threads), 0, cu, a);
   ONYX_CUDA_CHECK_LAUNCH(what);
   return true;
 }
@@ -315,7 +324,7 @@ void launch_norm(NormArgs& a, CudaContext& cu, const char* what) {
   const size_t smem = static_cast<size_t>(a.cols) * sizeof(float);
   a.cached = smem <= 48 * 1024 ? 1 : 0;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(a.rows, int64_t{1} << 20));
-  norm_rows_kernel<T><<<blocks, static_cast<unsigned>(threads), a.cached ? smem : 0, cu.stream>>>(a);
+  launch_kernel(norm_rows_kernel<T>, blocks, static_cast<unsigned>(threads), a.cached ? smem : 0, cu, a);
   ONYX_CUDA_CHECK_LAUNCH(what);
 }
 
@@ -411,6 +420,25 @@ CudaSupportFn float_inputs(std::string name) {
 
 }  // namespace
 
+void rms_norm_rows(DType dt, const void* x, const void* skip, const void* gamma, void* y, void* sum, int64_t rows,
+                   int64_t cols, float eps, CudaContext& cu) {
+  NormArgs a;
+  a.rows = rows;
+  a.cols = cols;
+  a.x = x;
+  a.y = y;
+  a.skip = skip;
+  a.skip_code = fcode(dt);
+  a.gamma = gamma;
+  a.gamma_code = fcode(dt);
+  a.sum_out = sum;
+  a.sum_code = fcode(dt);
+  a.eps = eps;
+  a.center = 0;
+  dispatch_float(dt, "RMS normalization",
+                 [&](auto tag) { launch_norm<typename decltype(tag)::type>(a, cu, "RmsNormLinear (norm)"); });
+}
+
 void register_norm_kernels(CudaKernelRegistry& r) {
   for (const char* name : {"Softmax", "LogSoftmax"}) {
     const bool log_out = std::string(name) == "LogSoftmax";
@@ -442,7 +470,8 @@ void register_norm_kernels(CudaKernelRegistry& r) {
             return std::string("SimplifiedLayerNormalization on CUDA needs the scale in the input's dtype");
           return base(node, in);
         }));
-    r.add(domain_kernel(domain, "SkipLayerNormalization", 1, [](KernelContext& ctx, CudaContext& cu) { run_skip_norm(ctx, cu, true); },
+    r.add(domain_kernel(
+        domain, "SkipLayerNormalization", 1, [](KernelContext& ctx, CudaContext& cu) { run_skip_norm(ctx, cu, true); },
         float_inputs("SkipLayerNormalization")));
     r.add(domain_kernel(domain, "SkipSimplifiedLayerNormalization", 1,
         [](KernelContext& ctx, CudaContext& cu) { run_skip_norm(ctx, cu, false); },

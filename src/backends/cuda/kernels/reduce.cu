@@ -9,6 +9,7 @@
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
 #include "backends/cuda/kernels/common/reduce.cuh"
+#include "backends/cuda/kernels/common/pdl.cuh"
 
 namespace onyx::cuda {
 
@@ -76,6 +77,7 @@ __device__ T reduce_finish(int op, typename RTraits<T>::Acc a, int64_t count) {
 template <class T>
 __global__ void reduce_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols, int op,
                                    int group) {
+  ONYX_KERNEL_PROLOGUE();
   using A = typename RTraits<T>::Acc;
   __shared__ A scratch[32];
   const Combine<A> comb{op};
@@ -109,6 +111,7 @@ struct StridedReduce {
 
 template <class T>
 __global__ void reduce_strided_kernel(const T* __restrict__ x, T* __restrict__ y, StridedReduce s, int op) {
+  ONYX_KERNEL_PROLOGUE();
   using A = typename RTraits<T>::Acc;
   const Combine<A> comb{op};
   for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < s.outputs;
@@ -149,6 +152,7 @@ struct DeviceAxesReduce {
 
 template <class T>
 __global__ void reduce_device_axes_kernel(const T* __restrict__ x, T* __restrict__ y, DeviceAxesReduce s, int op) {
+  ONYX_KERNEL_PROLOGUE();
   using A = typename RTraits<T>::Acc;
   const Combine<A> comb{op};
   bool red[kMaxRank] = {};
@@ -203,8 +207,8 @@ void launch_reduce_device_axes(KernelContext& ctx, CudaContext& cu, int op) {
   s.axes64 = ctx.input(1).dtype() == DType::kInt64;
   s.outputs = out.numel();
   s.err = cu.error_word;
-  reduce_device_axes_kernel<T><<<blocks_for(s.outputs, 256), 256, 0, cu.stream>>>(
-      static_cast<const T*>(xin.raw()), static_cast<T*>(out.raw()), s, op);
+  launch_kernel(reduce_device_axes_kernel<T>, blocks_for(s.outputs, 256), 256, 0, cu, static_cast<const T*>(xin.raw()),
+                static_cast<T*>(out.raw()), s, op);
   ONYX_CUDA_CHECK_LAUNCH("Reduce (axes on the device)");
 }
 
@@ -250,8 +254,8 @@ void launch_reduce(KernelContext& ctx, CudaContext& cu, const std::vector<bool>&
     const int threads = 256;
     const int group = cols <= 1024 ? 32 : threads;
     const int64_t per_block = threads / group;
-    reduce_rows_kernel<T><<<blocks_for(outputs, static_cast<int>(per_block)), threads, 0, cu.stream>>>(
-        x, y, outputs, cols, op, group);
+    launch_kernel(reduce_rows_kernel<T>, blocks_for(outputs, static_cast<int>(per_block)), threads, 0, cu, x, y,
+                  outputs, cols, op, group);
     ONYX_CUDA_CHECK_LAUNCH("Reduce (rows)");
     return;
   }
@@ -274,7 +278,7 @@ void launch_reduce(KernelContext& ctx, CudaContext& cu, const std::vector<bool>&
       s.kept_strides[s.kept_rank++] = st[i];
     }
   }
-  reduce_strided_kernel<T><<<blocks_for(outputs, 256), 256, 0, cu.stream>>>(x, y, s, op);
+  launch_kernel(reduce_strided_kernel<T>, blocks_for(outputs, 256), 256, 0, cu, x, y, s, op);
   ONYX_CUDA_CHECK_LAUNCH("Reduce (strided)");
 }
 
@@ -334,12 +338,14 @@ void add_reduce(CudaKernelRegistry& r, const std::string& name, int op) {
         ctx.attr_int("keepdims", 1) == 0 && !axes_told_by_shape(PartialShape(ctx.input(0).shape()))) {
       if (dt == DType::kInt32) return launch_reduce_device_axes<int32_t>(ctx, cu, op);
       if (dt == DType::kInt64) return launch_reduce_device_axes<int64_t>(ctx, cu, op);
-      return dispatch_float(dt, name.c_str(), [&](auto tag) { launch_reduce_device_axes<typename decltype(tag)::type>(ctx, cu, op); });
+      return dispatch_float(dt, name.c_str(),
+                            [&](auto tag) { launch_reduce_device_axes<typename decltype(tag)::type>(ctx, cu, op); });
     }
     const std::vector<bool> reduced = reduced_axes(ctx, name);
     if (dt == DType::kInt32) return launch_reduce<int32_t>(ctx, cu, reduced, op);
     if (dt == DType::kInt64) return launch_reduce<int64_t>(ctx, cu, reduced, op);
-    dispatch_float(dt, name.c_str(), [&](auto tag) { launch_reduce<typename decltype(tag)::type>(ctx, cu, reduced, op); });
+    dispatch_float(dt, name.c_str(),
+                   [&](auto tag) { launch_reduce<typename decltype(tag)::type>(ctx, cu, reduced, op); });
   };
   auto supports = [name](const Node& node, const std::vector<ValueType>& inputs) -> std::string {
     const DType dt = inputs.empty() ? DType::kUndefined : inputs[0].dtype;

@@ -7,6 +7,7 @@
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
 #include "backends/cuda/kernels/common/reduce.cuh"
+#include "backends/cuda/kernels/common/pdl.cuh"
 #include "ops/rotary.h"
 
 namespace onyx::cuda {
@@ -40,6 +41,7 @@ struct RotaryArgs {
 // rotated in pairs (halves, or interleaved neighbours), the rest copied.
 template <class T>
 __global__ void rotary_kernel(const T* __restrict__ x, T* __restrict__ y, RotaryArgs a) {
+  ONYX_KERNEL_PROLOGUE();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < a.total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t d = e % a.D;
@@ -93,7 +95,7 @@ void launch(KernelContext& ctx, CudaContext& cu, RotaryArgs& a) {
   if (a.total == 0) return;
   dispatch_float(x.dtype(), "RotaryEmbedding", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    rotary_kernel<T><<<blocks_for(a.total, 256), 256, 0, cu.stream>>>(static_cast<const T*>(x.raw()),
+    launch_kernel(rotary_kernel<T>, blocks_for(a.total, 256), 256, 0, cu, static_cast<const T*>(x.raw()),
                                                                      static_cast<T*>(ctx.output(0).raw()), a);
   });
   ONYX_CUDA_CHECK_LAUNCH("RotaryEmbedding");
@@ -120,7 +122,8 @@ RotaryArgs args_of(const RotaryGeometry& g, CudaContext& cu) {
 }
 
 void set_caches(RotaryArgs& a, const Tensor& cosc, const Tensor& sinc) {
-  ONYX_CHECK(cosc.dtype() == sinc.dtype(), "cos_cache ", cosc.type_str(), " and sin_cache ", sinc.type_str(), " differ");
+  ONYX_CHECK(cosc.dtype() == sinc.dtype(), "cos_cache ", cosc.type_str(), " and sin_cache ", sinc.type_str(),
+             " differ");
   a.cosc = cosc.raw();
   a.sinc = sinc.raw();
   a.cache_code = fcode(cosc.dtype());
@@ -171,6 +174,7 @@ CudaSupportFn rotary_support(size_t pos_input, size_t first_cache) {
 template <class T>
 __global__ void rotary_half_kernel(const T* __restrict__ x, const T* __restrict__ cosv, const T* __restrict__ sinv,
                                    T* __restrict__ y, int64_t n, int64_t D, int64_t h, Broadcast<1> g) {
+  ONYX_KERNEL_PROLOGUE();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t j = e % D;
@@ -189,16 +193,17 @@ void run_rotary_half(KernelContext& ctx, CudaContext& cu) {
              "RotaryHalf needs cos and sin of one shape and x's dtype, got x ", x.type_str(), ", cos ", c.type_str(),
              ", sin ", sn.type_str());
   const int64_t D = x.shape()[x.rank() - 1];
-  ONYX_CHECK(c.rank() >= 1 && c.shape()[c.rank() - 1] == D, "cos ", c.shape().str(), " must end in x's last dimension ", D);
+  ONYX_CHECK(c.rank() >= 1 && c.shape()[c.rank() - 1] == D, "cos ", c.shape().str(), " must end in x's last dimension ",
+             D);
   const int64_t h = std::min<int64_t>(std::max<int64_t>(ctx.attr_int("split", D / 2), 0), D);
   const Broadcast<1> g = make_broadcast<1>(x.shape(), {&c.shape()});
   const int64_t n = x.numel();
   if (n == 0) return;
   dispatch_float(x.dtype(), "RotaryHalf", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    rotary_half_kernel<T><<<resident_blocks_for(n, cu.device), kThreads, 0, cu.stream>>>(
-        static_cast<const T*>(x.raw()), static_cast<const T*>(c.raw()), static_cast<const T*>(sn.raw()),
-        static_cast<T*>(ctx.output(0).raw()), n, D, h, g);
+    launch_kernel(rotary_half_kernel<T>, resident_blocks_for(n, cu.device), kThreads, 0, cu,
+                  static_cast<const T*>(x.raw()), static_cast<const T*>(c.raw()), static_cast<const T*>(sn.raw()),
+                  static_cast<T*>(ctx.output(0).raw()), n, D, h, g);
   });
   ONYX_CUDA_CHECK_LAUNCH("RotaryHalf");
 }
@@ -207,6 +212,7 @@ void run_rotary_half(KernelContext& ctx, CudaContext& cu) {
 template <class T>
 __global__ void silu_mul_kernel(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ y, int64_t n,
                                 bool flat, bool vec, Broadcast<2> g) {
+  ONYX_KERNEL_PROLOGUE();
   constexpr int N = vec_width<T, T>();
   const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -245,8 +251,9 @@ void run_silu_mul(KernelContext& ctx, CudaContext& cu) {
     constexpr int N = vec_width<T, T>();
     const bool vec = flat && is_aligned(a.raw(), N * sizeof(T)) && is_aligned(u.raw(), N * sizeof(T)) &&
                      is_aligned(y.raw(), N * sizeof(T));
-    silu_mul_kernel<T><<<resident_blocks_for(vec ? n / N + 1 : n, cu.device), kThreads, 0, cu.stream>>>(
-        static_cast<const T*>(a.raw()), static_cast<const T*>(u.raw()), static_cast<T*>(y.raw()), n, flat, vec, g);
+    launch_kernel(silu_mul_kernel<T>, resident_blocks_for(vec ? n / N + 1 : n, cu.device), kThreads, 0, cu,
+                  static_cast<const T*>(a.raw()), static_cast<const T*>(u.raw()), static_cast<T*>(y.raw()), n, flat,
+                  vec, g);
   });
   ONYX_CUDA_CHECK_LAUNCH("SiluMul");
 }

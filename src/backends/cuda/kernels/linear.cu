@@ -1,0 +1,766 @@
+// onyx::Linear, SiluGateLinear and RmsNormLinear on CUDA (ops/linear_ops.cpp defines them; the
+// linear fusions, passes/fuse_linear.h, make them).
+//
+// Which kernel runs a product:
+// - one or two rows of 16-bit x (decode at batch 1 and 2): the streaming kernel. Each block (one
+//   per SM) takes tiles of 16 weight rows in turn; the bulk-copy engine brings each row's chunk
+//   into shared memory, three stages deep, and the warps dot the landed rows with x (in shared
+//   memory, normalized there first for RmsNormLinear). The first chunks are asked for before
+//   the kernel waits on the kernel before it (kernels/common/pdl.cuh), so that its weights
+//   stream in while that kernel finishes.
+// - up to 8 rows of float32 x: the few-row kernel, each warp streaming a few weight rows through
+//   registers (16-byte loads, several in flight) and dotting them with x through L1.
+// - everything else (16-bit x of 3 or more rows, where cuBLASLt's tensor-core kernels win; what
+//   the kernels do not take): cuBLASLt with the weight as the transposed operand; for the gated
+//   form both products into the workspace, then the gating; for RmsNormLinear the rows
+//   normalized into the workspace first.
+// The gating, the rounding and the split into outputs happen as each output is written.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/gemm.h"
+#include "backends/cuda/kernels/common/convert.cuh"
+#include "backends/cuda/kernels/common/launch.cuh"
+#include "backends/cuda/kernels/common/pdl.cuh"
+#include "backends/cuda/kernels/norm.h"
+
+namespace onyx::cuda {
+
+namespace {
+
+constexpr int kMaxSplits = 8;
+constexpr int kGemvMaxRows = 8;  // rows of x up to which the kernel beats cuBLASLt
+constexpr int kGemvWarps = 4;    // per block
+
+struct GemvArgs {
+  const void* x;  // [m, k]
+  const void* w;  // [n, k]; gated: [2n, k], the gate rows then the up rows
+  int m;
+  int k_packs;  // k in 16-byte packs
+  int n;        // outputs per row of x
+  int splits;
+  int split_end[kMaxSplits];  // exclusive end column of each output
+  void* out[kMaxSplits];
+  // The norm before the product (kNorm): x is h = x + skip (skip may be null), normalized by
+  // its root mean square and scaled by gamma into shared memory first; blocks of column 0
+  // write h to sum (when not null).
+  const void* skip;
+  const void* gamma;
+  void* sum;
+  float eps;
+};
+
+// 16 bytes of weight: read once, so not kept in L1 (x is).
+__device__ __forceinline__ uint4 load_weight(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// The pack's elements as floats.
+template <class T>
+__device__ __forceinline__ void unpack(const uint4& v, float* f) {
+  if constexpr (std::is_same_v<T, float>) {
+    f[0] = __uint_as_float(v.x);
+    f[1] = __uint_as_float(v.y);
+    f[2] = __uint_as_float(v.z);
+    f[3] = __uint_as_float(v.w);
+  } else {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    ONYX_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+      } else {
+        const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+        f[2 * i] = h.x;
+        f[2 * i + 1] = h.y;
+      }
+    }
+  }
+}
+
+template <class T>
+__device__ __forceinline__ float dot_pack(const uint4& w, const float* x) {
+  constexpr int P = 16 / sizeof(T);
+  float f[P];
+  unpack<T>(w, f);
+  float s = 0.f;
+  ONYX_UNROLL
+  for (int i = 0; i < P; ++i) s = fmaf(f[i], x[i], s);
+  return s;
+}
+
+// R rows of x (a compile-time bound; the launch's rows may be fewer), CPW weight rows per warp,
+// G = 2 for the gated form, U packs per lane in flight per weight row. Each warp takes groups of
+// CPW outputs in turn (the grid is what the SMs hold at once) and asks L2 for the next group's
+// rows while it streams the current one.
+// The packs of a row of h = x + skip as floats.
+template <class T>
+__device__ __forceinline__ void load_h(const GemvArgs& a, size_t pack, float* h) {
+  constexpr int P = 16 / sizeof(T);
+  unpack<T>(static_cast<const uint4*>(a.x)[pack], h);
+  if (a.skip) {
+    float s[P];
+    unpack<T>(static_cast<const uint4*>(a.skip)[pack], s);
+    ONYX_UNROLL
+    for (int i = 0; i < P; ++i) h[i] += s[i];
+  }
+}
+
+template <class T>
+__device__ __forceinline__ uint4 pack_of(const float* f) {
+  constexpr int P = 16 / sizeof(T);
+  uint4 v;
+  T* t = reinterpret_cast<T*>(&v);
+  ONYX_UNROLL
+  for (int i = 0; i < P; ++i) t[i] = from_compute<T>(f[i]);
+  return v;
+}
+
+// The block's rows of x normalized into xs (rows x k_packs packs of T): two passes over h (from
+// L2), the sums of squares reduced across the block in between.
+template <class T, int R>
+__device__ void normalize_rows(const GemvArgs& a, int row0, int rows, uint4* xs) {
+  constexpr int P = 16 / sizeof(T);
+  __shared__ float partial[32][R];  // per warp of the block (up to 32)
+  float sq[R];
+  ONYX_UNROLL
+  for (int r = 0; r < R; ++r) sq[r] = 0.f;
+  const bool write_sum = a.sum && blockIdx.x == 0;
+  ONYX_UNROLL
+  for (int r = 0; r < R; ++r) {
+    if (r >= rows) continue;
+    for (int p = threadIdx.x; p < a.k_packs; p += blockDim.x) {
+      const size_t pack = static_cast<size_t>(row0 + r) * a.k_packs + p;
+      float h[P];
+      load_h<T>(a, pack, h);
+      if (write_sum) static_cast<uint4*>(a.sum)[pack] = pack_of<T>(h);
+      ONYX_UNROLL
+      for (int i = 0; i < P; ++i) sq[r] = fmaf(h[i], h[i], sq[r]);
+    }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  ONYX_UNROLL
+  for (int r = 0; r < R; ++r) {
+    ONYX_UNROLL
+    for (int o = 16; o > 0; o >>= 1) sq[r] += __shfl_xor_sync(0xffffffffu, sq[r], o);
+    if (lane == 0) partial[warp][r] = sq[r];
+  }
+  __syncthreads();
+  float inv[R];
+  ONYX_UNROLL
+  for (int r = 0; r < R; ++r) {
+    float total = 0.f;
+    ONYX_UNROLL
+    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += partial[w][r];
+    inv[r] = rsqrtf(total / static_cast<float>(a.k_packs * P) + a.eps);
+  }
+  const uint4* gamma = static_cast<const uint4*>(a.gamma);
+  ONYX_UNROLL
+  for (int r = 0; r < R; ++r) {
+    if (r >= rows) continue;
+    for (int p = threadIdx.x; p < a.k_packs; p += blockDim.x) {
+      float h[P], g[P];
+      load_h<T>(a, static_cast<size_t>(row0 + r) * a.k_packs + p, h);
+      unpack<T>(gamma[p], g);
+      ONYX_UNROLL
+      for (int i = 0; i < P; ++i) h[i] = h[i] * inv[r] * g[i];
+      xs[r * a.k_packs + p] = pack_of<T>(h);
+    }
+  }
+  __syncthreads();
+}
+
+template <class T, int R, int CPW, int G, int U, bool kNorm>
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a) {
+  constexpr int P = 16 / sizeof(T);
+  const int lane = threadIdx.x & 31;
+  const int groups = (a.n + CPW - 1) / CPW;
+  const int stride = gridDim.x * kGemvWarps;
+  int group = blockIdx.x * kGemvWarps + (threadIdx.x >> 5);
+  const uint4* w = static_cast<const uint4*>(a.w);
+  auto row_of = [&](int grp, int c, int g) {
+    const int col = min(grp * CPW + c, a.n - 1);  // past the end: the last row again, never written
+    return w + (static_cast<size_t>(g) * a.n + col) * a.k_packs;
+  };
+  auto prefetch = [&](int grp) {
+    if (lane == 0 && grp < groups)
+      ONYX_UNROLL
+      for (int c = 0; c < CPW; ++c)
+        ONYX_UNROLL
+        for (int g = 0; g < G; ++g) prefetch_l2(row_of(grp, c, g), static_cast<uint32_t>(a.k_packs) * 16u);
+  };
+  // The weights do not depend on the kernels before this one: ask for them now.
+  prefetch(group);
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  const int row0 = blockIdx.y * R;
+  const int rows = min(R, a.m - row0);
+  extern __shared__ uint4 normed[];  // kNorm: [rows][k_packs]
+  if constexpr (kNorm) normalize_rows<T, R>(a, row0, rows, normed);
+  const uint4* x = kNorm ? normed : static_cast<const uint4*>(a.x) + static_cast<size_t>(row0) * a.k_packs;
+  for (; group < groups; group += stride) {
+    prefetch(group + stride);
+    const uint4* wrow[CPW][G];
+    ONYX_UNROLL
+    for (int c = 0; c < CPW; ++c)
+      ONYX_UNROLL
+      for (int g = 0; g < G; ++g) wrow[c][g] = row_of(group, c, g);
+    float acc[CPW][G][R];
+    ONYX_UNROLL
+    for (int c = 0; c < CPW; ++c)
+      ONYX_UNROLL
+      for (int g = 0; g < G; ++g)
+        ONYX_UNROLL
+        for (int r = 0; r < R; ++r) acc[c][g][r] = 0.f;
+
+    auto step = [&](int p0, auto guard) {
+      constexpr bool kGuard = decltype(guard)::value;
+      uint4 wv[U][CPW][G];
+      ONYX_UNROLL
+      for (int u = 0; u < U; ++u) {
+        const int p = p0 + u * 32 + lane;
+        ONYX_UNROLL
+        for (int c = 0; c < CPW; ++c)
+          ONYX_UNROLL
+          for (int g = 0; g < G; ++g)
+            wv[u][c][g] = (!kGuard || p < a.k_packs) ? load_weight(wrow[c][g] + p) : make_uint4(0, 0, 0, 0);
+      }
+      ONYX_UNROLL
+      for (int u = 0; u < U; ++u) {
+        const int p = p0 + u * 32 + lane;
+        if (kGuard && p >= a.k_packs) continue;
+        ONYX_UNROLL
+        for (int r = 0; r < R; ++r) {
+          if (r >= rows) continue;
+          float xf[P];
+          unpack<T>(kNorm ? x[r * a.k_packs + p] : __ldg(x + static_cast<size_t>(r) * a.k_packs + p), xf);
+          ONYX_UNROLL
+          for (int c = 0; c < CPW; ++c)
+            ONYX_UNROLL
+            for (int g = 0; g < G; ++g) acc[c][g][r] += dot_pack<T>(wv[u][c][g], xf);
+        }
+      }
+    };
+    int p0 = 0;
+    for (; p0 + 32 * U <= a.k_packs; p0 += 32 * U) step(p0, std::false_type{});
+    if (p0 < a.k_packs) step(p0, std::true_type{});
+
+    ONYX_UNROLL
+    for (int c = 0; c < CPW; ++c)
+      ONYX_UNROLL
+      for (int g = 0; g < G; ++g)
+        ONYX_UNROLL
+        for (int r = 0; r < R; ++r)
+          ONYX_UNROLL
+          for (int o = 16; o > 0; o >>= 1) acc[c][g][r] += __shfl_xor_sync(0xffffffffu, acc[c][g][r], o);
+
+    // Every lane holds every sum; lane c * R + r writes output (row r, column c). The output's
+    // split is found with constant indices (a run-time index into the arguments would copy them
+    // to local memory).
+    ONYX_UNROLL
+    for (int c = 0; c < CPW; ++c) {
+      const int col = group * CPW + c;
+      ONYX_UNROLL
+      for (int r = 0; r < R; ++r) {
+        if (lane != c * R + r || col >= a.n || r >= rows) continue;
+        float v = acc[c][0][r];
+        if constexpr (G == 2) v = v / (1.f + __expf(-v)) * acc[c][1][r];
+        T* dst = nullptr;
+        int start = 0, width = 0;
+        ONYX_UNROLL
+        for (int s = 0; s < kMaxSplits; ++s) {
+          const int lo = s == 0 ? 0 : a.split_end[s - 1];
+          if (s < a.splits && col >= lo && col < a.split_end[s]) {
+            dst = static_cast<T*>(a.out[s]);
+            start = lo;
+            width = a.split_end[s] - lo;
+          }
+        }
+        dst[static_cast<size_t>(row0 + r) * width + (col - start)] = from_compute<T>(v);
+      }
+    }
+  }
+}
+
+// ---- the streaming kernel: weight tiles through shared memory by the bulk-copy engine ----
+//
+// One or two rows of x, 16-bit: each block (one per SM, as many as there are tiles) takes tiles
+// of kTileRows weight rows in turn (the gated form: kTileRows / 2 outputs, their gate rows and
+// their up rows), each in chunks of up to kChunkPacks 16-byte packs per row. Thread 0 asks the
+// copy engine for each row's chunk (one bulk copy into shared memory, completing on the stage's
+// barrier) kStages - 1 chunks ahead; each warp dots one landed row with x, which sits in shared
+// memory too (normalized there first for RmsNormLinear), and leaves its sums in shared memory
+// when the tile is done, where the tile's outputs (the gating) are made. The first chunks are asked for
+// before the kernel waits on the kernel before it: the weights stream in while it finishes.
+constexpr int kTileRows = 16;
+constexpr int kChunkPacks = 256;  // 4 KiB of a row per stage
+constexpr int kStages = 3;
+constexpr int kStreamWarps = kTileRows;  // one row of the tile each
+constexpr size_t kStageBytes = static_cast<size_t>(kTileRows) * kChunkPacks * 16;
+constexpr size_t kStreamXBytes = 32 * 1024;
+constexpr size_t kStreamSmem = kStages * kStageBytes + kStreamXBytes + kStages * sizeof(uint64_t);
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void barrier_init(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_address(bar)) : "memory");
+}
+__device__ __forceinline__ void barrier_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(smem_address(bar)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_address(dst)),
+               "l"(src), "r"(bytes), "r"(smem_address(bar))
+               : "memory");
+}
+
+template <class T, int R, int G, bool kNorm>
+__global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a) {
+  constexpr int P = 16 / sizeof(T);
+  constexpr int kOuts = kTileRows / G;      // outputs per tile
+  extern __shared__ __align__(128) uint4 smem[];
+  uint4* stages = smem;                                          // [kStages][kTileRows][kChunkPacks]
+  uint4* xs = smem + kStages * kTileRows * kChunkPacks;           // [R][k_packs]
+  uint64_t* full = reinterpret_cast<uint64_t*>(xs + kStreamXBytes / 16);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int tiles = (a.n + kOuts - 1) / kOuts;
+  const int chunks = (a.k_packs + kChunkPacks - 1) / kChunkPacks;
+  const int my_tiles = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const int items = my_tiles * chunks;
+  const uint4* w = static_cast<const uint4*>(a.w);
+  // Item i: this block's tile i / chunks, chunk i % chunks, into stage i % kStages.
+  auto issue = [&](int i) {
+    const int tile = blockIdx.x + (i / chunks) * gridDim.x, chunk = i % chunks;
+    const int first = chunk * kChunkPacks, packs = min(kChunkPacks, a.k_packs - first);
+    uint4* stage = stages + (i % kStages) * kTileRows * kChunkPacks;
+    int rows = 0;
+    for (int r = 0; r < kTileRows; ++r) rows += tile * kOuts + (r % kOuts) < a.n;
+    uint64_t* bar = &full[i % kStages];
+    barrier_expect(bar, static_cast<uint32_t>(rows * packs * 16));
+    for (int r = 0; r < kTileRows; ++r) {
+      const int col = tile * kOuts + (r % kOuts);  // row r of the tile: output r, or (gated) r - kOuts's up row
+      if (col >= a.n) continue;
+      const size_t row = static_cast<size_t>(r / kOuts) * a.n + col;
+      bulk_copy(stage + r * kChunkPacks, w + row * a.k_packs + first, static_cast<uint32_t>(packs * 16), bar);
+    }
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) barrier_init(&full[s]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  // The weights do not depend on the kernels before this one: start them now.
+  if (threadIdx.x == 0)
+    for (int i = 0; i < kStages - 1 && i < items; ++i) issue(i);
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  const int rows = min(R, a.m);
+  if constexpr (kNorm) {
+    normalize_rows<T, R>(a, 0, rows, xs);
+  } else {
+    for (int e = threadIdx.x; e < rows * a.k_packs; e += blockDim.x) xs[e] = static_cast<const uint4*>(a.x)[e];
+    __syncthreads();
+  }
+  __shared__ float sums[kTileRows][R];
+  float acc[R];
+  ONYX_UNROLL
+  for (int r = 0; r < R; ++r) acc[r] = 0.f;
+  for (int i = 0; i < items; ++i) {
+    if (threadIdx.x == 0 && i + kStages - 1 < items) {
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stage's reads before its refill
+      issue(i + kStages - 1);
+    }
+    barrier_wait(&full[i % kStages], static_cast<uint32_t>((i / kStages) & 1));
+    const int tile = blockIdx.x + (i / chunks) * gridDim.x, chunk = i % chunks;
+    const int first = chunk * kChunkPacks, packs = min(kChunkPacks, a.k_packs - first);
+    const uint4* row = stages + (i % kStages) * kTileRows * kChunkPacks + warp * kChunkPacks;
+    for (int p = lane; p < packs; p += 32) {
+      const uint4 wv = row[p];
+      ONYX_UNROLL
+      for (int r = 0; r < R; ++r) {
+        if (r >= rows) continue;
+        float xf[P];
+        unpack<T>(xs[r * a.k_packs + first + p], xf);
+        acc[r] += dot_pack<T>(wv, xf);
+      }
+    }
+    const bool last = chunk == chunks - 1;
+    if (last) {  // the tile's sums are complete: into shared memory, then the outputs
+      ONYX_UNROLL
+      for (int r = 0; r < R; ++r) {
+        ONYX_UNROLL
+        for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+        if (lane == 0) sums[warp][r] = acc[r];
+        acc[r] = 0.f;
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled; the sums are in
+    if (last && static_cast<int>(threadIdx.x) < kOuts * R) {
+      const int j = threadIdx.x / R, r = threadIdx.x % R, col = tile * kOuts + j;
+      if (col < a.n && r < rows) {
+        float v = sums[j][r];
+        if constexpr (G == 2) v = v / (1.f + __expf(-v)) * sums[kOuts + j][r];
+        T* dst = nullptr;
+        int start = 0, width = 0;
+        ONYX_UNROLL
+        for (int s = 0; s < kMaxSplits; ++s) {
+          const int lo = s == 0 ? 0 : a.split_end[s - 1];
+          if (s < a.splits && col >= lo && col < a.split_end[s]) {
+            dst = static_cast<T*>(a.out[s]);
+            start = lo;
+            width = a.split_end[s] - lo;
+          }
+        }
+        dst[static_cast<size_t>(r) * width + (col - start)] = from_compute<T>(v);
+      }
+    }
+    if (last) __syncthreads();  // the sums are read before the next tile's overwrite them
+  }
+}
+
+// Whether the streaming kernel takes the product: 16-bit, one or two rows of x that fit its
+// shared memory (normalized or not), the kernel's arguments otherwise as the few-row kernel's.
+bool stream_fits(const GemvArgs& a, DType dt) {
+  return (dt == DType::kBFloat16 || dt == DType::kFloat16) && a.m <= 2 &&
+         static_cast<size_t>(a.m) * a.k_packs * 16 <= kStreamXBytes;
+}
+
+template <class T, int R, int G, bool kNorm>
+void launch_stream(const GemvArgs& a, CudaContext& cu) {
+  auto kernel = stream_kernel<T, R, G, kNorm>;
+  static std::once_flag once[64];
+  std::call_once(once[cu.device & 63], [&] {
+    ONYX_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kStreamSmem)));
+  });
+  const int64_t tiles = (a.n + kTileRows / G - 1) / (kTileRows / G);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count(cu.device)));
+  launch_kernel(kernel, dim3(blocks), dim3(kStreamWarps * 32), kStreamSmem, cu, a);
+}
+
+template <class T, int G, bool kNorm>
+void run_stream(const GemvArgs& a, CudaContext& cu) {
+  if (a.m == 1) launch_stream<T, 1, G, kNorm>(a, cu);
+  else launch_stream<T, 2, G, kNorm>(a, cu);
+}
+
+template <class T, int R, int CPW, int G, int U, bool kNorm>
+void launch_gemv(const GemvArgs& a, CudaContext& cu) {
+  auto kernel = gemv_kernel<T, R, CPW, G, U, kNorm>;
+  const size_t smem = kNorm ? static_cast<size_t>(std::min(a.m, R)) * a.k_packs * 16 : 0;
+  // As many blocks as the SMs hold at once (asked once per kernel, device and shared memory
+  // size), or fewer.
+  static std::mutex mutex;
+  static std::map<std::pair<int, size_t>, int> resident;
+  int per_sm = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = resident.find({cu.device, smem});
+    if (it == resident.end()) {
+      if (smem > 48 * 1024)
+        ONYX_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      ONYX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvWarps * 32, smem));
+      it = resident.emplace(std::make_pair(cu.device, smem), std::max(per_sm, 1)).first;
+    }
+    per_sm = it->second;
+  }
+  const int64_t groups = (a.n + CPW - 1) / CPW, want = (groups + kGemvWarps - 1) / kGemvWarps;
+  const int64_t blocks = std::min<int64_t>(want, static_cast<int64_t>(sm_count(cu.device)) * per_sm);
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>((a.m + R - 1) / R));
+  launch_kernel(kernel, grid, dim3(kGemvWarps * 32), smem, cu, a);
+}
+
+// Rows of x at a time by the kernel's row bound: 1, 2, 4 or 8; sixteen 16-byte loads in flight
+// per lane for one or two rows, eight past that, where four weight rows per warp share each
+// x pack.
+template <class T, int G, bool kNorm>
+void run_gemv(const GemvArgs& a, CudaContext& cu) {
+  if (a.m == 1) launch_gemv<T, 1, 2, G, 8 / G, kNorm>(a, cu);
+  else if (a.m == 2) launch_gemv<T, 2, 2, G, 8 / G, kNorm>(a, cu);
+  else if (a.m <= 4) launch_gemv<T, 4, 4 / G, G, 2, kNorm>(a, cu);
+  else launch_gemv<T, 8, 4 / G, G, 2, kNorm>(a, cu);
+}
+
+std::string shapes(const char* op, const Tensor& x, const Tensor& w) {
+  return cat(op, " x ", x.shape().str(), " by weight ", w.shape().str());
+}
+
+template <class T>
+__global__ void gate_rows_kernel(const T* __restrict__ d, T* __restrict__ y, int64_t rows, int64_t f) {
+  ONYX_KERNEL_PROLOGUE();
+  const int64_t total = rows * f;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / f, j = i - r * f;
+    const float g = to_compute(d[r * 2 * f + j]);
+    y[i] = from_compute<T>(g / (1.f + __expf(-g)) * to_compute(d[r * 2 * f + f + j]));
+  }
+}
+
+// The workspace (32 MiB) as the library path uses it: cuBLASLt's part first, then room for the
+// normalized rows (RmsNormLinear) and the gated form's two products, a chunk of rows at a time.
+constexpr size_t kLtWorkspace = 8ull << 20;
+
+// One product of the library path: x rows [0, m) by the weight, into the outputs (each a block
+// of weight rows, written from `row0` on), or for the gated form both products into `scratch`
+// and the gating into outputs[0].
+struct Product {
+  const Tensor& w;
+  bool gated;
+  std::vector<std::pair<char*, int64_t>> outputs;  // base pointer, columns
+  std::string where;
+};
+
+void library_rows(const Product& p, const void* x, int64_t m, int64_t row0, void* scratch, CudaContext& cu) {
+  const int64_t k = p.w.shape()[1];
+  const size_t es = dtype_size(p.w.dtype());
+  CudaContext lt = cu;
+  lt.workspace_bytes = kLtWorkspace;
+  GemmCall g;
+  g.dtype = p.w.dtype();
+  g.tb = true;
+  g.m = m;
+  g.k = k;
+  g.lda = k;
+  g.ldb = k;
+  g.a = x;
+  if (p.gated) {
+    const int64_t f = p.w.shape()[0] / 2;
+    g.n = 2 * f;
+    g.ldd = 2 * f;
+    g.b = p.w.raw();
+    g.d = scratch;
+    run_gemm(g, lt, p.where);
+    dispatch_float(p.w.dtype(), "SiluGateLinear", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      launch_kernel(gate_rows_kernel<T>, resident_blocks_for(m * f, cu.device), kThreads, 0, cu,
+                    static_cast<const T*>(scratch), reinterpret_cast<T*>(p.outputs[0].first) + row0 * f, m, f);
+    });
+    ONYX_CUDA_CHECK_LAUNCH("SiluGateLinear");
+    return;
+  }
+  int64_t first = 0;
+  for (const auto& [base, cols] : p.outputs) {
+    g.n = cols;
+    g.ldd = cols;
+    g.b = static_cast<const char*>(p.w.raw()) + static_cast<size_t>(first * k) * es;
+    g.d = base + static_cast<size_t>(row0 * cols) * es;
+    run_gemm(g, lt, p.where);
+    first += cols;
+  }
+}
+
+// The library path over all m rows: x as it is, or (norm) each chunk of rows normalized into the
+// workspace first.
+struct NormInputs {
+  const void* skip = nullptr;
+  const void* gamma = nullptr;
+  void* sum = nullptr;
+  float eps = 0.f;
+};
+
+void library_path(const Product& p, const void* x, int64_t m, const NormInputs* norm, CudaContext& cu) {
+  const int64_t k = p.w.shape()[1];
+  const size_t es = dtype_size(p.w.dtype());
+  const size_t per_row = (norm ? static_cast<size_t>(k) * es : 0) +
+                         (p.gated ? static_cast<size_t>(p.w.shape()[0]) * es : 0);
+  if (per_row == 0) {
+    library_rows(p, x, m, 0, nullptr, cu);
+    return;
+  }
+  ONYX_CHECK(cu.workspace_bytes > kLtWorkspace + per_row, p.where, ": one row (", per_row,
+             " bytes) does not fit the workspace of ", cu.workspace_bytes, " bytes");
+  const int64_t chunk = static_cast<int64_t>((cu.workspace_bytes - kLtWorkspace) / per_row);
+  char* room = static_cast<char*>(cu.workspace) + kLtWorkspace;
+  for (int64_t r0 = 0; r0 < m; r0 += chunk) {
+    const int64_t rows = std::min(chunk, m - r0);
+    const char* xr = static_cast<const char*>(x) + static_cast<size_t>(r0 * k) * es;
+    const void* in = xr;
+    char* scratch = room;
+    if (norm) {
+      rms_norm_rows(p.w.dtype(), xr,
+                    norm->skip ? static_cast<const char*>(norm->skip) + (xr - static_cast<const char*>(x)) : nullptr,
+                    norm->gamma, room,
+                    norm->sum ? static_cast<char*>(norm->sum) + (xr - static_cast<const char*>(x)) : nullptr, rows, k,
+                    norm->eps, cu);
+      in = room;
+      scratch = room + static_cast<size_t>(rows * k) * es;
+    }
+    library_rows(p, in, rows, r0, scratch, cu);
+  }
+}
+
+// The kernel's arguments for a product, or false when the kernel does not take it (16-byte
+// packs along K, aligned operands, sizes in int, at most kMaxSplits outputs, the normalized
+// rows within 96 KiB of shared memory).
+bool gemv_args(const Product& p, const void* x, int64_t m, const NormInputs* norm, GemvArgs& a) {
+  const int64_t k = p.w.shape()[1];
+  const int64_t n = p.gated ? p.w.shape()[0] / 2 : p.w.shape()[0];
+  const int64_t per_pack = 16 / static_cast<int64_t>(dtype_size(p.w.dtype()));
+  auto aligned = [](const void* q) { return q == nullptr || is_aligned(q, 16); };
+  if (m < 1 || m > kGemvMaxRows || k <= 0 || k % per_pack != 0 || !aligned(x) || !aligned(p.w.raw()) ||
+      n > (int64_t{1} << 30) || k / per_pack > (int64_t{1} << 30) || p.outputs.size() > static_cast<size_t>(kMaxSplits))
+    return false;
+  if (norm && (!aligned(norm->skip) || !aligned(norm->gamma) || !aligned(norm->sum) ||
+               std::min<int64_t>(m, kGemvMaxRows) * k * static_cast<int64_t>(dtype_size(p.w.dtype())) > 96 * 1024))
+    return false;
+  a = GemvArgs{};
+  a.x = x;
+  a.w = p.w.raw();
+  a.m = static_cast<int>(m);
+  a.n = static_cast<int>(n);
+  a.k_packs = static_cast<int>(k / per_pack);
+  a.splits = static_cast<int>(p.outputs.size());
+  int64_t end = 0;
+  for (size_t i = 0; i < p.outputs.size(); ++i) {
+    end += p.outputs[i].second;
+    a.split_end[i] = static_cast<int>(end);
+    a.out[i] = p.outputs[i].first;
+  }
+  if (norm) {
+    a.skip = norm->skip;
+    a.gamma = norm->gamma;
+    a.sum = norm->sum;
+    a.eps = norm->eps;
+  }
+  return true;
+}
+
+// One product. One or two rows of 16-bit x: the streaming kernel; up to 8 rows of other types
+// (float32): the few-row kernel; everything else, and what the kernels do not take: cuBLASLt.
+// (At three to eight 16-bit rows the few-row kernel's arithmetic, not its reads, bounds it, and
+// cuBLASLt's tensor-core kernels are faster: bench/cuda_bench.cpp.)
+void run_product(const Product& p, const void* x, int64_t m, const NormInputs* norm, CudaContext& cu) {
+  GemvArgs a;
+  if (!gemv_args(p, x, m, norm, a)) {
+    library_path(p, x, m, norm, cu);
+    return;
+  }
+  const DType dt = p.w.dtype();
+  const bool stream = stream_fits(a, dt);
+  if (!stream && dt != DType::kFloat32) {
+    library_path(p, x, m, norm, cu);
+    return;
+  }
+  dispatch_float(dt, "Linear", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<T, float>) {
+      if (stream) {
+        if (p.gated) norm ? run_stream<T, 2, true>(a, cu) : run_stream<T, 2, false>(a, cu);
+        else norm ? run_stream<T, 1, true>(a, cu) : run_stream<T, 1, false>(a, cu);
+        return;
+      }
+    }
+    if (p.gated) norm ? run_gemv<T, 2, true>(a, cu) : run_gemv<T, 2, false>(a, cu);
+    else norm ? run_gemv<T, 1, true>(a, cu) : run_gemv<T, 1, false>(a, cu);
+  });
+  ONYX_CUDA_CHECK_LAUNCH(p.where.c_str());
+}
+
+Product product_of(KernelContext& ctx, const Tensor& x, const Tensor& w, bool gated, size_t first_output,
+                   const char* op) {
+  ONYX_CHECK(x.dtype() == w.dtype(), op, "'s x and weight differ in dtype");
+  Product p{w, gated, {}, shapes(op, x, w)};
+  for (size_t i = first_output; i < ctx.num_outputs(); ++i) {
+    Tensor& y = ctx.output(i);
+    p.outputs.emplace_back(static_cast<char*>(y.raw()), y.shape()[y.rank() - 1]);
+  }
+  return p;
+}
+
+// Products with no inputs to sum (K = 0): zeros (silu(0) * 0 for the gated form).
+bool empty_product(KernelContext& ctx, int64_t m, int64_t n, int64_t k, size_t first_output, CudaContext& cu) {
+  if (m == 0 || n == 0) return true;
+  if (k != 0) return false;
+  for (size_t i = first_output; i < ctx.num_outputs(); ++i)
+    ONYX_CUDA_CHECK(cudaMemsetAsync(ctx.output(i).raw(), 0, ctx.output(i).bytes(), cu.stream));
+  return true;
+}
+
+void run_linear(KernelContext& ctx, CudaContext& cu) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& w = ctx.input(1);
+  const int64_t k = w.shape()[1], m = k == 0 ? 0 : x.numel() / k;
+  if (empty_product(ctx, m, w.shape()[0], k, 0, cu)) return;
+  run_product(product_of(ctx, x, w, false, 0, "Linear"), x.raw(), m, nullptr, cu);
+}
+
+void run_silu_gate_linear(KernelContext& ctx, CudaContext& cu) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& w = ctx.input(1);
+  const int64_t k = w.shape()[1], m = k == 0 ? 0 : x.numel() / k;
+  if (empty_product(ctx, m, w.shape()[0] / 2, k, 0, cu)) return;
+  run_product(product_of(ctx, x, w, true, 0, "SiluGateLinear"), x.raw(), m, nullptr, cu);
+}
+
+// RmsNormLinear: x, skip (optional), gamma, w -> sum (optional), y...
+void run_rms_norm_linear(KernelContext& ctx, CudaContext& cu) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& gamma = ctx.input(2);
+  const Tensor& w = ctx.input(3);
+  const bool gated = ctx.attr_int("gated", 0) != 0;
+  const int64_t k = w.shape()[1], m = k == 0 ? 0 : x.numel() / k;
+  ONYX_CHECK(gamma.dtype() == w.dtype() && gamma.numel() == k, "gamma ", gamma.type_str(), " must be [", k, "] of ",
+             dtype_name(w.dtype()));
+  NormInputs norm;
+  if (ctx.has_input(1)) {
+    const Tensor& skip = ctx.input(1);
+    ONYX_CHECK(skip.dtype() == x.dtype() && skip.shape() == x.shape(), "skip ", skip.type_str(), " must have x's type ",
+               x.type_str());
+    norm.skip = skip.raw();
+  }
+  norm.gamma = gamma.raw();
+  norm.sum = ctx.has_output(0) ? ctx.output(0).raw() : nullptr;
+  norm.eps = ctx.attr_float("epsilon", 1e-5f);
+  if (m == 0) return;
+  ONYX_CHECK(k > 0, "RmsNormLinear needs K > 0");
+  run_product(product_of(ctx, x, w, gated, 1, "RmsNormLinear"), x.raw(), m, &norm, cu);
+}
+
+std::string linear_support(const Node&, const std::vector<ValueType>& in) {
+  if (in.size() < 2 || !is_cuda_float(in[0].dtype) || in[1].dtype != in[0].dtype)
+    return "the linear ops on CUDA take float32/float16/bfloat16 x and weight of one dtype";
+  return "";
+}
+
+}  // namespace
+
+void register_linear_kernels(CudaKernelRegistry& r) {
+  r.add(domain_kernel("onyx", "Linear", 1, run_linear, linear_support));
+  r.add(domain_kernel("onyx", "SiluGateLinear", 1, run_silu_gate_linear, linear_support));
+  r.add(
+      domain_kernel("onyx", "RmsNormLinear", 1, run_rms_norm_linear, [](const Node&, const std::vector<ValueType>& in) {
+        for (const ValueType& v : in)
+          if (v.dtype != DType::kUndefined && (!is_cuda_float(v.dtype) || v.dtype != in[0].dtype))
+            return std::string("RmsNormLinear on CUDA takes float32/float16/bfloat16 inputs of one dtype");
+        return std::string();
+      }));
+}
+
+}  // namespace onyx::cuda
