@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -101,13 +102,14 @@ struct OpLaunch {
     inputs = std::move(in);
     outputs = std::move(out);
   }
-  void run(Gpu& g) {
+  void run(Gpu& g, bool overlap = false) {
     const cuda::CudaKernelDef* k = cuda::CudaKernelRegistry::global().find(node);
     if (!k) throw Error(cat("no CUDA kernel for ", node.op_type));
     std::vector<const Tensor*> in;
     for (auto& t : inputs) in.push_back(&t);
     KernelContext ctx(node, in, outputs, cpu_allocator(), nullptr);
     cuda::CudaContext cu = g.ctx();
+    cu.overlap_launches = overlap;
     k->run(ctx, cu);
   }
 };
@@ -160,6 +162,114 @@ Attribute int_attr(const char* name, int64_t v) {
   return a;
 }
 
+// Median milliseconds of one replay of a CUDA graph holding what `record` enqueues.
+double graph_ms(Gpu& g, const std::function<void()>& record, int reps = 20) {
+  cudaGraph_t graph;
+  CHECK(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeThreadLocal));
+  record();
+  CHECK(cudaStreamEndCapture(g.stream, &graph));
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double ms = time_ms(g, [&] { CHECK(cudaGraphLaunch(exec, g.stream)); }, 3, reps);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return ms;
+}
+
+// The decode step's products at few rows (Llama-3.2-1B shapes, bfloat16): onyx::Linear /
+// SiluGateLinear (weight [N, K]; its streaming kernel at one or two rows, cuBLASLt past that)
+// against the MatMul it replaces (cuBLASLt on the [K, N] weight,
+// gate and up as one [K, 2F] product). Each is one CUDA graph of launches over weight copies
+// that together exceed L2 several times, launched back to back as in a captured step; the
+// time per launch is the graph's over the launches.
+void few_row_products(Gpu& g, double bw) {
+  struct Case {
+    const char* name;
+    int64_t n, k;  // outputs, inputs (gated: F outputs from 2F weight rows)
+    bool gated;
+  };
+  const std::vector<Case> cases = {{"q,k,v 3072x2048", 3072, 2048, false},
+                                   {"o 2048x2048", 2048, 2048, false},
+                                   {"gate,up 2x8192x2048", 8192, 2048, true},
+                                   {"down 2048x8192", 2048, 8192, false},
+                                   {"lm head 128256x2048", 128256, 2048, false}};
+  std::printf("\n| rows | product | weight MB | onyx Linear us | TB/s | no overlap us | cuBLASLt MatMul us | TB/s | "
+              "MatMul / Linear |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  const DType dt = DType::kBFloat16;
+  for (const Case& c : cases) {
+    const int64_t rows_w = c.gated ? 2 * c.n : c.n;
+    const double bytes = static_cast<double>(rows_w * c.k) * 2;
+    const int copies = static_cast<int>(std::max(2.0, std::ceil(400e6 / bytes)));
+    std::vector<Tensor> w_nk, w_kn;
+    for (int i = 0; i < copies; ++i) {
+      w_nk.push_back(device_tensor(dt, Shape{rows_w, c.k}));
+      w_kn.push_back(device_tensor(dt, Shape{c.k, rows_w}));
+    }
+    for (int64_t m : {1, 2, 4, 8}) {
+      Tensor x = device_tensor(dt, Shape{m, c.k});
+      Tensor y = device_tensor(dt, Shape{m, c.n}, false);
+      Tensor y2 = device_tensor(dt, Shape{m, rows_w}, false);
+      std::vector<OpLaunch> lin, mm;
+      for (int i = 0; i < copies; ++i) {
+        lin.emplace_back("onyx", c.gated ? "SiluGateLinear" : "Linear", std::vector<Tensor>{x, w_nk[i]},
+                         std::vector<Tensor>{y}, std::vector<Attribute>{}, 1);
+        mm.emplace_back("", "MatMul", std::vector<Tensor>{x, w_kn[i]}, std::vector<Tensor>{y2});
+      }
+      auto per_launch = [&](std::vector<OpLaunch>& ops, bool overlap) {
+        return graph_ms(g, [&] {
+                 for (auto& op : ops) op.run(g, overlap);
+               }) * 1e3 / copies;
+      };
+      const double lin_us = per_launch(lin, true), lin_plain_us = per_launch(lin, false), mm_us = per_launch(mm, false);
+      std::printf("| %lld | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", static_cast<long long>(m), c.name,
+                  bytes / 1e6, lin_us, bytes / (lin_us * 1e-6) / 1e12, lin_plain_us, mm_us,
+                  bytes / (mm_us * 1e-6) / 1e12, mm_us / lin_us);
+    }
+  }
+  std::printf("(copy bandwidth %.2f TB/s, read + write)\n", bw);
+}
+
+// The same shapes with 4-bit weights (com.microsoft MatMulNBits, bfloat16 A and scales, blocks of
+// 32 and 128, no zero points), one row of A: time per launch in a graph over weight copies, and
+// the bandwidth over the packed weights and scales.
+void four_bit_products(Gpu& g) {
+  struct Case {
+    const char* name;
+    int64_t n, k;
+  };
+  const std::vector<Case> cases = {{"q,k,v 3072x2048", 3072, 2048},
+                                   {"o 2048x2048", 2048, 2048},
+                                   {"gate 8192x2048", 8192, 2048},
+                                   {"down 2048x8192", 2048, 8192},
+                                   {"lm head 128256x2048", 128256, 2048}};
+  std::printf("\n| 4-bit product | block | rows | MB | us | TB/s |\n|---|---:|---:|---:|---:|---:|\n");
+  for (int64_t block : {32, 128})
+    for (const Case& c : cases) {
+      const int64_t kb = c.k / block;
+      const double bytes = static_cast<double>(c.n * c.k / 2 + c.n * kb * 2);
+      const int copies = static_cast<int>(std::max(2.0, std::ceil(400e6 / bytes)));
+      std::vector<OpLaunch> ops;
+      Tensor x = device_tensor(DType::kBFloat16, Shape{1, c.k});
+      Tensor y = device_tensor(DType::kBFloat16, Shape{1, c.n}, false);
+      for (int i = 0; i < copies; ++i) {
+        Tensor b = device_tensor(DType::kBFloat16, Shape{c.n, kb, block / 4});  // random bytes: 2 bytes per bf16
+        Tensor packed = Tensor::borrow(DType::kUInt8, Shape{c.n, kb, block / 2}, b.raw(), b.storage(), b.device());
+        Tensor scales = device_tensor(DType::kBFloat16, Shape{c.n, kb});
+        ops.emplace_back("com.microsoft", "MatMulNBits", std::vector<Tensor>{x, packed, scales},
+                         std::vector<Tensor>{y},
+                         std::vector<Attribute>{int_attr("K", c.k), int_attr("N", c.n), int_attr("block_size", block),
+                                                int_attr("bits", 4)},
+                         1);
+      }
+      const double us = graph_ms(g, [&] {
+                          for (auto& op : ops) op.run(g, true);
+                        }) * 1e3 / copies;
+      std::printf("| %s | %lld | 1 | %.1f | %.2f | %.2f |\n", c.name, static_cast<long long>(block), bytes / 1e6, us,
+                  bytes / (us * 1e-6) / 1e12);
+    }
+}
+
+
 }  // namespace
 
 int main() {
@@ -180,8 +290,9 @@ int main() {
     double onyx_ms = time_ms(g, [&] { mm.run(g); }, 5, 30);
     double best_ms = cublas_best_bf16_ms(g, n, n, n, a, b, c);
     double flops = 2.0 * n * n * n;
-    std::printf("| bf16 GEMM 4096^3, onyx MatMul | %.3f ms | %.0f TFLOP/s | %.0f TFLOP/s (cuBLASLt best, %.3f ms) | %.3f |\n",
-                onyx_ms, flops / (onyx_ms * 1e-3) / 1e12, flops / (best_ms * 1e-3) / 1e12, best_ms, best_ms / onyx_ms);
+    std::printf(
+        "| bf16 GEMM 4096^3, onyx MatMul | %.3f ms | %.0f TFLOP/s | %.0f TFLOP/s (cuBLASLt best, %.3f ms) | %.3f |\n",
+        onyx_ms, flops / (onyx_ms * 1e-3) / 1e12, flops / (best_ms * 1e-3) / 1e12, best_ms, best_ms / onyx_ms);
 
     for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
       const int64_t rows = 16384, cols = 4096;
@@ -206,6 +317,8 @@ int main() {
                   std::string(dtype_name(dt)).c_str(), rms_ms, rms_bytes / (rms_ms * 1e-3) / 1e12, bw,
                   rms_bytes / (rms_ms * 1e-3) / 1e12 / bw);
     }
+    few_row_products(g, bw);
+    four_bit_products(g);
     CHECK(cudaDeviceSynchronize());
     return 0;
   } catch (const std::exception& e) {

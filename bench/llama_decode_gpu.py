@@ -9,7 +9,8 @@ rules. 1.24B parameters.
 
 Measured: one decode step, batch B, one new token over a past of P positions (the same
 inputs every step), inputs and outputs in device buffers bound once:
-- onyx, captured (IOBinding, enable_cuda_graph) with load-time constant folding, and without it;
+- onyx, captured (IOBinding, enable_cuda_graph), as it runs by default and with features off one at a
+  time (--ablate: the linear fusions, overlapped launches, all load-time folding and fusion);
 - PyTorch eager and PyTorch replaying a CUDA Graph of the same step (bench/torch_decoder.py's
   Decoder, the ONNX model's own weights);
 each as the median of --repeat steps after warm-up, each step timed to its completion; the
@@ -38,10 +39,12 @@ LLAMA_1B = dict(vocab=128256, hidden=2048, heads=32, kv_heads=8, head_dim=64, ff
                 max_pos=8192, rope_theta=500000.0, rms_eps=1e-6, tie=True)
 
 
-def make_model(path, dtype, layers):
+def make_model(path, dtype, layers, bits=0, block=32):
     c = dict(LLAMA_1B, layers=layers)
     t0 = time.time()
     m = gen_models.make_llama_layer(c, "llama_1b", seed=20261201)
+    if bits:
+        m = quantize_4bit(m, block)
     if dtype != "float32":
         import convert_float_precision as cfp
         to = onnx.TensorProto.BFLOAT16 if dtype == "bfloat16" else onnx.TensorProto.FLOAT16
@@ -49,8 +52,72 @@ def make_model(path, dtype, layers):
     onnx.save_model(m, path, save_as_external_data=True, all_tensors_to_one_file=True,
                     location=os.path.basename(path) + ".data", size_threshold=1024)
     weights = sum(os.path.getsize(p) for p in (path, path + ".data"))
-    print(f"model: {layers} layers, {dtype}, {weights / 1e9:.2f} GB on disk, made in {time.time() - t0:.0f} s", flush=True)
+    print(f"model: {layers} layers, {dtype}{f', {bits}-bit weights in blocks of {block}' if bits else ''}, "
+          f"{weights / 1e9:.2f} GB on disk, made in {time.time() - t0:.0f} s", flush=True)
     return c
+
+
+def quantize_rows(w, block):
+    """[N, K] float32 -> (uint8 [N, K / block, block / 2] low nibble first, float32 scales [N, K / block]);
+    on the GPU when there is one (a 1.24B model takes seconds there, minutes in numpy)."""
+    N, K = w.shape
+    if torch.cuda.is_available():
+        blocks = torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)).cuda().reshape(N, K // block, block)
+        scale = blocks.abs().amax(dim=2) / 7.0
+        scale[scale == 0] = 1.0
+        q = torch.clamp(torch.round(blocks / scale[:, :, None]) + 8, 0, 15).to(torch.uint8)
+        packed = q[:, :, 0::2] | (q[:, :, 1::2] << 4)
+        return packed.cpu().numpy(), scale.cpu().numpy()
+    blocks = w.astype(np.float32).reshape(N, K // block, block)
+    scale = np.abs(blocks).max(axis=2) / 7.0
+    scale[scale == 0] = 1.0
+    q = np.clip(np.rint(blocks / scale[:, :, None]) + 8, 0, 15).astype(np.uint8)
+    return (q[:, :, 0::2] | (q[:, :, 1::2] << 4)).astype(np.uint8), scale
+
+
+def quantize_4bit(m, block):
+    """Every MatMul by a constant 2-D weight (and the LM head's MatMul by Transpose(embedding))
+    becomes com.microsoft MatMulNBits: 4 bits, symmetric blocks of `block` along K (zero point 8,
+    the default), scales max|w| / 7, float32 scales (converted with the rest later)."""
+    from onnx import helper, numpy_helper
+    inits = {t.name: t for t in m.graph.initializer}
+    producers = {o: n for n in m.graph.node for o in n.output}
+    used = {}
+    for n in m.graph.node:
+        for i in n.input:
+            used[i] = used.get(i, 0) + 1
+    drop, nodes = set(), []
+    for n in m.graph.node:
+        if n.op_type != "MatMul":
+            nodes.append(n)
+            continue
+        b = n.input[1]
+        if b in inits and len(inits[b].dims) == 2:
+            w = numpy_helper.to_array(inits[b]).T  # [N, K]
+            if used[b] == 1:
+                drop.add(b)
+        elif b in producers and producers[b].op_type == "Transpose" and producers[b].input[0] in inits:
+            w = numpy_helper.to_array(inits[producers[b].input[0]])  # already [N, K]
+            if used[b] == 1:
+                drop.add(producers[b].output[0])
+        else:
+            nodes.append(n)
+            continue
+        N, K = w.shape
+        packed, scale = quantize_rows(w, block)
+        bq, sc = n.name + "_Bq", n.name + "_scales"
+        m.graph.initializer.extend([numpy_helper.from_array(packed, bq), numpy_helper.from_array(scale.astype(np.float32), sc)])
+        nodes.append(helper.make_node("MatMulNBits", [n.input[0], bq, sc], list(n.output), name=n.name + "_q4",
+                                      domain="com.microsoft", K=K, N=N, bits=4, block_size=block))
+    keep = [t for t in m.graph.initializer if t.name not in drop]
+    del m.graph.initializer[:]
+    m.graph.initializer.extend(keep)
+    nodes = [n for n in nodes if not (n.op_type == "Transpose" and n.output[0] in drop)]
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    if not any(o.domain == "com.microsoft" for o in m.opset_import):
+        m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return m
 
 
 def timed(step, repeat):
@@ -139,7 +206,7 @@ def prefill(args, c, sess, model, sdpa_model, tdt, dev, g):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    ap.add_argument("--past", type=int, default=511)
+    ap.add_argument("--past", type=int, nargs="+", default=[511])
     ap.add_argument("--batch", type=int, nargs="+", default=[1])
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=50)
@@ -147,6 +214,13 @@ def main():
     ap.add_argument("--prefill", type=int, nargs="*", default=[],
                     help="also time a prompt of each of these lengths (batch 1, no past): onyx eager against "
                          "PyTorch eager and PyTorch with scaled_dot_product_attention (flash, causal)")
+    ap.add_argument("--ablate", nargs="*", default=["no-linear", "no-overlap"],
+                    choices=["no-linear", "no-overlap", "no-folding"],
+                    help="also time onyx with each of these off: the linear fusions, overlapped launches, "
+                         "all load-time folding and fusion")
+    ap.add_argument("--int4-block", type=int, nargs="*", default=[],
+                    help="also time onyx on the same model with 4-bit weights (MatMulNBits, blocks of this many; "
+                         "the LM head too), its logits against the bf16 model's")
     ap.add_argument("--profile", type=int, default=0,
                     help="also trace N steps of each (CUPTI through torch.profiler) and print GPU time by kernel")
     args = ap.parse_args()
@@ -181,14 +255,34 @@ def main():
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s; weights {weight_bytes / 1e9:.2f} GB; floor {floor:.3f} ms/step",
           flush=True)
 
+    # onyx as it runs by default, and with one load-time or launch feature off each (ablations).
+    variants = {"onyx": {}}
+    for v in args.ablate:
+        variants[f"onyx {v}"] = {"no-linear": {"fuse_linear": False}, "no-overlap": {"overlap_launches": False},
+                                 "no-folding": {"graph_optimization_level":
+                                                onyx.GraphOptimizationLevel.ORT_DISABLE_ALL}}[v]
+    paths = {label: path for label in variants}
+    for block in args.int4_block:
+        qpath = os.path.join(tempfile.gettempdir(), f"onyx_llama_1b_{args.dtype}_{args.layers}_int4_b{block}",
+                             "llama_1b.onnx")
+        if not os.path.isfile(qpath + ".data"):
+            os.makedirs(os.path.dirname(qpath), exist_ok=True)
+            make_model(qpath, args.dtype, args.layers, bits=4, block=block)
+        variants[f"onyx int4 b{block}"] = {}
+        paths[f"onyx int4 b{block}"] = qpath
+        qbytes = os.path.getsize(qpath + ".data")
+        print(f"int4 blocks of {block}: weights {qbytes / 1e9:.3f} GB (packed values, bf16 scales, the embedding table "
+              f"for the Gather), floor without the table {(qbytes - c['vocab'] * c['hidden'] * 2) / bw * 1e3:.3f} "
+              f"ms/step", flush=True)
     sessions = {}
-    for fold in (True, False):
+    for label, opts in variants.items():
         so = onyx.SessionOptions()
-        if not fold:
-            so.graph_optimization_level = onyx.GraphOptimizationLevel.ORT_DISABLE_ALL
+        for k, v in opts.items():
+            setattr(so, k, v)
         t0 = time.time()
-        sessions[fold] = onyx.InferenceSession(path, so, providers=[("CUDAExecutionProvider", {"enable_cuda_graph": "1"})])
-        print(f"onyx session (fold {'on' if fold else 'off'}) loaded in {time.time() - t0:.1f} s", flush=True)
+        sessions[label] = onyx.InferenceSession(paths[label], so,
+                                                providers=[("CUDAExecutionProvider", {"enable_cuda_graph": "1"})])
+        print(f"{label} session loaded in {time.time() - t0:.1f} s", flush=True)
     weights = torch_decoder.load_weights(path)
     model = torch_decoder.Decoder(weights, dev)
     del weights
@@ -196,15 +290,16 @@ def main():
     g = torch.Generator(device="cpu").manual_seed(1)
     if args.prefill:
         try:
-            prefill(args, c, sessions[True], model,
+            prefill(args, c, sessions["onyx"], model,
                     torch_decoder.Decoder(torch_decoder.load_weights(path), dev, sdpa=True), tdt, dev, g)
         except Exception as e:  # report and go on to the decode steps
             print(f"prefill failed: {type(e).__name__}: {e}", flush=True)
-    print(f"\n| batch | past | onyx captured | onyx captured, no folding | torch eager | torch CUDA Graph | "
-          f"floor | onyx / torch graph |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for batch in args.batch:
-        P, T = args.past, args.past + 1
+    labels = list(sessions)
+    print("\n| batch | past | " + " | ".join(f"{l} captured" for l in labels) +
+          " | torch eager | torch CUDA Graph | floor | onyx / torch graph | onyx weight bandwidth TB/s |")
+    print("|---:|---:|" + "---:|" * (len(labels) + 5))
+    for P, batch in [(p, b) for p in args.past for b in args.batch]:
+        T = P + 1
         ids = torch.randint(0, c["vocab"], (batch, 1), generator=g).to(dev)
         mask = torch.ones((batch, T), dtype=torch.int64, device=dev)
         pos = torch.full((batch, 1), P, dtype=torch.int64, device=dev)
@@ -212,7 +307,7 @@ def main():
                  torch.randn((batch, c["kv_heads"], P, c["head_dim"]), generator=g).to(dev, tdt))
                 for _ in range(c["layers"])]
         steps = {}
-        for fold, sess in sessions.items():
+        for label, sess in sessions.items():
             b = sess.io_binding()
             feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
             for i, (k, v) in enumerate(past):
@@ -226,14 +321,17 @@ def main():
                                                               device=dev)
             for n, t in outs.items():
                 b.bind_ortvalue_output(n, onyx.OrtValue.from_dlpack(t))
-            steps[fold] = (sess, b, outs)
+            steps[label] = (sess, b, outs)
         with torch.no_grad():
             ref, _ = model.forward(ids, mask, pos, past)
-            for fold, (sess, b, outs) in steps.items():
+            for label, (sess, b, outs) in steps.items():
                 sess.run_with_iobinding(b)
-                err = float((outs["logits"].float() - ref.float()).abs().max() / ref.float().abs().max())
-                print(f"onyx (fold {'on' if fold else 'off'}) vs torch logits, batch {batch}: max relative "
-                      f"difference {err:.2e}", flush=True)
+                got, want = outs["logits"].float().flatten(0, 1), ref.float().flatten(0, 1)
+                err = float((got - want).abs().max() / want.abs().max())
+                l2 = float((got - want).norm() / want.norm())
+                top1 = float((got.argmax(-1) == want.argmax(-1)).float().mean())
+                print(f"{label} vs torch logits, batch {batch}: max relative difference {err:.2e}, relative L2 "
+                      f"{l2:.2e}, top-1 agreement {top1:.3f}", flush=True)
             static = [ids, mask, pos, past]
             graph = torch.cuda.CUDAGraph()
             s = torch.cuda.Stream()
@@ -244,24 +342,26 @@ def main():
             torch.cuda.current_stream().wait_stream(s)
             with torch.cuda.graph(graph):
                 graph_out, _ = model.forward(*static)
-            results = {k: [] for k in ("fold", "nofold", "eager", "graph")}
+            results = {k: [] for k in labels + ["eager", "graph"]}
             for _ in range(args.rounds):
-                for fold, (sess, b, outs) in steps.items():
+                for label, (sess, b, outs) in steps.items():
                     run = lambda sess=sess, b=b: sess.run_with_iobinding(b)
                     timed(run, 5)
-                    results["fold" if fold else "nofold"] += timed(run, args.repeat)
+                    results[label] += timed(run, args.repeat)
                 timed(lambda: model.forward(*static), 3)
                 results["eager"] += timed(lambda: model.forward(*static), args.repeat)
                 timed(graph.replay, 5)
                 results["graph"] += timed(graph.replay, args.repeat)
             med = {k: statistics.median(v) for k, v in results.items()}
-            rep = steps[True][0].capture_report()
-            print(f"| {batch} | {P} | {med['fold']:.3f} | {med['nofold']:.3f} | {med['eager']:.3f} | "
-                  f"{med['graph']:.3f} | {floor:.3f} | {med['fold'] / med['graph']:.2f} |", flush=True)
-            print(f"    onyx capture report (fold on): {rep}", flush=True)
+            rep = steps["onyx"][0].capture_report()
+            print(f"| {batch} | {P} | " + " | ".join(f"{med[l]:.3f}" for l in labels) +
+                  f" | {med['eager']:.3f} | {med['graph']:.3f} | {floor:.3f} | {med['onyx'] / med['graph']:.2f} | "
+                  f"{weight_bytes / med['onyx'] / 1e9:.2f} |", flush=True)
+            print(f"    onyx capture report: {rep}", flush=True)
             if args.profile:
-                sess, b, _ = steps[True]
-                profile(f"onyx captured, batch {batch}", lambda: sess.run_with_iobinding(b), args.profile)
+                for label in [l for l in labels if l == "onyx" or l.startswith("onyx int4")]:
+                    sess, b, _ = steps[label]
+                    profile(f"{label} captured, batch {batch}", lambda: sess.run_with_iobinding(b), args.profile)
                 profile(f"torch CUDA Graph, batch {batch}", graph.replay, args.profile)
             del graph
 
