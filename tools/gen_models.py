@@ -294,6 +294,41 @@ def make_bert_layer(c=BERT, name="bert_layer", seed=SEED + 2) -> onnx.ModelProto
 
 
 # ---------------------------------------------------------------------------
+# vit_encoder.onnx: a vision encoder at any image size
+# ---------------------------------------------------------------------------
+def make_vit_encoder(c, name="vit_encoder", seed=SEED + 4) -> onnx.ModelProto:
+    """ViT-style encoder on pixel_values [batch, 3, height, width]: a patch embedding (a Conv with
+    the patch as kernel and stride), the patches as a sequence with learned position embeddings
+    sliced to the image's patch count, c["layers"] pre-LN transformer layers, a final LayerNorm.
+    Any height and width that are multiples of the patch size up to c["max_side"] run."""
+    b = GraphBuilder(seed)
+    px = b.input("pixel_values", TensorProto.FLOAT, ["batch", 3, "height", "width"])
+    hid, p = c["hidden"], c["patch"]
+    b.scope = "/embeddings"
+    patches = b.op("Conv", [px, b.weight("embeddings.patch.weight", [hid, 3, p, p], std=0.05),
+                            b.weight("embeddings.patch.bias", [hid], std=0.1)], kernel_shape=[p, p], strides=[p, p])
+    batch = b.dim(patches, 0)
+    seq = b.op("Mul", [b.dim(patches, 2), b.dim(patches, 3)])  # [1]: the patch count
+    h = b.op("Reshape", [patches, b.shape_of(batch, hid, -1)])
+    h = b.op("Transpose", [h], perm=[0, 2, 1])  # [b, patches, hidden]
+    table = b.weight("embeddings.position.weight", [(c["max_side"] // p) ** 2, hid], std=0.5)
+    pos = b.op("Slice", [table, b.const([0]), seq, b.const([0])])
+    h = b.op("Add", [h, pos])
+    no_mask = b.init("no_mask", np.zeros([1, 1, 1, 1], np.float32))
+    for i in range(c["layers"]):
+        prefix = f"encoder.layer.{i}"
+        b.scope = f"/{prefix}"
+        a = _bert_attention(b, c, b.layer_norm(h, hid, f"{prefix}.norm1", eps=1e-6), no_mask, f"{prefix}.attention")
+        h = b.op("Add", [h, a])
+        f = b.gelu_erf(b.linear(b.layer_norm(h, hid, f"{prefix}.norm2", eps=1e-6), hid, c["ffn"], f"{prefix}.fc1"))
+        h = b.op("Add", [h, b.linear(f, c["ffn"], hid, f"{prefix}.fc2")])
+    b.scope = "/final"
+    h = b.layer_norm(h, hid, "final_norm", eps=1e-6)
+    b.output(h, "last_hidden_state", TensorProto.FLOAT, ["batch", "patches", hid])
+    return b.build(name, f"{c['layers']}-layer ViT-style encoder, hidden {hid}, patch {p}")
+
+
+# ---------------------------------------------------------------------------
 # llama_layer.onnx
 # ---------------------------------------------------------------------------
 def _rope_cache(c):
