@@ -631,6 +631,24 @@ void contrib(std::vector<Case>& v) {
   gbq("int8_inner", {6, 3, 48}, {6, 3, 3}, Vals(D::kInt64, {2}, {5, 0}), true, 8, 16);
 }
 
+// Ops of the exporters' mask and position arithmetic (Trilu for causal masks, CumSum for
+// position ids from the attention mask, ScatterND for cache and mask updates).
+void mask_ops(std::vector<Case>& v) {
+  v.push_back({"upper_k2", "Trilu", kAll, {X({2, 5, 7}), I64({2})}, {}, 1, 14});
+  v.push_back({"lower_k_neg", "Trilu", kAll, {X({3, 6, 4}), I64({-1})}, {attr_int("upper", 0)}, 1, 14});
+  v.push_back({"no_k", "Trilu", kFloatsInts, {X({9, 9})}, {}, 1, 14});
+  v.push_back({"axis1", "CumSum", kFloatsInts, {Ints({3, 4, 5}, -3, 3), I64({1})}, {}, 1, 14});
+  v.push_back({"exclusive_reverse", "CumSum", kFloatsInts, {Ints({2, 33}, -3, 3), I64({-1})},
+               {attr_int("exclusive", 1), attr_int("reverse", 1)}, 1, 14});
+  v.push_back({"axis0_int32", "CumSum", kFloats, {X({6, 3}), Vals(DType::kInt32, {}, {0})}, {}, 1, 14});
+  v.push_back({"rows", "ScatterND", kFloatsInts,
+               {X({4, 5, 6}), Vals(DType::kInt64, {3, 2}, {0, 1, 3, 4, 2, -5}), X({3, 6})}, {}, 1, 16});
+  v.push_back({"elements", "ScatterND", kAll,
+               {X({3, 4}), Vals(DType::kInt64, {2, 2, 2}, {0, 0, 2, 3, 1, 1, -1, -4}), X({2, 2})}, {}, 1, 13});
+  v.push_back({"reduction_add", "ScatterND", kFloats, {X({4, 2}), Vals(DType::kInt64, {2, 1}, {1, 3}), X({2, 2})},
+               {attr_string("reduction", "add")}, 1, 16, "", Expect::kDecline});
+}
+
 void matmul(std::vector<Case>& v) {
   v.push_back({"2d", "MatMul", kFloats, {X({33, 17}), X({17, 29})}});
   v.push_back({"big", "MatMul", kFloats, {X({256, 512}), X({512, 384})}});
@@ -700,6 +718,7 @@ std::vector<TestCase> all_cases() {
   rotary(v);
   contrib(v);
   matmul(v);
+  mask_ops(v);
   return expand(v);
 }
 

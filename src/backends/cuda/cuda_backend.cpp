@@ -155,6 +155,8 @@ class CudaBackend final : public Backend {
     if (word & kDeviceErrorAttentionLengths)
       what += cat(what.empty() ? "" : "; ",
                   "GroupQueryAttention: seqlens_k or total_sequence_length do not fit the past/present buffers");
+    if (word & kDeviceErrorIndexInput)
+      what += cat(what.empty() ? "" : "; ", "ScatterND or CumSum: an index or axis input was out of range");
     return what;
   }
 

@@ -45,6 +45,7 @@ constexpr unsigned int kDeviceErrorGatherIndex = 1u;
 constexpr unsigned int kDeviceErrorRotaryPosition = 2u;
 constexpr unsigned int kDeviceErrorCachePosition = 4u;
 constexpr unsigned int kDeviceErrorAttentionLengths = 8u;
+constexpr unsigned int kDeviceErrorIndexInput = 16u;  // ScatterND's indices, CumSum's axis
 
 using CudaKernelFn = std::function<void(KernelContext& ctx, CudaContext& cu)>;
 // "" when the kernel handles these input types and attributes, else why not.

@@ -1,4 +1,4 @@
-// Data movement: Gather, Concat, Split, Slice, Transpose.
+// Data movement: Gather, Concat, Split, Slice, Transpose, ScatterND.
 //
 // These kernels only move bytes, so they are instantiated per element width
 // (1, 2, 4, 8 bytes, and 16 where contiguous runs allow wider copies), never per
@@ -517,6 +517,80 @@ CudaSupportFn data_support(const char* op, std::vector<size_t> index_inputs, boo
   };
 }
 
+// ---- ScatterND (no reduction): data copied to the output, then one thread per updated element
+// finds its place from its index tuple, read on the device; an index outside its axis sets the
+// device error word and writes nothing ----
+
+struct ScatterNdArgs {
+  int m;                      // index tuple length
+  int64_t dims[kMaxRank];     // data's first m dims
+  int64_t strides[kMaxRank];  // in elements
+  int64_t tuples, slice;
+  unsigned int* err;
+};
+
+template <class U>
+__global__ void scatter_nd_kernel(const int64_t* __restrict__ idx, const U* __restrict__ upd, U* __restrict__ out,
+                                  ScatterNdArgs a) {
+  ONYX_KERNEL_PROLOGUE();
+  const int64_t total = a.tuples * a.slice;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = e / a.slice, j = e - t * a.slice;
+    int64_t off = 0;
+    bool in_range = true;
+    for (int q = 0; q < a.m; ++q) {
+      int64_t i = idx[t * a.m + q];
+      if (i < 0) i += a.dims[q];
+      if (i < 0 || i >= a.dims[q]) in_range = false;
+      off += i * a.strides[q];
+    }
+    if (!in_range) {
+      atomicOr(a.err, kDeviceErrorIndexInput);
+      continue;
+    }
+    out[off + j] = upd[e];
+  }
+}
+
+void run_scatter_nd(KernelContext& ctx, CudaContext& cu) {
+  const Tensor& data = ctx.input(0);
+  const Tensor& ind = ctx.input(1);
+  const Tensor& upd = ctx.input(2);
+  Tensor& out = ctx.output(0);
+  ONYX_CHECK(ind.dtype() == DType::kInt64 && upd.dtype() == data.dtype(), "ScatterND on CUDA: indices ",
+             ind.type_str(), ", updates ", upd.type_str(), ", data ", data.type_str());
+  const auto& dd = data.shape().dims();
+  const auto& id = ind.shape().dims();
+  ONYX_CHECK(!id.empty(), "ScatterND: indices must have rank >= 1");
+  const int64_t m = id.back();
+  ONYX_CHECK(m >= 1 && m <= static_cast<int64_t>(dd.size()) && m <= kMaxRank, "ScatterND: index tuples of length ", m,
+             " do not fit data of rank ", dd.size());
+  std::vector<int64_t> want(id.begin(), id.end() - 1);
+  want.insert(want.end(), dd.begin() + m, dd.end());
+  ONYX_CHECK(upd.shape().dims() == want, "ScatterND: updates have shape ", upd.shape().str(), ", expected ",
+             Shape(want).str());
+  ScatterNdArgs a{};
+  a.m = static_cast<int>(m);
+  a.tuples = prod(id, 0, id.size() - 1);
+  a.slice = prod(dd, static_cast<size_t>(m), dd.size());
+  for (int64_t q = 0; q < m; ++q) {
+    a.dims[q] = dd[q];
+    a.strides[q] = prod(dd, static_cast<size_t>(q) + 1, dd.size());
+  }
+  a.err = cu.error_word;
+  if (out.raw() != data.raw() && out.bytes() > 0)
+    ONYX_CUDA_CHECK(cudaMemcpyAsync(out.raw(), data.raw(), out.bytes(), cudaMemcpyDeviceToDevice, cu.stream));
+  const int64_t total = a.tuples * a.slice;
+  if (total == 0) return;
+  dispatch_width(static_cast<int>(dtype_size(data.dtype())), [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    launch_kernel(scatter_nd_kernel<U>, blocks_for(total, kThreads), kThreads, 0, cu, ind.data<int64_t>(),
+                  static_cast<const U*>(upd.raw()), static_cast<U*>(out.raw()), a);
+  });
+  ONYX_CUDA_CHECK_LAUNCH("ScatterND");
+}
+
 }  // namespace
 
 void register_data_kernels(CudaKernelRegistry& r) {
@@ -538,6 +612,14 @@ void register_data_kernels(CudaKernelRegistry& r) {
   }));
   r.add(onnx_kernel("Slice", 1, run_slice, data_support("Slice", {1, 2, 3, 4}, true)));
   r.add(onnx_kernel("Transpose", 1, run_transpose, data_support("Transpose", {}, false)));
+  r.add(onnx_kernel("ScatterND", 11, run_scatter_nd, [](const Node& node, const std::vector<ValueType>& in) -> std::string {
+    NodeView n(node);
+    if (n.opset() >= 16 && n.attr_string("reduction", "none") != "none")
+      return "ScatterND on CUDA takes reduction 'none' (the others run on the CPU)";
+    if (in.size() < 3 || !movable(in[0].dtype) || in[1].dtype != DType::kInt64 || in[2].dtype != in[0].dtype)
+      return "ScatterND on CUDA takes int64 indices and updates of data's fixed-size type";
+    return "";
+  }));
 }
 
 }  // namespace onyx::cuda

@@ -1,4 +1,5 @@
-// Elementwise data kernels: Where (3-way broadcast), Expand, ConstantOfShape, Range.
+// Elementwise data kernels: Where (3-way broadcast), Expand, ConstantOfShape, Range, Trilu, and
+// the running sum CumSum (which reads its axis on the device: any line length, one launch).
 // Where, Expand and ConstantOfShape only move elements, so they are instantiated per
 // element size (1, 2, 4, 8 bytes) rather than per type, and take any such type.
 #include <cstring>
@@ -272,9 +273,134 @@ void run_range(KernelContext& ctx, CudaContext& cu) {
   ONYX_CUDA_CHECK_LAUNCH("Range");
 }
 
+// ---- Trilu: the upper (or lower) triangle of the last two axes, k diagonals off ----
+
+template <class U>
+__global__ void trilu_kernel(const U* __restrict__ x, U* __restrict__ y, int64_t rows, int64_t cols, int64_t total,
+                             const void* k, int k64, int upper) {
+  ONYX_KERNEL_PROLOGUE();
+  const int64_t kk = k ? load_index(k, k64 != 0, 0) : 0;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t j = e % cols, i = (e / cols) % rows;
+    const bool keep = upper ? j - i >= kk : j - i <= kk;
+    y[e] = keep ? x[e] : U{};
+  }
+}
+
+void run_trilu(KernelContext& ctx, CudaContext& cu) {
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0);
+  ONYX_CHECK(x.rank() >= 2, "Trilu needs an input of rank >= 2, got ", x.shape().str());
+  const void* k = nullptr;
+  int k64 = 1;
+  if (ctx.has_input(1)) {
+    const Tensor& kt = ctx.input(1);
+    ONYX_CHECK(kt.numel() == 1 && (kt.dtype() == DType::kInt64 || kt.dtype() == DType::kInt32),
+               "Trilu: k must be an int64 scalar, got ", kt.type_str());
+    k = kt.raw();
+    k64 = kt.dtype() == DType::kInt64;
+  }
+  const int64_t total = y.numel();
+  if (total == 0) return;
+  const int64_t rows = x.shape()[x.rank() - 2], cols = x.shape()[x.rank() - 1];
+  const bool ok = dispatch_size(x.dtype(), [&](auto tag) {
+    using U = decltype(tag);
+    launch_kernel(trilu_kernel<U>, resident_blocks_for(total, cu.device), kThreads, 0, cu,
+                  static_cast<const U*>(x.raw()), static_cast<U*>(y.raw()), rows, cols, total, k, k64,
+                  ctx.attr_int("upper", 1) != 0 ? 1 : 0);
+  });
+  ONYX_CHECK(ok, "Trilu on CUDA: element type ", dtype_name(x.dtype()), " is not supported");
+  ONYX_CUDA_CHECK_LAUNCH("Trilu");
+}
+
+// ---- CumSum: one thread per line along the axis, which the kernel reads from the device ----
+
+struct CumArgs {
+  int rank;
+  int64_t dims[kMaxRank];
+  int64_t total;
+  const void* axis;
+  int axis64, exclusive, reverse;
+  unsigned int* err;
+};
+
+template <class T, class A>
+__global__ void cumsum_kernel(const T* __restrict__ x, T* __restrict__ y, CumArgs a) {
+  ONYX_KERNEL_PROLOGUE();
+  int64_t ax = load_index(a.axis, a.axis64 != 0, 0);
+  if (ax < 0) ax += a.rank;
+  if (ax < 0 || ax >= a.rank) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) atomicOr(a.err, kDeviceErrorIndexInput);
+    return;
+  }
+  const int64_t n = a.dims[ax];
+  int64_t inner = 1;
+  for (int i = static_cast<int>(ax) + 1; i < a.rank; ++i) inner *= a.dims[i];
+  const int64_t lines = n == 0 ? 0 : a.total / n;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < lines;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t base = (t / inner) * n * inner + t % inner;
+    A acc = 0;
+    for (int64_t s = 0; s < n; ++s) {
+      const int64_t at = base + (a.reverse ? n - 1 - s : s) * inner;
+      const A v = static_cast<A>(to_compute(x[at]));
+      if (a.exclusive) y[at] = from_compute<T>(static_cast<dev_compute_t<T>>(acc));
+      acc += v;
+      if (!a.exclusive) y[at] = from_compute<T>(static_cast<dev_compute_t<T>>(acc));
+    }
+  }
+}
+
+void run_cumsum(KernelContext& ctx, CudaContext& cu) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& axis = ctx.input(1);
+  ONYX_CHECK(axis.numel() == 1 && (axis.dtype() == DType::kInt64 || axis.dtype() == DType::kInt32),
+             "CumSum: axis must be an int32/int64 scalar, got ", axis.type_str());
+  ONYX_CHECK(x.rank() >= 1 && x.rank() <= static_cast<size_t>(kMaxRank), "CumSum on CUDA takes ranks 1..", kMaxRank,
+             ", got ", x.shape().str());
+  CumArgs a{};
+  a.rank = static_cast<int>(x.rank());
+  for (size_t i = 0; i < x.rank(); ++i) a.dims[i] = x.shape()[i];
+  a.total = x.numel();
+  a.axis = axis.raw();
+  a.axis64 = axis.dtype() == DType::kInt64;
+  a.exclusive = ctx.attr_int("exclusive", 0) != 0;
+  a.reverse = ctx.attr_int("reverse", 0) != 0;
+  a.err = cu.error_word;
+  if (a.total == 0) return;
+  // Lines are at most total (one when the axis is the only one); the kernel stops at its count.
+  const unsigned blocks = resident_blocks_for(a.total, cu.device);
+  auto go = [&](auto t, auto acc) {
+    using T = decltype(t);
+    using A = decltype(acc);
+    launch_kernel(cumsum_kernel<T, A>, blocks, kThreads, 0, cu, static_cast<const T*>(x.raw()),
+                  static_cast<T*>(ctx.output(0).raw()), a);
+  };
+  switch (x.dtype()) {
+    case DType::kFloat32: go(float{}, float{}); break;
+    case DType::kFloat16: go(__half{}, float{}); break;
+    case DType::kBFloat16: go(__nv_bfloat16{}, float{}); break;
+    case DType::kInt32: go(int32_t{}, int64_t{}); break;
+    case DType::kInt64: go(int64_t{}, int64_t{}); break;
+    default: throw Error(cat("CumSum on CUDA does not support ", dtype_name(x.dtype())));
+  }
+  ONYX_CUDA_CHECK_LAUNCH("CumSum");
+}
+
 }  // namespace
 
 void register_where_expand_range_kernels(CudaKernelRegistry& r) {
+  r.add(onnx_kernel("Trilu", 14, run_trilu, [](const Node&, const std::vector<ValueType>& in) -> std::string {
+    return size_dispatchable(input_dtype(in, 0)) ? "" : "Trilu on CUDA moves fixed-size types";
+  }));
+  r.add(onnx_kernel("CumSum", 11, run_cumsum, [](const Node&, const std::vector<ValueType>& in) -> std::string {
+    const DType d = input_dtype(in, 0);
+    if (d != DType::kFloat32 && d != DType::kFloat16 && d != DType::kBFloat16 && d != DType::kInt32 &&
+        d != DType::kInt64)
+      return "CumSum on CUDA takes float32/float16/bfloat16/int32/int64";
+    return rank_reason(in, "CumSum");
+  }));
   r.add(onnx_kernel("ConstantOfShape", 9, run_constant_of_shape,
                     [](const Node& node, const std::vector<ValueType>&) -> std::string {
                       const Attribute* a = node.find_attribute("value");
