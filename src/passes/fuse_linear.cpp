@@ -1,5 +1,7 @@
 #include "passes/fuse_linear.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -21,19 +23,28 @@ bool linear_dtype(DType d) {
 
 bool weight_2d(const Tensor* t) { return t && t->on_host() && t->rank() == 2 && linear_dtype(t->dtype()); }
 
-// [rows, cols] -> [cols, rows], in tiles so that both sides stay in cache.
+// [rows, cols] -> [cols, rows], in tiles so that both sides stay in cache, moving elements as
+// unsigned integers of their size.
+template <class U>
+void transpose_tiles(const U* src, U* dst, int64_t rows, int64_t cols) {
+  constexpr int64_t kTile = 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
+    }
+}
+
 Tensor transposed(const Tensor& t) {
   const int64_t rows = t.shape()[0], cols = t.shape()[1];
   Tensor out(t.dtype(), Shape({cols, rows}));
-  const size_t e = dtype_size(t.dtype());
-  const char* src = static_cast<const char*>(t.raw());
-  char* dst = static_cast<char*>(out.raw());
-  constexpr int64_t kTile = 64;
-  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
-    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
-      for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
-        for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
-          std::memcpy(dst + (c * rows + r) * e, src + (r * cols + c) * e, e);
+  switch (dtype_size(t.dtype())) {
+    case 2: transpose_tiles(static_cast<const uint16_t*>(t.raw()), static_cast<uint16_t*>(out.raw()), rows, cols); break;
+    case 4: transpose_tiles(static_cast<const uint32_t*>(t.raw()), static_cast<uint32_t*>(out.raw()), rows, cols); break;
+    case 8: transpose_tiles(static_cast<const uint64_t*>(t.raw()), static_cast<uint64_t*>(out.raw()), rows, cols); break;
+    default: ONYX_ASSERT(false, "no transposition for elements of ", dtype_size(t.dtype()), " bytes");
+  }
   return out;
 }
 
