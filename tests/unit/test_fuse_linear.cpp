@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "graph_builder.h"
 #include "op_test_util.h"
 #include "passes/optimize.h"
 
@@ -12,34 +13,7 @@ namespace onyx {
 
 namespace {
 
-struct Builder {
-  Graph g;
-  int input(const std::string& n) {
-    const int id = g.value_id(n);
-    g.values[id].is_input = true;
-    g.inputs.push_back(id);
-    return id;
-  }
-  int init(const std::string& n, Tensor t) {
-    const int id = g.value_id(n);
-    g.values[id].is_initializer = true;
-    g.initializers[id] = std::move(t);
-    return id;
-  }
-  int node(const std::string& op, std::vector<int> in, std::vector<Attribute> attrs = {}) {
-    Node n;
-    n.name = op + std::to_string(g.nodes.size());
-    n.op_type = op;
-    n.opset = 18;
-    n.inputs = std::move(in);
-    const int out = g.value_id(n.name + "_out");
-    n.outputs = {out};
-    n.attributes = std::move(attrs);
-    g.values[out].producer = static_cast<int>(g.nodes.size());
-    g.nodes.push_back(std::move(n));
-    return out;
-  }
-};
+using Builder = test::GraphBuilder;
 
 // A layer's products over x[2, 3, 16]: Q, K and V; the SiLU-gated MLP (gate and up); an LM
 // head tied to an embedding table E[20, 16] (MatMul by Transpose(E), E also gathered).

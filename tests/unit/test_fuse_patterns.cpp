@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "graph_builder.h"
 #include "op_test_util.h"
 #include "passes/fuse_patterns.h"
 
@@ -11,29 +12,7 @@ namespace onyx {
 
 namespace {
 
-struct Builder {
-  Graph g;
-  int value(const std::string& n) { return g.value_id(n); }
-  int init(const std::string& n, Tensor t) {
-    int id = g.value_id(n);
-    g.values[id].is_initializer = true;
-    g.initializers[id] = std::move(t);
-    return id;
-  }
-  int node(const std::string& op, std::vector<int> in, std::vector<Attribute> attrs = {}) {
-    Node n;
-    n.name = op + std::to_string(g.nodes.size());
-    n.op_type = op;
-    n.opset = 18;
-    n.inputs = std::move(in);
-    int out = g.value_id(n.name + "_out");
-    n.outputs = {out};
-    n.attributes = std::move(attrs);
-    g.values[out].producer = static_cast<int>(g.nodes.size());
-    g.nodes.push_back(std::move(n));
-    return out;
-  }
-};
+using Builder = test::GraphBuilder;
 
 Attribute int_attr(const char* name, int64_t v) {
   Attribute a;

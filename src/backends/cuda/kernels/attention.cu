@@ -255,6 +255,30 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(AttnArgs a) {
   cluster.sync();  // the others' shared memory stays until the first block has read it
 }
 
+// Launches `kernel(a)` with clusters of `splits` blocks along x (the key splits of one tile,
+// merged through distributed shared memory); past 8 blocks a cluster is Hopper's non-portable
+// size, allowed per kernel here.
+template <class Kernel>
+void launch_clusters(Kernel kernel, dim3 grid, int threads, size_t smem, int splits, CudaContext& cu,
+                     const AttnArgs& a) {
+  if (smem > 48 * 1024)
+    ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  if (splits > 8) ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = cu.stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(splits);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  ONYX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+}
+
 // Decode (at most kDecodeRows query rows per KV head: a group's heads at one or a few positions),
 // 16-bit Q, K, V with head size 64 or 128: a key's D values lie across D / 8 lanes, 16 bytes each,
 // so a warp reads 32 / (D / 8) keys per load with every lane busy, and U such loads of K and of V
@@ -271,23 +295,6 @@ struct DecodeShared {
   float acc[kDecodeWarps][R][D];
   float bm[R], bl[R];  // the block's (max, sum) per row; its values are in acc[0]
 };
-
-// A 16-byte piece of K or V as 8 floats.
-template <class T>
-__device__ __forceinline__ void piece_floats(const uint4& v, float (&f)[8]) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  ONYX_UNROLL
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      f[2 * i] = __uint_as_float(w[i] << 16);
-      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    } else {
-      const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      f[2 * i] = h.x;
-      f[2 * i + 1] = h.y;
-    }
-  }
-}
 
 // (m, l, acc) <- the merge of two running softmaxes over disjoint keys.
 __device__ __forceinline__ void merge_softmax(float& m, float& l, float* acc, float m2, float l2, const float* acc2,
@@ -349,8 +356,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
     for (int u = 0; u < kU; ++u) {
       const int64_t key = t0 + u * kKeysPerLoad + sub;
       float kf[8], vf[8];
-      piece_floats<T>(kr[u], kf);
-      piece_floats<T>(vr[u], vf);
+      pack_to_floats<T>(kr[u], kf);
+      pack_to_floats<T>(vr[u], vf);
       ONYX_UNROLL
       for (int r = 0; r < R; ++r) {
         if (r >= rows) continue;
@@ -447,19 +454,9 @@ bool attention_decode(AttnArgs& a, DType dt, CudaContext& cu) {
   a.chunk = (a.S + splits - 1) / splits;
   a.splits = static_cast<int>(std::max<int64_t>(1, (a.S + a.chunk - 1) / std::max<int64_t>(1, a.chunk)));
   auto launch = [&](auto kernel) {
-    if (a.splits > 8) ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(a.splits), static_cast<unsigned>(a.Hkv), static_cast<unsigned>(a.B));
-    cfg.blockDim = dim3(kDecodeWarps * 32);
-    cfg.stream = cu.stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(a.splits);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    ONYX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+    launch_clusters(kernel,
+                    dim3(static_cast<unsigned>(a.splits), static_cast<unsigned>(a.Hkv), static_cast<unsigned>(a.B)),
+                    kDecodeWarps * 32, 0, a.splits, cu, a);
   };
   auto by_rows = [&](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
@@ -653,25 +650,10 @@ void run_attention(KernelContext& ctx, CudaContext& cu) {
   dispatch_float(q.dtype(), "Attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto launch = [&](auto kernel) {
-      if (smem > 48 * 1024)
-        ONYX_CUDA_CHECK(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      if (a.splits > 8)  // clusters past 8 blocks (Hopper takes 16)
-        ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim =
-          dim3(static_cast<unsigned>(tiles * a.splits), static_cast<unsigned>(a.Hkv), static_cast<unsigned>(a.B));
-      cfg.blockDim = dim3(kAttnWarps * 32);
-      cfg.dynamicSmemBytes = smem;
-      cfg.stream = cu.stream;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = static_cast<unsigned>(a.splits);
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      ONYX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+      launch_clusters(kernel,
+                      dim3(static_cast<unsigned>(tiles * a.splits), static_cast<unsigned>(a.Hkv),
+                           static_cast<unsigned>(a.B)),
+                      kAttnWarps * 32, smem, a.splits, cu, a);
     };
     auto by_rows = [&](auto lanes) {
       constexpr int L = decltype(lanes)::value;

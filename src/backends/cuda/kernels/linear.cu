@@ -65,35 +65,29 @@ __device__ __forceinline__ uint4 load_weight(const uint4* p) {
   return v;
 }
 
-// The pack's elements as floats.
+// Where output column `col` goes: the output whose columns hold it, its first column and width
+// (found with constant indices: a run-time index into the arguments would copy them to local
+// memory).
 template <class T>
-__device__ __forceinline__ void unpack(const uint4& v, float* f) {
-  if constexpr (std::is_same_v<T, float>) {
-    f[0] = __uint_as_float(v.x);
-    f[1] = __uint_as_float(v.y);
-    f[2] = __uint_as_float(v.z);
-    f[3] = __uint_as_float(v.w);
-  } else {
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-    ONYX_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-        f[2 * i] = __uint_as_float(w[i] << 16);
-        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-      } else {
-        const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-        f[2 * i] = h.x;
-        f[2 * i + 1] = h.y;
-      }
+__device__ __forceinline__ T* output_of(const GemvArgs& a, int col, int& start, int& width) {
+  T* dst = nullptr;
+  ONYX_UNROLL
+  for (int s = 0; s < kMaxSplits; ++s) {
+    const int lo = s == 0 ? 0 : a.split_end[s - 1];
+    if (s < a.splits && col >= lo && col < a.split_end[s]) {
+      dst = static_cast<T*>(a.out[s]);
+      start = lo;
+      width = a.split_end[s] - lo;
     }
   }
+  return dst;
 }
 
 template <class T>
 __device__ __forceinline__ float dot_pack(const uint4& w, const float* x) {
   constexpr int P = 16 / sizeof(T);
   float f[P];
-  unpack<T>(w, f);
+  pack_to_floats<T>(w, f);
   float s = 0.f;
   ONYX_UNROLL
   for (int i = 0; i < P; ++i) s = fmaf(f[i], x[i], s);
@@ -108,10 +102,10 @@ __device__ __forceinline__ float dot_pack(const uint4& w, const float* x) {
 template <class T>
 __device__ __forceinline__ void load_h(const GemvArgs& a, size_t pack, float* h) {
   constexpr int P = 16 / sizeof(T);
-  unpack<T>(static_cast<const uint4*>(a.x)[pack], h);
+  pack_to_floats<T>(static_cast<const uint4*>(a.x)[pack], h);
   if (a.skip) {
     float s[P];
-    unpack<T>(static_cast<const uint4*>(a.skip)[pack], s);
+    pack_to_floats<T>(static_cast<const uint4*>(a.skip)[pack], s);
     ONYX_UNROLL
     for (int i = 0; i < P; ++i) h[i] += s[i];
   }
@@ -172,7 +166,7 @@ __device__ void normalize_rows(const GemvArgs& a, int row0, int rows, uint4* xs)
     for (int p = threadIdx.x; p < a.k_packs; p += blockDim.x) {
       float h[P], g[P];
       load_h<T>(a, static_cast<size_t>(row0 + r) * a.k_packs + p, h);
-      unpack<T>(gamma[p], g);
+      pack_to_floats<T>(gamma[p], g);
       ONYX_UNROLL
       for (int i = 0; i < P; ++i) h[i] = h[i] * inv[r] * g[i];
       xs[r * a.k_packs + p] = pack_of<T>(h);
@@ -244,7 +238,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a) {
         for (int r = 0; r < R; ++r) {
           if (r >= rows) continue;
           float xf[P];
-          unpack<T>(kNorm ? x[r * a.k_packs + p] : __ldg(x + static_cast<size_t>(r) * a.k_packs + p), xf);
+          pack_to_floats<T>(kNorm ? x[r * a.k_packs + p] : __ldg(x + static_cast<size_t>(r) * a.k_packs + p), xf);
           ONYX_UNROLL
           for (int c = 0; c < CPW; ++c)
             ONYX_UNROLL
@@ -265,9 +259,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a) {
           ONYX_UNROLL
           for (int o = 16; o > 0; o >>= 1) acc[c][g][r] += __shfl_xor_sync(0xffffffffu, acc[c][g][r], o);
 
-    // Every lane holds every sum; lane c * R + r writes output (row r, column c). The output's
-    // split is found with constant indices (a run-time index into the arguments would copy them
-    // to local memory).
+    // Every lane holds every sum; lane c * R + r writes output (row r, column c).
     ONYX_UNROLL
     for (int c = 0; c < CPW; ++c) {
       const int col = group * CPW + c;
@@ -276,17 +268,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a) {
         if (lane != c * R + r || col >= a.n || r >= rows) continue;
         float v = acc[c][0][r];
         if constexpr (G == 2) v = v / (1.f + __expf(-v)) * acc[c][1][r];
-        T* dst = nullptr;
         int start = 0, width = 0;
-        ONYX_UNROLL
-        for (int s = 0; s < kMaxSplits; ++s) {
-          const int lo = s == 0 ? 0 : a.split_end[s - 1];
-          if (s < a.splits && col >= lo && col < a.split_end[s]) {
-            dst = static_cast<T*>(a.out[s]);
-            start = lo;
-            width = a.split_end[s] - lo;
-          }
-        }
+        T* dst = output_of<T>(a, col, start, width);
         dst[static_cast<size_t>(row0 + r) * width + (col - start)] = from_compute<T>(v);
       }
     }
@@ -405,7 +388,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a) {
       for (int r = 0; r < R; ++r) {
         if (r >= rows) continue;
         float xf[P];
-        unpack<T>(xs[r * a.k_packs + first + p], xf);
+        pack_to_floats<T>(xs[r * a.k_packs + first + p], xf);
         acc[r] += dot_pack<T>(wv, xf);
       }
     }
@@ -425,17 +408,8 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a) {
       if (col < a.n && r < rows) {
         float v = sums[j][r];
         if constexpr (G == 2) v = v / (1.f + __expf(-v)) * sums[kOuts + j][r];
-        T* dst = nullptr;
         int start = 0, width = 0;
-        ONYX_UNROLL
-        for (int s = 0; s < kMaxSplits; ++s) {
-          const int lo = s == 0 ? 0 : a.split_end[s - 1];
-          if (s < a.splits && col >= lo && col < a.split_end[s]) {
-            dst = static_cast<T*>(a.out[s]);
-            start = lo;
-            width = a.split_end[s] - lo;
-          }
-        }
+        T* dst = output_of<T>(a, col, start, width);
         dst[static_cast<size_t>(r) * width + (col - start)] = from_compute<T>(v);
       }
     }

@@ -150,28 +150,6 @@ __global__ void __launch_bounds__(256) nbits_gemm_kernel(NBitsArgs p) {
 
 constexpr int kNb4Warps = 4;
 
-template <class T>
-__device__ __forceinline__ void unpack8(const uint4& v, float* f);
-template <>
-__device__ __forceinline__ void unpack8<__nv_bfloat16>(const uint4& v, float* f) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  ONYX_UNROLL
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-template <>
-__device__ __forceinline__ void unpack8<__half>(const uint4& v, float* f) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  ONYX_UNROLL
-  for (int i = 0; i < 4; ++i) {
-    const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-    f[2 * i] = h.x;
-    f[2 * i + 1] = h.y;
-  }
-}
-
 // R rows of A at most (the launch's rows may be fewer), CPW features per warp, U 16-byte loads
 // per feature in flight per lane. kTypedZero: zero points of A's type, which may have a
 // fraction (2^23 + z would round it), so q - z takes a second subtraction.
@@ -252,7 +230,7 @@ __global__ void __launch_bounds__(kNb4Warps * 32) nbits4_gemv_kernel(NBitsArgs p
         for (int r = 0; r < R; ++r) {
           if (r >= rows) continue;
           float x[8];
-          unpack8<T>(__ldg(reinterpret_cast<const uint4*>(A + r * p.K + q * 32 + s * 8)), x);
+          pack_to_floats<T>(__ldg(reinterpret_cast<const uint4*>(A + r * p.K + q * 32 + s * 8)), x);
           ONYX_UNROLL
           for (int c = 0; c < CPW; ++c)
             ONYX_UNROLL
