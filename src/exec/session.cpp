@@ -14,6 +14,7 @@
 namespace onyx {
 
 std::string ValueDesc::type_str() const {
+  if (dtype == DType::kSequence || dtype == DType::kOptional) return std::string(dtype_name(dtype));
   if (!is_tensor) return "non-tensor";
   TypeInfo t;
   t.category = TypeInfo::Category::kTensor;
@@ -155,13 +156,14 @@ ModelInfo inspect_model(const std::string& path) {
 void Session::Impl::check_feed(const ValueDesc& d, const Tensor& t,
                                std::unordered_map<std::string, int64_t>& symbols) const {
   ONYX_CHECK(t.defined(), "the tensor is empty (undefined)");
-  ONYX_CHECK(d.is_tensor, "the model declares a non-tensor type, which onyx does not support as an input");
+  const bool object = d.dtype == DType::kSequence || d.dtype == DType::kOptional;
+  ONYX_CHECK(d.is_tensor || object, "the model declares a map or sparse type, which onyx does not support as an input");
   ONYX_CHECK(t.on_host() || t.device() == device, "the tensor is on ", t.device().str(), ", but the session runs on ",
              device.str(), " (feeds may lie on the host or on the session's device)");
   if (d.dtype != DType::kUndefined)
     ONYX_CHECK(t.dtype() == d.dtype, "dtype ", dtype_name(t.dtype()), " does not match the model's ",
                dtype_name(d.dtype), " (model declares ", d.type_str(), ")");
-  if (!d.rank_known) return;
+  if (!d.rank_known || object) return;
   ONYX_CHECK(t.rank() == d.dims.size(), "shape ", t.shape().str(), " has rank ", t.rank(), ", but the model declares ",
              d.type_str(), " (rank ", d.dims.size(), ")");
   for (size_t i = 0; i < d.dims.size(); ++i) {

@@ -1,9 +1,11 @@
 // QuantizeLinear, DequantizeLinear (per tensor, per axis, blocked) and DynamicQuantizeLinear,
-// for the integer quantized types onyx holds (int8, uint8, int16, uint16; int32 to dequantize).
+// for every quantized type ONNX names: int8, uint8, int16, uint16 (int32 to dequantize), the
+// narrow integers int4, uint4, int2, uint2, and the 8- and 4-bit floats.
 #include "ops/quantize.h"
 
 #include <limits>
 
+#include "core/narrow_types.h"
 #include "ops/common.h"
 
 namespace onyx {
@@ -85,6 +87,36 @@ using QuantTypes = TypeList<int8_t, uint8_t, int16_t, uint16_t>;
 using DequantTypes = TypeList<int8_t, uint8_t, int16_t, uint16_t, int32_t>;
 using QuantizeInputTypes = TypeList<float, Float16, BFloat16, int32_t>;
 
+// The narrow integers are held as int8 or uint8 values (core/narrow_types.h): quantizing to
+// them is quantizing to that storage type with the narrow range.
+DType narrow_storage(DType t) {
+  return t == DType::kInt4 || t == DType::kInt2 ? DType::kInt8 : DType::kUInt8;
+}
+QuantRange narrow_int_range(DType t) {
+  switch (t) {
+    case DType::kInt4: return {-8, 7};
+    case DType::kUInt4: return {0, 15};
+    case DType::kInt2: return {-2, 1};
+    default: return {0, 3};  // uint2
+  }
+}
+bool is_narrow_float(DType t) { return dtype_is_narrow(t) && !narrow_is_int(t); }
+
+// Float quantized types take no integer zero point: its values as doubles. The 8-bit floats
+// need it zero (ONNX's definition); float4e2m1's is added before rounding.
+std::vector<double> float_zero_points(const Tensor* zero_point, const Tensor& scale, DType t, std::string_view what) {
+  std::vector<double> v(static_cast<size_t>(scale.numel()), 0.0);
+  if (!zero_point) return v;
+  ONYX_CHECK(zero_point->numel() == scale.numel(), what, " has shape ", zero_point->shape().str(),
+             ", but the scale has ", scale.shape().str(), " (they must match)");
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = zero_point->get_as_double(static_cast<int64_t>(i));
+    ONYX_CHECK(t == DType::kFloat4E2M1 || v[i] == 0, what, " must be zero for ", dtype_name(t), ", got ", v[i],
+               " at ", i);
+  }
+  return v;
+}
+
 
 // ---- QuantizeLinear ----
 
@@ -103,7 +135,8 @@ DType quantize_output_dtype(const InferContext& ctx) {
 
 void infer_quantize(InferContext& ctx) {
   DType out = quantize_output_dtype(ctx);
-  quant_range(out, "QuantizeLinear");
+  ONYX_CHECK(out != DType::kFloat8E8M0, "QuantizeLinear: quantized type float8e8m0 is not supported");
+  if (!dtype_is_narrow(out)) quant_range(out, "QuantizeLinear");
   DType x = ctx.input_dtype(0);
   ONYX_CHECK(x == DType::kFloat32 || x == DType::kFloat16 || x == DType::kBFloat16 || x == DType::kInt32,
              "x must be float32, float16, bfloat16 or int32, got ", dtype_name(x));
@@ -137,14 +170,25 @@ void quantize_kernel(KernelContext& ctx) {
   const DType div = division_type(ctx, x.dtype(), scale.dtype());
   std::vector<double> s = scale_values(scale, "y_scale");
   for (double& v : s) v = round_to_dtype(div, v);
+  if (is_narrow_float(y.dtype())) {
+    const std::vector<double> zf = float_zero_points(zp, scale, y.dtype(), "y_zero_point");
+    const bool saturate = ctx.opset() < 19 || ctx.attr_int("saturate", 1) != 0;
+    auto* py = static_cast<uint8_t*>(y.raw());
+    g.for_each([&](int64_t i, int64_t p) {
+      const double v = round_to_dtype(div, round_to_dtype(div, x.get_as_double(i)) / s[p]);
+      py[i] = narrow_from_double(y.dtype(), round_to_dtype(div, v + zf[p]), saturate);
+    });
+    return;
+  }
   const std::vector<int64_t> z = zero_point_values(zp, scale, "y_zero_point");
-  const QuantRange r = quant_range(y.dtype(), "QuantizeLinear");
+  const bool narrow = dtype_is_narrow(y.dtype());
+  const QuantRange r = narrow ? narrow_int_range(y.dtype()) : quant_range(y.dtype(), "QuantizeLinear");
   dispatch<QuantizeInputTypes>(x.dtype(), "QuantizeLinear x", [&](auto xt) {
     using X = typename decltype(xt)::type;
-    dispatch<QuantTypes>(y.dtype(), "QuantizeLinear y", [&](auto qt) {
+    dispatch<QuantTypes>(narrow ? narrow_storage(y.dtype()) : y.dtype(), "QuantizeLinear y", [&](auto qt) {
       using Q = typename decltype(qt)::type;
       const X* px = x.data<X>();
-      Q* py = y.data<Q>();
+      Q* py = static_cast<Q*>(y.raw());
       g.for_each([&](int64_t i, int64_t p) {
         const double v = round_to_dtype(div, static_cast<double>(static_cast<compute_t<X>>(px[i])));
         py[i] = static_cast<Q>(quantize_scaled(round_to_dtype(div, v / s[p]), z[p], r));
@@ -158,8 +202,9 @@ void quantize_kernel(KernelContext& ctx) {
 void infer_dequantize(InferContext& ctx) {
   DType x = ctx.input_dtype(0);
   ONYX_CHECK(x == DType::kInt32 || x == DType::kInt8 || x == DType::kUInt8 || x == DType::kInt16 ||
-                 x == DType::kUInt16,
-             "x must be int8, uint8, int16, uint16 or int32, got ", dtype_name(x));
+                 x == DType::kUInt16 || (dtype_is_narrow(x) && x != DType::kFloat8E8M0),
+             "x must be int8, uint8, int16, uint16, int32, int4, uint4, int2, uint2 or an 8- or 4-bit float, got ",
+             dtype_name(x));
   if (ctx.has_input(2))
     ONYX_CHECK(ctx.input_dtype(2) == x, "x_zero_point has type ", dtype_name(ctx.input_dtype(2)), ", x ",
                dtype_name(x), " (they must match)");
@@ -183,6 +228,23 @@ void dequantize_kernel(KernelContext& ctx) {
                                                ctx.opset() >= 13, ctx.opset() >= 21);
   const std::vector<double> s = scale_values(scale, "x_scale");
   std::vector<float> sf(s.begin(), s.end());
+  if (dtype_is_narrow(x.dtype())) {
+    const DType xt = x.dtype();
+    const std::vector<double> z = is_narrow_float(xt) ? float_zero_points(zp, scale, xt, "x_zero_point") : [&] {
+      const auto zi = zero_point_values(zp, scale, "x_zero_point");
+      return std::vector<double>(zi.begin(), zi.end());
+    }();
+    const auto* px = static_cast<const uint8_t*>(x.raw());
+    dispatch<FloatTypes>(y.dtype(), "DequantizeLinear y", [&](auto yt) {
+      using Y = typename decltype(yt)::type;
+      Y* py = y.data<Y>();
+      g.for_each([&](int64_t i, int64_t p) {
+        const float d = static_cast<float>(narrow_to_double(xt, px[i]) - z[p]);
+        py[i] = static_cast<Y>(d * sf[p]);
+      });
+    });
+    return;
+  }
   const std::vector<int64_t> z = zero_point_values(zp, scale, "x_zero_point");
   dispatch<DequantTypes>(x.dtype(), "DequantizeLinear x", [&](auto qt) {
     using Q = typename decltype(qt)::type;

@@ -37,6 +37,15 @@ OpRegistry& OpRegistry::global_mutable() {
     register_resize_ops(r);
     register_genai_ops(r);
     register_fused_ops(r);
+    register_sequence_ops(r);
+    register_state_space_ops(r);
+    register_detection_ops(r);
+    register_string_ops(r);
+    register_rnn_ops(r);
+    register_signal_ops(r);
+    register_ml_ops(r);
+    register_flex_attention_ops(r);
+    register_random_ops(r);
     return r;
   }();
   return registry;

@@ -64,5 +64,14 @@ void register_conv_pool_ops(OpRegistry& r);
 void register_resize_ops(OpRegistry& r);
 void register_genai_ops(OpRegistry& r);  // genai_ops.cpp, sampling.cpp: onyx.genai CacheUpdate, Sample
 void register_fused_ops(OpRegistry& r);  // fused_ops.cpp: onyx RotaryHalf, SiluMul (made by passes/fuse_patterns)
+void register_sequence_ops(OpRegistry& r);  // sequence_ops.cpp: sequences and optionals
+void register_state_space_ops(OpRegistry& r);  // state_space.cpp: CausalConvWithState, LinearAttention
+void register_detection_ops(OpRegistry& r);  // detection.cpp: NonMaxSuppression, RoiAlign
+void register_string_ops(OpRegistry& r);  // string_ops.cpp: StringConcat, StringSplit, StringNormalizer, RegexFullMatch
+void register_rnn_ops(OpRegistry& r);  // rnn.cpp: RNN, GRU, LSTM
+void register_signal_ops(OpRegistry& r);  // signal.cpp: DFT, STFT, windows, MelWeightMatrix
+void register_ml_ops(OpRegistry& r);  // ml_ops.cpp: TfIdfVectorizer and ai.onnx.ml ops
+void register_flex_attention_ops(OpRegistry& r);  // flex_attention.cpp: ai.onnx.preview FlexAttention
+void register_random_ops(OpRegistry& r);  // random_ops.cpp: RandomUniform/Normal(Like), Bernoulli
 
 }  // namespace onyx

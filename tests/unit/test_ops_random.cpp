@@ -1,0 +1,81 @@
+// The random ops by their distributions: no two engines draw the same numbers, so the node
+// tests of Bernoulli (which replay numpy's generator) are skipped and these check what the
+// draws must satisfy instead, with bounds of five standard errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "op_test_util.h"
+
+namespace onyx {
+
+namespace {
+
+using test::attr_float;
+using test::attr_int;
+using test::attr_ints;
+
+TEST(OpsRandom, BernoulliDrawsOnesAtTheGivenRate) {
+  const int64_t n = 40000;
+  std::vector<double> p = {0.0, 0.3, 0.9, 1.0};
+  Tensor probs(DType::kFloat32, Shape{4, n});
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t i = 0; i < n; ++i) probs.data<float>()[r * n + i] = static_cast<float>(p[r]);
+  Tensor y = test::run_op("Bernoulli", {probs}, {}, 1, 22)[0];
+  ASSERT_EQ(y.dtype(), DType::kFloat32);
+  for (int64_t r = 0; r < 4; ++r) {
+    double ones = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = y.data<float>()[r * n + i];
+      ASSERT_TRUE(v == 0.f || v == 1.f) << v;
+      ones += v;
+    }
+    const double rate = ones / static_cast<double>(n), se = std::sqrt(p[r] * (1 - p[r]) / static_cast<double>(n));
+    EXPECT_NEAR(rate, p[r], 5 * se + 1e-12) << "p = " << p[r];
+  }
+  // A dtype attribute picks the output type; probabilities outside [0, 1] are refused.
+  Tensor b = test::run_op("Bernoulli", {probs}, {attr_int("dtype", 9)}, 1, 22)[0];
+  EXPECT_EQ(b.dtype(), DType::kBool);
+  EXPECT_THROW(test::run_op("Bernoulli", {Tensor::from_vector<float>({1.5f}, Shape{1})}, {}, 1, 22), Error);
+}
+
+TEST(OpsRandom, ASeedRepeatsTheDrawsAndNoSeedDoesNot) {
+  Tensor probs = Tensor::from_vector<double>(std::vector<double>(256, 0.5), Shape{256});
+  auto draw = [&](std::vector<Attribute> a) { return test::run_op("Bernoulli", {probs}, std::move(a), 1, 22)[0]; };
+  Tensor a = draw({attr_float("seed", 3.f)}), b = draw({attr_float("seed", 3.f)});
+  Tensor c = draw({}), d = draw({});
+  int same_seeded = 0, same_unseeded = 0;
+  for (int64_t i = 0; i < 256; ++i) {
+    same_seeded += a.data<double>()[i] == b.data<double>()[i];
+    same_unseeded += c.data<double>()[i] == d.data<double>()[i];
+  }
+  EXPECT_EQ(same_seeded, 256);
+  EXPECT_LT(same_unseeded, 256);  // equal by chance with probability 2^-256
+}
+
+TEST(OpsRandom, UniformAndNormalHaveTheirMoments) {
+  const int64_t n = 50000;
+  Tensor u = test::run_op("RandomUniform", {}, {attr_ints("shape", {n}), attr_float("low", -2.f), attr_float("high", 4.f)},
+                          1, 22)[0];
+  double sum = 0, lo = 1e9, hi = -1e9;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = u.data<float>()[i];
+    sum += v, lo = std::min(lo, v), hi = std::max(hi, v);
+  }
+  EXPECT_GE(lo, -2.0);
+  EXPECT_LT(hi, 4.0);
+  EXPECT_NEAR(sum / n, 1.0, 5 * 6 / std::sqrt(12.0 * n));  // uniform's sd: width / sqrt(12)
+  Tensor like = Tensor::from_vector<double>(std::vector<double>(n, 0.0), Shape{n});
+  Tensor g = test::run_op("RandomNormalLike", {like}, {attr_float("mean", 1.5f), attr_float("scale", 2.f)}, 1, 22)[0];
+  ASSERT_EQ(g.dtype(), DType::kFloat64);
+  double m = 0, sq = 0;
+  for (int64_t i = 0; i < n; ++i) m += g.data<double>()[i];
+  m /= n;
+  for (int64_t i = 0; i < n; ++i) sq += std::pow(g.data<double>()[i] - m, 2);
+  EXPECT_NEAR(m, 1.5, 5 * 2 / std::sqrt(double(n)));
+  EXPECT_NEAR(std::sqrt(sq / n), 2.0, 0.05);
+}
+
+}  // namespace
+
+}  // namespace onyx
