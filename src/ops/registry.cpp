@@ -46,6 +46,7 @@ OpRegistry& OpRegistry::global_mutable() {
     register_ml_ops(r);
     register_flex_attention_ops(r);
     register_random_ops(r);
+    register_image_ops(r);
     return r;
   }();
   return registry;

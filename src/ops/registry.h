@@ -73,5 +73,6 @@ void register_signal_ops(OpRegistry& r);  // signal.cpp: DFT, STFT, windows, Mel
 void register_ml_ops(OpRegistry& r);  // ml_ops.cpp: TfIdfVectorizer and ai.onnx.ml ops
 void register_flex_attention_ops(OpRegistry& r);  // flex_attention.cpp: ai.onnx.preview FlexAttention
 void register_random_ops(OpRegistry& r);  // random_ops.cpp: RandomUniform/Normal(Like), Bernoulli
+void register_image_ops(OpRegistry& r);  // image_decoder.cpp: ImageDecoder
 
 }  // namespace onyx
