@@ -47,6 +47,9 @@ OpRegistry& OpRegistry::global_mutable() {
     register_flex_attention_ops(r);
     register_random_ops(r);
     register_image_ops(r);
+    register_contrib_nn_ops(r);
+    register_attention_contrib_ops(r);
+    register_qlinear_ops(r);
     return r;
   }();
   return registry;

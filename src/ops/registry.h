@@ -74,5 +74,8 @@ void register_ml_ops(OpRegistry& r);  // ml_ops.cpp: TfIdfVectorizer and ai.onnx
 void register_flex_attention_ops(OpRegistry& r);  // flex_attention.cpp: ai.onnx.preview FlexAttention
 void register_random_ops(OpRegistry& r);  // random_ops.cpp: RandomUniform/Normal(Like), Bernoulli
 void register_image_ops(OpRegistry& r);  // image_decoder.cpp: ImageDecoder
+void register_contrib_nn_ops(OpRegistry& r);  // contrib_nn.cpp: Gelu family, BiasAdd, FusedMatMul
+void register_attention_contrib_ops(OpRegistry& r);  // attention_contrib.cpp: Attention, QAttention, EmbedLayerNormalization
+void register_qlinear_ops(OpRegistry& r);  // qlinear_ops.cpp: QGemm and the com.microsoft QLinear* ops
 
 }  // namespace onyx
