@@ -10,6 +10,7 @@
 #include "model/loader.h"
 #include "passes/fold_constants.h"
 #include "passes/fuse_patterns.h"
+#include "passes/fuse_qdq.h"
 
 namespace onyx {
 
@@ -73,6 +74,9 @@ std::unique_ptr<Session> Session::prepare(const SessionOptions& options, const s
                                                       : default_host_memory_budget());
   m.model = load();
   Graph& g = *m.model.graph;
+  // Before folding, which would turn each weight's DequantizeLinear into a float copy. On the CPU
+  // only: the integer ops have no CUDA kernels, while DequantizeLinear and MatMul do.
+  if (options.fuse_patterns && m.device.is_cpu()) fuse_qdq(g);
   if (options.fold_constants)
     with_context(cat("folding constants of '", m.model.path, "'"), [&] { fold_constants(g, OpRegistry::global()); });
   if (options.fuse_patterns) fuse_patterns(g, FuseOptions{options.fuse_attention.value_or(!m.device.is_cpu())});
@@ -190,8 +194,13 @@ std::vector<Tensor> Session::Impl::order_feeds(const NamedTensors& feeds, bool c
       throw Error(cat("'", name, "' is not an input of the model (its inputs are: ", names, ")"));
     }
     ONYX_CHECK(!ordered[k].defined(), "input '", name, "' is fed twice");
-    if (check) with_lazy_context([&name = name] { return cat("input '", name, "'"); }, [&, &tensor = tensor] { check_feed(inputs[k], tensor, symbols); });
-    ordered[k] = tensor;
+    // An optional input fed a plain value (a tensor, a sequence) holds that value, as onnxruntime takes it.
+    const Tensor fed = inputs[k].dtype == DType::kOptional && tensor.defined() && tensor.dtype() != DType::kOptional &&
+                               tensor.on_host()
+                           ? Tensor::optional(tensor)
+                           : tensor;
+    if (check) with_lazy_context([&name = name] { return cat("input '", name, "'"); }, [&] { check_feed(inputs[k], fed, symbols); });
+    ordered[k] = fed;
   }
   return ordered;
 }
