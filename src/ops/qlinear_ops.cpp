@@ -1,13 +1,17 @@
 // com.microsoft quantized ops of the QOperator form (what onnxruntime's quantize_static emits
 // with QuantFormat.QOperator, and its optimizer fuses QDQ graphs into): QGemm, QLinearAdd,
-// QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearConcat and QLinearGlobalAveragePool.
+// QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearGlobalAveragePool,
+// QLinearWhere, and QLinearSoftmax, QLinearAveragePool and QLinearReduceMean (which run the
+// float op's own kernel between dequantizing and quantizing).
 // Each dequantizes its int8/uint8 inputs ((q - zero_point) * scale), computes in float, and
 // quantizes the result (round half to even, saturated), as their definitions state; QGemm
 // accumulates its product in integers.
+#include <algorithm>
 #include <cmath>
 
 #include "ops/broadcast.h"
 #include "ops/common.h"
+#include "ops/compute.h"
 #include "ops/quantize.h"
 
 namespace onyx {
@@ -204,9 +208,115 @@ void qgemm(KernelContext& ctx) {
     }
 }
 
+// ---- QLinearWhere(condition, X, x_scale, x_zp, Y, y_scale, y_zp, z_scale, z_zp) ----
+
+void infer_qlinear_where(InferContext& ctx) {
+  ONYX_CHECK(ctx.input_dtype(0) == DType::kBool, "condition must be bool, got ", dtype_name(ctx.input_dtype(0)));
+  check_int8(ctx.input_dtype(1), "X");
+  ONYX_CHECK(ctx.input_dtype(4) == ctx.input_dtype(1), "X and Y must be one type");
+  const DType z = ctx.has_input(8) ? ctx.input_dtype(8) : ctx.input_dtype(1);
+  ctx.set_output(0, z, broadcast_shapes(broadcast_shapes(ctx.input_shape(0), ctx.input_shape(1)), ctx.input_shape(4)));
+}
+
+void qlinear_where(KernelContext& ctx) {
+  const Tensor& c = ctx.input(0);
+  const Tensor& x = ctx.input(1);
+  const Tensor& y = ctx.input(4);
+  const QParams qx = qparams(ctx, 2, 3, "X"), qy = qparams(ctx, 5, 6, "Y"), qz = qparams(ctx, 7, 8, "Z");
+  Tensor& z = ctx.output(0);
+  for_each_broadcast<3>(z.shape(), {&c.shape(), &x.shape(), &y.shape()},
+                        [&](int64_t o, const std::array<int64_t, 3>& i) {
+                          store(z, o, c.data<bool>()[i[0]] ? dequant(x, i[1], qx) : dequant(y, i[2], qy), qz);
+                        });
+}
+
+// ---- QLinearSoftmax, QLinearAveragePool, QLinearReduceMean: the float op between ----
+
+// The float tensor of x's values.
+Tensor dequantized(const Tensor& x, const QParams& q, Allocator& alloc) {
+  Tensor f(DType::kFloat32, x.shape(), alloc);
+  for (int64_t i = 0; i < x.numel(); ++i) f.data<float>()[i] = static_cast<float>(dequant(x, i, q));
+  return f;
+}
+
+// Runs float op `op` at `opset` with this node's attributes except `drop` on `inputs`.
+Tensor run_float_op(const KernelContext& ctx, const char* op, int opset, const std::vector<const Tensor*>& inputs,
+                    std::initializer_list<std::string_view> drop) {
+  Node n;
+  n.name = ctx.node().name;
+  n.op_type = op;
+  n.opset = opset;
+  for (const auto& a : ctx.node().attributes)
+    if (std::find(drop.begin(), drop.end(), a.name) == drop.end()) n.attributes.push_back(a);
+  for (size_t i = 0; i < inputs.size(); ++i) n.inputs.push_back(inputs[i] ? static_cast<int>(i) : -1);
+  n.outputs = {static_cast<int>(inputs.size())};
+  resolve_op(n, OpRegistry::global());
+  return with_context(cat("its ", op), [&] { return compute_node(n, inputs, ctx.allocator())[0]; });
+}
+
+// Infers through the float op on a float input of X's shape; output type: y_zero_point's, else X's.
+void infer_via_float(InferContext& ctx, const char* op, int opset, std::initializer_list<std::string_view> drop,
+                     size_t y_zero) {
+  check_int8(ctx.input_dtype(0), "X");
+  Node n;
+  n.op_type = op;
+  n.opset = opset;
+  for (const auto& a : ctx.node().attributes)
+    if (std::find(drop.begin(), drop.end(), a.name) == drop.end()) n.attributes.push_back(a);
+  n.inputs = {0};
+  n.outputs = {1};
+  InferContext inner(n, {ValueType{DType::kFloat32, ctx.input_shape(0)}}, {nullptr});
+  resolve_op(n, OpRegistry::global());
+  n.def->infer(inner);
+  ctx.set_output(0, ctx.has_input(y_zero) ? ctx.input_dtype(y_zero) : ctx.input_dtype(0), inner.outputs()[0].shape);
+}
+
+void quantize_into(const Tensor& f, Tensor& y, const QParams& q) {
+  for (int64_t i = 0; i < f.numel(); ++i) store(y, i, f.data<float>()[i], q);
+}
+
+// QLinearSoftmax follows the Softmax of its `opset` attribute (before 13: over the axes from
+// `axis` on, flattened).
+int softmax_opset(const NodeView& n) { return static_cast<int>(n.attr_int("opset", 13)); }
+
+void qlinear_softmax(KernelContext& ctx) {
+  const QParams qx = qparams(ctx, 1, 2, "X"), qy = qparams(ctx, 3, 4, "Y");
+  const Tensor x = dequantized(ctx.input(0), qx, ctx.allocator());
+  quantize_into(run_float_op(ctx, "Softmax", softmax_opset(ctx), {&x}, {"opset"}), ctx.output(0), qy);
+}
+
+void check_channels_first(const NodeView& n) {
+  ONYX_CHECK(n.attr_int("channels_last", 0) == 0, "QLinearAveragePool with channels_last=1 is not supported by onyx");
+}
+
+void qlinear_average_pool(KernelContext& ctx) {
+  check_channels_first(ctx);
+  const QParams qx = qparams(ctx, 1, 2, "X"), qy = qparams(ctx, 3, 4, "Y");
+  const Tensor x = dequantized(ctx.input(0), qx, ctx.allocator());
+  quantize_into(run_float_op(ctx, "AveragePool", 19, {&x}, {"channels_last"}), ctx.output(0), qy);
+}
+
+void qlinear_reduce_mean(KernelContext& ctx) {
+  const QParams qx = qparams(ctx, 1, 2, "data"), qy = qparams(ctx, 3, 4, "reduced");
+  const Tensor x = dequantized(ctx.input(0), qx, ctx.allocator());
+  quantize_into(run_float_op(ctx, "ReduceMean", 13, {&x}, {}), ctx.output(0), qy);
+}
+
 }  // namespace
 
 void register_qlinear_ops(OpRegistry& r) {
+  r.add(domain_op("com.microsoft", "QLinearWhere", 1, infer_qlinear_where, qlinear_where));
+  r.add(domain_op("com.microsoft", "QLinearSoftmax", 1,
+                  [](InferContext& c) { infer_via_float(c, "Softmax", softmax_opset(c), {"opset"}, 4); },
+                  qlinear_softmax));
+  r.add(domain_op("com.microsoft", "QLinearAveragePool", 1,
+                  [](InferContext& c) {
+                    check_channels_first(c);
+                    infer_via_float(c, "AveragePool", 19, {"channels_last"}, 4);
+                  },
+                  qlinear_average_pool));
+  r.add(domain_op("com.microsoft", "QLinearReduceMean", 1,
+                  [](InferContext& c) { infer_via_float(c, "ReduceMean", 13, {}, 4); }, qlinear_reduce_mean));
   const std::string ms = "com.microsoft";
   r.add(domain_op(ms, "QLinearAdd", 1, infer_qlinear_binary, qlinear_binary<false>));
   r.add(domain_op(ms, "QLinearMul", 1, infer_qlinear_binary, qlinear_binary<true>));

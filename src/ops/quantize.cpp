@@ -87,6 +87,10 @@ using QuantTypes = TypeList<int8_t, uint8_t, int16_t, uint16_t>;
 using DequantTypes = TypeList<int8_t, uint8_t, int16_t, uint16_t, int32_t>;
 using QuantizeInputTypes = TypeList<float, Float16, BFloat16, int32_t>;
 
+// The ONNX opset whose QuantizeLinear/DequantizeLinear a node follows: com.microsoft's (what
+// onnxruntime's quantizer emits for 16- and 4-bit types) is opset 19's (per-axis, no blocks).
+int q_opset(const NodeView& n) { return n.node().domain == "com.microsoft" ? 19 : n.opset(); }
+
 // The narrow integers are held as int8 or uint8 values (core/narrow_types.h): quantizing to
 // them is quantizing to that storage type with the narrow range.
 DType narrow_storage(DType t) {
@@ -122,7 +126,7 @@ std::vector<double> float_zero_points(const Tensor* zero_point, const Tensor& sc
 
 // The output type: y_zero_point's, else output_dtype (opset 21), else uint8.
 DType quantize_output_dtype(const InferContext& ctx) {
-  const int64_t attr = ctx.opset() >= 21 ? ctx.attr_int("output_dtype", 0) : 0;
+  const int64_t attr = q_opset(ctx) >= 21 ? ctx.attr_int("output_dtype", 0) : 0;
   DType attr_dtype = attr ? dtype_from_onnx(static_cast<int32_t>(attr)) : DType::kUndefined;
   if (ctx.has_input(2)) {
     DType z = ctx.input_dtype(2);
@@ -149,7 +153,7 @@ void infer_quantize(InferContext& ctx) {
 // promotion of the two, as the ONNX reference divides (a 16-bit float only when both
 // are that type; double for int32 x).
 DType division_type(const KernelContext& ctx, DType x, DType scale) {
-  const int64_t precision = ctx.opset() >= 23 ? ctx.attr_int("precision", 0) : 0;
+  const int64_t precision = q_opset(ctx) >= 23 ? ctx.attr_int("precision", 0) : 0;
   if (precision) {
     DType p = dtype_from_onnx(static_cast<int32_t>(precision));
     ONYX_CHECK(dtype_is_float(p), "precision ", dtype_name(p), " is not supported (a floating type)");
@@ -165,14 +169,14 @@ void quantize_kernel(KernelContext& ctx) {
   const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
   Tensor& y = ctx.output(0);
   const QuantGranularity g = quant_granularity(x.shape(), scale.shape(), ctx.attr_int("axis", 1),
-                                               ctx.opset() >= 21 ? ctx.attr_int("block_size", 0) : 0,
-                                               ctx.opset() >= 13, ctx.opset() >= 21);
+                                               q_opset(ctx) >= 21 ? ctx.attr_int("block_size", 0) : 0,
+                                               q_opset(ctx) >= 13, q_opset(ctx) >= 21);
   const DType div = division_type(ctx, x.dtype(), scale.dtype());
   std::vector<double> s = scale_values(scale, "y_scale");
   for (double& v : s) v = round_to_dtype(div, v);
   if (is_narrow_float(y.dtype())) {
     const std::vector<double> zf = float_zero_points(zp, scale, y.dtype(), "y_zero_point");
-    const bool saturate = ctx.opset() < 19 || ctx.attr_int("saturate", 1) != 0;
+    const bool saturate = q_opset(ctx) < 19 || ctx.attr_int("saturate", 1) != 0;
     auto* py = static_cast<uint8_t*>(y.raw());
     g.for_each([&](int64_t i, int64_t p) {
       const double v = round_to_dtype(div, round_to_dtype(div, x.get_as_double(i)) / s[p]);
@@ -210,7 +214,7 @@ void infer_dequantize(InferContext& ctx) {
                dtype_name(x), " (they must match)");
   DType scale = ctx.input_dtype(1);
   ONYX_CHECK(dtype_is_float(scale), "x_scale must be a floating type, got ", dtype_name(scale));
-  const int64_t attr = ctx.opset() >= 23 ? ctx.attr_int("output_dtype", 0) : 0;
+  const int64_t attr = q_opset(ctx) >= 23 ? ctx.attr_int("output_dtype", 0) : 0;
   DType out = attr ? dtype_from_onnx(static_cast<int32_t>(attr)) : scale;
   ONYX_CHECK(dtype_is_float(out), "output_dtype must be a floating type, got ", dtype_name(out));
   ctx.set_output(0, out, ctx.input_shape(0));
@@ -224,8 +228,8 @@ void dequantize_kernel(KernelContext& ctx) {
   const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
   Tensor& y = ctx.output(0);
   const QuantGranularity g = quant_granularity(x.shape(), scale.shape(), ctx.attr_int("axis", 1),
-                                               ctx.opset() >= 21 ? ctx.attr_int("block_size", 0) : 0,
-                                               ctx.opset() >= 13, ctx.opset() >= 21);
+                                               q_opset(ctx) >= 21 ? ctx.attr_int("block_size", 0) : 0,
+                                               q_opset(ctx) >= 13, q_opset(ctx) >= 21);
   const std::vector<double> s = scale_values(scale, "x_scale");
   std::vector<float> sf(s.begin(), s.end());
   if (dtype_is_narrow(x.dtype())) {
@@ -309,6 +313,8 @@ void register_quantize_ops(OpRegistry& r) {
     r.add(onnx_op("DequantizeLinear", since, infer_dequantize, dequantize_kernel));
   }
   r.add(onnx_op("DynamicQuantizeLinear", 11, infer_dynamic_quantize, dynamic_quantize_kernel));
+  r.add(domain_op("com.microsoft", "QuantizeLinear", 1, infer_quantize, quantize_kernel));
+  r.add(domain_op("com.microsoft", "DequantizeLinear", 1, infer_dequantize, dequantize_kernel));
 }
 
 }  // namespace onyx

@@ -12,7 +12,8 @@ Tolerances, relative to the reference output's largest magnitude:
   quantized outputs (QLinear*, QGemm to int8/uint8): one step of the output's quantization, the
     code may differ by one where a value falls within a float rounding of a half step (onnxruntime
     evaluates some through lookup tables or fixed-point requantization).
-BiasAdd and BiasSplitGelu have no onnxruntime CPU kernel: they are checked against numpy in float64.
+BiasAdd, BiasSplitGelu and QLinearReduceMean have no onnxruntime CPU kernel: they are checked
+against numpy in float64.
 """
 
 import sys
@@ -260,3 +261,63 @@ def test_qgemm(per_column, output, run_onyx, tmp_path):
         check_codes("QGemm", got, ref, seed)
     else:
         check("QGemm", got, ref, TOL, seed)
+
+
+# op, input shape, attributes
+QLINEAR_FLOAT_OP_CASES = {
+    "softmax_last": ("QLinearSoftmax", (2, 3, 10), {"axis": -1, "opset": 13}),
+    "softmax_opset12_axis1": ("QLinearSoftmax", (2, 3, 4), {"axis": 1, "opset": 12}),
+    "average_pool": ("QLinearAveragePool", (1, 3, 7, 6), {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 0],
+                                                            "count_include_pad": 0}),
+    "reduce_mean": ("QLinearReduceMean", (2, 5, 6), {"axes": [1], "keepdims": 1}),
+}
+
+
+@pytest.mark.parametrize("name", list(QLINEAR_FLOAT_OP_CASES))
+def test_qlinear_via_float_op(name, run_onyx, tmp_path):
+    rng, seed = fresh_rng()
+    op, shape, attrs = QLINEAR_FLOAT_OP_CASES[name]
+    dt = np.uint8
+    x = quantized(rng, shape, dt)
+    (sx, zx), (sy, zy) = qparams(rng, dt, 0.05), qparams(rng, dt, 1 / 256 if op == "QLinearSoftmax" else 0.04)
+    if op == "QLinearSoftmax":
+        zy = np.array(0, dt)  # onnxruntime's QLinearSoftmax takes y_zero_point 0 for uint8
+    ins = [("X", x), ("X_scale", sx), ("X_zero_point", zx), ("Y_scale", sy), ("Y_zero_point", zy)]
+    model = one_node(op, ins, [("Y", TensorProto.UINT8)], attrs, weights={n for n, _ in ins if n != "X"})
+    feeds = {"X": x}
+    if op == "QLinearReduceMean":  # no onnxruntime CPU kernel: numpy in float64
+        mean = ((x.astype(np.float64) - zx) * sx).mean(axis=tuple(attrs["axes"]), keepdims=bool(attrs["keepdims"]))
+        ref = np.clip(np.rint(mean / sy) + zy, 0, 255).astype(np.uint8)
+    else:
+        ref = run_ort(model, feeds)["Y"]
+    check_codes(name, onyx_outputs(run_onyx, model, feeds, tmp_path)["Y"], ref, seed)
+
+
+def test_qlinear_where(run_onyx, tmp_path):
+    rng, seed = fresh_rng()
+    dt = np.int8
+    c = rng.random((2, 1, 5)) < 0.5
+    x, y = quantized(rng, (2, 3, 5), dt), quantized(rng, (3, 1), dt)
+    (sx, zx), (sy, zy), (sz, zz) = qparams(rng, dt, 0.03), qparams(rng, dt, 0.05), qparams(rng, dt, 0.04)
+    ins = [("C", c), ("X", x), ("x_scale", sx), ("x_zero_point", zx), ("Y", y), ("y_scale", sy), ("y_zero_point", zy),
+           ("z_scale", sz), ("z_zero_point", zz)]
+    model = one_node("QLinearWhere", ins, [("Z", TensorProto.INT8)], {}, weights={n for n, _ in ins if n not in ("C", "X", "Y")})
+    feeds = {"C": c, "X": x, "Y": y}
+    check_codes("QLinearWhere", onyx_outputs(run_onyx, model, feeds, tmp_path)["Z"], run_ort(model, feeds)["Z"], seed)
+
+
+@pytest.mark.parametrize("dt", [np.int16, np.uint16, np.int8], ids=["s16", "u16", "s8"])
+def test_contrib_quantize_dequantize(dt, run_onyx, tmp_path):
+    """com.microsoft QuantizeLinear/DequantizeLinear (what the quantizer emits for 16-bit types), per axis."""
+    rng, seed = fresh_rng()
+    x = randn(rng, (2, 4, 3), np.float32) * 50
+    scale = rng.uniform(0.01, 0.1, 4).astype(np.float32)
+    lo, hi = np.iinfo(dt).min, np.iinfo(dt).max
+    zp = rng.integers(lo // 4, hi // 4, 4).astype(dt)
+    q = one_node("QuantizeLinear", [("x", x), ("scale", scale), ("zp", zp)], [("y", helper.np_dtype_to_tensor_dtype(np.dtype(dt)))],
+                 {"axis": 1}, weights={"scale", "zp"})
+    got, ref = onyx_outputs(run_onyx, q, {"x": x}, tmp_path)["y"], run_ort(q, {"x": x})["y"]
+    assert np.array_equal(got, ref), f"QuantizeLinear codes differ (seed {seed})"
+    d = one_node("DequantizeLinear", [("y", ref), ("scale", scale), ("zp", zp)], [("x", F32)], {"axis": 1},
+                 weights={"scale", "zp"})
+    check("DequantizeLinear", onyx_outputs(run_onyx, d, {"y": ref}, tmp_path)["x"], run_ort(d, {"y": ref})["x"], TOL, seed)
