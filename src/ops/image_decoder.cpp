@@ -23,6 +23,15 @@ namespace onyx {
 
 namespace {
 
+// The most pixels an image may declare: its header is data, and the decoders allocate what it
+// says before the session's memory budget sees it (2^27 pixels: 384 MiB of RGB).
+constexpr uint64_t kMaxPixels = uint64_t{1} << 27;
+
+void check_pixels(uint64_t w, uint64_t h, const char* format) {
+  ONYX_CHECK(w > 0 && h > 0 && w <= kMaxPixels && h <= kMaxPixels && w * h <= kMaxPixels, "the ", format,
+             " image declares ", w, "x", h, " pixels (at most ", kMaxPixels, " are decoded)");
+}
+
 // An RGB image, 8 bits a channel, rows top to bottom.
 struct Rgb {
   int64_t h = 0, w = 0;
@@ -54,6 +63,11 @@ Rgb decode_jpeg(const uint8_t* data, size_t size) {
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
+  if (uint64_t{cinfo.image_width} * cinfo.image_height > kMaxPixels || !cinfo.image_width || !cinfo.image_height) {
+    const uint64_t w = cinfo.image_width, h = cinfo.image_height;
+    jpeg_destroy_decompress(&cinfo);
+    check_pixels(w, h, "JPEG");
+  }
   cinfo.out_color_space = JCS_RGB;
   jpeg_start_decompress(&cinfo);
   img.h = cinfo.output_height;
@@ -75,6 +89,11 @@ Rgb decode_png(const uint8_t* data, size_t size) {
   std::memset(&image, 0, sizeof image);
   image.version = PNG_IMAGE_VERSION;
   ONYX_CHECK(png_image_begin_read_from_memory(&image, data, size), "the PNG data does not decode: ", image.message);
+  if (uint64_t{image.width} * image.height > kMaxPixels || !image.width || !image.height) {
+    const uint64_t w = image.width, h = image.height;
+    png_image_free(&image);
+    check_pixels(w, h, "PNG");
+  }
   image.format = PNG_FORMAT_RGB;
   Rgb img;
   img.h = image.height;
@@ -124,7 +143,7 @@ Rgb decode_tiff(const uint8_t* data, size_t size) {
   uint32_t w = 0, h = 0;
   TIFFGetField(tif.get(), TIFFTAG_IMAGEWIDTH, &w);
   TIFFGetField(tif.get(), TIFFTAG_IMAGELENGTH, &h);
-  ONYX_CHECK(w > 0 && h > 0 && uint64_t{w} * h <= (uint64_t{1} << 32), "the TIFF image is ", w, "x", h);
+  check_pixels(w, h, "TIFF");
   std::vector<uint32_t> rgba(static_cast<size_t>(w) * h);
   ONYX_CHECK(TIFFReadRGBAImageOriented(tif.get(), w, h, rgba.data(), ORIENTATION_TOPLEFT, 0),
              "the TIFF data does not decode");
@@ -141,6 +160,8 @@ Rgb decode_tiff(const uint8_t* data, size_t size) {
 
 Rgb decode_webp(const uint8_t* data, size_t size) {
   int w = 0, h = 0;
+  ONYX_CHECK(WebPGetInfo(data, size, &w, &h), "the WebP data does not decode");
+  check_pixels(static_cast<uint64_t>(w), static_cast<uint64_t>(h), "WebP");
   std::unique_ptr<uint8_t, decltype(&WebPFree)> px(WebPDecodeRGB(data, size, &w, &h), WebPFree);
   ONYX_CHECK(px, "the WebP data does not decode");
   Rgb img{h, w, {}};
@@ -185,6 +206,10 @@ Rgb decode_jpeg2000(const uint8_t* data, size_t size, bool jp2) {
   opj_image_t* raw = nullptr;
   ONYX_CHECK(opj_read_header(stream.get(), codec.get(), &raw), "the JPEG 2000 header does not decode");
   std::unique_ptr<opj_image_t, decltype(&opj_image_destroy)> image(raw, opj_image_destroy);
+  ONYX_CHECK(image->x1 > image->x0 && image->y1 > image->y0, "the JPEG 2000 image has no pixels");
+  check_pixels(image->x1 - image->x0, image->y1 - image->y0, "JPEG 2000");
+  ONYX_CHECK(image->numcomps >= 1 && image->numcomps <= 4, "JPEG 2000 images of ", image->numcomps,
+             " components are not supported");
   ONYX_CHECK(opj_decode(codec.get(), stream.get(), image.get()) && opj_end_decompress(codec.get(), stream.get()),
              "the JPEG 2000 data does not decode");
   ONYX_CHECK(image->numcomps == 1 || image->numcomps >= 3, "JPEG 2000 images of ", image->numcomps,
@@ -195,6 +220,8 @@ Rgb decode_jpeg2000(const uint8_t* data, size_t size, bool jp2) {
   Rgb img{c[0].h, c[0].w, std::vector<uint8_t>(static_cast<size_t>(c[0].w) * c[0].h * 3)};
   for (int ch = 0; ch < 3; ++ch) {
     const opj_image_comp_t& comp = c[image->numcomps == 1 ? 0 : ch];
+    ONYX_CHECK(comp.data && comp.prec >= 1 && comp.prec <= 16, "JPEG 2000 components of ", comp.prec,
+               " bits are not supported (1 to 16)");
     const int shift = static_cast<int>(comp.prec) - 8;  // to 8 bits
     for (size_t i = 0; i < static_cast<size_t>(img.w * img.h); ++i) {
       int v = comp.data[i] + (comp.sgnd ? 1 << (comp.prec - 1) : 0);
@@ -220,8 +247,8 @@ Rgb decode_bmp(const uint8_t* data, size_t size) {
   ONYX_CHECK(compression == 0 || (compression == 3 && bpp == 32), "compressed BMP (method ", compression,
              ") is not supported");
   ONYX_CHECK(bpp == 24 || bpp == 32 || bpp == 8, "BMP of ", bpp, " bits a pixel is not supported");
-  ONYX_CHECK(w > 0 && hs != 0 && hs != INT32_MIN && int64_t{w} * std::abs(int64_t{hs}) <= (int64_t{1} << 30),
-             "the BMP image is ", w, "x", hs);
+  ONYX_CHECK(w > 0 && hs != 0 && hs != INT32_MIN, "the BMP image is ", w, "x", hs);
+  check_pixels(static_cast<uint64_t>(w), static_cast<uint64_t>(std::abs(int64_t{hs})), "BMP");
   const int64_t h = std::abs(int64_t{hs});
   const int64_t stride = (int64_t{w} * bpp / 8 + 3) / 4 * 4;
   ONYX_CHECK(offset + stride * h <= static_cast<int64_t>(size), "the BMP pixel data runs past the end");
@@ -259,7 +286,7 @@ Rgb decode_pnm(const uint8_t* data, size_t size) {
   };
   const bool color = data[1] == '6';
   const int64_t w = number(), h = number(), max = number();
-  ONYX_CHECK(w > 0 && h > 0 && w * h <= (int64_t{1} << 30), "the PNM image is ", w, "x", h);
+  check_pixels(static_cast<uint64_t>(w), static_cast<uint64_t>(h), "PNM");
   ONYX_CHECK(max > 0 && max <= 255, "PNM of maximum value ", max, " is not supported (8 bits at most)");
   ++at;  // the single whitespace before the pixels
   const int64_t ch = color ? 3 : 1;
