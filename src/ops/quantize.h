@@ -77,6 +77,16 @@ double round_to_dtype(DType t, double v);
 std::vector<double> scale_values(const Tensor& scale, std::string_view what);
 std::vector<int64_t> zero_point_values(const Tensor* zero_point, const Tensor& scale, std::string_view what);
 
+// The int32 products of two int8/uint8 tensors under numpy's matmul rules, (A - za)(B - zb) with
+// za per row and zb per column, written `into` the caller's buffer or returned. The reference is a
+// plain loop; large products go through BLAS in float or double where that type holds every
+// partial sum exactly (ops/quant_matmul.cpp), which tests/unit checks against the reference.
+struct MatmulPlan;
+enum class IntegerProducts { kAuto, kReference, kBlas };
+std::vector<int32_t> integer_products(const Tensor& a, const Tensor& b, const MatmulPlan& p,
+                                      const std::vector<int32_t>& za, const std::vector<int32_t>& zb,
+                                      int32_t* into = nullptr, IntegerProducts how = IntegerProducts::kAuto);
+
 // DynamicQuantizeLinear's per-tensor uint8 parameters for x: the range [min(x, 0), max(x, 0)]
 // spread over 0..255, and the zero point that puts 0 on an integer.
 struct DynamicQuantParams {

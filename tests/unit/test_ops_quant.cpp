@@ -7,6 +7,8 @@
 #include <limits>
 
 #include "op_test_util.h"
+#include "ops/matmul_plan.h"
+#include "ops/quantize.h"
 
 namespace onyx {
 
@@ -92,5 +94,34 @@ TEST(OpsQuant, QLinearMatMulRequantizesWithTheScaleProduct) {
 }
 
 }  // namespace
+
+}  // namespace onyx
+
+namespace onyx {
+
+// The BLAS path of the integer products (float where every partial sum stays below 2^24, double
+// beyond) against the plain int32 loop, on random 8-bit values and on the extremes that make the
+// largest sums, with zero points per row and per column.
+TEST(OpsQuant, IntegerProductsThroughBlasEqualTheReferenceLoop) {
+  for (int64_t k : {5, 300, 1100}) {
+    for (bool extremes : {false, true}) {
+      Tensor a = extremes ? Tensor(DType::kUInt8, Shape{2, 7, k}) : test::random_tensor<uint8_t>(Shape{2, 7, k}, 0, 255);
+      Tensor b = extremes ? Tensor(DType::kInt8, Shape{k, 9}) : test::random_tensor<int8_t>(Shape{k, 9}, -128, 127);
+      if (extremes) {  // a = 255 against zero point 0, b = -128: every product is -32640
+        std::fill_n(a.data<uint8_t>(), a.numel(), uint8_t{255});
+        std::fill_n(b.data<int8_t>(), b.numel(), int8_t{-128});
+      }
+      const MatmulPlan p = plan_matmul(a.shape(), b.shape());
+      std::vector<int32_t> za(static_cast<size_t>(p.m)), zb(static_cast<size_t>(p.n));
+      for (auto& z : za) z = extremes ? 0 : static_cast<int32_t>(test::rng()() % 256);
+      for (auto& z : zb) z = extremes ? 0 : static_cast<int32_t>(test::rng()() % 256) - 128;
+      const auto ref = integer_products(a, b, p, za, zb, nullptr, IntegerProducts::kReference);
+      const auto blas = integer_products(a, b, p, za, zb, nullptr, IntegerProducts::kBlas);
+      ASSERT_EQ(ref.size(), blas.size());
+      for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(blas[i], ref[i]) << "k " << k << " element " << i;
+      if (extremes) EXPECT_EQ(ref[0], -32640 * k);
+    }
+  }
+}
 
 }  // namespace onyx
