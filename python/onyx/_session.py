@@ -323,6 +323,14 @@ def _choose_device(providers, provider_options):
     return "cpu", [CPU], [opts], False, 0
 
 
+def _kind_type(d):
+    """onnxruntime's type string of a sequence or optional ("seq(tensor(float))"); maps are "map"."""
+    elem = d.get("element_dtype", "")
+    inner = {"sequence": "seq(tensor(undefined))", "optional": "optional(tensor(undefined))"}.get(elem) or \
+        _ORT_TYPES.get(elem, "tensor(undefined)")
+    return {"sequence": f"seq({inner})", "optional": f"optional({inner})"}.get(d["dtype"], "map")
+
+
 class NodeArg:
     """An input or output as the model declares it: name, shape (int for a known size, str for
     a symbolic one, None for unknown) and type ("tensor(float)")."""
@@ -330,7 +338,7 @@ class NodeArg:
     def __init__(self, d):
         self.name = d["name"]
         self.shape = d["dims"] if d["dims"] is not None else None
-        self.type = _ORT_TYPES.get(d["dtype"], "tensor(undefined)") if d["is_tensor"] else "seq/map/optional"
+        self.type = _ORT_TYPES.get(d["dtype"], "tensor(undefined)") if d["is_tensor"] else _kind_type(d)
         self._dtype = d["dtype"]
 
     def __repr__(self):

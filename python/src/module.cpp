@@ -304,6 +304,7 @@ nb::dict describe(const ValueDesc& d) {
   r["dtype"] = d.dtype == DType::kUndefined ? std::string() : std::string(dtype_name(d.dtype));
   r["dims"] = d.rank_known ? nb::object(dims) : nb::none();
   r["is_tensor"] = d.is_tensor;
+  r["element_dtype"] = d.element_dtype == DType::kUndefined ? std::string() : std::string(dtype_name(d.element_dtype));
   r["has_default"] = d.has_default;
   return r;
 }

@@ -15,7 +15,9 @@
 namespace onyx {
 
 std::string ValueDesc::type_str() const {
-  if (dtype == DType::kSequence || dtype == DType::kOptional) return std::string(dtype_name(dtype));
+  if (dtype == DType::kSequence || dtype == DType::kOptional)
+    return element_dtype == DType::kUndefined ? std::string(dtype_name(dtype))
+                                              : cat(dtype_name(dtype), "<", dtype_name(element_dtype), ">");
   if (!is_tensor) return "non-tensor";
   TypeInfo t;
   t.category = TypeInfo::Category::kTensor;
@@ -54,6 +56,7 @@ static ValueDesc describe(const Value& v, bool has_default) {
   d.dim_params = v.declared.dim_params;
   d.has_default = has_default;
   d.is_tensor = v.declared.category == TypeInfo::Category::kTensor || v.declared.category == TypeInfo::Category::kUnknown;
+  d.element_dtype = v.declared.elem_dtype;
   return d;
 }
 

@@ -210,3 +210,12 @@ def test_integer_matmul_contrib(op, b_type, per_column, bias, run_onyx, tmp_path
     tol = scale / 255 if op == "DynamicQuantizeMatMul" else 1e-5 * scale
     print(f"{op} B {np.dtype(b_type).name} per_column={per_column} bias={bias}: max_abs_err={err:.3e} (tol {tol:.3e})")
     assert err <= tol, f"{op}: max_abs_err={err:.3e} > {tol:.3e} (seed={seed})"
+
+
+def test_optimizer_fused_model_in_float(models_dir, run_onyx, tmp_path):
+    """The BERT layer after onnxruntime's transformer optimizer, before any quantization: its
+    com.microsoft SkipLayerNormalization and BiasGelu nodes against onnxruntime's."""
+    from test_parity import run_and_compare
+    rng, seed = fresh_rng()
+    model = source_model("bert_fused", models_dir, tmp_path)
+    run_and_compare(model, bert_inputs(rng, 0), run_onyx, tmp_path, label=f"bert_fused float (seed {seed})")

@@ -102,3 +102,10 @@ def test_sequences_are_lists(onyx_module, ort_module, rng, tmp_path):
         assert np.array_equal(g, w)
     assert int(got[1]) == int(want[1]) == 4
     assert np.array_equal(got[2], want[2])
+
+
+def test_sequence_types_read_as_onnxruntime_writes_them(onyx_module, ort_module, tmp_path):
+    path = str(_sequence_model(tmp_path / "seq.onnx"))
+    got = [(a.name, a.type) for a in _session(onyx_module, path).get_inputs() + _session(onyx_module, path).get_outputs()]
+    want = [(a.name, a.type) for a in _session(ort_module, path).get_inputs() + _session(ort_module, path).get_outputs()]
+    assert got == want
