@@ -1,4 +1,4 @@
-// Object-detection ops: NonMaxSuppression and RoiAlign.
+// Object-detection ops: NonMaxSuppression, RoiAlign and MaxRoiPool.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -200,9 +200,63 @@ void roi_align_kernel(KernelContext& ctx) {
   });
 }
 
+// ---- MaxRoiPool(X [N, C, H, W], rois [R, 5] (batch, x1, y1, x2, y2)) -> [R, C, ph, pw]:
+//      the maximum of each bin of each region, its corners rounded to the input grid ----
+
+void infer_max_roi_pool(InferContext& ctx) {
+  const Shape x = ctx.input_concrete_shape(0), rois = ctx.input_concrete_shape(1);
+  ONYX_CHECK(x.rank() == 4, "X must be [N, C, H, W], got ", x.str());
+  ONYX_CHECK(rois.rank() == 2 && rois[1] == 5, "rois must be [num_rois, 5], got ", rois.str());
+  ONYX_CHECK(dtype_is_float(ctx.input_dtype(0)), "X must be a floating type");
+  const auto pooled = ctx.attr_ints("pooled_shape");
+  ONYX_CHECK(pooled.size() == 2 && pooled[0] > 0 && pooled[1] > 0, "pooled_shape must be two positive sizes");
+  ctx.set_output(0, ctx.input_dtype(0), Shape{rois[0], x[1], pooled[0], pooled[1]});
+}
+
+void max_roi_pool_kernel(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const Tensor& rois = ctx.input(1);
+  Tensor& Y = ctx.output(0);
+  const int64_t N = X.shape()[0], C = X.shape()[1], H = X.shape()[2], W = X.shape()[3];
+  const int64_t R = rois.shape()[0], PH = Y.shape()[2], PW = Y.shape()[3];
+  const float scale = ctx.attr_float("spatial_scale", 1.f);
+  dispatch<FloatTypes>(X.dtype(), "MaxRoiPool X", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = X.data<T>();
+    T* y = Y.data<T>();
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t b = static_cast<int64_t>(rois.get_as_double(r * 5));
+      ONYX_CHECK(b >= 0 && b < N, "roi ", r, " names batch ", b, " of ", N);
+      auto corner = [&](int k) { return static_cast<int64_t>(std::round(static_cast<float>(rois.get_as_double(r * 5 + k)) * scale)); };
+      const int64_t x1 = corner(1), y1 = corner(2), x2 = corner(3), y2 = corner(4);
+      const float bin_h = static_cast<float>(std::max<int64_t>(y2 - y1 + 1, 1)) / static_cast<float>(PH);
+      const float bin_w = static_cast<float>(std::max<int64_t>(x2 - x1 + 1, 1)) / static_cast<float>(PW);
+      for (int64_t c = 0; c < C; ++c) {
+        const T* plane = x + (b * C + c) * H * W;
+        for (int64_t ph = 0; ph < PH; ++ph)
+          for (int64_t pw = 0; pw < PW; ++pw) {
+            auto clamp_to = [](int64_t v, int64_t hi) { return std::min(std::max<int64_t>(v, 0), hi); };
+            const int64_t hs = clamp_to(static_cast<int64_t>(std::floor(ph * bin_h)) + y1, H);
+            const int64_t he = clamp_to(static_cast<int64_t>(std::ceil((ph + 1) * bin_h)) + y1, H);
+            const int64_t ws = clamp_to(static_cast<int64_t>(std::floor(pw * bin_w)) + x1, W);
+            const int64_t we = clamp_to(static_cast<int64_t>(std::ceil((pw + 1) * bin_w)) + x1, W);
+            double m = 0;  // an empty bin is 0
+            if (he > hs && we > ws) {
+              m = -INFINITY;
+              for (int64_t h = hs; h < he; ++h)
+                for (int64_t w = ws; w < we; ++w) m = std::max(m, static_cast<double>(static_cast<compute_t<T>>(plane[h * W + w])));
+            }
+            y[((r * C + c) * PH + ph) * PW + pw] = static_cast<T>(static_cast<compute_t<T>>(m));
+          }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void register_detection_ops(OpRegistry& r) {
+  r.add(onnx_op("MaxRoiPool", 1, infer_max_roi_pool, max_roi_pool_kernel));
   r.add(onnx_op("NonMaxSuppression", 10, infer_nms, nms_kernel));
   r.add(onnx_op("RoiAlign", 10, infer_roi_align, roi_align_kernel));
 }

@@ -1,7 +1,10 @@
-// Random ops: RandomUniform, RandomUniformLike, RandomNormal, RandomNormalLike and Bernoulli.
+// Random ops: RandomUniform, RandomUniformLike, RandomNormal, RandomNormalLike, Bernoulli and
+// Multinomial.
 // With a `seed` attribute a node draws the same values on every run (the seed fixes the
 // stream); without one each run draws afresh. No two engines share a generator, so outputs
 // are checked by their distribution (tests/unit), not value by value.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -89,9 +92,48 @@ void bernoulli_kernel(KernelContext& ctx) {
   });
 }
 
+// Multinomial(input [batch, classes] unnormalized log-probabilities) -> [batch, sample_size]
+// class indices drawn from each row's softmax.
+void infer_multinomial(InferContext& ctx) {
+  const PartialShape& x = ctx.input_shape(0);
+  ONYX_CHECK(dtype_is_float(ctx.input_dtype(0)), "input must be a floating type");
+  ONYX_CHECK(!x.rank_known || x.dims.size() == 2, "input must be [batch, classes], got ", x.str());
+  const int64_t samples = ctx.attr_int("sample_size", 1);
+  ONYX_CHECK(samples > 0, "sample_size must be positive, got ", samples);
+  const DType t = output_dtype(ctx, DType::kInt32);
+  ONYX_CHECK(t == DType::kInt32 || t == DType::kInt64, "dtype must be int32 or int64, got ", dtype_name(t));
+  PartialShape y = PartialShape::of_rank(2);
+  if (x.rank_known) y.dims[0] = x.dims[0];
+  y.dims[1] = samples;
+  ctx.set_output(0, t, y);
+}
+
+void multinomial_kernel(KernelContext& ctx) {
+  auto rng = generator(ctx);
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0);
+  const int64_t batch = x.shape()[0], classes = x.shape()[1], samples = y.shape()[1];
+  ONYX_CHECK(classes > 0, "input has no classes");
+  std::vector<double> cdf(static_cast<size_t>(classes));
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int64_t b = 0; b < batch; ++b) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t c = 0; c < classes; ++c) mx = std::max(mx, x.get_as_double(b * classes + c));
+    ONYX_CHECK(std::isfinite(mx), "row ", b, " has no finite log-probability");
+    for (int64_t c = 0; c < classes; ++c) cdf[c] = sum += std::exp(x.get_as_double(b * classes + c) - mx);
+    for (int64_t k = 0; k < samples; ++k) {
+      const double v = u(rng) * sum;
+      const int64_t c = std::min<int64_t>(std::upper_bound(cdf.begin(), cdf.end(), v) - cdf.begin(), classes - 1);
+      if (y.dtype() == DType::kInt32) y.data<int32_t>()[b * samples + k] = static_cast<int32_t>(c);
+      else y.data<int64_t>()[b * samples + k] = c;
+    }
+  }
+}
+
 }  // namespace
 
 void register_random_ops(OpRegistry& r) {
+  r.add(onnx_op("Multinomial", 7, infer_multinomial, multinomial_kernel).never_fold());
   r.add(onnx_op("RandomUniform", 1, infer_random, uniform_kernel).never_fold());
   r.add(onnx_op("RandomUniformLike", 1, infer_random_like, uniform_kernel).never_fold());
   r.add(onnx_op("RandomNormal", 1, infer_random, normal_kernel).never_fold());

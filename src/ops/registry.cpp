@@ -2,6 +2,9 @@
 
 namespace onyx {
 
+void register_ml_linear_ops(OpRegistry& r);  // ml_linear.cpp: ai.onnx.ml transforms and linear models
+void register_ml_tree_ops(OpRegistry& r);    // ml_trees.cpp: TreeEnsembleRegressor, TreeEnsembleClassifier
+
 void OpRegistry::add(OpDef def) {
   ONYX_ASSERT(def.infer, "op ", def.name, " has no inference function");
   const std::string name = def.name;
@@ -50,6 +53,8 @@ OpRegistry& OpRegistry::global_mutable() {
     register_contrib_nn_ops(r);
     register_attention_contrib_ops(r);
     register_qlinear_ops(r);
+    register_ml_linear_ops(r);
+    register_ml_tree_ops(r);
     return r;
   }();
   return registry;

@@ -76,6 +76,28 @@ TEST(OpsRandom, UniformAndNormalHaveTheirMoments) {
   EXPECT_NEAR(std::sqrt(sq / n), 2.0, 0.05);
 }
 
+TEST(OpsRandom, MultinomialDrawsEachClassAtItsSoftmaxRate) {
+  const int64_t n = 30000;
+  Tensor logits = Tensor::from_vector<float>({0.f, 1.f, 2.f, 3.f, 3.f, -20.f}, Shape{2, 3});
+  Tensor y = test::run_op("Multinomial", {logits}, {attr_int("sample_size", n), attr_int("dtype", 7)}, 1, 22)[0];
+  ASSERT_EQ(y.dtype(), DType::kInt64);
+  ASSERT_EQ(y.shape(), Shape({2, n}));
+  for (int64_t b = 0; b < 2; ++b) {
+    double z = 0;
+    for (int c = 0; c < 3; ++c) z += std::exp(logits.data<float>()[b * 3 + c]);
+    std::vector<double> count(3, 0);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t c = y.data<int64_t>()[b * n + k];
+      ASSERT_TRUE(c >= 0 && c < 3) << c;
+      ++count[c];
+    }
+    for (int c = 0; c < 3; ++c) {
+      const double p = std::exp(logits.data<float>()[b * 3 + c]) / z;
+      EXPECT_NEAR(count[c] / n, p, 5 * std::sqrt(p * (1 - p) / n) + 1e-9) << "row " << b << " class " << c;
+    }
+  }
+}
+
 }  // namespace
 
 }  // namespace onyx
