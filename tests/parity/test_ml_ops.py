@@ -210,3 +210,68 @@ def test_tree_ensemble_classifier(name, run_onyx, tmp_path):
     label_type = TensorProto.STRING if isinstance(labels[0], str) else TensorProto.INT64
     model = ml_node("TreeEnsembleClassifier", [("X", x)], [("Y", label_type), ("Z", F)], attrs)
     run_both(name, model, {"X": x}, run_onyx, tmp_path, seed)
+
+
+# kernel, kernel_params, support vectors (0: the linear form), one_class
+SVM_REGRESSOR_CASES = {
+    "rbf": ("RBF", [0.3, 0.0, 3], 6, 0),
+    "poly": ("POLY", [0.2, 1.0, 3], 5, 0),
+    "sigmoid_one_class": ("SIGMOID", [0.1, 0.5, 3], 4, 1),
+    "linear_form": ("LINEAR", [], 0, 0),
+}
+
+
+@pytest.mark.parametrize("name", list(SVM_REGRESSOR_CASES))
+def test_svm_regressor(name, run_onyx, tmp_path):
+    rng, seed = fresh_rng()
+    kernel, params, supports, one_class = SVM_REGRESSOR_CASES[name]
+    features = 4
+    attrs = {"kernel_type": kernel, "rho": [float(rng.standard_normal())], "one_class": one_class,
+             "n_supports": supports, "kernel_params": params or [0.1, 0.0, 1],  # onnxruntime requires them
+             "coefficients": list(rng.standard_normal(supports if supports else features))}
+    if supports:
+        attrs["support_vectors"] = list(rng.standard_normal(supports * features))
+    x = rng.standard_normal((7, features)).astype(np.float32)
+    model = ml_node("SVMRegressor", [("X", x)], [("Y", F)], attrs)
+    run_both(f"SVMRegressor {name}", model, {"X": x}, run_onyx, tmp_path, seed)
+
+
+# classes, kernel, with Platt probabilities, labels as strings, post_transform
+SVM_CLASSIFIER_CASES = {
+    "three_classes_rbf": (3, "RBF", False, False, "NONE"),
+    "three_classes_rbf_proba": (3, "RBF", True, False, "NONE"),
+    "four_classes_poly_proba_strings": (4, "POLY", True, True, "NONE"),
+    "binary_rbf": (2, "RBF", False, False, "NONE"),
+    "binary_rbf_proba": (2, "RBF", True, True, "NONE"),
+    "linear_form_three": (3, "LINEAR", False, False, "NONE"),
+    "linear_form_three_softmax": (3, "LINEAR", False, True, "SOFTMAX"),
+    "linear_form_binary_logistic": (2, "LINEAR", False, False, "LOGISTIC"),
+}
+
+
+@pytest.mark.parametrize("name", list(SVM_CLASSIFIER_CASES))
+def test_svm_classifier(name, run_onyx, tmp_path):
+    rng, seed = fresh_rng()
+    classes, kernel, proba, strings, post = SVM_CLASSIFIER_CASES[name]
+    features = 3
+    pairs = classes * (classes - 1) // 2
+    labels = [f"c{i}" for i in range(classes)] if strings else [int(v) for v in rng.choice(50, classes, replace=False)]
+    attrs = {"kernel_type": kernel, "kernel_params": [0.4, 0.5, 2], "post_transform": post}
+    attrs["classlabels_strings" if strings else "classlabels_ints"] = labels
+    if kernel == "LINEAR":  # no support vectors: one linear model per class
+        attrs["coefficients"] = list(rng.standard_normal(classes * features))
+        attrs["rho"] = [float(rng.standard_normal())]
+    else:
+        per_class = [int(v) for v in rng.integers(1, 4, classes)]
+        vectors = sum(per_class)
+        attrs["vectors_per_class"] = per_class
+        attrs["support_vectors"] = list(rng.standard_normal(vectors * features))
+        attrs["coefficients"] = list(rng.standard_normal((classes - 1) * vectors))
+        attrs["rho"] = list(rng.standard_normal(pairs))
+        if proba:
+            attrs["prob_a"] = list(rng.uniform(-3, -0.5, pairs))
+            attrs["prob_b"] = list(rng.uniform(-0.5, 0.5, pairs))
+    x = rng.standard_normal((9, features)).astype(np.float32)
+    label_type = TensorProto.STRING if strings else TensorProto.INT64
+    model = ml_node("SVMClassifier", [("X", x)], [("Y", label_type), ("Z", F)], attrs)
+    run_both(name, model, {"X": x}, run_onyx, tmp_path, seed)
