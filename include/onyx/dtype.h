@@ -43,9 +43,11 @@ enum class DType : int32_t {
   kInt2 = 26,
   // Values that are not tensors of numbers, held as tensors of objects (as strings are):
   // a sequence is a 1-D tensor of its element tensors; an optional is a 1-D tensor of 0
-  // (none) or 1 element. Not ONNX element-type codes.
+  // (none) or 1 element; a map is a 1-D tensor of 2: its keys and its values (1-D, one value
+  // a key). Not ONNX element-type codes.
   kSequence = 1000,
   kOptional = 1001,
+  kMap = 1002,
 };
 
 // IEEE binary16, stored as bits; arithmetic happens in float.

@@ -93,6 +93,9 @@ class Tensor {
   // or none (an undefined tensor). Their elements: elements<Tensor>().
   static Tensor sequence(const std::vector<Tensor>& elements, DType elem_dtype = DType::kUndefined);
   static Tensor optional(const Tensor& value, DType elem_dtype = DType::kUndefined);
+  // A map of keys (1-D int64 or strings, distinct) to values (1-D, one a key): elements() are
+  // [keys, values]; element_dtype() is the values' type.
+  static Tensor map(const Tensor& keys, const Tensor& values);
   // A sequence's or optional's elements (numel() of them), and the type of its tensors
   // (kSequence for an optional sequence); kUndefined when not known.
   const Tensor* elements() const;

@@ -139,6 +139,21 @@ def _value_from_array(x, as_type=""):
     raise TypeError(f"expected a numpy array, an OrtValue or a DLPack tensor, got {type(x).__name__}")
 
 
+def _map_value(d, value_type):
+    """A native map of a dict (int or str keys); its values in the model's value type."""
+    keys = list(d.keys())
+    if all(isinstance(k, str) for k in keys):
+        k = _onyx.Value.from_strings(keys, [len(keys)])
+    else:
+        k = _value_from_array(np.asarray(keys, dtype=np.int64))
+    vals = list(d.values())
+    if value_type == "string":
+        v = _onyx.Value.from_strings([str(x) for x in vals], [len(vals)])
+    else:
+        v = _value_from_array(np.asarray(vals, dtype=_numpy_dtype(value_type) if value_type else None))
+    return _onyx.Value.map(k, v)
+
+
 def _sequence_value(items):
     """A native sequence of the arrays (or nested lists) in `items`."""
     values = [_sequence_value(i) if isinstance(i, (list, tuple)) else
@@ -154,6 +169,9 @@ def _numpy_of(v, copy=False):
     if v.dtype == "optional":
         e = v.elements()
         return _numpy_of(e[0], copy) if e else None
+    if v.dtype == "map":  # a dict, as onnxruntime returns maps
+        keys, values = v.elements()
+        return dict(zip(_numpy_of(keys, True).tolist(), _numpy_of(values, True).tolist()))
     if v.dtype in _NARROW:
         if _ml_dtypes is None:
             raise Error(f"{v.dtype} arrays need the ml_dtypes package (pip install ml_dtypes)")
@@ -328,6 +346,8 @@ def _kind_type(d):
     elem = d.get("element_dtype", "")
     inner = {"sequence": "seq(tensor(undefined))", "optional": "optional(tensor(undefined))"}.get(elem) or \
         _ORT_TYPES.get(elem, "tensor(undefined)")
+    if d["dtype"] == "map":
+        return f"map(?,{_ORT_TYPES.get(elem, 'tensor(undefined)')})"
     return {"sequence": f"seq({inner})", "optional": f"optional({inner})"}.get(d["dtype"], "map")
 
 
@@ -564,6 +584,7 @@ class InferenceSession:
         self._overridable = [NodeArg(d) for d in self._sess.inputs() if d["has_default"]]
         self._outputs = [NodeArg(d) for d in self._sess.outputs()]
         self._input_types = {d["name"]: d["dtype"] for d in self._sess.inputs()}
+        self._input_elements = {d["name"]: d.get("element_dtype", "") for d in self._sess.inputs()}
 
     # -- what the model declares --
     def _native(self):
@@ -616,6 +637,12 @@ class InferenceSession:
                 raise TypeError(f"input names must be str, not {type(name).__name__}")
             if isinstance(x, OrtValue):
                 feeds.append((name, x._v))
+                continue
+            if isinstance(x, dict) and self._input_types.get(name) == "map":
+                try:
+                    feeds.append((name, _map_value(x, self._input_elements.get(name, ""))))
+                except Error as e:
+                    raise _prefix(f"input '{name}'", e) from None
                 continue
             if (isinstance(x, (list, tuple)) or x is None) and \
                     self._input_types.get(name) in ("sequence", "optional"):  # a sequence, or no value

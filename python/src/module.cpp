@@ -79,7 +79,7 @@ nb::dlpack::dtype array_dtype(DType d) {
 DType dtype_from_name(const std::string& name) {
   for (int i = 1; i <= 26; ++i)
     if (dtype_name(static_cast<DType>(i)) == name) return static_cast<DType>(i);
-  for (DType t : {DType::kSequence, DType::kOptional})
+  for (DType t : {DType::kSequence, DType::kOptional, DType::kMap})
     if (dtype_name(t) == name) return t;
   throw Error(cat("unknown element type '", name, "'"));
 }
@@ -646,6 +646,9 @@ NB_MODULE(_onyx, m) {
         for (const auto& i : items) parts.push_back(i.t.on_host() ? i.t.clone() : i.host());
         return PyValue{Tensor::sequence(parts, dtype.empty() ? DType::kUndefined : dtype_from_name(dtype)), nullptr};
       }, "items"_a, "dtype"_a = "")
+      .def_static("map", [](const PyValue& keys, const PyValue& values) {
+        return PyValue{Tensor::map(keys.host().clone(), values.host().clone()), nullptr};
+      }, "keys"_a, "values"_a)
       .def_static("optional", [](const PyValue* item) {
         return PyValue{Tensor::optional(item ? (item->t.on_host() ? item->t.clone() : item->host()) : Tensor()), nullptr};
       }, "item"_a.none());

@@ -65,7 +65,7 @@ size_t dtype_size(DType t) {
     case DType::kUInt4: case DType::kInt4: case DType::kFloat4E2M1: case DType::kFloat8E8M0: case DType::kUInt2:
     case DType::kInt2: return 1;  // one element a byte in memory, packed only in files
     case DType::kString: return sizeof(std::string);
-    case DType::kSequence: case DType::kOptional: return sizeof(Tensor);
+    case DType::kSequence: case DType::kOptional: case DType::kMap: return sizeof(Tensor);
     case DType::kUndefined: return 0;
   }
   return 0;
@@ -102,6 +102,7 @@ std::string_view dtype_name(DType t) {
     case DType::kInt2: return "int2";
     case DType::kSequence: return "sequence";
     case DType::kOptional: return "optional";
+    case DType::kMap: return "map";
   }
   return "unknown";
 }
@@ -134,7 +135,9 @@ bool dtype_is_narrow(DType t) {
   return c >= 17 && c <= 26;
 }
 
-bool dtype_is_object(DType t) { return t == DType::kString || t == DType::kSequence || t == DType::kOptional; }
+bool dtype_is_object(DType t) {
+  return t == DType::kString || t == DType::kSequence || t == DType::kOptional || t == DType::kMap;
+}
 
 bool dtype_is_signed(DType t) {
   switch (t) {

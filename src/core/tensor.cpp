@@ -167,13 +167,28 @@ Tensor Tensor::optional(const Tensor& value, DType elem_dtype) {
   return t;
 }
 
+Tensor Tensor::map(const Tensor& keys, const Tensor& values) {
+  ONYX_CHECK(keys.dtype() == DType::kInt64 || keys.dtype() == DType::kString, "map keys must be int64 or strings, got ",
+             keys.type_str());
+  ONYX_CHECK(keys.rank() == 1 && values.rank() == 1 && keys.numel() == values.numel(), "a map needs 1-D keys and ",
+             "values of one length, got ", keys.type_str(), " and ", values.type_str());
+  ONYX_CHECK(keys.on_host() && values.on_host() && !dtype_is_object(values.dtype()), "map values must be host tensors");
+  Tensor t(DType::kMap, Shape{2});
+  auto* e = static_cast<Tensor*>(t.raw());
+  e[0] = keys;
+  e[1] = values;
+  t.elem_dtype_ = values.dtype();
+  return t;
+}
+
 const Tensor* Tensor::elements() const {
-  ONYX_CHECK(dtype_ == DType::kSequence || dtype_ == DType::kOptional, "a ", dtype_name(dtype_),
-             " tensor has no element tensors");
+  ONYX_CHECK(dtype_ == DType::kSequence || dtype_ == DType::kOptional || dtype_ == DType::kMap, "a ",
+             dtype_name(dtype_), " tensor has no element tensors");
   return static_cast<const Tensor*>(raw());
 }
 
 std::string Tensor::type_str() const {
+  if (dtype_ == DType::kMap) return cat("map<", dtype_name(elements()[0].dtype()), ",", dtype_name(elem_dtype_), ">");
   if ((dtype_ == DType::kSequence || dtype_ == DType::kOptional) && elem_dtype_ != DType::kUndefined)
     return cat(dtype_name(dtype_), "<", dtype_name(elem_dtype_), ">", shape_.str());
   return cat(dtype_name(dtype_), shape_.str());

@@ -15,7 +15,7 @@
 namespace onyx {
 
 std::string ValueDesc::type_str() const {
-  if (dtype == DType::kSequence || dtype == DType::kOptional)
+  if (dtype == DType::kSequence || dtype == DType::kOptional || dtype == DType::kMap)
     return element_dtype == DType::kUndefined ? std::string(dtype_name(dtype))
                                               : cat(dtype_name(dtype), "<", dtype_name(element_dtype), ">");
   if (!is_tensor) return "non-tensor";
@@ -163,8 +163,8 @@ ModelInfo inspect_model(const std::string& path) {
 void Session::Impl::check_feed(const ValueDesc& d, const Tensor& t,
                                std::unordered_map<std::string, int64_t>& symbols) const {
   ONYX_CHECK(t.defined(), "the tensor is empty (undefined)");
-  const bool object = d.dtype == DType::kSequence || d.dtype == DType::kOptional;
-  ONYX_CHECK(d.is_tensor || object, "the model declares a map or sparse type, which onyx does not support as an input");
+  const bool object = d.dtype == DType::kSequence || d.dtype == DType::kOptional || d.dtype == DType::kMap;
+  ONYX_CHECK(d.is_tensor || object, "the model declares a sparse tensor, which onyx does not support as an input");
   ONYX_CHECK(t.on_host() || t.device() == device, "the tensor is on ", t.device().str(), ", but the session runs on ",
              device.str(), " (feeds may lie on the host or on the session's device)");
   if (d.dtype != DType::kUndefined)

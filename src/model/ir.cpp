@@ -24,7 +24,7 @@ std::string TypeInfo::str() const {
     case Category::kUnknown: return "unknown";
     case Category::kSequence: return elem_dtype == DType::kUndefined ? "sequence" : cat("sequence<", dtype_name(elem_dtype), ">");
     case Category::kOptional: return elem_dtype == DType::kUndefined ? "optional" : cat("optional<", dtype_name(elem_dtype), ">");
-    case Category::kMap: return "map";
+    case Category::kMap: return elem_dtype == DType::kUndefined ? "map" : cat("map<", dtype_name(elem_dtype), ">");
     case Category::kSparse: return "sparse_tensor";
     case Category::kTensor: break;
   }

@@ -50,7 +50,11 @@ TypeInfo type_from_proto(const onnx::TypeProto& tp) {
       info.dtype = DType::kOptional;
       if (tp.optional_type().has_elem_type()) info.elem_dtype = type_from_proto(tp.optional_type().elem_type()).dtype;
       break;
-    case onnx::TypeProto::kMapType: info.category = TypeInfo::Category::kMap; break;
+    case onnx::TypeProto::kMapType:
+      info.category = TypeInfo::Category::kMap;
+      info.dtype = DType::kMap;
+      if (tp.map_type().has_value_type()) info.elem_dtype = type_from_proto(tp.map_type().value_type()).dtype;
+      break;
     case onnx::TypeProto::kSparseTensorType: info.category = TypeInfo::Category::kSparse; break;
     default: break;
   }

@@ -261,6 +261,11 @@ void check_declared_dtype(const Graph& g, int id, DType inferred) {
                dtype_name(inferred), ", but the model declares it ", v.declared.str());
     return;
   }
+  if (c == TypeInfo::Category::kMap) {
+    ONYX_CHECK(inferred == DType::kMap, "output '", v.name, "' is ", dtype_name(inferred), ", but the model declares it ",
+               v.declared.str());
+    return;
+  }
   if (c != TypeInfo::Category::kTensor || v.declared.dtype == DType::kUndefined) return;
   ONYX_CHECK(v.declared.dtype == inferred, "output '", v.name, "' is ", dtype_name(inferred),
              ", but the model declares it ", dtype_name(v.declared.dtype),

@@ -5,6 +5,7 @@ namespace onyx {
 void register_ml_linear_ops(OpRegistry& r);  // ml_linear.cpp: ai.onnx.ml transforms and linear models
 void register_ml_tree_ops(OpRegistry& r);    // ml_trees.cpp: TreeEnsembleRegressor, TreeEnsembleClassifier
 void register_ml_svm_ops(OpRegistry& r);     // ml_svm.cpp: SVMRegressor, SVMClassifier
+void register_ml_map_ops(OpRegistry& r);     // ml_maps.cpp: ZipMap, DictVectorizer, CastMap
 
 void OpRegistry::add(OpDef def) {
   ONYX_ASSERT(def.infer, "op ", def.name, " has no inference function");
@@ -57,6 +58,7 @@ OpRegistry& OpRegistry::global_mutable() {
     register_ml_linear_ops(r);
     register_ml_tree_ops(r);
     register_ml_svm_ops(r);
+    register_ml_map_ops(r);
     return r;
   }();
   return registry;

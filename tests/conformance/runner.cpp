@@ -84,7 +84,7 @@ std::string type_skip_reason(const onnx::ModelProto& m) {
     switch (t.value_case()) {
       case onnx::TypeProto::kSequenceType: return check_type(t.sequence_type().elem_type());
       case onnx::TypeProto::kOptionalType: return check_type(t.optional_type().elem_type());
-      case onnx::TypeProto::kMapType: return "uses map values, which onyx does not support";
+      case onnx::TypeProto::kMapType: return check_type(t.map_type().value_type());
       case onnx::TypeProto::kSparseTensorType: return "uses sparse tensors, which onyx does not support";
       case onnx::TypeProto::kTensorType: {
         int e = t.tensor_type().elem_type();
@@ -146,7 +146,7 @@ std::string compare(const Tensor& got, const Tensor& want) {
   if (got.dtype() != want.dtype())
     return cat("dtype ", onyx::dtype_name(got.dtype()), ", expected ", onyx::dtype_name(want.dtype()));
   if (got.shape() != want.shape()) return cat("shape ", got.shape().str(), ", expected ", want.shape().str());
-  if (got.dtype() == DType::kSequence || got.dtype() == DType::kOptional) {
+  if (got.dtype() == DType::kSequence || got.dtype() == DType::kOptional || got.dtype() == DType::kMap) {
     for (int64_t i = 0; i < got.numel(); ++i)
       if (std::string d = compare(got.elements()[i], want.elements()[i]); !d.empty()) return cat("element ", i, ": ", d);
     return "";

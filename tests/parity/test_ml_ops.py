@@ -275,3 +275,53 @@ def test_svm_classifier(name, run_onyx, tmp_path):
     label_type = TensorProto.STRING if strings else TensorProto.INT64
     model = ml_node("SVMClassifier", [("X", x)], [("Y", label_type), ("Z", F)], attrs)
     run_both(name, model, {"X": x}, run_onyx, tmp_path, seed)
+
+
+def map_model(op, x_type, y_type, attrs):
+    """One map op on a graph input of ONNX type x_type (a TypeProto) to y_type."""
+    node = helper.make_node(op, ["X"], ["Y"], domain="ai.onnx.ml", **attrs)
+    graph = helper.make_graph([node], op.lower(), [helper.make_value_info("X", x_type)],
+                              [helper.make_value_info("Y", y_type)])
+    return helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 21),
+                                                                  helper.make_opsetid("ai.onnx.ml", 3)])
+
+
+def both(model, feeds):
+    import onnxruntime as ort
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = onyx.InferenceSession(model.SerializeToString()).run(None, feeds)
+    return got, ref
+
+
+@pytest.mark.parametrize("labels", [[3, 7, 9], ["a", "b", "c"]], ids=["ints", "strings"])
+def test_zip_map(labels):
+    """ZipMap: each row of scores a dict from label to score (what scikit-learn classifiers end in)."""
+    rng, seed = fresh_rng()
+    x = rng.random((4, 3)).astype(np.float32)
+    key = TensorProto.STRING if isinstance(labels[0], str) else TensorProto.INT64
+    attrs = {"classlabels_strings" if key == TensorProto.STRING else "classlabels_int64s": labels}
+    y_type = helper.make_sequence_type_proto(helper.make_map_type_proto(key, helper.make_tensor_type_proto(F, [])))
+    model = map_model("ZipMap", helper.make_tensor_type_proto(F, [None, 3]), y_type, attrs)
+    (got,), (ref,) = both(model, {"X": x})
+    assert isinstance(got, list) and len(got) == len(ref) == 4, f"seed {seed}"
+    for g, r in zip(got, ref):
+        assert set(g) == set(r), f"keys {sorted(g)} vs {sorted(r)} (seed {seed})"
+        for k in r:
+            assert abs(g[k] - r[k]) <= 1e-6, f"{k}: {g[k]} vs {r[k]} (seed {seed})"
+
+
+def test_dict_vectorizer_and_cast_map():
+    rng, seed = fresh_rng()
+    words = ["w0", "w1", "w2", "w3", "w4"]
+    d = {w: float(rng.standard_normal()) for w in rng.choice(words + ["other"], 4, replace=False)}
+    x_type = helper.make_map_type_proto(TensorProto.STRING, helper.make_tensor_type_proto(F, []))
+    model = map_model("DictVectorizer", x_type, helper.make_tensor_type_proto(F, None), {"string_vocabulary": words})
+    (got,), (ref,) = both(model, {"X": d})
+    check("DictVectorizer", got, ref, TOL, seed)
+    m = {int(k): float(rng.standard_normal()) for k in rng.choice(8, 5, replace=False)}
+    x_type = helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(F, []))
+    for form, to, out in [("DENSE", "TO_FLOAT", F), ("SPARSE", "TO_FLOAT", F), ("SPARSE", "TO_INT64", TensorProto.INT64)]:
+        model = map_model("CastMap", x_type, helper.make_tensor_type_proto(out, None),
+                          {"map_form": form, "cast_to": to, "max_map": 8})
+        (got,), (ref,) = both(model, {"X": m})
+        same(f"CastMap {form} {to}", np.asarray(got), ref, seed)

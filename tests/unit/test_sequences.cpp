@@ -1,4 +1,4 @@
-// Sequence and optional values (tensors of element tensors) and their ops, on random tensors:
+// Sequence, optional and map values (tensors of element tensors) and the sequence ops, on random tensors:
 // what goes in comes out, splits and concatenations invert each other, positions count from
 // either end, and bad positions are errors that say which.
 #include <gtest/gtest.h>
@@ -113,6 +113,20 @@ TEST(Sequences, SequencesCloneAndShareTheirElements) {
   EXPECT_EQ(copy.element_dtype(), DType::kInt64);
   EXPECT_TRUE(copy.elements()[1].shares_storage_with(seq.elements()[1]));
   EXPECT_EQ(seq.type_str(), "sequence<int64>[2]");
+}
+
+TEST(Sequences, MapsHoldKeysAndValuesOfOneLength) {
+  Tensor keys = Tensor::from_vector<int64_t>({4, 1, 9}, Shape{3});
+  Tensor values = test::random_tensor<float>(Shape{3});
+  Tensor m = Tensor::map(keys, values);
+  EXPECT_EQ(m.dtype(), DType::kMap);
+  EXPECT_EQ(m.element_dtype(), DType::kFloat32);
+  expect_same(m.elements()[0], keys);
+  expect_same(m.elements()[1], values);
+  EXPECT_EQ(m.type_str(), "map<int64,float32>");
+  EXPECT_NE(error_of([&] { Tensor::map(keys, test::random_tensor<float>(Shape{2})); }).find("one length"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { Tensor::map(values, values); }).find("int64 or strings"), std::string::npos);
 }
 
 }  // namespace
