@@ -8,6 +8,8 @@
 #include <queue>
 #include <unordered_set>
 
+#include "model/expand_gradient.h"
+#include "model/inline_functions.h"
 #include "model/mapped_file.h"
 #include "model/onnx_schema.h"
 #include "model/tensor_proto.h"
@@ -132,6 +134,9 @@ class GraphBuilder {
       }
     }
     topo_sort(*g);
+    // Gradient nodes become the ops that compute them (model/expand_gradient.h).
+    const auto onnx = model_.opsets.find("");
+    if (expand_gradients(*g, onnx == model_.opsets.end() ? 1 : onnx->second)) topo_sort(*g);
     return g;
   }
 
@@ -260,13 +265,13 @@ Model convert(std::shared_ptr<onnx::ModelProto> mp, const std::string& name, con
   model.graph_doc_string = mp->graph().doc_string();
   for (const auto& kv : mp->metadata_props()) model.metadata[kv.key()] = kv.value();
   ONYX_CHECK(mp->has_graph(), "the model has no graph (is this an ONNX model?)");
+  // Model-local functions run as their bodies' nodes (model/inline_functions.h).
+  inline_functions(*mp);
   for (const auto& op : mp->opset_import()) {
     check_opset_import(normalize_domain(op.domain()), op.version());
     model.opsets[normalize_domain(op.domain())] = static_cast<int>(op.version());
   }
   if (mp->opset_import_size() == 0) model.opsets[""] = 1;  // IR < 3 models predate opset imports
-  ONYX_CHECK(mp->functions_size() == 0, "model-local functions are not supported (the model defines ",
-             mp->functions_size(), ")");
   TensorLoadContext tctx;
   tctx.base_dir = base_dir;
   tctx.proto_owner = mp;

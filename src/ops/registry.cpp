@@ -6,6 +6,7 @@ void register_ml_linear_ops(OpRegistry& r);  // ml_linear.cpp: ai.onnx.ml transf
 void register_ml_tree_ops(OpRegistry& r);    // ml_trees.cpp: TreeEnsembleRegressor, TreeEnsembleClassifier
 void register_ml_svm_ops(OpRegistry& r);     // ml_svm.cpp: SVMRegressor, SVMClassifier
 void register_ml_map_ops(OpRegistry& r);     // ml_maps.cpp: ZipMap, DictVectorizer, CastMap
+void register_training_ops(OpRegistry& r);   // training_ops.cpp: Adagrad, Adam, Momentum; Gradient's helpers
 
 void OpRegistry::add(OpDef def) {
   ONYX_ASSERT(def.infer, "op ", def.name, " has no inference function");
@@ -59,6 +60,7 @@ OpRegistry& OpRegistry::global_mutable() {
     register_ml_tree_ops(r);
     register_ml_svm_ops(r);
     register_ml_map_ops(r);
+    register_training_ops(r);
     return r;
   }();
   return registry;

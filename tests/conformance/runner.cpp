@@ -103,9 +103,6 @@ std::string type_skip_reason(const onnx::ModelProto& m) {
   };
   for (const auto& v : m.graph().input()) if (auto r = check_type(v.type()); !r.empty()) return r;
   for (const auto& v : m.graph().output()) if (auto r = check_type(v.type()); !r.empty()) return r;
-  for (const auto& op : m.opset_import())
-    if (op.domain() == "ai.onnx.preview.training")
-      return "training operators (ai.onnx.preview.training) are outside an inference engine's scope";
   for (const auto& n : m.graph().node())
     for (const auto& a : n.attribute())
       if (a.name() == "to" && a.type() == onnx::AttributeProto::INT && (a.i() >= 17 || a.i() == 14 || a.i() == 15)) {
