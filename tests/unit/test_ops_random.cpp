@@ -39,6 +39,46 @@ TEST(OpsRandom, BernoulliDrawsOnesAtTheGivenRate) {
   EXPECT_THROW(test::run_op("Bernoulli", {Tensor::from_vector<float>({1.5f}, Shape{1})}, {}, 1, 22), Error);
 }
 
+TEST(OpsRandom, TrainingDropoutKeepsAtOneMinusRatioAndScales) {
+  const int64_t n = 40000;
+  const double ratio = 0.3;
+  Tensor x = test::random_tensor<float>(Shape{4, n / 4}, 0.5, 3);  // never 0, so a dropped element shows
+  auto run = [&](bool training, std::vector<Attribute> a, double r) {
+    return test::run_op("Dropout", {x, Tensor::scalar<float>(static_cast<float>(r)), Tensor::scalar<bool>(training)},
+                        std::move(a), 2, 13);
+  };
+  auto out = run(true, {}, ratio);
+  ASSERT_EQ(out[1].dtype(), DType::kBool);
+  double kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float xi = x.data<float>()[i], yi = out[0].data<float>()[i];
+    if (out[1].data<bool>()[i]) {
+      ASSERT_FLOAT_EQ(yi, static_cast<float>(xi * (1 / (1 - ratio)))) << i;
+      ++kept;
+    } else {
+      ASSERT_EQ(yi, 0.f) << i;
+    }
+  }
+  const double se = std::sqrt(ratio * (1 - ratio) / static_cast<double>(n));
+  EXPECT_NEAR(kept / static_cast<double>(n), 1 - ratio, 5 * se);
+  // A seed repeats the mask; without one two runs differ; not training is the identity.
+  auto a = run(true, {attr_int("seed", 7)}, ratio), b = run(true, {attr_int("seed", 7)}, ratio);
+  auto c = run(true, {}, ratio);
+  int64_t same_seeded = 0, same_unseeded = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    same_seeded += a[1].data<bool>()[i] == b[1].data<bool>()[i];
+    same_unseeded += out[1].data<bool>()[i] == c[1].data<bool>()[i];
+  }
+  EXPECT_EQ(same_seeded, n);
+  EXPECT_LT(same_unseeded, n);
+  auto id = run(false, {}, ratio);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(id[0].data<float>()[i], x.data<float>()[i]);
+    ASSERT_TRUE(id[1].data<bool>()[i]);
+  }
+  EXPECT_THROW(run(true, {}, 1.0), Error);  // ratio 1 would scale by infinity
+}
+
 TEST(OpsRandom, ASeedRepeatsTheDrawsAndNoSeedDoesNot) {
   Tensor probs = Tensor::from_vector<double>(std::vector<double>(256, 0.5), Shape{256});
   auto draw = [&](std::vector<Attribute> a) { return test::run_op("Bernoulli", {probs}, std::move(a), 1, 22)[0]; };
