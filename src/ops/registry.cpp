@@ -6,6 +6,7 @@ void register_ml_linear_ops(OpRegistry& r);  // ml_linear.cpp: ai.onnx.ml transf
 void register_ml_tree_ops(OpRegistry& r);    // ml_trees.cpp: TreeEnsembleRegressor, TreeEnsembleClassifier
 void register_ml_svm_ops(OpRegistry& r);     // ml_svm.cpp: SVMRegressor, SVMClassifier
 void register_ml_map_ops(OpRegistry& r);     // ml_maps.cpp: ZipMap, DictVectorizer, CastMap
+void register_quant_contrib_ops(OpRegistry& r);  // quant_contrib.cpp: QEmbedLayerNormalization, DynamicQuantizeLSTM
 void register_training_ops(OpRegistry& r);   // training_ops.cpp: Adagrad, Adam, Momentum; Gradient's helpers
 
 void OpRegistry::add(OpDef def) {
@@ -61,6 +62,7 @@ OpRegistry& OpRegistry::global_mutable() {
     register_ml_svm_ops(r);
     register_ml_map_ops(r);
     register_training_ops(r);
+    register_quant_contrib_ops(r);
     return r;
   }();
   return registry;

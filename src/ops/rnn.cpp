@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "ops/common.h"
+#include "ops/rnn.h"
 
 namespace onyx {
 
@@ -38,11 +39,6 @@ Activation make_activation(const std::string& name, const std::vector<float>& al
   throw Error(cat("activation \"", name, "\" is not one of ONNX's recurrent activations"));
 }
 
-struct RnnDims {
-  int64_t seq, batch, input, hidden, dirs;
-  bool batch_first;
-};
-
 RnnDims rnn_dims(const InferContext& ctx, Cell cell) {
   RnnDims d{};
   const Shape x = ctx.input_concrete_shape(0), w = ctx.input_concrete_shape(1), r = ctx.input_concrete_shape(2);
@@ -64,20 +60,7 @@ RnnDims rnn_dims(const InferContext& ctx, Cell cell) {
                d.hidden);
   ONYX_CHECK(r == Shape({d.dirs, g * d.hidden, d.hidden}), "R must be [", d.dirs, ", ", g * d.hidden, ", ", d.hidden,
              "], got ", r.str());
-  if (ctx.has_input(3))
-    ONYX_CHECK(ctx.input_concrete_shape(3) == Shape({d.dirs, 2 * g * d.hidden}), "B must be [", d.dirs, ", ",
-               2 * g * d.hidden, "], got ", ctx.input_concrete_shape(3).str());
-  if (ctx.has_input(4))
-    ONYX_CHECK(ctx.input_concrete_shape(4) == Shape({d.batch}), "sequence_lens must be [", d.batch, "], got ",
-               ctx.input_concrete_shape(4).str());
-  const Shape state = d.batch_first ? Shape{d.batch, d.dirs, d.hidden} : Shape{d.dirs, d.batch, d.hidden};
-  for (size_t i : {size_t{5}, size_t{6}})
-    if (ctx.has_input(i) && (i == 5 || cell == Cell::kLstm))
-      ONYX_CHECK(ctx.input_concrete_shape(i) == state, i == 5 ? "initial_h" : "initial_c", " must be ", state.str(),
-                 ", got ", ctx.input_concrete_shape(i).str());
-  if (cell == Cell::kLstm && ctx.has_input(7))
-    ONYX_CHECK(ctx.input_concrete_shape(7) == Shape({d.dirs, 3 * d.hidden}), "P must be [", d.dirs, ", ",
-               3 * d.hidden, "], got ", ctx.input_concrete_shape(7).str());
+  check_rnn_state_inputs(ctx, d, g, cell == Cell::kLstm);
   return d;
 }
 
@@ -98,17 +81,45 @@ std::vector<double> doubles(const Tensor& t) {
   return v;
 }
 
-void rnn_kernel(KernelContext& ctx, Cell cell) {
-  std::vector<ValueType> types;
-  std::vector<const Tensor*> values;
-  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
-    types.push_back(ctx.has_input(i) ? ValueType{ctx.input(i).dtype(), ctx.input(i).shape()} : ValueType{});
-    values.push_back(ctx.has_input(i) ? &ctx.input(i) : nullptr);
-  }
-  const RnnDims d = rnn_dims(InferContext(ctx.node(), types, values), cell);
-  const int64_t G = gates_of(cell), H = d.hidden, I = d.input, B = d.batch, S = d.seq;
-  const std::vector<double> X = doubles(ctx.input(0)), W = doubles(ctx.input(1)), R = doubles(ctx.input(2));
-  const std::vector<double> Bias = ctx.has_input(3) ? doubles(ctx.input(3)) : std::vector<double>(d.dirs * 2 * G * H, 0);
+// The products in float64 from the float W and R inputs, in ONNX's layout.
+RecurrentProducts float_products(const RnnDims& d, int64_t G, const Tensor& x, const Tensor& w, const Tensor& r) {
+  auto X = std::make_shared<std::vector<double>>(doubles(x));
+  auto W = std::make_shared<std::vector<double>>(doubles(w));
+  auto R = std::make_shared<std::vector<double>>(doubles(r));
+  const int64_t GH = G * d.hidden, I = d.input, H = d.hidden, B = d.batch, S = d.seq;
+  RecurrentProducts p;
+  p.input = [=](int64_t k) {
+    std::vector<double> out(static_cast<size_t>(S * B * GH));
+    const double* Wk = W->data() + k * GH * I;
+    for (int64_t t = 0; t < S; ++t)
+      for (int64_t b = 0; b < B; ++b) {
+        const double* xr = X->data() + (d.batch_first ? (b * S + t) : (t * B + b)) * I;
+        for (int64_t q = 0; q < GH; ++q) {
+          double acc = 0;
+          for (int64_t i = 0; i < I; ++i) acc += xr[i] * Wk[q * I + i];
+          out[(t * B + b) * GH + q] = acc;
+        }
+      }
+    return out;
+  };
+  p.recurrent = [=](int64_t k, const std::vector<double>& h) {
+    std::vector<double> out(static_cast<size_t>(B * GH));
+    const double* Rk = R->data() + k * GH * H;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t q = 0; q < GH; ++q) {
+        double acc = 0;
+        for (int64_t j = 0; j < H; ++j) acc += h[b * H + j] * Rk[q * H + j];
+        out[b * GH + q] = acc;
+      }
+    return out;
+  };
+  p.recurrent_weights = R;
+  return p;
+}
+
+void run_recurrent(KernelContext& ctx, Cell cell, const RnnDims& d, const RecurrentProducts& prod) {
+  const int64_t G = gates_of(cell), H = d.hidden, B = d.batch, S = d.seq, GH = G * H;
+  const std::vector<double> Bias = ctx.has_input(3) ? doubles(ctx.input(3)) : std::vector<double>(d.dirs * 2 * GH, 0);
   std::vector<int64_t> lens(static_cast<size_t>(B), S);
   if (ctx.has_input(4))
     for (int64_t b = 0; b < B; ++b) {
@@ -140,38 +151,40 @@ void rnn_kernel(KernelContext& ctx, Cell cell) {
 
   // Outputs in float64, in the [seq, dirs, batch, hidden] and [dirs, batch, hidden] layouts.
   std::vector<double> Y(static_cast<size_t>(S * d.dirs * B * H), 0), Yh(d.dirs * B * H), Yc(d.dirs * B * H);
-  std::vector<double> gates(static_cast<size_t>(G * H)), h(H), c(H), rec(static_cast<size_t>(G * H));
-  auto x_at = [&](int64_t t, int64_t b, int64_t i) {
-    return X[(d.batch_first ? (b * S + t) : (t * B + b)) * I + i];
-  };
+  std::vector<double> gates(static_cast<size_t>(GH)), rec(static_cast<size_t>(GH)), hn(H);
   auto state_at = [&](const std::vector<double>& s, int64_t k, int64_t b, int64_t j) {
     return s[(d.batch_first ? (b * d.dirs + k) : (k * B + b)) * H + j];
   };
   for (int64_t k = 0; k < d.dirs; ++k) {
     const bool reverse = dir == "reverse" || k == 1;
-    const double* Wk = W.data() + k * G * H * I;
-    const double* Rk = R.data() + k * G * H * H;
-    const double* Wb = Bias.data() + k * 2 * G * H;
-    const double* Rb = Wb + G * H;
+    const double* Wb = Bias.data() + k * 2 * GH;
+    const double* Rb = Wb + GH;
     const double* Pk = P.data() + k * 3 * H;
     const Activation& f = acts[k * per_dir];
     const Activation& g = per_dir > 1 ? acts[k * per_dir + 1] : f;
     const Activation& hh = per_dir > 2 ? acts[k * per_dir + 2] : f;
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t j = 0; j < H; ++j) h[j] = state_at(H0, k, b, j), c[j] = state_at(C0, k, b, j);
-      for (int64_t step = 0; step < lens[b]; ++step) {
+    const std::vector<double> xw = prod.input(k);  // [(t * B + b), GH]
+    // Every row's state; each step takes the recurrent product of all rows at once (what a
+    // quantized product quantizes together), then advances the rows still running.
+    std::vector<double> hs(static_cast<size_t>(B * H)), cs(static_cast<size_t>(B * H));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < H; ++j) hs[b * H + j] = state_at(H0, k, b, j), cs[b * H + j] = state_at(C0, k, b, j);
+    const int64_t longest = B > 0 ? *std::max_element(lens.begin(), lens.end()) : 0;
+    for (int64_t step = 0; step < longest; ++step) {
+      const std::vector<double> hr = prod.recurrent(k, hs);  // [b, GH]
+      for (int64_t b = 0; b < B; ++b) {
+        if (step >= lens[b]) continue;
         const int64_t t = reverse ? lens[b] - 1 - step : step;
-        for (int64_t q = 0; q < G * H; ++q) {
-          double xw = Wb[q], hr = Rb[q];
-          for (int64_t i = 0; i < I; ++i) xw += x_at(t, b, i) * Wk[q * I + i];
-          for (int64_t j = 0; j < H; ++j) hr += h[j] * Rk[q * H + j];
-          gates[q] = xw;
-          rec[q] = hr;
+        double* h = hs.data() + b * H;
+        double* c = cs.data() + b * H;
+        for (int64_t q = 0; q < GH; ++q) {
+          gates[q] = Wb[q] + xw[(t * B + b) * GH + q];
+          rec[q] = Rb[q] + hr[b * GH + q];
         }
         if (cell == Cell::kRnn) {
           for (int64_t j = 0; j < H; ++j) h[j] = f(clipped(gates[j] + rec[j]));
         } else if (cell == Cell::kGru) {  // gates z, r, h
-          std::vector<double> hn(H);
+          const double* Rk = prod.recurrent_weights->data() + k * GH * H;
           for (int64_t j = 0; j < H; ++j) {
             const double z = f(clipped(gates[j] + rec[j]));
             const double r = f(clipped(gates[H + j] + rec[H + j]));
@@ -188,7 +201,7 @@ void rnn_kernel(KernelContext& ctx, Cell cell) {
             }
             hn[j] = (1 - z) * cand + z * h[j];
           }
-          h = hn;
+          std::copy(hn.begin(), hn.end(), h);
         } else {  // gates i, o, f, c; peepholes i, o, f
           for (int64_t j = 0; j < H; ++j) {
             const double in = f(clipped(gates[j] + rec[j] + Pk[j] * c[j]));
@@ -201,8 +214,9 @@ void rnn_kernel(KernelContext& ctx, Cell cell) {
         }
         for (int64_t j = 0; j < H; ++j) Y[((t * d.dirs + k) * B + b) * H + j] = h[j];
       }
-      for (int64_t j = 0; j < H; ++j) Yh[(k * B + b) * H + j] = h[j], Yc[(k * B + b) * H + j] = c[j];
     }
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < H; ++j) Yh[(k * B + b) * H + j] = hs[b * H + j], Yc[(k * B + b) * H + j] = cs[b * H + j];
   }
   auto store = [&](size_t o, const std::vector<double>& v, bool sequence) {
     if (!ctx.has_output(o)) return;
@@ -227,7 +241,39 @@ void rnn_kernel(KernelContext& ctx, Cell cell) {
   if (cell == Cell::kLstm) store(2, Yc, false);
 }
 
+void rnn_kernel(KernelContext& ctx, Cell cell) {
+  std::vector<ValueType> types;
+  std::vector<const Tensor*> values;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+    types.push_back(ctx.has_input(i) ? ValueType{ctx.input(i).dtype(), ctx.input(i).shape()} : ValueType{});
+    values.push_back(ctx.has_input(i) ? &ctx.input(i) : nullptr);
+  }
+  const RnnDims d = rnn_dims(InferContext(ctx.node(), types, values), cell);
+  run_recurrent(ctx, cell, d, float_products(d, gates_of(cell), ctx.input(0), ctx.input(1), ctx.input(2)));
+}
+
 }  // namespace
+
+void check_rnn_state_inputs(const InferContext& ctx, const RnnDims& d, int64_t g, bool lstm) {
+  if (ctx.has_input(3))
+    ONYX_CHECK(ctx.input_concrete_shape(3) == Shape({d.dirs, 2 * g * d.hidden}), "B must be [", d.dirs, ", ",
+               2 * g * d.hidden, "], got ", ctx.input_concrete_shape(3).str());
+  if (ctx.has_input(4))
+    ONYX_CHECK(ctx.input_concrete_shape(4) == Shape({d.batch}), "sequence_lens must be [", d.batch, "], got ",
+               ctx.input_concrete_shape(4).str());
+  const Shape state = d.batch_first ? Shape{d.batch, d.dirs, d.hidden} : Shape{d.dirs, d.batch, d.hidden};
+  for (size_t i : {size_t{5}, size_t{6}})
+    if (ctx.has_input(i) && (i == 5 || lstm))
+      ONYX_CHECK(ctx.input_concrete_shape(i) == state, i == 5 ? "initial_h" : "initial_c", " must be ", state.str(),
+                 ", got ", ctx.input_concrete_shape(i).str());
+  if (lstm && ctx.has_input(7))
+    ONYX_CHECK(ctx.input_concrete_shape(7) == Shape({d.dirs, 3 * d.hidden}), "P must be [", d.dirs, ", ",
+               3 * d.hidden, "], got ", ctx.input_concrete_shape(7).str());
+}
+
+void run_lstm(KernelContext& ctx, const RnnDims& d, const RecurrentProducts& products) {
+  run_recurrent(ctx, Cell::kLstm, d, products);
+}
 
 void register_rnn_ops(OpRegistry& r) {
   for (int since : {7, 14, 22}) {

@@ -219,3 +219,98 @@ def test_optimizer_fused_model_in_float(models_dir, run_onyx, tmp_path):
     rng, seed = fresh_rng()
     model = source_model("bert_fused", models_dir, tmp_path)
     run_and_compare(model, bert_inputs(rng, 0), run_onyx, tmp_path, label=f"bert_fused float (seed {seed})")
+
+
+# ---- embedding and recurrent layers through quantize_dynamic ----
+# What Optimum's default dynamic quantization also quantizes: a fused BERT's
+# EmbedLayerNormalization becomes QEmbedLayerNormalization, an LSTM DynamicQuantizeLSTM.
+
+def dynamic_layer_model(path, nodes, inputs, outputs, weights, op_types):
+    graph = helper.make_graph(nodes, "layer", inputs, outputs,
+                              [numpy_helper.from_array(a, n) for n, a in weights.items()])
+    float_path = path.with_name(path.stem + "_float.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                      helper.make_opsetid("com.microsoft", 1)]), str(float_path))
+    quantization.quantize_dynamic(str(float_path), str(path), op_types_to_quantize=op_types,
+                                  extra_options={"DefaultTensorType": TensorProto.FLOAT})
+    return path
+
+
+def ort_one_thread(model, feeds):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1  # DynamicQuantizeLSTM's rounding depends on onnxruntime's thread count
+    sess = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds)))
+
+
+def test_quantized_embed_layer_norm(run_onyx, tmp_path):
+    """The 8-bit tables are dequantized as they are read, as onnxruntime does: float rounding apart."""
+    rng, seed = fresh_rng()
+    vocab, positions, hidden, b, s = 40, 12, 32, 3, 9
+    weights = {"word": rng.standard_normal((vocab, hidden)).astype(np.float32),
+               "pos": (rng.standard_normal((positions, hidden)) * 0.5).astype(np.float32),
+               "seg": (rng.standard_normal((2, hidden)) * 0.3).astype(np.float32),
+               "gamma": rng.uniform(0.5, 1.5, hidden).astype(np.float32),
+               "beta": (rng.standard_normal(hidden) * 0.2).astype(np.float32),
+               "w": (rng.standard_normal((hidden, hidden)) * 0.2).astype(np.float32)}
+    nodes = [helper.make_node("EmbedLayerNormalization", ["ids", "segs", "word", "pos", "seg", "gamma", "beta", "mask"],
+                              ["emb", "mask_index"], domain="com.microsoft", epsilon=1e-5),
+             helper.make_node("MatMul", ["emb", "w"], ["y"])]
+    ints = [helper.make_tensor_value_info(n, TensorProto.INT32, [b, s]) for n in ("ids", "segs", "mask")]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, s, hidden]),
+            helper.make_tensor_value_info("mask_index", TensorProto.INT32, [b])]
+    model = dynamic_layer_model(tmp_path / "embed_q.onnx", nodes, ints, outs, weights,
+                                ["EmbedLayerNormalization", "MatMul"])
+    assert "QEmbedLayerNormalization" in {n.op_type for n in onnx.load(str(model)).graph.node}
+    feeds = {"ids": rng.integers(0, vocab, (b, s)).astype(np.int32),
+             "segs": rng.integers(0, 2, (b, s)).astype(np.int32),
+             "mask": (rng.random((b, s)) < 0.7).astype(np.int32)}
+    got = run_onyx_outputs(model, feeds, run_onyx, tmp_path)
+    ref = ort_one_thread(model, feeds)
+    assert np.array_equal(got("mask_index"), ref["mask_index"]), f"mask_index differs (seed {seed})"
+    err = float(np.max(np.abs(got("y").astype(np.float64) - ref["y"])))
+    tol = 1e-5 * float(np.max(np.abs(ref["y"])))
+    print(f"QEmbedLayerNormalization: max_abs_err={err:.3e} (tol {tol:.3e})")
+    assert err <= tol, f"QEmbedLayerNormalization: max_abs_err={err:.3e} > {tol:.3e} (seed={seed})"
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_dynamic_quantize_lstm(direction, per_channel, run_onyx, tmp_path):
+    """Integer products on activations quantized as onnxruntime quantizes them on one thread;
+    tolerance 1/100 of a quantization step of the output range: a last-ulp float difference
+    may still move one activation's code (it has not in practice)."""
+    rng, seed = fresh_rng()
+    s, b, i, h = 6, 4, 7, 24
+    dirs = 2 if direction == "bidirectional" else 1
+    weights = {"W": (rng.standard_normal((dirs, 4 * h, i)) * 0.4).astype(np.float32),
+               "R": (rng.standard_normal((dirs, 4 * h, h)) * 0.3).astype(np.float32),
+               "B": (rng.standard_normal((dirs, 8 * h)) * 0.1).astype(np.float32),
+               "P": (rng.standard_normal((dirs, 3 * h)) * 0.1).astype(np.float32)}
+    nodes = [helper.make_node("LSTM", ["x", "W", "R", "B", "lens", "h0", "c0", "P"], ["Y", "Y_h", "Y_c"],
+                              hidden_size=h, direction=direction)]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [s, b, i]),
+              helper.make_tensor_value_info("lens", TensorProto.INT32, [b]),
+              helper.make_tensor_value_info("h0", TensorProto.FLOAT, [dirs, b, h]),
+              helper.make_tensor_value_info("c0", TensorProto.FLOAT, [dirs, b, h])]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "Y_h", "Y_c")]
+    path = tmp_path / "lstm_q.onnx"
+    graph = helper.make_graph(nodes, "lstm", inputs, outs, [numpy_helper.from_array(a, n) for n, a in weights.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "lstm.onnx"))
+    quantization.quantize_dynamic(str(tmp_path / "lstm.onnx"), str(path), op_types_to_quantize=["LSTM"],
+                                  per_channel=per_channel)
+    assert "DynamicQuantizeLSTM" in {n.op_type for n in onnx.load(str(path)).graph.node}
+    feeds = {"x": rng.standard_normal((s, b, i)).astype(np.float32),
+             "lens": np.full(b, s, np.int32),
+             "h0": (rng.standard_normal((dirs, b, h)) * 0.5).astype(np.float32),
+             "c0": (rng.standard_normal((dirs, b, h)) * 0.5).astype(np.float32)}
+    got = run_onyx_outputs(path, feeds, run_onyx, tmp_path)
+    ref = ort_one_thread(path, feeds)
+    for name, r in ref.items():
+        out = got(name)
+        assert out.shape == r.shape, f"{name}: onyx {out.shape} vs onnxruntime {r.shape}"
+        err = float(np.max(np.abs(out.astype(np.float64) - r)))
+        tol = float(np.max(np.abs(r))) / 255 / 100
+        print(f"DynamicQuantizeLSTM {direction} per_channel={per_channel} {name}: max_abs_err={err:.3e} (tol {tol:.3e})")
+        assert err <= tol, f"DynamicQuantizeLSTM {name}: max_abs_err={err:.3e} > {tol:.3e} (seed={seed})"
