@@ -2,6 +2,7 @@
 // fuse exported graphs into: QuickGelu, BiasAdd, BiasSplitGelu and FusedMatMul (Gelu, BiasGelu
 // and FastGelu are in unary.cpp). Elementwise math in double, rounded once to the output type.
 #include <cmath>
+#include <cstring>
 
 #include "ops/common.h"
 #include "ops/gemm.h"
@@ -97,29 +98,65 @@ void bias_split_gelu(KernelContext& ctx) {
   });
 }
 
-// ---- FusedMatMul: alpha * op(A) x op(B), numpy batch rules, op = optional transpose of the
-//      last two axes (transBatchA/B, which move batch axes too, are not supported) ----
+// ---- FusedMatMul: alpha * op(A) x op(B), numpy batch rules. op = optional transpose of the
+//      last two axes (transA/B); transBatchA/B (what onnxruntime's optimizer folds a Transpose
+//      into) first move the leading axis behind the batch axes: [d0, d1, .., dn-1] is read as
+//      [d1, .., dn-2, d0, dn-1], or with transA/B too, as [d1, .., dn-2, dn-1, d0] ----
 
-Shape logical(const Shape& s, bool trans) {
-  if (!trans) return s;
-  ONYX_CHECK(s.rank() >= 2, "a transposed operand needs rank >= 2, got ", s.str());
-  std::vector<int64_t> d = s.dims();
-  std::swap(d[d.size() - 1], d[d.size() - 2]);
+// The permutation of `rank` axes that an operand's attributes apply (identity: none).
+std::vector<int64_t> operand_perm(size_t rank, bool trans, bool trans_batch) {
+  std::vector<int64_t> p(rank);
+  for (size_t i = 0; i < rank; ++i) p[i] = static_cast<int64_t>(i);
+  if (trans_batch) {
+    ONYX_CHECK(rank >= 3, "transBatch needs an operand of rank >= 3, got rank ", rank);
+    for (size_t i = 0; i + 2 < rank; ++i) p[i] = static_cast<int64_t>(i + 1);
+    p[rank - 2] = 0;
+    p[rank - 1] = static_cast<int64_t>(rank - 1);
+  }
+  if (trans) {
+    ONYX_CHECK(rank >= 2, "a transposed operand needs rank >= 2, got rank ", rank);
+    std::swap(p[rank - 1], p[rank - 2]);
+  }
+  return p;
+}
+
+Shape logical(const Shape& s, bool trans, bool trans_batch = false) {
+  const auto p = operand_perm(s.rank(), trans, trans_batch);
+  std::vector<int64_t> d(s.rank());
+  for (size_t i = 0; i < d.size(); ++i) d[i] = s[static_cast<size_t>(p[i])];
   return Shape(d);
 }
 
-void check_fused_matmul_attrs(const NodeView& n) {
-  ONYX_CHECK(n.attr_int("transBatchA", 0) == 0 && n.attr_int("transBatchB", 0) == 0,
-             "FusedMatMul with transBatchA or transBatchB is not supported by onyx");
+// t with its axes permuted (out axis i is t's axis perm[i]), as a new tensor.
+Tensor permuted(const Tensor& t, const std::vector<int64_t>& perm, Allocator& alloc) {
+  const size_t r = t.rank();
+  std::vector<int64_t> in_stride(r), dims(r);
+  int64_t acc = 1;
+  for (size_t i = r; i-- > 0;) in_stride[i] = acc, acc *= t.shape()[i];
+  for (size_t i = 0; i < r; ++i) dims[i] = t.shape()[static_cast<size_t>(perm[i])];
+  Tensor out(t.dtype(), Shape(dims), alloc);
+  const size_t es = dtype_size(t.dtype());
+  const char* src = static_cast<const char*>(t.raw());
+  char* dst = static_cast<char*>(out.raw());
+  std::vector<int64_t> idx(r, 0);
+  for (int64_t o = 0; o < out.numel(); ++o) {
+    int64_t from = 0;
+    for (size_t i = 0; i < r; ++i) from += idx[i] * in_stride[static_cast<size_t>(perm[i])];
+    std::memcpy(dst + o * es, src + from * es, es);
+    for (size_t i = r; i-- > 0;) {
+      if (++idx[i] < dims[i]) break;
+      idx[i] = 0;
+    }
+  }
+  return out;
 }
 
 void infer_fused_matmul(InferContext& ctx) {
   check_same_dtypes(ctx);
-  check_fused_matmul_attrs(ctx);
   ONYX_CHECK(dtype_is_float(ctx.input_dtype(0)), "FusedMatMul takes floating types, got ",
              dtype_name(ctx.input_dtype(0)));
-  const Shape a = logical(ctx.input_concrete_shape(0), ctx.attr_int("transA", 0) != 0);
-  const Shape b = logical(ctx.input_concrete_shape(1), ctx.attr_int("transB", 0) != 0);
+  const Shape a = logical(ctx.input_concrete_shape(0), ctx.attr_int("transA", 0) != 0, ctx.attr_int("transBatchA", 0) != 0);
+  const Shape b = logical(ctx.input_concrete_shape(1), ctx.attr_int("transB", 0) != 0, ctx.attr_int("transBatchB", 0) != 0);
   std::vector<ValueType> types{ValueType{ctx.input_dtype(0), a}, ValueType{ctx.input_dtype(1), b}};
   InferContext inner(ctx.node(), types, {nullptr, nullptr});
   infer_matmul_shape(inner, ctx.input_dtype(0));
@@ -127,10 +164,14 @@ void infer_fused_matmul(InferContext& ctx) {
 }
 
 void fused_matmul(KernelContext& ctx) {
-  const Tensor& A = ctx.input(0);
-  const Tensor& B = ctx.input(1);
+  // An operand with transBatch is copied into its logical layout first; then its trans is done.
+  bool ta = ctx.attr_int("transA", 0) != 0, tb = ctx.attr_int("transB", 0) != 0;
+  const bool tba = ctx.attr_int("transBatchA", 0) != 0, tbb = ctx.attr_int("transBatchB", 0) != 0;
+  const Tensor A = tba ? permuted(ctx.input(0), operand_perm(ctx.input(0).rank(), ta, true), ctx.allocator()) : ctx.input(0);
+  const Tensor B = tbb ? permuted(ctx.input(1), operand_perm(ctx.input(1).rank(), tb, true), ctx.allocator()) : ctx.input(1);
+  ta &= !tba;
+  tb &= !tbb;
   Tensor& Y = ctx.output(0);
-  const bool ta = ctx.attr_int("transA", 0) != 0, tb = ctx.attr_int("transB", 0) != 0;
   const MatmulPlan p = plan_matmul(logical(A.shape(), ta), logical(B.shape(), tb));
   const float alpha = ctx.attr_float("alpha", 1.f);
   const int64_t lda = ta ? p.m : p.k, ldb = tb ? p.k : p.n;

@@ -7,6 +7,7 @@ void register_ml_tree_ops(OpRegistry& r);    // ml_trees.cpp: TreeEnsembleRegres
 void register_ml_svm_ops(OpRegistry& r);     // ml_svm.cpp: SVMRegressor, SVMClassifier
 void register_ml_map_ops(OpRegistry& r);     // ml_maps.cpp: ZipMap, DictVectorizer, CastMap
 void register_quant_contrib_ops(OpRegistry& r);  // quant_contrib.cpp: QEmbedLayerNormalization, DynamicQuantizeLSTM
+void register_fused_conv_gemm_ops(OpRegistry& r);  // fused_conv_gemm.cpp: com.microsoft FusedConv, FusedGemm
 void register_training_ops(OpRegistry& r);   // training_ops.cpp: Adagrad, Adam, Momentum; Gradient's helpers
 
 void OpRegistry::add(OpDef def) {
@@ -63,6 +64,7 @@ OpRegistry& OpRegistry::global_mutable() {
     register_ml_map_ops(r);
     register_training_ops(r);
     register_quant_contrib_ops(r);
+    register_fused_conv_gemm_ops(r);
     return r;
   }();
   return registry;

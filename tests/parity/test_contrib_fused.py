@@ -4,7 +4,7 @@ inputs (never zeros); seeds are printed (pytest -s) and in every failure message
 (ONYX_PARITY_SEED=<seed> reproduces a run).
 
 Tolerances, relative to the reference output's largest magnitude:
-  float ops (QuickGelu and the Gelus, FusedMatMul, Attention, EmbedLayerNormalization): 1e-5 in float32
+  float ops (QuickGelu and the Gelus, FusedMatMul, FusedConv, FusedGemm, Attention, EmbedLayerNormalization): 1e-5 in float32
     (onyx computes in double; onnxruntime's float kernels and its tanh/erf approximations differ
     from a float64 computation by less);
   integer-input ops whose output is float (QAttention, QGemm to float): 1e-5 as well, since both
@@ -70,6 +70,11 @@ FUSED_MATMUL_CASES = {
     "trans_b_batched": ((2, 3, 4, 8), (2, 3, 5, 8), {"transB": 1}),
     "trans_a_broadcast": ((2, 8, 4), (8, 6), {"transA": 1, "alpha": -2.0}),
     "both": ((4, 7, 3), (1, 5, 7), {"transA": 1, "transB": 1}),
+    # transBatch reads [d0, d1, .., k] as [d1, .., d0, k]: A [4, 2, 3, 5] is [2, 3, 4, 5]
+    "trans_batch_a": ((4, 2, 3, 5), (2, 3, 5, 6), {"transBatchA": 1}),
+    "trans_batch_a_trans_a": ((5, 2, 3, 4), (2, 3, 5, 6), {"transBatchA": 1, "transA": 1, "alpha": 0.5}),
+    "trans_batch_b": ((2, 3, 4, 5), (5, 2, 3, 6), {"transBatchB": 1}),
+    "trans_batch_both_trans_b": ((4, 2, 5), (6, 2, 5), {"transBatchA": 1, "transBatchB": 1, "transB": 1}),
 }
 
 
@@ -81,6 +86,83 @@ def test_fused_matmul(name, run_onyx, tmp_path):
     model = one_node("FusedMatMul", [("A", a), ("B", b)], [("Y", F32)], attrs)
     feeds = {"A": a, "B": b}
     check(name, onyx_outputs(run_onyx, model, feeds, tmp_path)["Y"], run_ort(model, feeds)["Y"], TOL, seed)
+
+
+# ---- FusedConv and FusedGemm (onnxruntime's optimizer: Conv/Gemm + activation) ----
+
+FUSED_ACTIVATIONS = {
+    "relu": ("Relu", []), "tanh": ("Tanh", []), "sigmoid": ("Sigmoid", []), "leaky_relu": ("LeakyRelu", [0.2]),
+    "clip": ("Clip", [-0.5, 0.7]), "hard_sigmoid": ("HardSigmoid", [0.3, 0.45]),
+}
+
+
+@pytest.mark.parametrize("with_z", [False, True], ids=["no_z", "z"])
+@pytest.mark.parametrize("act", list(FUSED_ACTIVATIONS))
+def test_fused_conv(act, with_z, run_onyx, tmp_path):
+    rng, seed = fresh_rng()
+    name, params = FUSED_ACTIVATIONS[act]
+    x, w, b = randn(rng, (2, 3, 9, 9), np.float32), randn(rng, (4, 3, 3, 3), np.float32) * 0.4, randn(rng, (4,), np.float32)
+    z = randn(rng, (2, 4, 5, 5), np.float32) if with_z else None
+    attrs = {"activation": name, "strides": [2, 2], "pads": [1, 1, 1, 1], "kernel_shape": [3, 3]}
+    if params:
+        attrs["activation_params"] = params
+    model = one_node("FusedConv", [("X", x), ("W", w), ("B", b), ("Z", z)], [("Y", F32)], attrs, weights={"W", "B"})
+    feeds = {"X": x} | ({"Z": z} if with_z else {})
+    check(f"FusedConv {act}", onyx_outputs(run_onyx, model, feeds, tmp_path)["Y"], run_ort(model, feeds)["Y"], TOL, seed)
+
+
+GEMM_ACTIVATIONS = {
+    "relu": ("Relu", {}), "leaky_relu": ("LeakyRelu", {"activation_alpha": 0.3}), "tanh": ("Tanh", {}),
+    "sigmoid": ("Sigmoid", {}), "hard_sigmoid": ("HardSigmoid", {"activation_alpha": 0.3, "activation_beta": 0.4}),
+    "elu": ("Elu", {"activation_alpha": 0.7}), "selu": ("Selu", {"activation_alpha": 1.5, "activation_gamma": 1.2}),
+    "softsign": ("Softsign", {}), "thresholded_relu": ("ThresholdedRelu", {"activation_alpha": 0.4}),
+    "scaled_tanh": ("ScaledTanh", {"activation_alpha": 1.5, "activation_beta": 0.5}), "softplus": ("Softplus", {}),
+}
+
+
+@pytest.mark.parametrize("act", list(GEMM_ACTIVATIONS))
+def test_fused_gemm(act, run_onyx, tmp_path):
+    rng, seed = fresh_rng()
+    name, params = GEMM_ACTIVATIONS[act]
+    a, b, c = randn(rng, (5, 8), np.float32), randn(rng, (6, 8), np.float32), randn(rng, (6,), np.float32)
+    attrs = {"activation": name, "transB": 1, "alpha": 0.8, "beta": 1.3} | params
+    model = one_node("FusedGemm", [("A", a), ("B", b), ("C", c)], [("Y", F32)], attrs, weights={"B", "C"})
+    feeds = {"A": a}
+    check(f"FusedGemm {act}", onyx_outputs(run_onyx, model, feeds, tmp_path)["Y"], run_ort(model, feeds)["Y"], TOL, seed)
+
+
+def test_model_saved_by_optimized_onnxruntime_session(run_onyx, tmp_path):
+    """A small convolutional net saved from an onnxruntime session at the extended level, whose
+    Conv+Relu and Gemm+Relu pairs it fused into FusedConv and FusedGemm."""
+    import onnxruntime as ort
+    from onnx import numpy_helper
+    rng, seed = fresh_rng()
+    w1, b1 = randn(rng, (6, 3, 3, 3), np.float32) * 0.3, randn(rng, (6,), np.float32) * 0.1
+    w2, b2 = randn(rng, (6, 6, 3, 3), np.float32) * 0.2, randn(rng, (6,), np.float32) * 0.1
+    wg, bg = randn(rng, (6 * 4 * 4, 10), np.float32) * 0.1, randn(rng, (10,), np.float32) * 0.1
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("LeakyRelu", ["c2"], ["r2"], alpha=0.1),
+             helper.make_node("Flatten", ["r2"], ["f"]),
+             helper.make_node("Gemm", ["f", "wg", "bg"], ["g"]),
+             helper.make_node("Relu", ["g"], ["y"])]
+    inits = [numpy_helper.from_array(v, n) for n, v in
+             [("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2), ("wg", wg), ("bg", bg)]]
+    graph = helper.make_graph(nodes, "convnet", [helper.make_tensor_value_info("x", F32, [2, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", F32, None)], inits)
+    src, optimized = tmp_path / "convnet.onnx", tmp_path / "convnet_optimized.onnx"
+    import onnx
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(src))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(optimized)
+    ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    model = onnx.load(str(optimized))
+    ops = {n.op_type for n in model.graph.node}
+    assert {"FusedConv", "FusedGemm"} <= ops, f"onnxruntime fused into {sorted(ops)}"
+    feeds = {"x": randn(rng, (2, 3, 8, 8), np.float32)}
+    check("optimized convnet", onyx_outputs(run_onyx, model, feeds, tmp_path)["y"], run_ort(model, feeds)["y"], TOL, seed)
 
 
 # ---- Attention, QAttention, EmbedLayerNormalization ----
