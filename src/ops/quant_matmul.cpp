@@ -174,16 +174,24 @@ void qlinear_matmul_kernel(KernelContext& ctx) {
   std::vector<int32_t> zy = zero_points(ctx, kYZero, y.dtype(), 1, "y_zero_point");
   const QuantRange r = quant_range(y.dtype(), "QLinearMatMul");
   std::vector<int32_t> acc = integer_products(a, b, p, za, zb);
-  std::vector<double> mult(static_cast<size_t>(p.m * p.n));
-  for (int64_t i = 0; i < p.m; ++i)
+  // The requantization multiplier of each output element, per row only when a's scale is
+  // per row (a per-tensor scale, the usual case, gives every row the same ones).
+  const bool same_rows = std::all_of(sa.begin(), sa.end(), [&](double v) { return v == sa[0]; });
+  const int64_t mult_rows = same_rows ? 1 : p.m;
+  std::vector<double> mult(static_cast<size_t>(mult_rows * p.n));
+  for (int64_t i = 0; i < mult_rows; ++i)
     for (int64_t j = 0; j < p.n; ++j)
       mult[i * p.n + j] = round_to_dtype(st, round_to_dtype(st, sa[i] * sb[j]) / sy[0]);
   dispatch<Int8Types>(y.dtype(), "QLinearMatMul y", [&](auto yt) {
     using Y = typename decltype(yt)::type;
     Y* py = y.data<Y>();
-    const int64_t mn = p.m * p.n;
-    for (size_t o = 0; o < acc.size(); ++o)
-      py[o] = static_cast<Y>(quantize_scaled(static_cast<double>(acc[o]) * mult[o % mn], zy[0], r));
+    const int64_t rows = static_cast<int64_t>(acc.size()) / std::max<int64_t>(p.n, 1);
+    for (int64_t row = 0; row < rows; ++row) {
+      const double* m = mult.data() + (same_rows ? 0 : (row % p.m) * p.n);
+      const int32_t* in = acc.data() + row * p.n;
+      Y* out = py + row * p.n;
+      for (int64_t j = 0; j < p.n; ++j) out[j] = static_cast<Y>(quantize_scaled(static_cast<double>(in[j]) * m[j], zy[0], r));
+    }
   });
 }
 

@@ -27,7 +27,10 @@ QuantRange quant_range(DType t, std::string_view what);
 // zero point (it dequantizes to 0), where numpy's cast would give an arbitrary integer.
 inline int64_t quantize_scaled(double scaled, int64_t zero_point, QuantRange r) {
   if (std::isnan(scaled)) return std::clamp(zero_point, r.lo, r.hi);
-  const double q = std::nearbyint(scaled) + static_cast<double>(zero_point);
+  // rint without a library call: below 2^51, adding and subtracting 1.5 * 2^52 rounds half to
+  // even; beyond, every quantized type has saturated anyway.
+  const double c = std::clamp(scaled, -2251799813685248.0, 2251799813685248.0);
+  const double q = ((c + 6755399441055744.0) - 6755399441055744.0) + static_cast<double>(zero_point);
   if (q <= static_cast<double>(r.lo)) return r.lo;
   if (q >= static_cast<double>(r.hi)) return r.hi;
   return static_cast<int64_t>(q);

@@ -3,8 +3,10 @@
 // from the specs' formulas by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "op_test_util.h"
 #include "ops/matmul_plan.h"
@@ -37,6 +39,33 @@ TEST(OpsQuant, QuantizeRoundsHalfToEvenAndSaturates) {
   out = test::run_op("QuantizeLinear", {y, Tensor::scalar<float>(2.f), Tensor::scalar<uint8_t>(10)}, {}, 1, 13);
   const std::vector<uint8_t> want_u8 = {10, 12, 0, 255};
   for (size_t i = 0; i < want_u8.size(); ++i) EXPECT_EQ(out[0].data<uint8_t>()[i], want_u8[i]) << "element " << i;
+}
+
+TEST(OpsQuant, QuantizePerAxisMatchesTheFormulaOnRandomValues) {
+  // Fresh random values, ties (x / scale = k + 0.5 exactly), infinities, NaN and values past
+  // the range; per-axis scales and zero points: q = clamp(rint(float(x / scale)) + zp).
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor x = test::random_tensor<float>(Shape{3, 64}, -200, 200);
+  float* px = x.data<float>();
+  px[0] = 1.25f, px[1] = -0.75f, px[2] = inf, px[3] = -inf, px[4] = 3e9f, px[65] = 2.5f, px[130] = -1.5f;
+  px[6] = std::numeric_limits<float>::quiet_NaN();  // takes the zero point
+  const std::vector<float> scales = {0.5f, 1.f, 0.37f};
+  for (auto [dt, lo, hi] : {std::tuple{DType::kInt8, -128.0, 127.0}, std::tuple{DType::kUInt8, 0.0, 255.0}}) {
+    const std::vector<int64_t> zeros = dt == DType::kInt8 ? std::vector<int64_t>{-3, 0, 7} : std::vector<int64_t>{128, 0, 250};
+    Tensor zp(dt, Shape{3});
+    for (int64_t a = 0; a < 3; ++a) {
+      if (dt == DType::kInt8) zp.data<int8_t>()[a] = static_cast<int8_t>(zeros[a]);
+      else zp.data<uint8_t>()[a] = static_cast<uint8_t>(zeros[a]);
+    }
+    auto out = test::run_op("QuantizeLinear", {x, Tensor::from_vector<float>(scales, Shape{3}), zp}, {attr_int("axis", 0)},
+                            1, 21)[0];
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const int64_t a = i / 64;
+      const double q = std::nearbyint(static_cast<double>(px[i] / scales[a]));
+      const double want = std::clamp(std::isnan(q) ? static_cast<double>(zeros[a]) : q + static_cast<double>(zeros[a]), lo, hi);
+      ASSERT_EQ(out.get_as_double(i), want) << "element " << i << " x " << px[i] << " " << dtype_name(dt);
+    }
+  }
 }
 
 TEST(OpsQuant, DequantizeBlockedUsesOneScalePerBlockWithAShortLastBlock) {
