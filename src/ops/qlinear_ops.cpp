@@ -160,7 +160,7 @@ void qlinear_gap(KernelContext& ctx) {
 }
 
 // ---- QGemm(A, a_scale, a_zp, B, b_scale, b_zp, C?, y_scale?, y_zp?; alpha, transA, transB):
-//      alpha * (A - a_zp)(B - b_zp) * a_scale * b_scale + C * a_scale * b_scale (C int32), quantized
+//      alpha * ((A - a_zp)(B - b_zp) + C) * a_scale * b_scale (C int32), quantized
 //      to y's type when y_scale is given, else float ----
 
 void infer_qgemm(InferContext& ctx) {
@@ -201,8 +201,9 @@ void qgemm(KernelContext& ctx) {
       for (int64_t p = 0; p < K; ++p)
         acc += (A.get_as_int64(ta ? p * M + i : i * K + p) - qa.zero) * (B.get_as_int64(tb ? j * K + p : p * N + j) - zb);
       const double s = qa.scale * static_cast<float>(bs.get_as_double(pc));
-      double v = alpha * static_cast<double>(acc) * s;
-      if (C) v += static_cast<double>(C->get_as_int64(C->numel() == 1 ? 0 : C->numel() == N ? j : i * N + j)) * s;
+      // C joins the int32 sum before alpha scales it, as onnxruntime's kernel computes it.
+      if (C) acc += C->get_as_int64(C->numel() == 1 ? 0 : C->numel() == N ? j : i * N + j);
+      const double v = alpha * static_cast<double>(acc) * s;
       if (quantized) store(Y, i * N + j, v, qy);
       else Y.data<float>()[i * N + j] = static_cast<float>(v);
     }

@@ -329,14 +329,14 @@ def test_qgemm(per_column, output, run_onyx, tmp_path):
     sa, za = qparams(rng, np.uint8, 0.03)
     sb = rng.uniform(0.005, 0.02, N if per_column else 1).astype(np.float32).reshape((N,) if per_column else ())
     zb = np.zeros(sb.shape, np.int8)
-    c = rng.integers(-500, 500, (N,)).astype(np.int32)
+    c = rng.integers(-3000, 3000, (N,)).astype(np.int32)  # large enough that alpha's part of it shows
     ins = [("A", a), ("a_scale", sa), ("a_zero_point", za), ("B", b), ("b_scale", sb), ("b_zero_point", zb), ("C", c)]
     out_type = F32
     if output == "quantized":
         sy, zy = qparams(rng, np.uint8, 0.2)
         ins += [("y_scale", sy), ("y_zero_point", zy)]
         out_type = TensorProto.UINT8
-    model = one_node("QGemm", ins, [("Y", out_type)], {"transB": 1, "alpha": 1.0}, weights={n for n, _ in ins if n != "A"})
+    model = one_node("QGemm", ins, [("Y", out_type)], {"transB": 1, "alpha": 0.8}, weights={n for n, _ in ins if n != "A"})
     feeds = {"A": a}
     got, ref = onyx_outputs(run_onyx, model, feeds, tmp_path)["Y"], run_ort(model, feeds)["Y"]
     if output == "quantized":

@@ -4,8 +4,9 @@ The generated MLP, BERT-style layer and Llama-style layer (tools/gen_models.py),
 after onnxruntime's transformer optimizer fused it (com.microsoft SkipLayerNormalization, BiasGelu:
 what Optimum's --optimize levels produce), go through onnxruntime.quantization.quantize_dynamic
 (DynamicQuantizeLinear + MatMulInteger) and quantize_static in QDQ form (QuantizeLinear/
-DequantizeLinear pairs around float ops, calibrated on random data), per tensor and per channel;
-then both engines run fresh random inputs. onyx runs a QDQ model's MatMul and Conv chains as
+DequantizeLinear pairs around float ops, calibrated on random data) and in QOperator form
+(QLinearMatMul, QGemm, QLinearAdd/Mul, QLinearSoftmax, ...), per tensor and per channel; then
+both engines run fresh random inputs. onyx runs a QDQ model's MatMul and Conv chains as
 QLinearMatMul and QLinearConv (passes/fuse_qdq.h), in integers.
 The com.microsoft integer MatMuls that onnxruntime fuses those graphs into are checked one node
 at a time. Seeds are printed (pytest -s); reproduce with ONYX_PARITY_SEED=<seed>.
@@ -16,6 +17,9 @@ Tolerances, one quantization step of the output:
   which evaluates the QDQ graph op by op as written. With them on, onnxruntime fuses the pairs
   into QLinear* kernels that may round differently (with some calibrations of the BERT layer its
   two modes disagree by a few steps), so that difference is printed, not asserted.
+  QOperator models: one step where an output comes from DequantizeLinear, against onnxruntime's
+  QLinear kernels; an output computed in float after it (the BERT layer's last LayerNormalization)
+  as a dynamic model's.
   Dynamic models have float outputs; onyx must be within 1/255 of the output's largest
   magnitude: one step of an 8-bit quantization of that range, the resolution the model's own
   DynamicQuantizeLinear gives its activations. (A last-ulp float difference before a
@@ -86,8 +90,9 @@ def quantize(model_name, mode, per_channel, models_dir, out_dir, rng):
                                       weight_type=quantization.QuantType.QInt8,
                                       extra_options={"DefaultTensorType": TensorProto.FLOAT})
     else:
+        fmt = quantization.QuantFormat.QDQ if mode == "qdq" else quantization.QuantFormat.QOperator
         quantization.quantize_static(str(src), str(dst), RandomReader(model_name, rng),
-                                     quant_format=quantization.QuantFormat.QDQ, per_channel=per_channel)
+                                     quant_format=fmt, per_channel=per_channel)
     return dst
 
 
@@ -113,6 +118,10 @@ def ort_outputs(model, feeds, optimize):
     return dict(zip(names, sess.run(names, feeds)))
 
 
+def producer(model, name):
+    return next(n.op_type for n in onnx.load(str(model)).graph.node if name in n.output)
+
+
 def output_scale(model, name):
     """The scale of the DequantizeLinear that produces graph output `name` (a QDQ model's last node)."""
     m = onnx.load(str(model))
@@ -123,10 +132,10 @@ def output_scale(model, name):
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
-@pytest.mark.parametrize("mode", ["dynamic", "qdq"])
+@pytest.mark.parametrize("mode", ["dynamic", "qdq", "qoperator"])
 @pytest.mark.parametrize("model_name", ["mlp", "bert_layer", "bert_fused", "llama_layer"])
 def test_quantized_model(model_name, mode, per_channel, models_dir, run_onyx, tmp_path):
-    if model_name == "bert_fused" and mode == "qdq":
+    if model_name == "bert_fused" and mode != "dynamic":
         pytest.skip("onnxruntime's quantize_static fails on this model: its calibrator collects no range "
                     "for tensors past com.microsoft ops, whose types its shape inference does not know "
                     "(\"Only an existing tensor can be modified\")")
@@ -147,6 +156,9 @@ def test_quantized_model(model_name, mode, per_channel, models_dir, run_onyx, tm
             fused = float(np.max(np.abs(out.astype(np.float64) - other)))
             line = (f"{name}: max_abs_err={err:.3e} = {err / step:.2f} steps of the output scale {step:.3e} "
                     f"(tol 1 step); against onnxruntime's fused QLinear kernels {fused / step:.2f} steps")
+        elif mode == "qoperator" and producer(model, name) == "DequantizeLinear":
+            step = output_scale(model, name)
+            line = f"{name}: max_abs_err={err:.3e} = {err / step:.2f} steps of the output scale {step:.3e} (tol 1 step)"
         else:
             step = float(np.max(np.abs(ref))) / 255
             line = f"{name}: max_abs_err={err:.3e} = {err / step:.3f} of 1/255 of the output range (tol 1)"
