@@ -30,6 +30,12 @@ gzip -9 gpu/bin/*
 cp -L /usr/lib/x86_64-linux-gnu/blas/libblas.so.3 gpu/lib/
 # The tokenizer's libraries (Debian packages the GPU machine lacks).
 cp -L /usr/lib/x86_64-linux-gnu/libutf8proc.so.2 /usr/lib/x86_64-linux-gnu/libpcre2-8.so.0 gpu/lib/
+# ImageDecoder's decoders and what libtiff links (Debian's sonames; Ubuntu's libjpeg
+# is another). libz, libzstd and liblzma are on every system.
+for l in libjpeg.so.62 libpng16.so.16 libtiff.so.6 libwebp.so.7 libopenjp2.so.7 libLerc.so.4 \
+         libjbig.so.0 libdeflate.so.0; do
+  cp -L /usr/lib/x86_64-linux-gnu/$l gpu/lib/ && gzip -9 gpu/lib/$l
+done
 # The server's HTTP library and what it links (onyx serve).
 for l in libcpp-httplib.so.0.11 libbrotlicommon.so.1 libbrotlidec.so.1 libbrotlienc.so.1 libssl.so.3 libcrypto.so.3; do
   cp -L /usr/lib/x86_64-linux-gnu/$l gpu/lib/ && gzip -9 gpu/lib/$l

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build ccache pkg-config protobuf-compiler libprotobuf-dev libonnx-dev
           libopenblas-dev libgtest-dev python3-venv nlohmann-json3-dev libpcre2-dev libutf8proc-dev
           libcpp-httplib-dev
+          libjpeg-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev  # ImageDecoder's decoders
           clang libclang-rt-14-dev llvm)  # the fuzz targets (scripts/fuzz_ci.sh): libFuzzer, the sanitizers, their symbolizer
 missing=()
 for p in "${packages[@]}"; do
@@ -22,13 +23,14 @@ fi
 # The pinned Python packages: onnx 1.22.0 ships the node test data, onnxruntime is the reference,
 # onnxruntime-genai the generation reference (tests/parity/test_genai_fixtures.py), jinja2 the chat
 # template reference (tests/parity/test_chat_template.py), openai the client of the server tests
-# (tests/parity/test_serve.py); nanobind and
+# (tests/parity/test_serve.py); sympy onnxruntime's transformer optimizer (tests/parity/test_quantized.py
+# fuses a model with it, as Optimum's --optimize does); nanobind and
 # scikit-build-core build the Python package (scripts/build.sh installs it into .venv).
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import onnx, onnxruntime, onnxruntime_genai, numpy, pytest, tokenizers, ml_dtypes, nanobind, scikit_build_core, jinja2, openai; assert onnx.__version__ == '1.22.0'" 2>/dev/null; then
+if ! .venv/bin/python -c "import onnx, onnxruntime, onnxruntime_genai, numpy, pytest, tokenizers, ml_dtypes, nanobind, scikit_build_core, jinja2, openai, sympy; assert onnx.__version__ == '1.22.0'" 2>/dev/null; then
   echo "setup: installing Python packages into .venv"
   .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements.txt
 fi

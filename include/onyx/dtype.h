@@ -28,6 +28,26 @@ enum class DType : int32_t {
   kComplex64 = 14,
   kComplex128 = 15,
   kBFloat16 = 16,
+  // Narrow types: 8-bit floats, a 4-bit float and 4- and 2-bit integers. ONNX files pack the
+  // sub-byte ones; onyx holds every narrow element in one byte of its own (the ints
+  // sign-extended), as numpy's ml_dtypes does, and converts them with core/narrow_types.h.
+  kFloat8E4M3FN = 17,
+  kFloat8E4M3FNUZ = 18,
+  kFloat8E5M2 = 19,
+  kFloat8E5M2FNUZ = 20,
+  kUInt4 = 21,
+  kInt4 = 22,
+  kFloat4E2M1 = 23,
+  kFloat8E8M0 = 24,
+  kUInt2 = 25,
+  kInt2 = 26,
+  // Values that are not tensors of numbers, held as tensors of objects (as strings are):
+  // a sequence is a 1-D tensor of its element tensors; an optional is a 1-D tensor of 0
+  // (none) or 1 element; a map is a 1-D tensor of 2: its keys and its values (1-D, one value
+  // a key). Not ONNX element-type codes.
+  kSequence = 1000,
+  kOptional = 1001,
+  kMap = 1002,
 };
 
 // IEEE binary16, stored as bits; arithmetic happens in float.
@@ -73,6 +93,11 @@ DType dtype_from_onnx(int32_t code);
 bool dtype_is_float(DType t);    // float16, bfloat16, float32, float64
 bool dtype_is_integer(DType t);  // signed or unsigned integers, not bool
 bool dtype_is_signed(DType t);
+// The 8-, 4- and 2-bit types above (one byte per element in memory).
+bool dtype_is_narrow(DType t);
+// Elements are C++ objects that storage constructs and destroys (strings, sequences,
+// optionals): never raw arena bytes, never on a device.
+bool dtype_is_object(DType t);
 
 template <class T>
 struct DTypeOf;

@@ -83,6 +83,7 @@ struct ValueDesc {
   std::vector<std::string> dim_params;   // symbolic names, "" where none
   bool has_default = false;              // an input backed by an initializer
   bool is_tensor = true;                 // false for sequence/map/optional values
+  DType element_dtype = DType::kUndefined;  // a sequence's or optional's element type
   std::string type_str() const;          // "float32[batch,64]"
 };
 

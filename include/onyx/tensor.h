@@ -38,6 +38,7 @@ class Storage {
   Allocator* alloc_ = nullptr;
   std::shared_ptr<Allocator> alloc_owner_;  // set when the allocator is shared-owned
   size_t string_count_ = 0;
+  size_t tensor_count_ = 0;  // the elements of a sequence or optional
   std::shared_ptr<const void> keepalive_;
   Device device_;
 };
@@ -88,6 +89,17 @@ class Tensor {
   std::span<T> span() const {
     return {data<T>(), static_cast<size_t>(numel())};
   }
+  // A sequence of these tensors (same element type), and an optional holding `value`
+  // or none (an undefined tensor). Their elements: elements<Tensor>().
+  static Tensor sequence(const std::vector<Tensor>& elements, DType elem_dtype = DType::kUndefined);
+  static Tensor optional(const Tensor& value, DType elem_dtype = DType::kUndefined);
+  // A map of keys (1-D int64 or strings, distinct) to values (1-D, one a key): elements() are
+  // [keys, values]; element_dtype() is the values' type.
+  static Tensor map(const Tensor& keys, const Tensor& values);
+  // A sequence's or optional's elements (numel() of them), and the type of its tensors
+  // (kSequence for an optional sequence); kUndefined when not known.
+  const Tensor* elements() const;
+  DType element_dtype() const { return elem_dtype_; }
   // Reads element i (flat, row-major) of any numeric/bool dtype as double / int64.
   double get_as_double(int64_t i) const;
   int64_t get_as_int64(int64_t i) const;
@@ -104,6 +116,7 @@ class Tensor {
 
  private:
   DType dtype_ = DType::kUndefined;
+  DType elem_dtype_ = DType::kUndefined;  // sequences and optionals
   Shape shape_;
   std::shared_ptr<Storage> storage_;
   size_t offset_ = 0;

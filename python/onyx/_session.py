@@ -29,8 +29,42 @@ _ORT_TYPES = {
     "int32": "tensor(int32)", "int64": "tensor(int64)", "uint8": "tensor(uint8)",
     "uint16": "tensor(uint16)", "uint32": "tensor(uint32)", "uint64": "tensor(uint64)",
     "bool": "tensor(bool)", "string": "tensor(string)", "complex64": "tensor(complex64)",
-    "complex128": "tensor(complex128)",
+    "complex128": "tensor(complex128)", "float8e4m3fn": "tensor(float8e4m3fn)",
+    "float8e4m3fnuz": "tensor(float8e4m3fnuz)", "float8e5m2": "tensor(float8e5m2)",
+    "float8e5m2fnuz": "tensor(float8e5m2fnuz)", "float8e8m0": "tensor(float8e8m0)",
+    "float4e2m1": "tensor(float4e2m1)", "int4": "tensor(int4)", "uint4": "tensor(uint4)", "int2": "tensor(int2)",
+    "uint2": "tensor(uint2)",
 }
+
+# The narrow element types: onyx's name -> (ml_dtypes' name, bits of an integer type or 0). onyx and
+# ml_dtypes both hold one element a byte; ml_dtypes keeps an integer's low bits only, onyx the
+# value sign-extended, so integers convert at this boundary (floats are their codes in both).
+_NARROW = {"float8e4m3fn": ("float8_e4m3fn", 0), "float8e4m3fnuz": ("float8_e4m3fnuz", 0),
+           "float8e5m2": ("float8_e5m2", 0), "float8e5m2fnuz": ("float8_e5m2fnuz", 0),
+           "float8e8m0": ("float8_e8m0fnu", 0), "float4e2m1": ("float4_e2m1fn", 0),
+           "int4": ("int4", 4), "uint4": ("uint4", 4), "int2": ("int2", 2), "uint2": ("uint2", 2)}
+_NARROW_BY_DTYPE = ({np.dtype(getattr(_ml_dtypes, ml)): name for name, (ml, _) in _NARROW.items()
+                     if hasattr(_ml_dtypes, ml)} if _ml_dtypes is not None else {})
+
+
+def _narrow_feed(x, name):
+    """onyx's bytes for an ml_dtypes array of narrow type `name`."""
+    bits = _NARROW[name][1]
+    u = np.ascontiguousarray(x).view(np.uint8)
+    if bits:
+        u = u & np.uint8((1 << bits) - 1)
+        if not name.startswith("u"):  # sign-extend
+            sign = np.uint8(1 << (bits - 1))
+            u = ((u ^ sign).astype(np.int16) - int(sign)).astype(np.int8).view(np.uint8)
+    return _onyx.Value.from_array(np.ascontiguousarray(u), name)
+
+
+def _narrow_array(a, name):
+    """An ml_dtypes array of onyx's bytes `a` (uint8) of narrow type `name`."""
+    bits = _NARROW[name][1]
+    if bits:
+        a = a & np.uint8((1 << bits) - 1)
+    return a.view(np.dtype(getattr(_ml_dtypes, _NARROW[name][0])))
 
 
 def _numpy_dtype(name):
@@ -41,6 +75,10 @@ def _numpy_dtype(name):
         return _BFLOAT16
     if name == "string":
         return np.dtype(object)
+    if name in _NARROW:
+        if _ml_dtypes is None:
+            raise Error(f"{name} arrays need the ml_dtypes package (pip install ml_dtypes)")
+        return np.dtype(getattr(_ml_dtypes, _NARROW[name][0]))
     return np.dtype(name)
 
 
@@ -54,6 +92,8 @@ def _type_name(dtype):
     d = np.dtype(dtype)
     if _BFLOAT16 is not None and d == _BFLOAT16:
         return "bfloat16"
+    if d in _NARROW_BY_DTYPE:
+        return _NARROW_BY_DTYPE[d]
     if d.kind in "USO":
         return "string"
     if d == np.bool_:
@@ -85,6 +125,8 @@ def _value_from_array(x, as_type=""):
             if bad:
                 raise TypeError(f"an object array fed as strings holds {bad[0]} items, not str")
             return _onyx.Value.from_strings(items, list(x.shape))
+        if x.dtype in _NARROW_BY_DTYPE:
+            return _narrow_feed(x, _NARROW_BY_DTYPE[x.dtype])
         if _BFLOAT16 is not None and x.dtype == _BFLOAT16:
             if not x.flags.c_contiguous:
                 raise Error("the array is not C-contiguous: pass numpy.ascontiguousarray(x) "
@@ -97,8 +139,43 @@ def _value_from_array(x, as_type=""):
     raise TypeError(f"expected a numpy array, an OrtValue or a DLPack tensor, got {type(x).__name__}")
 
 
+def _map_value(d, value_type):
+    """A native map of a dict (int or str keys); its values in the model's value type."""
+    keys = list(d.keys())
+    if all(isinstance(k, str) for k in keys):
+        k = _onyx.Value.from_strings(keys, [len(keys)])
+    else:
+        k = _value_from_array(np.asarray(keys, dtype=np.int64))
+    vals = list(d.values())
+    if value_type == "string":
+        v = _onyx.Value.from_strings([str(x) for x in vals], [len(vals)])
+    else:
+        v = _value_from_array(np.asarray(vals, dtype=_numpy_dtype(value_type) if value_type else None))
+    return _onyx.Value.map(k, v)
+
+
+def _sequence_value(items):
+    """A native sequence of the arrays (or nested lists) in `items`."""
+    values = [_sequence_value(i) if isinstance(i, (list, tuple)) else
+              i._v if isinstance(i, OrtValue) else _value_from_array(np.asarray(i)) for i in items]
+    return _onyx.Value.sequence(values)
+
+
 def _numpy_of(v, copy=False):
-    """A numpy array of a native Value (a view of its host bytes unless copy)."""
+    """A numpy array of a native Value (a view of its host bytes unless copy); a sequence is a
+    list of them, an optional its value or None (as onnxruntime returns them)."""
+    if v.dtype == "sequence":
+        return [_numpy_of(e, copy) for e in v.elements()]
+    if v.dtype == "optional":
+        e = v.elements()
+        return _numpy_of(e[0], copy) if e else None
+    if v.dtype == "map":  # a dict, as onnxruntime returns maps
+        keys, values = v.elements()
+        return dict(zip(_numpy_of(keys, True).tolist(), _numpy_of(values, True).tolist()))
+    if v.dtype in _NARROW:
+        if _ml_dtypes is None:
+            raise Error(f"{v.dtype} arrays need the ml_dtypes package (pip install ml_dtypes)")
+        return _narrow_array(v.numpy_view().copy(), v.dtype)
     if not copy and v.device == "cpu":
         dt = v.dtype
         if dt != "string" and dt != "bfloat16":
@@ -271,6 +348,16 @@ def _choose_device(providers, provider_options):
     return "cpu", [CPU], [opts], False, 0
 
 
+def _kind_type(d):
+    """onnxruntime's type string of a sequence or optional ("seq(tensor(float))"); maps are "map"."""
+    elem = d.get("element_dtype", "")
+    inner = {"sequence": "seq(tensor(undefined))", "optional": "optional(tensor(undefined))"}.get(elem) or \
+        _ORT_TYPES.get(elem, "tensor(undefined)")
+    if d["dtype"] == "map":
+        return f"map(?,{_ORT_TYPES.get(elem, 'tensor(undefined)')})"
+    return {"sequence": f"seq({inner})", "optional": f"optional({inner})"}.get(d["dtype"], "map")
+
+
 class NodeArg:
     """An input or output as the model declares it: name, shape (int for a known size, str for
     a symbolic one, None for unknown) and type ("tensor(float)")."""
@@ -278,7 +365,7 @@ class NodeArg:
     def __init__(self, d):
         self.name = d["name"]
         self.shape = d["dims"] if d["dims"] is not None else None
-        self.type = _ORT_TYPES.get(d["dtype"], "tensor(undefined)") if d["is_tensor"] else "seq/map/optional"
+        self.type = _ORT_TYPES.get(d["dtype"], "tensor(undefined)") if d["is_tensor"] else _kind_type(d)
         self._dtype = d["dtype"]
 
     def __repr__(self):
@@ -504,6 +591,7 @@ class InferenceSession:
         self._overridable = [NodeArg(d) for d in self._sess.inputs() if d["has_default"]]
         self._outputs = [NodeArg(d) for d in self._sess.outputs()]
         self._input_types = {d["name"]: d["dtype"] for d in self._sess.inputs()}
+        self._input_elements = {d["name"]: d.get("element_dtype", "") for d in self._sess.inputs()}
 
     # -- what the model declares --
     def _native(self):
@@ -556,6 +644,19 @@ class InferenceSession:
                 raise TypeError(f"input names must be str, not {type(name).__name__}")
             if isinstance(x, OrtValue):
                 feeds.append((name, x._v))
+                continue
+            if isinstance(x, dict) and self._input_types.get(name) == "map":
+                try:
+                    feeds.append((name, _map_value(x, self._input_elements.get(name, ""))))
+                except Error as e:
+                    raise _prefix(f"input '{name}'", e) from None
+                continue
+            if (isinstance(x, (list, tuple)) or x is None) and \
+                    self._input_types.get(name) in ("sequence", "optional"):  # a sequence, or no value
+                try:
+                    feeds.append((name, _sequence_value(x) if x is not None else _onyx.Value.optional(None)))
+                except Error as e:
+                    raise _prefix(f"input '{name}'", e) from None
                 continue
             if not isinstance(x, np.ndarray) and not hasattr(x, "__dlpack__"):
                 raise TypeError(f"input '{name}': expected a numpy array, an OrtValue or a DLPack tensor, "

@@ -77,8 +77,10 @@ nb::dlpack::dtype array_dtype(DType d) {
 }
 
 DType dtype_from_name(const std::string& name) {
-  for (int i = 1; i <= 16; ++i)
+  for (int i = 1; i <= 26; ++i)
     if (dtype_name(static_cast<DType>(i)) == name) return static_cast<DType>(i);
+  for (DType t : {DType::kSequence, DType::kOptional, DType::kMap})
+    if (dtype_name(t) == name) return t;
   throw Error(cat("unknown element type '", name, "'"));
 }
 
@@ -166,7 +168,10 @@ PyValue value_from_array(nb::ndarray<nb::ro> a, const std::string& as_dtype) {
 nb::object host_view(const Tensor& host, bool numpy) {
   ONYX_CHECK(host.on_host(), "host_view of a device tensor");
   ONYX_CHECK(host.dtype() != DType::kString, "a string tensor has no array view (read strings())");
-  nb::dlpack::dtype dt = host.dtype() == DType::kBFloat16 ? nb::dlpack::dtype{kUInt, 16, 1} : array_dtype(host.dtype());
+  // bfloat16 as uint16 and the narrow types as uint8: python/onyx views them as ml_dtypes types.
+  nb::dlpack::dtype dt = host.dtype() == DType::kBFloat16 ? nb::dlpack::dtype{kUInt, 16, 1}
+                         : dtype_is_narrow(host.dtype()) ? nb::dlpack::dtype{kUInt, 8, 1}
+                                                         : array_dtype(host.dtype());
   std::vector<size_t> shape;
   for (int64_t d : host.shape().dims()) shape.push_back(static_cast<size_t>(d));
   auto* keep = new Tensor(host);
@@ -303,6 +308,7 @@ nb::dict describe(const ValueDesc& d) {
   r["dtype"] = d.dtype == DType::kUndefined ? std::string() : std::string(dtype_name(d.dtype));
   r["dims"] = d.rank_known ? nb::object(dims) : nb::none();
   r["is_tensor"] = d.is_tensor;
+  r["element_dtype"] = d.element_dtype == DType::kUndefined ? std::string() : std::string(dtype_name(d.element_dtype));
   r["has_default"] = d.has_default;
   return r;
 }
@@ -630,7 +636,26 @@ NB_MODULE(_onyx, m) {
         ONYX_CHECK(v.t.dtype() == DType::kString, "not a string tensor");
         auto sp = v.t.span<std::string>();
         return std::vector<std::string>(sp.begin(), sp.end());
-      });
+      })
+      // Sequences and optionals (tensors of element tensors): their elements, and making them.
+      .def("elements", [](const PyValue& v) {
+        const Tensor* e = v.t.elements();
+        std::vector<PyValue> out;
+        for (int64_t i = 0; i < v.t.numel(); ++i) out.push_back(PyValue{e[i], v.session});
+        return out;
+      }, "A sequence's element values (an optional's: none or one).")
+      .def_prop_ro("element_dtype", [](const PyValue& v) { return std::string(dtype_name(v.t.element_dtype())); })
+      .def_static("sequence", [](const std::vector<PyValue>& items, const std::string& dtype) {
+        std::vector<Tensor> parts;
+        for (const auto& i : items) parts.push_back(i.t.on_host() ? i.t.clone() : i.host());
+        return PyValue{Tensor::sequence(parts, dtype.empty() ? DType::kUndefined : dtype_from_name(dtype)), nullptr};
+      }, "items"_a, "dtype"_a = "")
+      .def_static("map", [](const PyValue& keys, const PyValue& values) {
+        return PyValue{Tensor::map(keys.host().clone(), values.host().clone()), nullptr};
+      }, "keys"_a, "values"_a)
+      .def_static("optional", [](const PyValue* item) {
+        return PyValue{Tensor::optional(item ? (item->t.on_host() ? item->t.clone() : item->host()) : Tensor()), nullptr};
+      }, "item"_a.none());
 
   nb::class_<PyRunControl>(m, "RunControl")
       .def(nb::init<>())

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "onyx/tensor.h"
+
 namespace onyx {
 
 uint16_t Float16::from_float(float f) {
@@ -59,7 +61,11 @@ size_t dtype_size(DType t) {
     case DType::kComplex128: return 16;
     case DType::kFloat16: case DType::kBFloat16: case DType::kInt16: case DType::kUInt16: return 2;
     case DType::kInt8: case DType::kUInt8: case DType::kBool: return 1;
+    case DType::kFloat8E4M3FN: case DType::kFloat8E4M3FNUZ: case DType::kFloat8E5M2: case DType::kFloat8E5M2FNUZ:
+    case DType::kUInt4: case DType::kInt4: case DType::kFloat4E2M1: case DType::kFloat8E8M0: case DType::kUInt2:
+    case DType::kInt2: return 1;  // one element a byte in memory, packed only in files
     case DType::kString: return sizeof(std::string);
+    case DType::kSequence: case DType::kOptional: case DType::kMap: return sizeof(Tensor);
     case DType::kUndefined: return 0;
   }
   return 0;
@@ -84,6 +90,19 @@ std::string_view dtype_name(DType t) {
     case DType::kComplex64: return "complex64";
     case DType::kComplex128: return "complex128";
     case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat8E4M3FN: return "float8e4m3fn";
+    case DType::kFloat8E4M3FNUZ: return "float8e4m3fnuz";
+    case DType::kFloat8E5M2: return "float8e5m2";
+    case DType::kFloat8E5M2FNUZ: return "float8e5m2fnuz";
+    case DType::kUInt4: return "uint4";
+    case DType::kInt4: return "int4";
+    case DType::kFloat4E2M1: return "float4e2m1";
+    case DType::kFloat8E8M0: return "float8e8m0";
+    case DType::kUInt2: return "uint2";
+    case DType::kInt2: return "int2";
+    case DType::kSequence: return "sequence";
+    case DType::kOptional: return "optional";
+    case DType::kMap: return "map";
   }
   return "unknown";
 }
@@ -93,13 +112,9 @@ bool dtype_supported(DType t) {
 }
 
 DType dtype_from_onnx(int32_t code) {
-  static const char* const kUnsupported[] = {
-      "", "", "", "", "", "", "", "", "", "", "", "", "", "", "complex64", "complex128", "",
-      "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "uint4", "int4", "float4e2m1", "float8e8m0",
-      "uint2", "int2"};
-  if (code >= 1 && code <= 16 && code != 14 && code != 15) return static_cast<DType>(code);
-  if (code >= 0 && code < static_cast<int32_t>(std::size(kUnsupported)) && kUnsupported[code][0])
-    throw Error(cat("element type ", kUnsupported[code], " is not supported by onyx"));
+  if (code >= 1 && code <= 26 && code != 14 && code != 15) return static_cast<DType>(code);
+  if (code == 14 || code == 15)
+    throw Error(cat("element type ", dtype_name(static_cast<DType>(code)), " is not supported by onyx"));
   throw Error(cat("unknown ONNX element type code ", code));
 }
 
@@ -113,6 +128,15 @@ bool dtype_is_integer(DType t) {
     case DType::kUInt8: case DType::kUInt16: case DType::kUInt32: case DType::kUInt64: return true;
     default: return false;
   }
+}
+
+bool dtype_is_narrow(DType t) {
+  const auto c = static_cast<int32_t>(t);
+  return c >= 17 && c <= 26;
+}
+
+bool dtype_is_object(DType t) {
+  return t == DType::kString || t == DType::kSequence || t == DType::kOptional || t == DType::kMap;
 }
 
 bool dtype_is_signed(DType t) {

@@ -85,6 +85,10 @@ void write_npy(const std::string& path, const Tensor& src) {
       Tensor f(DType::kFloat32, t.shape());
       for (int64_t i = 0; i < t.numel(); ++i) f.data<float>()[i] = static_cast<float>(t.data<BFloat16>()[i]);
       t = f;
+    } else if (dtype_is_narrow(t.dtype())) {  // .npy has no narrow types: their values, in float32 (exact)
+      Tensor f(DType::kFloat32, t.shape());
+      for (int64_t i = 0; i < t.numel(); ++i) f.data<float>()[i] = static_cast<float>(t.get_as_double(i));
+      t = f;
     }
     const char* descr = nullptr;
     for (const auto& e : kTypes)

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <new>
 
+#include "core/narrow_types.h"
 #include "onyx/checked.h"
 
 namespace onyx {
@@ -15,6 +16,11 @@ Storage::Storage(Allocator& alloc, size_t bytes, DType dtype, size_t count)
     auto* s = static_cast<std::string*>(data_);
     for (size_t i = 0; i < count; ++i) new (s + i) std::string();
     string_count_ = count;
+  } else if (dtype_is_object(dtype)) {
+    ONYX_CHECK(device_.is_cpu(), dtype_name(dtype), " values live on the CPU only");
+    auto* t = static_cast<Tensor*>(data_);
+    for (size_t i = 0; i < count; ++i) new (t + i) Tensor();
+    tensor_count_ = count;
   }
 }
 
@@ -25,6 +31,8 @@ Storage::~Storage() {
   if (!alloc_) return;
   auto* s = static_cast<std::string*>(data_);
   for (size_t i = 0; i < string_count_; ++i) s[i].~basic_string();
+  auto* t = static_cast<Tensor*>(data_);
+  for (size_t i = 0; i < tensor_count_; ++i) t[i].~Tensor();
   alloc_->deallocate(data_, bytes_);
 }
 
@@ -53,6 +61,13 @@ Tensor Tensor::view(Shape shape) const {
   return t;
 }
 
+namespace {
+// A narrow element (core/narrow_types.h) read through visit_numeric: its value as a double.
+struct Narrow {
+  DType dtype;
+};
+}  // namespace
+
 template <class Fn>
 static auto visit_numeric(DType dt, Fn&& fn) {
   switch (dt) {
@@ -69,6 +84,9 @@ static auto visit_numeric(DType dt, Fn&& fn) {
     case DType::kUInt32: return fn(uint32_t{});
     case DType::kUInt64: return fn(uint64_t{});
     case DType::kBool: return fn(bool{});
+    case DType::kFloat8E4M3FN: case DType::kFloat8E4M3FNUZ: case DType::kFloat8E5M2: case DType::kFloat8E5M2FNUZ:
+    case DType::kUInt4: case DType::kInt4: case DType::kFloat4E2M1: case DType::kFloat8E8M0: case DType::kUInt2:
+    case DType::kInt2: return fn(Narrow{dt});
     default: throw Error(cat("expected a numeric tensor, got ", dtype_name(dt)));
   }
 }
@@ -77,7 +95,10 @@ double Tensor::get_as_double(int64_t i) const {
   ONYX_ASSERT(on_host(), "reading a ", device().str(), " tensor on the host");
   return visit_numeric(dtype_, [&](auto tag) {
     using T = decltype(tag);
-    return static_cast<double>(static_cast<const T*>(raw())[i]);
+    if constexpr (std::is_same_v<T, Narrow>)
+      return narrow_to_double(tag.dtype, static_cast<const uint8_t*>(raw())[i]);
+    else
+      return static_cast<double>(static_cast<const T*>(raw())[i]);
   });
 }
 
@@ -85,7 +106,9 @@ int64_t Tensor::get_as_int64(int64_t i) const {
   ONYX_ASSERT(on_host(), "reading a ", device().str(), " tensor on the host");
   return visit_numeric(dtype_, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>)
+    if constexpr (std::is_same_v<T, Narrow>)
+      return static_cast<int64_t>(narrow_to_double(tag.dtype, static_cast<const uint8_t*>(raw())[i]));
+    else if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>)
       return static_cast<int64_t>(static_cast<float>(static_cast<const T*>(raw())[i]));
     else
       return static_cast<int64_t>(static_cast<const T*>(raw())[i]);
@@ -101,9 +124,15 @@ std::vector<int64_t> Tensor::to_int64_vector() const {
 Tensor Tensor::clone(Allocator& alloc) const {
   ONYX_ASSERT(on_host() && alloc.device().is_cpu(), "clone copies host tensors; use the backend for device copies");
   Tensor t(dtype_, shape_, alloc);
+  t.elem_dtype_ = elem_dtype_;
   if (dtype_ == DType::kString) {
     const auto* src = static_cast<const std::string*>(raw());
     auto* dst = t.data<std::string>();
+    for (int64_t i = 0; i < numel(); ++i) dst[i] = src[i];
+  } else if (dtype_is_object(dtype_)) {
+    // Sequence and optional elements are immutable once made: the copy shares them.
+    const auto* src = static_cast<const Tensor*>(raw());
+    auto* dst = static_cast<Tensor*>(t.raw());
     for (int64_t i = 0; i < numel(); ++i) dst[i] = src[i];
   } else if (bytes()) {
     std::memcpy(t.raw(), raw(), bytes());
@@ -111,6 +140,58 @@ Tensor Tensor::clone(Allocator& alloc) const {
   return t;
 }
 
-std::string Tensor::type_str() const { return cat(dtype_name(dtype_), shape_.str()); }
+Tensor Tensor::sequence(const std::vector<Tensor>& elements, DType elem_dtype) {
+  Tensor t(DType::kSequence, Shape{static_cast<int64_t>(elements.size())});
+  for (const auto& e : elements) {
+    ONYX_CHECK(e.defined() && e.on_host(), "a sequence holds defined host tensors");
+    if (elem_dtype == DType::kUndefined) elem_dtype = e.dtype();
+    ONYX_CHECK(e.dtype() == elem_dtype, "a sequence of ", dtype_name(elem_dtype), " cannot hold a tensor of ",
+               dtype_name(e.dtype()));
+  }
+  auto* dst = static_cast<Tensor*>(t.raw());
+  for (size_t i = 0; i < elements.size(); ++i) dst[i] = elements[i];
+  t.elem_dtype_ = elem_dtype;
+  return t;
+}
+
+Tensor Tensor::optional(const Tensor& value, DType elem_dtype) {
+  Tensor t(DType::kOptional, Shape{value.defined() ? 1 : 0});
+  if (value.defined()) {
+    ONYX_CHECK(value.on_host(), "an optional holds a host value");
+    ONYX_CHECK(elem_dtype == DType::kUndefined || elem_dtype == value.dtype(), "an optional of ",
+               dtype_name(elem_dtype), " cannot hold a value of ", dtype_name(value.dtype()));
+    *static_cast<Tensor*>(t.raw()) = value;
+    elem_dtype = value.dtype();
+  }
+  t.elem_dtype_ = elem_dtype;
+  return t;
+}
+
+Tensor Tensor::map(const Tensor& keys, const Tensor& values) {
+  ONYX_CHECK(keys.dtype() == DType::kInt64 || keys.dtype() == DType::kString, "map keys must be int64 or strings, got ",
+             keys.type_str());
+  ONYX_CHECK(keys.rank() == 1 && values.rank() == 1 && keys.numel() == values.numel(), "a map needs 1-D keys and ",
+             "values of one length, got ", keys.type_str(), " and ", values.type_str());
+  ONYX_CHECK(keys.on_host() && values.on_host() && !dtype_is_object(values.dtype()), "map values must be host tensors");
+  Tensor t(DType::kMap, Shape{2});
+  auto* e = static_cast<Tensor*>(t.raw());
+  e[0] = keys;
+  e[1] = values;
+  t.elem_dtype_ = values.dtype();
+  return t;
+}
+
+const Tensor* Tensor::elements() const {
+  ONYX_CHECK(dtype_ == DType::kSequence || dtype_ == DType::kOptional || dtype_ == DType::kMap, "a ",
+             dtype_name(dtype_), " tensor has no element tensors");
+  return static_cast<const Tensor*>(raw());
+}
+
+std::string Tensor::type_str() const {
+  if (dtype_ == DType::kMap) return cat("map<", dtype_name(elements()[0].dtype()), ",", dtype_name(elem_dtype_), ">");
+  if ((dtype_ == DType::kSequence || dtype_ == DType::kOptional) && elem_dtype_ != DType::kUndefined)
+    return cat(dtype_name(dtype_), "<", dtype_name(elem_dtype_), ">", shape_.str());
+  return cat(dtype_name(dtype_), shape_.str());
+}
 
 }  // namespace onyx

@@ -20,7 +20,7 @@ SignatureCapture::SignatureCapture(Backend& backend, CaptureMode mode, bool vali
 const std::vector<Tensor>& SignatureCapture::input_slots() {
   if (input_slots_.empty())
     for (const ValueType& t : input_types_)
-      input_slots_.push_back(t.dtype == DType::kString ? Tensor()
+      input_slots_.push_back(dtype_is_object(t.dtype) ? Tensor()
                                                        : Tensor(t.dtype, t.shape.to_shape(), backend_.allocator()));
   return input_slots_;
 }

@@ -62,7 +62,7 @@ void GraphExecutor::upload_weights() {
     for (int id : node.inputs) {
       if (id < 0 || resident_on_accel_[id] || graph_.values[id].is_input) continue;
       auto it = graph_.initializers.find(id);
-      if (it == graph_.initializers.end() || it->second.dtype() == DType::kString) continue;
+      if (it == graph_.initializers.end() || dtype_is_object(it->second.dtype())) continue;
       const Tensor& w = it->second;
       if (w.bytes() == 0) {
         weights_on_accel_[id] = Tensor(w.dtype(), w.shape(), backend_->weights_allocator());
@@ -99,7 +99,7 @@ GraphExecutor::Signature GraphExecutor::signature(std::vector<ValueType> types, 
                                                   const Scope* outer) const {
   Signature s;
   for (size_t i = 0; i < types.size(); ++i) {
-    if (capture_) on_accel[i] = types[i].dtype != DType::kString;
+    if (capture_) on_accel[i] = !dtype_is_object(types[i].dtype);
     s.key += cat(dtype_name(types[i].dtype), types[i].shape.str(), on_accel[i] && !capture_ ? "@device;" : ";");
   }
   if (outer) {
@@ -351,6 +351,7 @@ std::vector<Tensor> GraphExecutor::deliver(const PreparedPlan& e, const std::vec
       for (int64_t i = 0; i < t.numel(); ++i) dst.data<std::string>()[i] = t.data<std::string>()[i];
       return;
     }
+    ONYX_CHECK(!dtype_is_object(t.dtype()), dtype_name(t.dtype()), " outputs cannot be bound to a tensor");
     if (t.on_host() && dst.on_host()) std::memcpy(dst.raw(), t.raw(), t.bytes());
     else if (!t.on_host() && !dst.on_host()) backend_->copy_on_device(dst.raw(), t.raw(), t.bytes());
     else if (t.on_host()) backend_->copy_from_host(dst.raw(), t.raw(), t.bytes());
@@ -375,8 +376,8 @@ std::vector<Tensor> GraphExecutor::deliver(const PreparedPlan& e, const std::vec
     if (ours && t.on_host() != to_device) {
       result.push_back(t);
     } else if (to_device) {
-      ONYX_CHECK(t.dtype() != DType::kString, "output '", graph_.values[graph_.outputs[k]].name,
-                 "' holds strings, which cannot stay on ", backend_->device().str());
+      ONYX_CHECK(!dtype_is_object(t.dtype()), "output '", graph_.values[graph_.outputs[k]].name, "' holds ",
+                 dtype_name(t.dtype()), " values, which cannot stay on ", backend_->device().str());
       result.push_back(on_device(t));
     } else {
       result.push_back(on_host(t));

@@ -13,6 +13,9 @@
 namespace onyx {
 
 std::string ValueDesc::type_str() const {
+  if (dtype == DType::kSequence || dtype == DType::kOptional || dtype == DType::kMap)
+    return element_dtype == DType::kUndefined ? std::string(dtype_name(dtype))
+                                              : cat(dtype_name(dtype), "<", dtype_name(element_dtype), ">");
   if (!is_tensor) return "non-tensor";
   TypeInfo t;
   t.category = TypeInfo::Category::kTensor;
@@ -50,8 +53,8 @@ static ValueDesc describe(const Value& v, bool has_default) {
   d.dims = v.declared.dims;
   d.dim_params = v.declared.dim_params;
   d.has_default = has_default;
-  d.is_tensor =
-      v.declared.category == TypeInfo::Category::kTensor || v.declared.category == TypeInfo::Category::kUnknown;
+  d.is_tensor = v.declared.category == TypeInfo::Category::kTensor || v.declared.category == TypeInfo::Category::kUnknown;
+  d.element_dtype = v.declared.elem_dtype;
   return d;
 }
 
@@ -153,13 +156,14 @@ ModelInfo inspect_model(const std::string& path) {
 void Session::Impl::check_feed(const ValueDesc& d, const Tensor& t,
                                std::unordered_map<std::string, int64_t>& symbols) const {
   ONYX_CHECK(t.defined(), "the tensor is empty (undefined)");
-  ONYX_CHECK(d.is_tensor, "the model declares a non-tensor type, which onyx does not support as an input");
+  const bool object = d.dtype == DType::kSequence || d.dtype == DType::kOptional || d.dtype == DType::kMap;
+  ONYX_CHECK(d.is_tensor || object, "the model declares a sparse tensor, which onyx does not support as an input");
   ONYX_CHECK(t.on_host() || t.device() == device, "the tensor is on ", t.device().str(), ", but the session runs on ",
              device.str(), " (feeds may lie on the host or on the session's device)");
   if (d.dtype != DType::kUndefined)
     ONYX_CHECK(t.dtype() == d.dtype, "dtype ", dtype_name(t.dtype()), " does not match the model's ",
                dtype_name(d.dtype), " (model declares ", d.type_str(), ")");
-  if (!d.rank_known) return;
+  if (!d.rank_known || object) return;
   ONYX_CHECK(t.rank() == d.dims.size(), "shape ", t.shape().str(), " has rank ", t.rank(), ", but the model declares ",
              d.type_str(), " (rank ", d.dims.size(), ")");
   for (size_t i = 0; i < d.dims.size(); ++i) {
@@ -186,10 +190,13 @@ std::vector<Tensor> Session::Impl::order_feeds(const NamedTensors& feeds, bool c
       throw Error(cat("'", name, "' is not an input of the model (its inputs are: ", names, ")"));
     }
     ONYX_CHECK(!ordered[k].defined(), "input '", name, "' is fed twice");
-    if (check)
-      with_lazy_context([&name = name] { return cat("input '", name, "'"); },
-                        [&, &tensor = tensor] { check_feed(inputs[k], tensor, symbols); });
-    ordered[k] = tensor;
+    // An optional input fed a plain value (a tensor, a sequence) holds that value, as onnxruntime takes it.
+    const Tensor fed = inputs[k].dtype == DType::kOptional && tensor.defined() && tensor.dtype() != DType::kOptional &&
+                               tensor.on_host()
+                           ? Tensor::optional(tensor)
+                           : tensor;
+    if (check) with_lazy_context([&name = name] { return cat("input '", name, "'"); }, [&] { check_feed(inputs[k], fed, symbols); });
+    ordered[k] = fed;
   }
   return ordered;
 }

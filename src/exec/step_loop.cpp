@@ -46,7 +46,7 @@ const Tensor& StepLoop::fetch(RunEnv& env, int id, bool accel) const {
   ONYX_ASSERT(have.defined(), "value '", graph_.values[id].name, "' has no value on either device");
   ONYX_ASSERT(backend_, "value '", graph_.values[id].name, "' is on a device, but there is no backend");
   if (accel) {
-    ONYX_CHECK(have.dtype() != DType::kString, "string tensors cannot move to ", backend_->device().str());
+    ONYX_CHECK(!dtype_is_object(have.dtype()), dtype_name(have.dtype()), " values cannot move to ", backend_->device().str());
     want = Tensor(have.dtype(), have.shape(), backend_->allocator());
     backend_->copy_from_host(want.raw(), have.raw(), have.bytes());
   } else {

@@ -14,6 +14,7 @@ std::string_view attribute_kind_name(Attribute::Kind k) {
     case Attribute::Kind::kStrings: return "strings";
     case Attribute::Kind::kTensors: return "tensors";
     case Attribute::Kind::kGraphs: return "graphs";
+    case Attribute::Kind::kType: return "type";
   }
   return "?";
 }
@@ -21,9 +22,9 @@ std::string_view attribute_kind_name(Attribute::Kind k) {
 std::string TypeInfo::str() const {
   switch (category) {
     case Category::kUnknown: return "unknown";
-    case Category::kSequence: return "sequence";
-    case Category::kOptional: return "optional";
-    case Category::kMap: return "map";
+    case Category::kSequence: return elem_dtype == DType::kUndefined ? "sequence" : cat("sequence<", dtype_name(elem_dtype), ">");
+    case Category::kOptional: return elem_dtype == DType::kUndefined ? "optional" : cat("optional<", dtype_name(elem_dtype), ">");
+    case Category::kMap: return elem_dtype == DType::kUndefined ? "map" : cat("map<", dtype_name(elem_dtype), ">");
     case Category::kSparse: return "sparse_tensor";
     case Category::kTensor: break;
   }

@@ -15,8 +15,22 @@ namespace onyx {
 struct Graph;
 struct OpDef;
 
+// The type a model declares for a value; dims < 0 are unknown (then `dim_params`
+// may hold the symbolic name). Sequences and optionals have dtype kSequence/kOptional and
+// their elements' type in `elem_dtype` (kSequence for an optional sequence).
+struct TypeInfo {
+  enum class Category { kUnknown, kTensor, kSequence, kOptional, kMap, kSparse };
+  Category category = Category::kUnknown;
+  DType dtype = DType::kUndefined;
+  DType elem_dtype = DType::kUndefined;
+  bool rank_known = false;
+  std::vector<int64_t> dims;
+  std::vector<std::string> dim_params;
+  std::string str() const;  // "float32[batch,64]"
+};
+
 struct Attribute {
-  enum class Kind { kFloat, kInt, kString, kTensor, kGraph, kFloats, kInts, kStrings, kTensors, kGraphs };
+  enum class Kind { kFloat, kInt, kString, kTensor, kGraph, kFloats, kInts, kStrings, kTensors, kGraphs, kType };
   std::string name;
   Kind kind = Kind::kInt;
   float f = 0;
@@ -29,20 +43,9 @@ struct Attribute {
   std::vector<std::string> strings;
   std::vector<Tensor> tensors;
   std::vector<std::shared_ptr<Graph>> graphs;
+  TypeInfo type;  // kType (the Optional op's `type`)
 };
 std::string_view attribute_kind_name(Attribute::Kind k);
-
-// The type a model declares for a value; dims < 0 are unknown (then `dim_params`
-// may hold the symbolic name).
-struct TypeInfo {
-  enum class Category { kUnknown, kTensor, kSequence, kOptional, kMap, kSparse };
-  Category category = Category::kUnknown;
-  DType dtype = DType::kUndefined;
-  bool rank_known = false;
-  std::vector<int64_t> dims;
-  std::vector<std::string> dim_params;
-  std::string str() const;  // "float32[batch,64]"
-};
 
 struct Value {
   std::string name;

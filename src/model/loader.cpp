@@ -1,12 +1,15 @@
 #include "model/loader.h"
 
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
 
 #include <climits>
 #include <filesystem>
 #include <queue>
 #include <unordered_set>
 
+#include "model/expand_gradient.h"
+#include "model/inline_functions.h"
 #include "model/mapped_file.h"
 #include "model/onnx_schema.h"
 #include "model/tensor_proto.h"
@@ -38,9 +41,22 @@ TypeInfo type_from_proto(const onnx::TypeProto& tp) {
       }
       break;
     }
-    case onnx::TypeProto::kSequenceType: info.category = TypeInfo::Category::kSequence; break;
-    case onnx::TypeProto::kOptionalType: info.category = TypeInfo::Category::kOptional; break;
-    case onnx::TypeProto::kMapType: info.category = TypeInfo::Category::kMap; break;
+    // Sequences and optionals are tensors of element tensors (onyx/dtype.h).
+    case onnx::TypeProto::kSequenceType:
+      info.category = TypeInfo::Category::kSequence;
+      info.dtype = DType::kSequence;
+      if (tp.sequence_type().has_elem_type()) info.elem_dtype = type_from_proto(tp.sequence_type().elem_type()).dtype;
+      break;
+    case onnx::TypeProto::kOptionalType:
+      info.category = TypeInfo::Category::kOptional;
+      info.dtype = DType::kOptional;
+      if (tp.optional_type().has_elem_type()) info.elem_dtype = type_from_proto(tp.optional_type().elem_type()).dtype;
+      break;
+    case onnx::TypeProto::kMapType:
+      info.category = TypeInfo::Category::kMap;
+      info.dtype = DType::kMap;
+      if (tp.map_type().has_value_type()) info.elem_dtype = type_from_proto(tp.map_type().value_type()).dtype;
+      break;
     case onnx::TypeProto::kSparseTensorType: info.category = TypeInfo::Category::kSparse; break;
     default: break;
   }
@@ -118,6 +134,9 @@ class GraphBuilder {
       }
     }
     topo_sort(*g);
+    // Gradient nodes become the ops that compute them (model/expand_gradient.h).
+    const auto onnx = model_.opsets.find("");
+    if (expand_gradients(*g, onnx == model_.opsets.end() ? 1 : onnx->second)) topo_sort(*g);
     return g;
   }
 
@@ -151,6 +170,7 @@ class GraphBuilder {
         a.kind = K::kTensors;
         for (const auto& t : ap.tensors()) a.tensors.push_back(tensor_from_proto(t, tctx_));
         break;
+      case onnx::AttributeProto::TYPE_PROTO: a.kind = K::kType; a.type = type_from_proto(ap.tp()); break;
       case onnx::AttributeProto::GRAPHS:
         a.kind = K::kGraphs;
         for (const auto& sg : ap.graphs()) a.graphs.push_back(subgraph(sg, node, g));
@@ -245,13 +265,13 @@ Model convert(std::shared_ptr<onnx::ModelProto> mp, const std::string& name, con
   model.graph_doc_string = mp->graph().doc_string();
   for (const auto& kv : mp->metadata_props()) model.metadata[kv.key()] = kv.value();
   ONYX_CHECK(mp->has_graph(), "the model has no graph (is this an ONNX model?)");
+  // Model-local functions run as their bodies' nodes (model/inline_functions.h).
+  inline_functions(*mp);
   for (const auto& op : mp->opset_import()) {
     check_opset_import(normalize_domain(op.domain()), op.version());
     model.opsets[normalize_domain(op.domain())] = static_cast<int>(op.version());
   }
   if (mp->opset_import_size() == 0) model.opsets[""] = 1;  // IR < 3 models predate opset imports
-  ONYX_CHECK(mp->functions_size() == 0, "model-local functions are not supported (the model defines ",
-             mp->functions_size(), ")");
   TensorLoadContext tctx;
   tctx.base_dir = base_dir;
   tctx.proto_owner = mp;
@@ -295,6 +315,83 @@ Tensor load_tensor_proto_file(const std::string& path) {
     TensorLoadContext ctx;
     ctx.base_dir = std::filesystem::path(path).parent_path().string();
     return tensor_from_proto(tp, ctx);
+  });
+}
+
+namespace {
+
+// SequenceProto and OptionalProto live in onnx-data.proto, which the ONNX schema onyx compiles
+// (Debian's, ONNX 1.12) lacks: read by field number. Both: 2 elem_type (0 undefined, 1 tensor,
+// 3 sequence, 5 optional). Sequence: 3 tensor_values, 4 sequence_values, 6 optional_values.
+// Optional: 3 tensor_value, 5 sequence_value, 7 optional_value.
+struct ValueMessage {
+  int64_t elem_type = 0;
+  std::vector<std::pair<int, std::string>> parts;  // (field, message bytes)
+};
+
+ValueMessage parse_value_message(const std::string& bytes, const char* what) {
+  using google::protobuf::internal::WireFormatLite;
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            static_cast<int>(bytes.size()));
+  ValueMessage m;
+  while (uint32_t tag = in.ReadTag()) {
+    const int field = static_cast<int>(tag >> 3);
+    const auto wire = WireFormatLite::GetTagWireType(tag);
+    if (field == 2 && wire == WireFormatLite::WIRETYPE_VARINT) {
+      uint64_t v = 0;
+      ONYX_CHECK(in.ReadVarint64(&v), "not a valid ", what, ": truncated elem_type");
+      m.elem_type = static_cast<int64_t>(v);
+    } else if (wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED && field >= 3) {
+      uint32_t len = 0;
+      std::string part;
+      ONYX_CHECK(in.ReadVarint32(&len) && in.ReadString(&part, static_cast<int>(len)), "not a valid ", what,
+                 ": truncated field ", field);
+      m.parts.emplace_back(field, std::move(part));
+    } else {
+      ONYX_CHECK(WireFormatLite::SkipField(&in, tag), "not a valid ", what);
+    }
+  }
+  ONYX_CHECK(in.ConsumedEntireMessage(), "not a valid ", what);
+  return m;
+}
+
+Tensor tensor_from_bytes(const std::string& bytes, TensorLoadContext& ctx) {
+  onnx::TensorProto tp;
+  ONYX_CHECK(tp.ParseFromString(bytes), "not a valid TensorProto");
+  return tensor_from_proto(tp, ctx);
+}
+
+Tensor value_from_bytes(const std::string& bytes, DType kind, TensorLoadContext& ctx, int depth = 0) {
+  ONYX_CHECK(depth < 64, "sequences and optionals nest more than 64 deep");
+  const bool sequence = kind == DType::kSequence;
+  const ValueMessage m = parse_value_message(bytes, sequence ? "SequenceProto" : "OptionalProto");
+  const int tensor_field = 3, sequence_field = sequence ? 4 : 5, optional_field = sequence ? 6 : 7;
+  DType elem = DType::kUndefined;
+  std::vector<Tensor> parts;
+  for (const auto& [field, part] : m.parts) {
+    if (field == tensor_field) parts.push_back(tensor_from_bytes(part, ctx));
+    else if (field == sequence_field) parts.push_back(value_from_bytes(part, DType::kSequence, ctx, depth + 1));
+    else if (field == optional_field) parts.push_back(value_from_bytes(part, DType::kOptional, ctx, depth + 1));
+    else throw Error(cat("field ", field, " (maps or sparse tensors) is not supported"));
+  }
+  if (m.elem_type == 3) elem = DType::kSequence;
+  if (m.elem_type == 5) elem = DType::kOptional;
+  ONYX_CHECK(m.elem_type <= 1 || m.elem_type == 3 || m.elem_type == 5, "element kind ", m.elem_type,
+             " (maps or sparse tensors) is not supported");
+  if (sequence) return Tensor::sequence(parts, elem);
+  ONYX_CHECK(parts.size() <= 1, "an OptionalProto holds ", parts.size(), " values");
+  return Tensor::optional(parts.empty() ? Tensor() : parts[0], elem);
+}
+
+}  // namespace
+
+Tensor load_value_proto_file(const std::string& path, DType kind) {
+  if (kind != DType::kSequence && kind != DType::kOptional) return load_tensor_proto_file(path);
+  return with_context(cat("reading ", dtype_name(kind), " '", path, "'"), [&] {
+    auto file = MappedFile::open(path);
+    TensorLoadContext ctx;
+    ctx.base_dir = std::filesystem::path(path).parent_path().string();
+    return value_from_bytes(std::string(file->data(), file->size()), kind, ctx);
   });
 }
 

@@ -16,5 +16,8 @@ Model load_model_from_bytes(const void* data, size_t size, const std::string& na
 
 // Reads a serialized TensorProto (the .pb files of the ONNX backend tests).
 Tensor load_tensor_proto_file(const std::string& path);
+// Reads a serialized SequenceProto (kind kSequence) or OptionalProto (kOptional) into a
+// sequence or optional value; any other kind reads a TensorProto.
+Tensor load_value_proto_file(const std::string& path, DType kind);
 
 }  // namespace onyx

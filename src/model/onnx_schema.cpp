@@ -66,6 +66,7 @@ char kind_letter(Attribute::Kind k) {
     case Attribute::Kind::kStrings: return 'S';
     case Attribute::Kind::kTensors: return 'T';
     case Attribute::Kind::kGraphs: return 'G';
+    case Attribute::Kind::kType: return 'y';
   }
   return '?';
 }
@@ -253,7 +254,19 @@ void check_opset_import(const std::string& domain, int64_t version) {
 void check_declared_dtype(const Graph& g, int id, DType inferred) {
   if (id < 0 || inferred == DType::kUndefined) return;
   const Value& v = g.values[id];
-  if (v.declared.category != TypeInfo::Category::kTensor || v.declared.dtype == DType::kUndefined) return;
+  const auto c = v.declared.category;
+  if (c == TypeInfo::Category::kSequence || c == TypeInfo::Category::kOptional) {
+    // An optional sequence may take a sequence's place and the other way round.
+    ONYX_CHECK(inferred == DType::kSequence || inferred == DType::kOptional, "output '", v.name, "' is ",
+               dtype_name(inferred), ", but the model declares it ", v.declared.str());
+    return;
+  }
+  if (c == TypeInfo::Category::kMap) {
+    ONYX_CHECK(inferred == DType::kMap, "output '", v.name, "' is ", dtype_name(inferred), ", but the model declares it ",
+               v.declared.str());
+    return;
+  }
+  if (c != TypeInfo::Category::kTensor || v.declared.dtype == DType::kUndefined) return;
   ONYX_CHECK(v.declared.dtype == inferred, "output '", v.name, "' is ", dtype_name(inferred),
              ", but the model declares it ", dtype_name(v.declared.dtype),
              " (a value's declared type must be the type its node produces)");

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/narrow_types.h"
 #include "model/mapped_file.h"
 #include "onyx/checked.h"
 #include "onnx/onnx.pb.h"
@@ -82,7 +83,9 @@ Tensor from_external(const onnx::TensorProto& p, DType dt, const Shape& shape, T
   const std::string full = resolved.string();
   auto& mapped = ctx.mapped[full];
   if (!mapped) mapped = MappedFile::open(full);
-  const size_t need = checked_bytes(shape.numel(), dt, cat("external data of ", dtype_name(dt), shape.str()));
+  const bool narrow = dtype_is_narrow(dt);  // packed in the file, unpacked below
+  const size_t need = narrow ? static_cast<size_t>(narrow_packed_bytes(dt, shape.numel()))
+                             : checked_bytes(shape.numel(), dt, cat("external data of ", dtype_name(dt), shape.str()));
   if (length < 0) length = static_cast<int64_t>(need);
   ONYX_CHECK(static_cast<size_t>(length) == need, "external data length ", length, " does not match ", need,
              " bytes of ", dtype_name(dt), shape.str());
@@ -91,10 +94,35 @@ Tensor from_external(const onnx::TensorProto& p, DType dt, const Shape& shape, T
              "external data at offset ", offset, " of length ", length, " lies outside '", full, "' (",
              mapped->size(), " bytes)");
   const char* src = mapped->data() + offset;
+  if (narrow) {
+    Tensor t(dt, shape);
+    unpack_narrow(dt, reinterpret_cast<const uint8_t*>(src), shape.numel(), static_cast<uint8_t*>(t.raw()));
+    return t;
+  }
   if (reinterpret_cast<uintptr_t>(src) % dtype_size(dt) == 0)
     return Tensor::borrow(dt, shape, const_cast<char*>(src), mapped);  // read-only: kernels never write inputs
   Tensor t(dt, shape);
   std::memcpy(t.raw(), src, need);
+  return t;
+}
+
+// Narrow types arrive packed (4- and 2-bit elements share bytes, low bits first), in raw_data
+// or one packed byte per int32_data entry; onyx unpacks them to a byte per element.
+Tensor narrow_from_proto(const onnx::TensorProto& p, DType dt, const Shape& shape) {
+  const int64_t n = shape.numel();
+  const int64_t packed = narrow_packed_bytes(dt, n);
+  std::vector<uint8_t> bytes;
+  if (p.has_raw_data()) {
+    ONYX_CHECK(static_cast<int64_t>(p.raw_data().size()) == packed, "raw data holds ", p.raw_data().size(),
+               " bytes, but ", dtype_name(dt), shape.str(), " packs into ", packed);
+    bytes.assign(p.raw_data().begin(), p.raw_data().end());
+  } else {
+    ONYX_CHECK(p.int32_data_size() == packed, "holds ", p.int32_data_size(), " values, but ", dtype_name(dt),
+               shape.str(), " packs into ", packed);
+    for (int32_t v : p.int32_data()) bytes.push_back(static_cast<uint8_t>(v));
+  }
+  Tensor t(dt, shape);
+  unpack_narrow(dt, bytes.data(), n, static_cast<uint8_t*>(t.raw()));
   return t;
 }
 
@@ -110,6 +138,8 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, TensorLoadContext& ctx) {
 
   if (p.has_data_location() && p.data_location() == onnx::TensorProto::EXTERNAL)
     return from_external(p, dt, shape, ctx);
+
+  if (dtype_is_narrow(dt)) return narrow_from_proto(p, dt, shape);
 
   if (p.has_raw_data() && dt != DType::kString) {
     const std::string& raw = p.raw_data();

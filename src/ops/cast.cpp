@@ -1,9 +1,11 @@
 // Cast and CastLike between every pair of onyx's element types, strings included.
 #include <cctype>
+#include <cstring>
 #include <charconv>
 #include <cstdlib>
 #include <map>
 
+#include "core/narrow_types.h"
 #include "ops/elementwise.h"
 
 namespace onyx {
@@ -119,7 +121,50 @@ D cast_value(const S& s) {
   else return convert_value<D>(s);
 }
 
-void cast_tensor(const Tensor& in, Tensor& out) {
+// How a cast to a narrow float treats values out of its range (Cast's saturate, opset 19)
+// and how e8m0 rounds (round_mode, opset 24).
+struct NarrowOptions {
+  bool saturate = true;
+  E8M0Round round = E8M0Round::kUp;
+};
+
+NarrowOptions narrow_options(const NodeView& node) {
+  NarrowOptions o;
+  if (node.opset() >= 19) o.saturate = node.attr_int("saturate", 1) != 0;
+  if (node.opset() >= 24) o.round = parse_e8m0_round(node.attr_string("round_mode", "up"));
+  return o;
+}
+
+void cast_tensor(const Tensor& in, Tensor& out, const NarrowOptions& opts = {});
+
+// Narrow types go through an exact wide type: their values as int64 or float32, then the
+// ordinary cast; into a narrow type, each value is encoded from its int64 or double value.
+void cast_narrow(const Tensor& in, Tensor& out, const NarrowOptions& opts) {
+  const int64_t n = in.numel();
+  if (dtype_is_narrow(in.dtype())) {
+    Tensor wide(narrow_is_int(in.dtype()) ? DType::kInt64 : DType::kFloat32, in.shape());
+    const auto* p = static_cast<const uint8_t*>(in.raw());
+    for (int64_t i = 0; i < n; ++i) {
+      if (wide.dtype() == DType::kInt64) wide.data<int64_t>()[i] = static_cast<int64_t>(narrow_to_double(in.dtype(), p[i]));
+      else wide.data<float>()[i] = static_cast<float>(narrow_to_double(in.dtype(), p[i]));
+    }
+    cast_tensor(wide, out, opts);
+    return;
+  }
+  const DType to = out.dtype();
+  auto* q = static_cast<uint8_t*>(out.raw());
+  if (in.dtype() == DType::kString) {
+    for (int64_t i = 0; i < n; ++i) q[i] = narrow_from_double(to, parse_value<double>(in.data<std::string>()[i]),
+                                                               opts.saturate, opts.round);
+  } else if (narrow_is_int(to) && !dtype_is_float(in.dtype())) {
+    for (int64_t i = 0; i < n; ++i) q[i] = narrow_from_int64(to, in.get_as_int64(i));
+  } else {
+    for (int64_t i = 0; i < n; ++i) q[i] = narrow_from_double(to, in.get_as_double(i), opts.saturate, opts.round);
+  }
+}
+
+void cast_tensor(const Tensor& in, Tensor& out, const NarrowOptions& opts) {
+  if (dtype_is_narrow(in.dtype()) || dtype_is_narrow(out.dtype())) return cast_narrow(in, out, opts);
   dispatch<AllTypes>(in.dtype(), "Cast input", [&](auto src_tag) {
     using S = typename decltype(src_tag)::type;
     dispatch<AllTypes>(out.dtype(), "Cast target", [&](auto dst_tag) {
@@ -147,14 +192,45 @@ DType cast_target(const NodeView& node) {
   return dtype_from_onnx(static_cast<int32_t>(node.attr_int("to")));
 }
 
+// ---- BitCast (opset 26): the same bits read as another type of the same width ----
+
+int bit_width(DType t) { return dtype_is_narrow(t) ? narrow_bits(t) : static_cast<int>(8 * dtype_size(t)); }
+
+void infer_bitcast(InferContext& ctx) {
+  const DType from = ctx.input_dtype(0);
+  const DType to = dtype_from_onnx(static_cast<int32_t>(ctx.attr_int("to")));
+  ONYX_CHECK(from != DType::kString && to != DType::kString, "BitCast does not take strings");
+  ONYX_CHECK(bit_width(from) == bit_width(to), "BitCast needs types of one width: ", dtype_name(from), " has ",
+             bit_width(from), " bits, ", dtype_name(to), " ", bit_width(to));
+  ctx.set_output(0, to, ctx.input_shape(0));
+}
+
+void bitcast_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0);
+  if (x.bytes()) std::memcpy(y.raw(), x.raw(), x.bytes());
+  const int bits = bit_width(x.dtype());
+  if (bits >= 8) return;
+  // Sub-byte elements: onyx holds the narrow integers sign-extended, so the bits are the low
+  // ones of each byte, and a signed target extends them again.
+  auto* p = static_cast<uint8_t*>(y.raw());
+  const uint8_t mask = static_cast<uint8_t>((1u << bits) - 1);
+  const bool sign = y.dtype() == DType::kInt4 || y.dtype() == DType::kInt2;
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const uint8_t b = p[i] & mask;
+    p[i] = sign ? narrow_from_int64(y.dtype(), b) : b;
+  }
+}
+
 }  // namespace
 
 void register_cast_ops(OpRegistry& r) {
+  r.add(onnx_op("BitCast", 26, infer_bitcast, bitcast_kernel));
   r.add(onnx_op("Cast", 1, [](InferContext& ctx) { ctx.set_output(0, cast_target(ctx), ctx.input_shape(0)); },
-              [](KernelContext& ctx) { cast_tensor(ctx.input(0), ctx.output(0)); }));
+              [](KernelContext& ctx) { cast_tensor(ctx.input(0), ctx.output(0), narrow_options(ctx)); }));
   r.add(onnx_op("CastLike", 15,
               [](InferContext& ctx) { ctx.set_output(0, ctx.input_dtype(1), ctx.input_shape(0)); },
-              [](KernelContext& ctx) { cast_tensor(ctx.input(0), ctx.output(0)); }));
+              [](KernelContext& ctx) { cast_tensor(ctx.input(0), ctx.output(0), narrow_options(ctx)); }));
 }
 
 }  // namespace onyx

@@ -236,9 +236,73 @@ void scan_kernel(KernelContext& ctx) {
   }
 }
 
+// Scan-8: like Scan-9 with a leading batch axis on every state and scan input, each batch row
+// scanned on its own (its length from sequence_lens, input 0, when given; scan outputs past a
+// shorter row's length stay zero).
+void scan8_kernel(KernelContext& ctx) {
+  const Graph* body = ctx.attr_graph("body");
+  ONYX_CHECK(body, "missing attribute 'body'");
+  const int64_t m = ctx.attr_int("num_scan_inputs");
+  ONYX_CHECK(m > 0 && static_cast<size_t>(m) < ctx.num_inputs(), "num_scan_inputs ", m, " does not fit ",
+             ctx.num_inputs() - 1, " inputs after sequence_lens");
+  const size_t n_state = ctx.num_inputs() - 1 - static_cast<size_t>(m);
+  const size_t n_scan_out = ctx.num_outputs() - n_state;
+  const auto dirs = ctx.attr_ints("directions", std::vector<int64_t>(m, 0));
+  ONYX_CHECK(static_cast<int64_t>(dirs.size()) == m, "directions must have num_scan_inputs entries");
+  const Tensor& first = ctx.input(1 + n_state);
+  ONYX_CHECK(first.rank() >= 2, "scan inputs must be [batch, sequence, ...], got ", first.type_str());
+  const int64_t batch = first.shape()[0], max_len = first.shape()[1];
+  ONYX_CHECK(batch > 0, "Scan over an empty batch has no output shapes");
+  for (size_t i = 1; i < ctx.num_inputs(); ++i) {
+    const Tensor& t = ctx.input(i);
+    ONYX_CHECK(t.rank() >= 1 && t.shape()[0] == batch, "input ", i, " must lead with the batch axis of ", batch,
+               ", got ", t.type_str());
+    if (i > n_state)
+      ONYX_CHECK(t.rank() >= 2 && t.shape()[1] == max_len, "scan input ", i, " has ", t.type_str(),
+                 ", expected a sequence of ", max_len);
+  }
+  std::vector<std::vector<Tensor>> finals(n_state);
+  std::vector<std::vector<Tensor>> scans(n_scan_out);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t len = ctx.has_input(0) ? ctx.input(0).get_as_int64(b) : max_len;
+    ONYX_CHECK(len >= 0 && len <= max_len, "sequence_lens[", b, "] = ", len, " is outside [0, ", max_len, "]");
+    std::vector<Tensor> state;
+    for (size_t i = 0; i < n_state; ++i) state.push_back(take_along(ctx.input(1 + i), 0, b, ctx.allocator()));
+    std::vector<std::vector<Tensor>> parts(n_scan_out);
+    for (int64_t it = 0; it < len; ++it) {
+      std::vector<Tensor> in = state;
+      for (int64_t j = 0; j < m; ++j) {
+        const Tensor row = take_along(ctx.input(1 + n_state + j), 0, b, ctx.allocator());
+        in.push_back(take_along(row, 0, dirs[j] ? len - 1 - it : it, ctx.allocator()));
+      }
+      std::vector<Tensor> out = with_context(cat("body, batch ", b, ", iteration ", it),
+                                             [&] { return ctx.run_subgraph(*body, in); });
+      ONYX_CHECK(out.size() == n_state + n_scan_out, "the body returns ", out.size(), " values, expected ",
+                 n_state + n_scan_out);
+      for (size_t i = 0; i < n_state; ++i) state[i] = std::move(out[i]);
+      for (size_t k = 0; k < n_scan_out; ++k) parts[k].push_back(std::move(out[n_state + k]));
+    }
+    for (size_t i = 0; i < n_state; ++i) finals[i].push_back(state[i]);
+    for (size_t k = 0; k < n_scan_out; ++k) {
+      ONYX_CHECK(!parts[k].empty(), "Scan over zero iterations has no scan output shape");
+      while (static_cast<int64_t>(parts[k].size()) < max_len) {  // a shorter row: zeros past its end
+        Tensor zero(parts[k][0].dtype(), parts[k][0].shape(), ctx.allocator());
+        if (zero.bytes() && !dtype_is_object(zero.dtype())) std::memset(zero.raw(), 0, zero.bytes());
+        parts[k].push_back(zero);
+      }
+      scans[k].push_back(stack_along(parts[k], 0, parts[k][0].dtype(), parts[k][0].shape(), ctx.allocator()));
+    }
+  }
+  for (size_t i = 0; i < n_state; ++i)
+    ctx.set_output(i, stack_along(finals[i], 0, finals[i][0].dtype(), finals[i][0].shape(), ctx.allocator()));
+  for (size_t k = 0; k < n_scan_out; ++k)
+    ctx.set_output(n_state + k, stack_along(scans[k], 0, scans[k][0].dtype(), scans[k][0].shape(), ctx.allocator()));
+}
+
 }  // namespace
 
 void register_control_flow_ops(OpRegistry& r) {
+  r.add(onnx_op("Scan", 8, [](InferContext& ctx) { infer_from_body(ctx, ctx.attr_graph("body"), 0); }, scan8_kernel));
   r.add(onnx_op("If", 1, [](InferContext& ctx) { infer_from_body(ctx, ctx.attr_graph("then_branch"), 0); },
               if_kernel));
   r.add(onnx_op("Loop", 1, [](InferContext& ctx) { infer_from_body(ctx, ctx.attr_graph("body"), 1); }, loop_kernel));

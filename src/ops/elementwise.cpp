@@ -1,5 +1,6 @@
 // Arithmetic elementwise ops with numpy broadcasting: Add Sub Mul Div Pow Mod
 // PRelu, the variadic Max Min Sum Mean, and Where.
+#include <algorithm>
 #include <bit>
 
 #include "ops/elementwise.h"
@@ -115,12 +116,25 @@ void register_pow(OpRegistry& r) {
             .in_place({0, 1}));
 }
 
+// Before opset 7 a 1-D slope of X's channel count applied per channel (axis 1), not by numpy
+// broadcasting: that slope seen as [C, 1, ..., 1].
+PartialShape prelu_slope_shape(const NodeView& node, const PartialShape& x, const PartialShape& slope) {
+  if (node.opset() >= 7 || !x.rank_known || !slope.rank_known || slope.dims.size() != 1 || x.dims.size() < 2 ||
+      slope.dims[0] != x.dims[1] || slope.dims[0] == 1)
+    return slope;
+  PartialShape s = PartialShape::of_rank(x.dims.size() - 1);
+  std::fill(s.dims.begin(), s.dims.end(), 1);
+  s.dims[0] = slope.dims[0];
+  return s;
+}
+
 // PRelu: the slope broadcasts to X (one-directionally), so the output is X's shape.
 void register_prelu(OpRegistry& r) {
   r.add(onnx_op("PRelu", 1,
               [](InferContext& ctx) {
                 check_same_dtypes(ctx);
-                PartialShape out = broadcast_shapes(ctx.input_shape(0), ctx.input_shape(1));
+                PartialShape out = broadcast_shapes(ctx.input_shape(0),
+                                                    prelu_slope_shape(ctx, ctx.input_shape(0), ctx.input_shape(1)));
                 const PartialShape& x = ctx.input_shape(0);
                 if (out.fully_known() && x.fully_known())
                   ONYX_CHECK(out.to_shape() == x.to_shape(), "slope of shape ", ctx.input_shape(1).str(),
@@ -131,7 +145,9 @@ void register_prelu(OpRegistry& r) {
                 dispatch<NumericTypes>(ctx.input(0).dtype(), "PRelu", [&](auto tag) {
                   using T = typename decltype(tag)::type;
                   using C = compute_t<T>;
-                  broadcast_binary<T, T, T>(ctx.input(0), ctx.input(1), ctx.output(0), [](T x, T s) {
+                  const Tensor& slope = ctx.input(1);
+                  const PartialShape ss = prelu_slope_shape(ctx, ctx.input(0).shape(), slope.shape());
+                  broadcast_binary<T, T, T>(ctx.input(0), slope.view(ss.to_shape()), ctx.output(0), [](T x, T s) {
                     C cx = static_cast<C>(x);
                     return cx < C(0) ? static_cast<T>(wrap_mul(cx, static_cast<C>(s))) : x;
                   });

@@ -388,7 +388,57 @@ void nonzero_kernel(KernelContext& ctx) {
 
 }  // namespace
 
+// ---- TensorScatter(past_cache, update, write_indices? [batch]) -> present_cache ----
+// Writes update's positions along `axis` into a copy of the cache, starting per batch row at
+// write_indices (0 when absent); "circular" wraps past the cache's length, "linear" must fit.
+
+void infer_tensor_scatter(InferContext& ctx) {
+  const Shape cache = ctx.input_concrete_shape(0), update = ctx.input_concrete_shape(1);
+  ONYX_CHECK(ctx.input_dtype(1) == ctx.input_dtype(0), "update is ", dtype_name(ctx.input_dtype(1)), ", the cache ",
+             dtype_name(ctx.input_dtype(0)));
+  ONYX_CHECK(cache.rank() >= 2 && update.rank() == cache.rank(), "past_cache ", cache.str(), " and update ",
+             update.str(), " must have one rank of at least 2");
+  const int64_t axis = normalize_axis(ctx.attr_int("axis", -2), static_cast<int64_t>(cache.rank()));
+  ONYX_CHECK(axis > 0, "axis must not be the batch axis");
+  for (size_t i = 0; i < cache.rank(); ++i)
+    ONYX_CHECK(static_cast<int64_t>(i) == axis ? update[i] <= cache[i] : update[i] == cache[i], "update ",
+               update.str(), " does not fit past_cache ", cache.str(), " at axis ", i);
+  const std::string mode = ctx.attr_string("mode", "linear");
+  ONYX_CHECK(mode == "linear" || mode == "circular", "mode must be \"linear\" or \"circular\", got \"", mode, "\"");
+  if (ctx.has_input(2))
+    ONYX_CHECK(ctx.input_concrete_shape(2) == Shape({cache[0]}), "write_indices must be [", cache[0], "], got ",
+               ctx.input_concrete_shape(2).str());
+  ctx.set_output(0, ctx.input_dtype(0), cache);
+}
+
+void tensor_scatter_kernel(KernelContext& ctx) {
+  const Tensor& cache = ctx.input(0);
+  const Tensor& update = ctx.input(1);
+  Tensor& out = ctx.output(0);
+  const int64_t rank = static_cast<int64_t>(cache.rank());
+  const int64_t axis = normalize_axis(ctx.attr_int("axis", -2), rank);
+  const bool circular = ctx.attr_string("mode", "linear") == "circular";
+  copy_elements(cache, 0, out, 0, cache.numel());
+  int64_t rows = 1, inner = 1;  // rows: every axis before `axis`; inner: every axis after
+  for (int64_t i = 0; i < axis; ++i) rows *= cache.shape()[i];
+  for (int64_t i = axis + 1; i < rank; ++i) inner *= cache.shape()[i];
+  const int64_t max_len = cache.shape()[axis], len = update.shape()[axis];
+  const int64_t per_batch = rows / cache.shape()[0];
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = r / per_batch;
+    const int64_t start = ctx.has_input(2) ? ctx.input(2).get_as_int64(b) : 0;
+    for (int64_t s = 0; s < len; ++s) {
+      int64_t at = start + s;
+      if (circular) at = ((at % max_len) + max_len) % max_len;
+      ONYX_CHECK(at >= 0 && at < max_len, "write_indices[", b, "] = ", start, " puts position ", s, " at ", at,
+                 ", outside the cache's ", max_len, " (mode linear)");
+      copy_elements(update, (r * len + s) * inner, out, (r * max_len + at) * inner, inner);
+    }
+  }
+}
+
 void register_gather_scatter_ops(OpRegistry& r) {
+  r.add(onnx_op("TensorScatter", 24, infer_tensor_scatter, tensor_scatter_kernel));
   r.add(onnx_op("Gather", 1, infer_gather, gather_kernel));
   r.add(onnx_op("GatherElements", 11, infer_gather_elements, gather_elements_kernel));
   r.add(onnx_op("GatherND", 11, infer_gather_nd, gather_nd_kernel));

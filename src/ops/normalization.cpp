@@ -237,30 +237,67 @@ void group_norm_kernel(KernelContext& ctx, int64_t groups, bool per_group, doubl
       nullptr, nullptr);
 }
 
-// ---- BatchNormalization (inference) ----
+// ---- BatchNormalization ----
+
+// Training mode (opset 14+, training_mode=1) normalizes by the batch's own statistics and also
+// returns the running mean and variance moved toward them by `momentum`.
+void infer_batch_norm(InferContext& ctx) {
+  ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
+  const bool training = ctx.opset() >= 14 && ctx.attr_int("training_mode", 0) != 0;
+  for (size_t o = 1; o < ctx.num_outputs(); ++o) {
+    if (!ctx.has_output(o)) continue;
+    ONYX_CHECK(training && o <= 2, "BatchNormalization output ", o, " exists only in training mode (opset 14+)",
+               o > 2 ? " and only up to output 2" : "");
+    ctx.set_output(o, ctx.input_dtype(o == 1 ? 3 : 4), ctx.input_shape(o == 1 ? 3 : 4));
+  }
+}
 
 template <class T>
 void batch_norm_kernel(KernelContext& ctx) {
-  ONYX_CHECK(ctx.attr_int("training_mode", 0) == 0,
-             "BatchNormalization with training_mode=1 is not supported (onyx runs inference only)");
-  for (size_t o = 1; o < ctx.num_outputs(); ++o)
-    ONYX_CHECK(!ctx.has_output(o), "BatchNormalization output ", o,
-               " exists only in training mode, which onyx does not support");
+  const bool training = ctx.opset() >= 14 && ctx.attr_int("training_mode", 0) != 0;
   const Tensor& x = ctx.input(0);
   ONYX_CHECK(x.rank() >= 1, "input must have rank >= 1");
   const int64_t n = x.shape()[0], c = x.rank() > 1 ? x.shape()[1] : 1;
   const int64_t spatial = n * c == 0 ? 0 : x.numel() / (n * c);
-  std::vector<double> scale(c), shift(c);
+  std::vector<double> scale(c), shift(c), mean(c), var(c);
   const double eps = ctx.attr_float("epsilon", 1e-5f);
   for (size_t i = 1; i <= 4; ++i)
     ONYX_CHECK(ctx.input(i).numel() == c, "input ", i, " must hold one value per channel (", c, "), got shape ",
                ctx.input(i).shape().str());
-  for (int64_t k = 0; k < c; ++k) {
-    double s = ctx.input(1).get_as_double(k) / std::sqrt(ctx.input(4).get_as_double(k) + eps);
-    scale[k] = s;
-    shift[k] = ctx.input(2).get_as_double(k) - ctx.input(3).get_as_double(k) * s;
-  }
   const T* px = x.data<T>();
+  for (int64_t k = 0; k < c; ++k) {
+    mean[k] = ctx.input(3).get_as_double(k);
+    var[k] = ctx.input(4).get_as_double(k);
+  }
+  if (training) {
+    ONYX_CHECK(n * spatial > 0, "training mode needs a non-empty batch");
+    for (int64_t k = 0; k < c; ++k) {
+      double sum = 0, sq = 0;
+      for (int64_t b = 0; b < n; ++b)
+        for (int64_t i = 0; i < spatial; ++i) sum += to_d(px[(b * c + k) * spatial + i]);
+      const double m = sum / static_cast<double>(n * spatial);
+      for (int64_t b = 0; b < n; ++b)
+        for (int64_t i = 0; i < spatial; ++i) sq += std::pow(to_d(px[(b * c + k) * spatial + i]) - m, 2);
+      const double v = sq / static_cast<double>(n * spatial);  // the population variance
+      const double momentum = ctx.attr_float("momentum", 0.9f);
+      for (size_t o = 1; o <= 2; ++o) {
+        if (!ctx.has_output(o)) continue;
+        const double running = (o == 1 ? mean[k] : var[k]) * momentum + (o == 1 ? m : v) * (1 - momentum);
+        Tensor& out = ctx.output(o);
+        dispatch<FloatTypes>(out.dtype(), "running statistics", [&](auto tag) {
+          using R = typename decltype(tag)::type;
+          out.data<R>()[k] = static_cast<R>(static_cast<compute_t<R>>(running));
+        });
+      }
+      mean[k] = m;
+      var[k] = v;
+    }
+  }
+  for (int64_t k = 0; k < c; ++k) {
+    double s = ctx.input(1).get_as_double(k) / std::sqrt(var[k] + eps);
+    scale[k] = s;
+    shift[k] = ctx.input(2).get_as_double(k) - mean[k] * s;
+  }
   T* py = ctx.output(0).data<T>();
   for (int64_t b = 0; b < n; ++b)
     for (int64_t k = 0; k < c; ++k) {
@@ -294,7 +331,9 @@ void lp_norm_kernel(KernelContext& ctx) {
         norm += p == 1 ? std::abs(v) : v * v;
       }
       if (p == 2) norm = std::sqrt(norm);
-      for (int64_t j = 0; j < n; ++j) py[base + j * inner] = from_d<T>(to_d(px[base + j * inner]) / norm);
+      // An all-zero vector stays zero (ONNX's definition), not 0 / 0.
+      for (int64_t j = 0; j < n; ++j)
+        py[base + j * inner] = from_d<T>(norm == 0 ? 0.0 : to_d(px[base + j * inner]) / norm);
     }
 }
 
@@ -427,7 +466,7 @@ void register_normalization_ops(OpRegistry& r) {
                              group_norm_kernel<typename decltype(tag)::type>(ctx, c, false,
                                                                              ctx.attr_float("epsilon", 1e-5f));
                            })));
-  r.add(onnx_op("BatchNormalization", 1, same_as_input(),
+  r.add(onnx_op("BatchNormalization", 1, infer_batch_norm,
               float_kernel("BatchNormalization",
                            [](auto tag, KernelContext& ctx) { batch_norm_kernel<typename decltype(tag)::type>(ctx); })));
   r.add(onnx_op("LpNormalization", 1, same_as_input(),

@@ -2,8 +2,11 @@
 // QLinearMatMul, and com.microsoft's MatMulIntegerToFloat and DynamicQuantizeMatMul (what
 // onnxruntime's quantize_dynamic emits, and what its optimizer fuses MatMulInteger chains into).
 #include <algorithm>
+#include <cstdlib>
+#include <limits>
 
 #include "ops/common.h"
+#include "ops/gemm.h"
 #include "ops/matmul_plan.h"
 #include "ops/quantize.h"
 
@@ -67,20 +70,65 @@ void matmul_int32(const TA* a, const TB* b, const MatmulPlan& p, const std::vect
   }
 }
 
-// The int32 products of two int8/uint8 tensors, whichever their types: written `into` the
-// caller's buffer, or returned.
+// The same products through BLAS in the floating type F, exact: every term and every partial
+// sum is an integer below 2^24 (float) or 2^53 (double), which the caller checked.
+template <class F, class TA, class TB>
+void matmul_blas(const TA* a, const TB* b, const MatmulPlan& p, const std::vector<int32_t>& za,
+                 const std::vector<int32_t>& zb, int32_t* out) {
+  std::vector<F> af(static_cast<size_t>(p.m * p.k)), bf(static_cast<size_t>(p.k * p.n)), cf(static_cast<size_t>(p.m * p.n));
+  for (size_t t = 0; t < p.off_a.size(); ++t) {
+    const TA* at = a + p.off_a[t];
+    const TB* bt = b + p.off_b[t];
+    for (int64_t i = 0; i < p.m; ++i)
+      for (int64_t q = 0; q < p.k; ++q) af[i * p.k + q] = static_cast<F>(static_cast<int32_t>(at[i * p.k + q]) - za[i]);
+    for (int64_t q = 0; q < p.k; ++q)
+      for (int64_t j = 0; j < p.n; ++j) bf[q * p.n + j] = static_cast<F>(static_cast<int32_t>(bt[q * p.n + j]) - zb[j]);
+    cpu::gemm_blas(false, false, p.m, p.n, p.k, F(1), af.data(), p.k, bf.data(), p.n, F(0), cf.data(), p.n);
+    int32_t* ot = out + static_cast<int64_t>(t) * p.m * p.n;
+    for (int64_t i = 0; i < p.m * p.n; ++i) ot[i] = static_cast<int32_t>(cf[i]);
+  }
+}
+
+// The largest |x - z| any value x of the 8-bit type T gives with these zero points (383 at most).
+template <class T>
+int32_t largest_shifted(const std::vector<int32_t>& z) {
+  int32_t m = 0;
+  for (int32_t v : z)
+    m = std::max({m, std::abs(int32_t{std::numeric_limits<T>::min()} - v), std::abs(int32_t{std::numeric_limits<T>::max()} - v)});
+  return m;
+}
+
+}  // namespace
+
 std::vector<int32_t> integer_products(const Tensor& a, const Tensor& b, const MatmulPlan& p,
                                       const std::vector<int32_t>& za, const std::vector<int32_t>& zb,
-                                      int32_t* into = nullptr) {
+                                      int32_t* into, IntegerProducts how) {
   std::vector<int32_t> out(into ? 0 : p.off_a.size() * static_cast<size_t>(p.m * p.n));
+  int32_t* dst = into ? into : out.data();
   dispatch<Int8Types>(a.dtype(), "A", [&](auto ta) {
     dispatch<Int8Types>(b.dtype(), "B", [&](auto tb) {
-      matmul_int32(a.data<typename decltype(ta)::type>(), b.data<typename decltype(tb)::type>(), p, za, zb,
-                   into ? into : out.data());
+      using TA = typename decltype(ta)::type;
+      using TB = typename decltype(tb)::type;
+      const TA* pa = a.data<TA>();
+      const TB* pb = b.data<TB>();
+      // Large products go through BLAS when the float type holds every partial sum exactly:
+      // k * max|a - za| * max|b - zb| bounds each (the bound covers any 8-bit values).
+      const double bound = static_cast<double>(p.k) * largest_shifted<TA>(za) * largest_shifted<TB>(zb);
+      const bool large = p.m * p.n * p.k >= 32768;
+      if (how == IntegerProducts::kReference || (how == IntegerProducts::kAuto && !large))
+        matmul_int32(pa, pb, p, za, zb, dst);
+      else if (bound < 16777216.0)  // 2^24
+        matmul_blas<float>(pa, pb, p, za, zb, dst);
+      else if (bound < 2147483648.0)  // 2^31: the sum fits int32 (a double holds it exactly)
+        matmul_blas<double>(pa, pb, p, za, zb, dst);
+      else  // sums that may pass int32 wrap, as the reference loop defines them
+        matmul_int32(pa, pb, p, za, zb, dst);
     });
   });
   return out;
 }
+
+namespace {
 
 // ---- MatMulInteger ----
 
@@ -126,16 +174,24 @@ void qlinear_matmul_kernel(KernelContext& ctx) {
   std::vector<int32_t> zy = zero_points(ctx, kYZero, y.dtype(), 1, "y_zero_point");
   const QuantRange r = quant_range(y.dtype(), "QLinearMatMul");
   std::vector<int32_t> acc = integer_products(a, b, p, za, zb);
-  std::vector<double> mult(static_cast<size_t>(p.m * p.n));
-  for (int64_t i = 0; i < p.m; ++i)
+  // The requantization multiplier of each output element, per row only when a's scale is
+  // per row (a per-tensor scale, the usual case, gives every row the same ones).
+  const bool same_rows = std::all_of(sa.begin(), sa.end(), [&](double v) { return v == sa[0]; });
+  const int64_t mult_rows = same_rows ? 1 : p.m;
+  std::vector<double> mult(static_cast<size_t>(mult_rows * p.n));
+  for (int64_t i = 0; i < mult_rows; ++i)
     for (int64_t j = 0; j < p.n; ++j)
       mult[i * p.n + j] = round_to_dtype(st, round_to_dtype(st, sa[i] * sb[j]) / sy[0]);
   dispatch<Int8Types>(y.dtype(), "QLinearMatMul y", [&](auto yt) {
     using Y = typename decltype(yt)::type;
     Y* py = y.data<Y>();
-    const int64_t mn = p.m * p.n;
-    for (size_t o = 0; o < acc.size(); ++o)
-      py[o] = static_cast<Y>(quantize_scaled(static_cast<double>(acc[o]) * mult[o % mn], zy[0], r));
+    const int64_t rows = static_cast<int64_t>(acc.size()) / std::max<int64_t>(p.n, 1);
+    for (int64_t row = 0; row < rows; ++row) {
+      const double* m = mult.data() + (same_rows ? 0 : (row % p.m) * p.n);
+      const int32_t* in = acc.data() + row * p.n;
+      Y* out = py + row * p.n;
+      for (int64_t j = 0; j < p.n; ++j) out[j] = static_cast<Y>(quantize_scaled(static_cast<double>(in[j]) * m[j], zy[0], r));
+    }
   });
 }
 

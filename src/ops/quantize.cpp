@@ -1,10 +1,16 @@
 // QuantizeLinear, DequantizeLinear (per tensor, per axis, blocked) and DynamicQuantizeLinear,
-// for the integer quantized types onyx holds (int8, uint8, int16, uint16; int32 to dequantize).
+// for every quantized type ONNX names: int8, uint8, int16, uint16 (int32 to dequantize), the
+// narrow integers int4, uint4, int2, uint2, and the 8- and 4-bit floats.
 #include "ops/quantize.h"
 
 #include <limits>
 
+#include "core/narrow_types.h"
 #include "ops/common.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace onyx {
 
@@ -85,12 +91,46 @@ using QuantTypes = TypeList<int8_t, uint8_t, int16_t, uint16_t>;
 using DequantTypes = TypeList<int8_t, uint8_t, int16_t, uint16_t, int32_t>;
 using QuantizeInputTypes = TypeList<float, Float16, BFloat16, int32_t>;
 
+// The ONNX opset whose QuantizeLinear/DequantizeLinear a node follows: com.microsoft's (what
+// onnxruntime's quantizer emits for 16- and 4-bit types) is opset 19's (per-axis, no blocks).
+int q_opset(const NodeView& n) { return n.node().domain == "com.microsoft" ? 19 : n.opset(); }
+
+// The narrow integers are held as int8 or uint8 values (core/narrow_types.h): quantizing to
+// them is quantizing to that storage type with the narrow range.
+DType narrow_storage(DType t) {
+  return t == DType::kInt4 || t == DType::kInt2 ? DType::kInt8 : DType::kUInt8;
+}
+QuantRange narrow_int_range(DType t) {
+  switch (t) {
+    case DType::kInt4: return {-8, 7};
+    case DType::kUInt4: return {0, 15};
+    case DType::kInt2: return {-2, 1};
+    default: return {0, 3};  // uint2
+  }
+}
+bool is_narrow_float(DType t) { return dtype_is_narrow(t) && !narrow_is_int(t); }
+
+// Float quantized types take no integer zero point: its values as doubles. The 8-bit floats
+// need it zero (ONNX's definition); float4e2m1's is added before rounding.
+std::vector<double> float_zero_points(const Tensor* zero_point, const Tensor& scale, DType t, std::string_view what) {
+  std::vector<double> v(static_cast<size_t>(scale.numel()), 0.0);
+  if (!zero_point) return v;
+  ONYX_CHECK(zero_point->numel() == scale.numel(), what, " has shape ", zero_point->shape().str(),
+             ", but the scale has ", scale.shape().str(), " (they must match)");
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = zero_point->get_as_double(static_cast<int64_t>(i));
+    ONYX_CHECK(t == DType::kFloat4E2M1 || v[i] == 0, what, " must be zero for ", dtype_name(t), ", got ", v[i],
+               " at ", i);
+  }
+  return v;
+}
+
 
 // ---- QuantizeLinear ----
 
 // The output type: y_zero_point's, else output_dtype (opset 21), else uint8.
 DType quantize_output_dtype(const InferContext& ctx) {
-  const int64_t attr = ctx.opset() >= 21 ? ctx.attr_int("output_dtype", 0) : 0;
+  const int64_t attr = q_opset(ctx) >= 21 ? ctx.attr_int("output_dtype", 0) : 0;
   DType attr_dtype = attr ? dtype_from_onnx(static_cast<int32_t>(attr)) : DType::kUndefined;
   if (ctx.has_input(2)) {
     DType z = ctx.input_dtype(2);
@@ -103,7 +143,8 @@ DType quantize_output_dtype(const InferContext& ctx) {
 
 void infer_quantize(InferContext& ctx) {
   DType out = quantize_output_dtype(ctx);
-  quant_range(out, "QuantizeLinear");
+  ONYX_CHECK(out != DType::kFloat8E8M0, "QuantizeLinear: quantized type float8e8m0 is not supported");
+  if (!dtype_is_narrow(out)) quant_range(out, "QuantizeLinear");
   DType x = ctx.input_dtype(0);
   ONYX_CHECK(x == DType::kFloat32 || x == DType::kFloat16 || x == DType::kBFloat16 || x == DType::kInt32,
              "x must be float32, float16, bfloat16 or int32, got ", dtype_name(x));
@@ -116,7 +157,7 @@ void infer_quantize(InferContext& ctx) {
 // promotion of the two, as the ONNX reference divides (a 16-bit float only when both
 // are that type; double for int32 x).
 DType division_type(const KernelContext& ctx, DType x, DType scale) {
-  const int64_t precision = ctx.opset() >= 23 ? ctx.attr_int("precision", 0) : 0;
+  const int64_t precision = q_opset(ctx) >= 23 ? ctx.attr_int("precision", 0) : 0;
   if (precision) {
     DType p = dtype_from_onnx(static_cast<int32_t>(precision));
     ONYX_CHECK(dtype_is_float(p), "precision ", dtype_name(p), " is not supported (a floating type)");
@@ -126,25 +167,98 @@ DType division_type(const KernelContext& ctx, DType x, DType scale) {
   return x == DType::kInt32 ? DType::kFloat64 : DType::kFloat32;
 }
 
+// The common case (float32 x and scale, 8-bit y: every activation of a QDQ model) in float
+// arithmetic. The same values as the general path: a float32 quotient rounded from double is
+// the float32 quotient (double holds over twice float's digits), and below 2^22 adding and
+// subtracting 1.5 * 2^23 rounds half to even as rint does; NaN takes the zero point.
+// n elements with one scale and zero point. With SSE2 four at a time: cvtps2dq rounds half to
+// even (the default rounding mode) as rint does, on values clamped to +-2^22 so that it is exact;
+// the zero point and the range are applied in float, where those integers are exact.
+template <class Q>
+void quantize_span(const float* x, Q* y, int64_t n, float s, float z, float lo, float hi) {
+  const float nan_code = std::clamp(z, lo, hi);
+  int64_t i = 0;
+#if defined(__SSE2__)
+  const __m128 vs = _mm_set1_ps(s), vz = _mm_set1_ps(z), vlo = _mm_set1_ps(lo), vhi = _mm_set1_ps(hi);
+  const __m128 big = _mm_set1_ps(4194304.f), small = _mm_set1_ps(-4194304.f), vnan = _mm_set1_ps(nan_code);
+  for (; i + 4 <= n; i += 4) {
+    const __m128 q = _mm_div_ps(_mm_loadu_ps(x + i), vs);
+    const __m128 ordered = _mm_cmpord_ps(q, q);
+    const __m128 c = _mm_min_ps(_mm_max_ps(q, small), big);
+    __m128 v = _mm_add_ps(_mm_cvtepi32_ps(_mm_cvtps_epi32(c)), vz);
+    v = _mm_min_ps(_mm_max_ps(v, vlo), vhi);
+    v = _mm_or_ps(_mm_and_ps(ordered, v), _mm_andnot_ps(ordered, vnan));
+    alignas(16) int32_t codes[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(codes), _mm_cvttps_epi32(v));
+    for (int k = 0; k < 4; ++k) y[i + k] = static_cast<Q>(codes[k]);
+  }
+#endif
+  for (; i < n; ++i) {
+    const float q = x[i] / s;
+    if (q != q) {
+      y[i] = static_cast<Q>(nan_code);
+      continue;
+    }
+    const float c = std::min(std::max(q, -4194304.f), 4194304.f);
+    y[i] = static_cast<Q>(std::min(std::max(((c + 12582912.f) - 12582912.f) + z, lo), hi));
+  }
+}
+
+void quantize_float_to_8bit(const float* x, const std::vector<double>& scales, const std::vector<int64_t>& zeros,
+                            QuantRange r, const QuantGranularity& g, Tensor& y) {
+  const float lo = static_cast<float>(r.lo), hi = static_cast<float>(r.hi);
+  auto run = [&](auto* py) {
+    auto span = [&](int64_t from, int64_t n, int64_t p) {
+      quantize_span(x + from, py + from, n, static_cast<float>(scales[static_cast<size_t>(p)]),
+                    static_cast<float>(zeros[static_cast<size_t>(p)]), lo, hi);
+    };
+    if (g.kind == QuantGranularity::Kind::kPerTensor) {
+      span(0, g.outer * g.axis_dim * g.inner, 0);
+    } else if (g.kind == QuantGranularity::Kind::kPerAxis) {
+      for (int64_t o = 0; o < g.outer; ++o)
+        for (int64_t a = 0; a < g.axis_dim; ++a) span((o * g.axis_dim + a) * g.inner, g.inner, a);
+    } else {
+      g.for_each([&](int64_t i, int64_t p) { span(i, 1, p); });
+    }
+  };
+  if (y.dtype() == DType::kInt8) run(y.data<int8_t>());
+  else run(y.data<uint8_t>());
+}
+
 void quantize_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& scale = ctx.input(1);
   const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
   Tensor& y = ctx.output(0);
   const QuantGranularity g = quant_granularity(x.shape(), scale.shape(), ctx.attr_int("axis", 1),
-                                               ctx.opset() >= 21 ? ctx.attr_int("block_size", 0) : 0,
-                                               ctx.opset() >= 13, ctx.opset() >= 21);
+                                               q_opset(ctx) >= 21 ? ctx.attr_int("block_size", 0) : 0,
+                                               q_opset(ctx) >= 13, q_opset(ctx) >= 21);
   const DType div = division_type(ctx, x.dtype(), scale.dtype());
   std::vector<double> s = scale_values(scale, "y_scale");
   for (double& v : s) v = round_to_dtype(div, v);
+  if (is_narrow_float(y.dtype())) {
+    const std::vector<double> zf = float_zero_points(zp, scale, y.dtype(), "y_zero_point");
+    const bool saturate = q_opset(ctx) < 19 || ctx.attr_int("saturate", 1) != 0;
+    auto* py = static_cast<uint8_t*>(y.raw());
+    g.for_each([&](int64_t i, int64_t p) {
+      const double v = round_to_dtype(div, round_to_dtype(div, x.get_as_double(i)) / s[p]);
+      py[i] = narrow_from_double(y.dtype(), round_to_dtype(div, v + zf[p]), saturate);
+    });
+    return;
+  }
   const std::vector<int64_t> z = zero_point_values(zp, scale, "y_zero_point");
-  const QuantRange r = quant_range(y.dtype(), "QuantizeLinear");
+  const bool narrow = dtype_is_narrow(y.dtype());
+  const QuantRange r = narrow ? narrow_int_range(y.dtype()) : quant_range(y.dtype(), "QuantizeLinear");
+  if (x.dtype() == DType::kFloat32 && div == DType::kFloat32 && (y.dtype() == DType::kInt8 || y.dtype() == DType::kUInt8)) {
+    quantize_float_to_8bit(x.data<float>(), s, z, r, g, y);
+    return;
+  }
   dispatch<QuantizeInputTypes>(x.dtype(), "QuantizeLinear x", [&](auto xt) {
     using X = typename decltype(xt)::type;
-    dispatch<QuantTypes>(y.dtype(), "QuantizeLinear y", [&](auto qt) {
+    dispatch<QuantTypes>(narrow ? narrow_storage(y.dtype()) : y.dtype(), "QuantizeLinear y", [&](auto qt) {
       using Q = typename decltype(qt)::type;
       const X* px = x.data<X>();
-      Q* py = y.data<Q>();
+      Q* py = static_cast<Q*>(y.raw());
       g.for_each([&](int64_t i, int64_t p) {
         const double v = round_to_dtype(div, static_cast<double>(static_cast<compute_t<X>>(px[i])));
         py[i] = static_cast<Q>(quantize_scaled(round_to_dtype(div, v / s[p]), z[p], r));
@@ -158,14 +272,15 @@ void quantize_kernel(KernelContext& ctx) {
 void infer_dequantize(InferContext& ctx) {
   DType x = ctx.input_dtype(0);
   ONYX_CHECK(x == DType::kInt32 || x == DType::kInt8 || x == DType::kUInt8 || x == DType::kInt16 ||
-                 x == DType::kUInt16,
-             "x must be int8, uint8, int16, uint16 or int32, got ", dtype_name(x));
+                 x == DType::kUInt16 || (dtype_is_narrow(x) && x != DType::kFloat8E8M0),
+             "x must be int8, uint8, int16, uint16, int32, int4, uint4, int2, uint2 or an 8- or 4-bit float, got ",
+             dtype_name(x));
   if (ctx.has_input(2))
     ONYX_CHECK(ctx.input_dtype(2) == x, "x_zero_point has type ", dtype_name(ctx.input_dtype(2)), ", x ",
                dtype_name(x), " (they must match)");
   DType scale = ctx.input_dtype(1);
   ONYX_CHECK(dtype_is_float(scale), "x_scale must be a floating type, got ", dtype_name(scale));
-  const int64_t attr = ctx.opset() >= 23 ? ctx.attr_int("output_dtype", 0) : 0;
+  const int64_t attr = q_opset(ctx) >= 23 ? ctx.attr_int("output_dtype", 0) : 0;
   DType out = attr ? dtype_from_onnx(static_cast<int32_t>(attr)) : scale;
   ONYX_CHECK(dtype_is_float(out), "output_dtype must be a floating type, got ", dtype_name(out));
   ctx.set_output(0, out, ctx.input_shape(0));
@@ -179,10 +294,27 @@ void dequantize_kernel(KernelContext& ctx) {
   const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
   Tensor& y = ctx.output(0);
   const QuantGranularity g = quant_granularity(x.shape(), scale.shape(), ctx.attr_int("axis", 1),
-                                               ctx.opset() >= 21 ? ctx.attr_int("block_size", 0) : 0,
-                                               ctx.opset() >= 13, ctx.opset() >= 21);
+                                               q_opset(ctx) >= 21 ? ctx.attr_int("block_size", 0) : 0,
+                                               q_opset(ctx) >= 13, q_opset(ctx) >= 21);
   const std::vector<double> s = scale_values(scale, "x_scale");
   std::vector<float> sf(s.begin(), s.end());
+  if (dtype_is_narrow(x.dtype())) {
+    const DType xt = x.dtype();
+    const std::vector<double> z = is_narrow_float(xt) ? float_zero_points(zp, scale, xt, "x_zero_point") : [&] {
+      const auto zi = zero_point_values(zp, scale, "x_zero_point");
+      return std::vector<double>(zi.begin(), zi.end());
+    }();
+    const auto* px = static_cast<const uint8_t*>(x.raw());
+    dispatch<FloatTypes>(y.dtype(), "DequantizeLinear y", [&](auto yt) {
+      using Y = typename decltype(yt)::type;
+      Y* py = y.data<Y>();
+      g.for_each([&](int64_t i, int64_t p) {
+        const float d = static_cast<float>(narrow_to_double(xt, px[i]) - z[p]);
+        py[i] = static_cast<Y>(d * sf[p]);
+      });
+    });
+    return;
+  }
   const std::vector<int64_t> z = zero_point_values(zp, scale, "x_zero_point");
   dispatch<DequantTypes>(x.dtype(), "DequantizeLinear x", [&](auto qt) {
     using Q = typename decltype(qt)::type;
@@ -190,6 +322,14 @@ void dequantize_kernel(KernelContext& ctx) {
       using Y = typename decltype(yt)::type;
       const Q* px = x.data<Q>();
       Y* py = y.data<Y>();
+      if (g.kind == QuantGranularity::Kind::kPerTensor && sizeof(Q) == 1 && std::is_same_v<Y, float>) {
+        // One scale and zero point over 8-bit codes (a QDQ model's activations): the same
+        // arithmetic as below, in a loop that vectorizes.
+        const float zf = static_cast<float>(z[0]), s0 = sf[0];
+        const int64_t n = x.numel();
+        for (int64_t i = 0; i < n; ++i) py[i] = static_cast<Y>((static_cast<float>(px[i]) - zf) * s0);
+        return;
+      }
       g.for_each([&](int64_t i, int64_t p) {
         const float d = static_cast<float>(static_cast<int64_t>(px[i]) - z[p]);
         py[i] = static_cast<Y>(d * sf[p]);
@@ -247,6 +387,8 @@ void register_quantize_ops(OpRegistry& r) {
     r.add(onnx_op("DequantizeLinear", since, infer_dequantize, dequantize_kernel));
   }
   r.add(onnx_op("DynamicQuantizeLinear", 11, infer_dynamic_quantize, dynamic_quantize_kernel));
+  r.add(domain_op("com.microsoft", "QuantizeLinear", 1, infer_quantize, quantize_kernel));
+  r.add(domain_op("com.microsoft", "DequantizeLinear", 1, infer_dequantize, dequantize_kernel));
 }
 
 }  // namespace onyx

@@ -27,7 +27,10 @@ QuantRange quant_range(DType t, std::string_view what);
 // zero point (it dequantizes to 0), where numpy's cast would give an arbitrary integer.
 inline int64_t quantize_scaled(double scaled, int64_t zero_point, QuantRange r) {
   if (std::isnan(scaled)) return std::clamp(zero_point, r.lo, r.hi);
-  const double q = std::nearbyint(scaled) + static_cast<double>(zero_point);
+  // rint without a library call: below 2^51, adding and subtracting 1.5 * 2^52 rounds half to
+  // even; beyond, every quantized type has saturated anyway.
+  const double c = std::clamp(scaled, -2251799813685248.0, 2251799813685248.0);
+  const double q = ((c + 6755399441055744.0) - 6755399441055744.0) + static_cast<double>(zero_point);
   if (q <= static_cast<double>(r.lo)) return r.lo;
   if (q >= static_cast<double>(r.hi)) return r.hi;
   return static_cast<int64_t>(q);
@@ -76,6 +79,16 @@ double round_to_dtype(DType t, double v);
 // have the scale's shape).
 std::vector<double> scale_values(const Tensor& scale, std::string_view what);
 std::vector<int64_t> zero_point_values(const Tensor* zero_point, const Tensor& scale, std::string_view what);
+
+// The int32 products of two int8/uint8 tensors under numpy's matmul rules, (A - za)(B - zb) with
+// za per row and zb per column, written `into` the caller's buffer or returned. The reference is a
+// plain loop; large products go through BLAS in float or double where that type holds every
+// partial sum exactly (ops/quant_matmul.cpp), which tests/unit checks against the reference.
+struct MatmulPlan;
+enum class IntegerProducts { kAuto, kReference, kBlas };
+std::vector<int32_t> integer_products(const Tensor& a, const Tensor& b, const MatmulPlan& p,
+                                      const std::vector<int32_t>& za, const std::vector<int32_t>& zb,
+                                      int32_t* into = nullptr, IntegerProducts how = IntegerProducts::kAuto);
 
 // DynamicQuantizeLinear's per-tensor uint8 parameters for x: the range [min(x, 0), max(x, 0)]
 // spread over 0..255, and the zero point that puts 0 on an integer.

@@ -2,6 +2,14 @@
 
 namespace onyx {
 
+void register_ml_linear_ops(OpRegistry& r);  // ml_linear.cpp: ai.onnx.ml transforms and linear models
+void register_ml_tree_ops(OpRegistry& r);    // ml_trees.cpp: TreeEnsembleRegressor, TreeEnsembleClassifier
+void register_ml_svm_ops(OpRegistry& r);     // ml_svm.cpp: SVMRegressor, SVMClassifier
+void register_ml_map_ops(OpRegistry& r);     // ml_maps.cpp: ZipMap, DictVectorizer, CastMap
+void register_quant_contrib_ops(OpRegistry& r);  // quant_contrib.cpp: QEmbedLayerNormalization, DynamicQuantizeLSTM
+void register_fused_conv_gemm_ops(OpRegistry& r);  // fused_conv_gemm.cpp: com.microsoft FusedConv, FusedGemm
+void register_training_ops(OpRegistry& r);   // training_ops.cpp: Adagrad, Adam, Momentum; Gradient's helpers
+
 void OpRegistry::add(OpDef def) {
   ONYX_ASSERT(def.infer, "op ", def.name, " has no inference function");
   const std::string name = def.name;
@@ -38,6 +46,26 @@ OpRegistry& OpRegistry::global_mutable() {
     register_genai_ops(r);
     register_fused_ops(r);
     register_linear_ops(r);
+    register_sequence_ops(r);
+    register_state_space_ops(r);
+    register_detection_ops(r);
+    register_string_ops(r);
+    register_rnn_ops(r);
+    register_signal_ops(r);
+    register_ml_ops(r);
+    register_flex_attention_ops(r);
+    register_random_ops(r);
+    register_image_ops(r);
+    register_contrib_nn_ops(r);
+    register_attention_contrib_ops(r);
+    register_qlinear_ops(r);
+    register_ml_linear_ops(r);
+    register_ml_tree_ops(r);
+    register_ml_svm_ops(r);
+    register_ml_map_ops(r);
+    register_training_ops(r);
+    register_quant_contrib_ops(r);
+    register_fused_conv_gemm_ops(r);
     return r;
   }();
   return registry;

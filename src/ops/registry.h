@@ -66,5 +66,18 @@ void register_resize_ops(OpRegistry& r);
 void register_genai_ops(OpRegistry& r);  // genai_ops.cpp, sampling.cpp: onyx.genai CacheUpdate, Sample
 void register_fused_ops(OpRegistry& r);  // fused_ops.cpp: onyx RotaryHalf, SiluMul (made by passes/fuse_patterns)
 void register_linear_ops(OpRegistry& r);  // linear_ops.cpp: onyx Linear, SiluGateLinear (made by passes/fuse_linear)
+void register_sequence_ops(OpRegistry& r);  // sequence_ops.cpp: sequences and optionals
+void register_state_space_ops(OpRegistry& r);  // state_space.cpp: CausalConvWithState, LinearAttention
+void register_detection_ops(OpRegistry& r);  // detection.cpp: NonMaxSuppression, RoiAlign
+void register_string_ops(OpRegistry& r);  // string_ops.cpp: StringConcat, StringSplit, StringNormalizer, RegexFullMatch
+void register_rnn_ops(OpRegistry& r);  // rnn.cpp: RNN, GRU, LSTM
+void register_signal_ops(OpRegistry& r);  // signal.cpp: DFT, STFT, windows, MelWeightMatrix
+void register_ml_ops(OpRegistry& r);  // ml_ops.cpp: TfIdfVectorizer and ai.onnx.ml ops
+void register_flex_attention_ops(OpRegistry& r);  // flex_attention.cpp: ai.onnx.preview FlexAttention
+void register_random_ops(OpRegistry& r);  // random_ops.cpp: RandomUniform/Normal(Like), Bernoulli
+void register_image_ops(OpRegistry& r);  // image_decoder.cpp: ImageDecoder
+void register_contrib_nn_ops(OpRegistry& r);  // contrib_nn.cpp: Gelu family, BiasAdd, FusedMatMul
+void register_attention_contrib_ops(OpRegistry& r);  // attention_contrib.cpp: Attention, QAttention, EmbedLayerNormalization
+void register_qlinear_ops(OpRegistry& r);  // qlinear_ops.cpp: QGemm and the com.microsoft QLinear* ops
 
 }  // namespace onyx

@@ -1,6 +1,7 @@
 // Elementwise ops of one input: math functions, activations, rounding,
-// predicates (IsNaN, IsInf), Clip and inference-mode Dropout.
+// predicates (IsNaN, IsInf), Clip and Dropout.
 #include <cmath>
+#include <random>
 
 #include "ops/elementwise.h"
 
@@ -217,43 +218,70 @@ void register_clip(OpRegistry& r) {
               }));
 }
 
-// Dropout at inference: the output is the input; the optional mask is all
-// true (bool from opset 10, the input's dtype before, where "keep" is 1).
+// Dropout. At inference the output is the input and the optional mask all true (bool from
+// opset 10, the input's dtype before, where "keep" is 1). In training mode (opset 12's third
+// input true, ratio above 0) each element is kept with probability 1 - ratio and scaled by
+// 1 / (1 - ratio), the mask saying which; the draws follow the `seed` attribute when it is
+// given (the same on every run), fresh ones otherwise. No two engines draw alike, so
+// tests/unit checks the draws by their distribution.
+void infer_dropout(InferContext& ctx) {
+  infer_same_as_input(ctx);
+  if (ctx.has_output(1)) ctx.set_output(1, ctx.opset() >= 10 ? DType::kBool : ctx.input_dtype(0), ctx.input_shape(0));
+}
+
+// The ratio when training mode drops anything, or 0.
+double training_ratio(const KernelContext& ctx) {
+  if (ctx.opset() < 12 || !ctx.has_input(2)) return 0;
+  const Tensor& training = ctx.input(2);
+  ONYX_CHECK(training.numel() == 1, "training_mode must be a scalar, got shape ", training.shape().str());
+  if (training.get_as_double(0) == 0) return 0;
+  double ratio = 0.5;
+  if (ctx.has_input(1)) {
+    ONYX_CHECK(ctx.input(1).numel() == 1, "ratio must be a scalar, got shape ", ctx.input(1).shape().str());
+    ratio = ctx.input(1).get_as_double(0);
+  }
+  ONYX_CHECK(ratio >= 0 && ratio < 1, "ratio must be in [0, 1), got ", ratio);
+  return ratio;
+}
+
+void dropout(KernelContext& ctx) {
+  const double ratio = training_ratio(ctx);
+  Tensor* mask = ctx.has_output(1) ? &ctx.output(1) : nullptr;
+  if (ratio > 0) {
+    std::mt19937_64 rng(ctx.has_attr("seed") ? static_cast<uint64_t>(ctx.attr_int("seed"))
+                                             : std::random_device{}());
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    const Tensor& x = ctx.input(0);
+    dispatch<FloatTypes>(x.dtype(), "Dropout in training mode", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      const C scale = static_cast<C>(1.0 / (1.0 - ratio));
+      const T* xp = x.data<T>();
+      T* yp = ctx.output(0).data<T>();
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const bool keep = u(rng) >= ratio;
+        yp[i] = keep ? static_cast<T>(static_cast<C>(xp[i]) * scale) : T(0.0f);
+        if (mask) mask->data<bool>()[i] = keep;
+      }
+    });
+    return;
+  }
+  dispatch<AllTypes>(ctx.input(0).dtype(), "Dropout", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    map_unary<T, T>(ctx.input(0), ctx.output(0), [](const T& x) { return x; });
+  });
+  if (mask)
+    dispatch<NumericBoolTypes>(mask->dtype(), "Dropout mask", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* p = mask->data<T>();
+      for (int64_t i = 0; i < mask->numel(); ++i) p[i] = convert_value<T>(true);
+    });
+}
+
 void register_dropout(OpRegistry& r) {
-  r.add(onnx_op("Dropout", 1,
-              [](InferContext& ctx) {
-                infer_same_as_input(ctx);
-                if (ctx.has_output(1))
-                  ctx.set_output(1, ctx.opset() >= 10 ? DType::kBool : ctx.input_dtype(0), ctx.input_shape(0));
-              },
-              [](KernelContext& ctx) {
-                if (ctx.opset() >= 12 && ctx.has_input(2)) {
-                  const Tensor& training = ctx.input(2);
-                  ONYX_CHECK(training.numel() == 1, "training_mode must be a scalar, got shape ",
-                             training.shape().str());
-                  // Training with ratio 0 drops nothing, so it is the identity too.
-                  double ratio = 0.5;
-                  if (ctx.has_input(1)) {
-                    ONYX_CHECK(ctx.input(1).numel() == 1, "ratio must be a scalar, got shape ",
-                               ctx.input(1).shape().str());
-                    ratio = ctx.input(1).get_as_double(0);
-                  }
-                  ONYX_CHECK(training.get_as_double(0) == 0 || ratio == 0,
-                             "training mode is not supported (ratio ", ratio, ")");
-                }
-                dispatch<AllTypes>(ctx.input(0).dtype(), "Dropout", [&](auto tag) {
-                  using T = typename decltype(tag)::type;
-                  map_unary<T, T>(ctx.input(0), ctx.output(0), [](const T& x) { return x; });
-                });
-                if (ctx.has_output(1)) {
-                  Tensor& mask = ctx.output(1);
-                  dispatch<NumericBoolTypes>(mask.dtype(), "Dropout mask", [&](auto tag) {
-                    using T = typename decltype(tag)::type;
-                    T* p = mask.data<T>();
-                    for (int64_t i = 0; i < mask.numel(); ++i) p[i] = convert_value<T>(true);
-                  });
-                }
-              }));
+  r.add(onnx_op("Dropout", 1, infer_dropout, dropout));
+  // From opset 12 a run may draw: never computed while planning.
+  r.add(onnx_op("Dropout", 12, infer_dropout, dropout).never_fold());
 }
 
 }  // namespace

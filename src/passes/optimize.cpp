@@ -7,6 +7,9 @@ namespace onyx {
 OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Device& device) {
   OptimizeReport r;
   const bool linear = options.fuse_patterns && options.fuse_linear.value_or(!device.is_cpu());
+  // Before folding, which would turn each weight's DequantizeLinear into a float copy. On the CPU
+  // only: the integer ops have no CUDA kernels, while DequantizeLinear and MatMul do.
+  if (options.fuse_patterns && device.is_cpu()) r.qdq = fuse_qdq(g);
   // Before folding, a MatMul by Transpose(W) still shows W as stored: Linear reads it as it
   // is instead of folding a transposed copy and transposing that back.
   if (linear) r.linear = linear_from_matmul(g);

@@ -1,6 +1,6 @@
 // The load-time pass pipeline, one for every device and every component (a session, a
-// language model, each graph of a pipeline): constant folding, then the pattern fusions, then
-// on CUDA the linear fusions, each as the session options ask.
+// language model, each graph of a pipeline): on the CPU the QDQ fusions, constant folding, then
+// the pattern fusions, then on CUDA the linear fusions, each as the session options ask.
 #pragma once
 
 #include "onyx/device.h"
@@ -8,10 +8,12 @@
 #include "passes/fold_constants.h"
 #include "passes/fuse_linear.h"
 #include "passes/fuse_patterns.h"
+#include "passes/fuse_qdq.h"
 
 namespace onyx {
 
 struct OptimizeReport {
+  QdqFuseReport qdq;
   FoldReport fold;
   FuseReport fuse;
   LinearReport linear;

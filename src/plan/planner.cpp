@@ -164,7 +164,7 @@ void share_storage(Planning& P) {
       if (r.kind != ValueKind::kArena || p.guards.guarded(root) || P.group_last[root] != st.node) continue;
       if (P.group_has_output[root] || r.on_accel != p.values[out].on_accel) continue;  // storage stays on its device
       if (r.bytes != p.values[out].bytes || r.bytes == 0) continue;
-      if (r.type.dtype == DType::kString || p.values[out].type.dtype == DType::kString) continue;  // objects, not bytes
+      if (dtype_is_object(r.type.dtype) || dtype_is_object(p.values[out].type.dtype)) continue;  // objects, not bytes
       join(out, root);
       p.values[out].in_place = true;
       ++p.in_place_count;
@@ -187,7 +187,7 @@ void classify_groups(Planning& P) {
   }
   for (size_t id = 0; id < P.nv(); ++id) {
     int root = p.values[id].root;
-    if (p.values[id].type.dtype == DType::kString && group_kind[root] == ValueKind::kArena)
+    if (dtype_is_object(p.values[id].type.dtype) && group_kind[root] == ValueKind::kArena)
       group_kind[root] = ValueKind::kAllocated;
   }
   for (size_t id = 0; id < P.nv(); ++id) {
@@ -325,8 +325,8 @@ void find_capture_blocker(Planning& P) {
     }
   }
   for (int id : g.inputs)
-    if (p.values[id].type.dtype == DType::kString) {
-      why = cat("input '", g.values[id].name, "' holds strings");
+    if (dtype_is_object(p.values[id].type.dtype)) {
+      why = cat("input '", g.values[id].name, "' holds ", dtype_name(p.values[id].type.dtype), " values");
       return;
     }
 }

@@ -1,7 +1,7 @@
-// Runs the ONNX backend node tests (model.onnx + test_data_set_*/input_*.pb,
-// output_*.pb) against onyx and writes a per-op report. Each test runs in a
-// forked child, so a crash or hang in one test is recorded as that test's
-// failure and the run goes on.
+// Runs the ONNX backend tests (model.onnx + test_data_set_*/input_*.pb, output_*.pb; the
+// node set and the wheel's other sets, one --data folder each) against onyx and writes a
+// report per set. Each test runs in a forked child, so a crash or hang in one test is
+// recorded as that test's failure and the run goes on.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +11,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <regex>
@@ -30,7 +31,7 @@ using onyx::Tensor;
 namespace {
 
 struct Options {
-  std::string data_dir;
+  std::vector<std::string> data_dirs;  // one test set each
   std::string filter = ".*";
   std::string report;
   std::string skips_file;
@@ -79,11 +80,11 @@ std::vector<SkipRule> read_skips(const std::string& path) {
 
 // Why a test is out of scope by its declared types, or "" when it is in scope.
 std::string type_skip_reason(const onnx::ModelProto& m) {
-  auto check_type = [](const onnx::TypeProto& t) -> std::string {
+  std::function<std::string(const onnx::TypeProto&)> check_type = [&](const onnx::TypeProto& t) -> std::string {
     switch (t.value_case()) {
-      case onnx::TypeProto::kSequenceType: return "uses sequence values, which onyx does not support";
-      case onnx::TypeProto::kOptionalType: return "uses optional values, which onyx does not support";
-      case onnx::TypeProto::kMapType: return "uses map values, which onyx does not support";
+      case onnx::TypeProto::kSequenceType: return check_type(t.sequence_type().elem_type());
+      case onnx::TypeProto::kOptionalType: return check_type(t.optional_type().elem_type());
+      case onnx::TypeProto::kMapType: return check_type(t.map_type().value_type());
       case onnx::TypeProto::kSparseTensorType: return "uses sparse tensors, which onyx does not support";
       case onnx::TypeProto::kTensorType: {
         int e = t.tensor_type().elem_type();
@@ -102,9 +103,6 @@ std::string type_skip_reason(const onnx::ModelProto& m) {
   };
   for (const auto& v : m.graph().input()) if (auto r = check_type(v.type()); !r.empty()) return r;
   for (const auto& v : m.graph().output()) if (auto r = check_type(v.type()); !r.empty()) return r;
-  for (const auto& op : m.opset_import())
-    if (op.domain() == "ai.onnx.preview.training")
-      return "training operators (ai.onnx.preview.training) are outside an inference engine's scope";
   for (const auto& n : m.graph().node())
     for (const auto& a : n.attribute())
       if (a.name() == "to" && a.type() == onnx::AttributeProto::INT && (a.i() >= 17 || a.i() == 14 || a.i() == 15)) {
@@ -139,11 +137,17 @@ bool close_enough(double a, double b, double rtol, double atol) {
   return std::abs(a - b) <= atol + rtol * std::abs(b);
 }
 
-// "" when equal within the dtype's tolerance, else what differs.
+// "" when equal within the dtype's tolerance, else what differs; sequences and optionals
+// element by element.
 std::string compare(const Tensor& got, const Tensor& want) {
   if (got.dtype() != want.dtype())
     return cat("dtype ", onyx::dtype_name(got.dtype()), ", expected ", onyx::dtype_name(want.dtype()));
   if (got.shape() != want.shape()) return cat("shape ", got.shape().str(), ", expected ", want.shape().str());
+  if (got.dtype() == DType::kSequence || got.dtype() == DType::kOptional || got.dtype() == DType::kMap) {
+    for (int64_t i = 0; i < got.numel(); ++i)
+      if (std::string d = compare(got.elements()[i], want.elements()[i]); !d.empty()) return cat("element ", i, ": ", d);
+    return "";
+  }
   if (got.dtype() == DType::kString) {
     for (int64_t i = 0; i < got.numel(); ++i)
       if (got.data<std::string>()[i] != want.data<std::string>()[i])
@@ -175,8 +179,15 @@ std::string compare(const Tensor& got, const Tensor& want) {
              want.get_as_double(first), "; max abs diff ", worst, ")");
 }
 
+// How a .pb file of the value declared `t` is read: a SequenceProto, an OptionalProto or a TensorProto.
+DType value_kind(const onnx::TypeProto& t) {
+  if (t.has_sequence_type()) return DType::kSequence;
+  if (t.has_optional_type()) return DType::kOptional;
+  return DType::kUndefined;
+}
+
 // Runs one test in this (child) process; returns "PASS", "SKIP reason" or "FAIL reason".
-std::string run_test(const fs::path& dir, onyx::MemoryMode memory) {
+std::string run_test(const fs::path& dir, const onnx::ModelProto& model, onyx::MemoryMode memory) {
   try {
     onyx::SessionOptions so;
     so.memory = memory;
@@ -191,13 +202,18 @@ std::string run_test(const fs::path& dir, onyx::MemoryMode memory) {
         fs::path p = entry.path() / cat("input_", i, ".pb");
         if (!fs::exists(p)) break;
         if (i >= inputs.size()) return cat("FAIL test data has more inputs than the model (", inputs.size(), ")");
-        feeds.emplace_back(inputs[i].name, onyx::load_tensor_proto_file(p.string()));
+        DType kind = DType::kUndefined;
+        for (const auto& v : model.graph().input())
+          if (v.name() == inputs[i].name) kind = value_kind(v.type());
+        feeds.emplace_back(inputs[i].name, onyx::load_value_proto_file(p.string(), kind));
       }
       auto outputs = session->run(feeds);
       for (size_t i = 0; i < outputs.size(); ++i) {
         fs::path p = entry.path() / cat("output_", i, ".pb");
         if (!fs::exists(p)) return cat("FAIL no expected data for output ", i);
-        Tensor want = onyx::load_tensor_proto_file(p.string());
+        const DType kind = static_cast<int>(i) < model.graph().output_size()
+                               ? value_kind(model.graph().output(static_cast<int>(i)).type()) : DType::kUndefined;
+        Tensor want = onyx::load_value_proto_file(p.string(), kind);
         std::string diff = compare(outputs[i].second, want);
         if (!diff.empty()) return cat("FAIL output '", outputs[i].first, "': ", diff);
       }
@@ -209,7 +225,7 @@ std::string run_test(const fs::path& dir, onyx::MemoryMode memory) {
   }
 }
 
-Result run_isolated(const fs::path& dir, int timeout_s, onyx::MemoryMode memory) {
+Result run_isolated(const fs::path& dir, const onnx::ModelProto& model, int timeout_s, onyx::MemoryMode memory) {
   Result r;
   int fds[2];
   if (pipe(fds) != 0) throw onyx::Error("pipe() failed");
@@ -217,7 +233,7 @@ Result run_isolated(const fs::path& dir, int timeout_s, onyx::MemoryMode memory)
   if (pid == 0) {
     close(fds[0]);
     alarm(static_cast<unsigned>(timeout_s));
-    std::string out = run_test(dir, memory);
+    std::string out = run_test(dir, model, memory);
     (void)!write(fds[1], out.data(), out.size());
     close(fds[1]);
     _exit(0);
@@ -248,37 +264,73 @@ std::string one_line(std::string s, size_t max = 300) {
   return s;
 }
 
-void write_report(const std::string& path, const std::vector<Result>& results, int passed, int failed, int skipped) {
-  std::ofstream out(path);
-  if (!out) throw onyx::Error(cat("cannot write report '", path, "'"));
-  out << "# ONNX backend node tests\n\n"
-      << "Generated by `scripts/conformance.sh` (tests/conformance/runner.cpp) over the node tests shipped in the "
-         "onnx 1.22.0 wheel. Tolerances: float32/float64 rtol 1e-3 atol 1e-5; float16 rtol 1e-2 atol 1e-3; "
-         "bfloat16 rtol 2e-2 atol 1e-2; integers, bool and strings exact.\n\n"
-      << "**" << passed << " passed, " << failed << " failed, " << skipped << " skipped** of " << results.size()
-      << ".\n\n## Per op\n\n| op | passed | failed | skipped |\n|---|---:|---:|---:|\n";
-  std::map<std::string, std::array<int, 3>> per_op;
-  for (const auto& r : results) ++per_op[r.op][static_cast<int>(r.status)];
-  for (const auto& [op, c] : per_op) out << "| " << op << " | " << c[0] << " | " << c[1] << " | " << c[2] << " |\n";
-  out << "\n## Skipped (with reasons)\n\n| test | reason |\n|---|---|\n";
-  for (const auto& r : results)
-    if (r.status == Status::kSkip) out << "| " << r.test << " | " << one_line(r.reason) << " |\n";
-  out << "\n## Failed\n\n| test | reason |\n|---|---|\n";
-  for (const auto& r : results)
-    if (r.status == Status::kFail) out << "| " << r.test << " | " << one_line(r.reason) << " |\n";
-}
-
-int main_impl(const Options& opt) {
-  if (opt.data_dir.empty() || !fs::is_directory(opt.data_dir))
-    throw onyx::Error(cat("test data folder '", opt.data_dir, "' does not exist (give --data DIR)"));
-  auto skips = read_skips(opt.skips_file);
-  std::regex filter(opt.filter);
-  std::vector<fs::path> dirs;
-  for (const auto& e : fs::directory_iterator(opt.data_dir))
-    if (e.is_directory() && std::regex_search(e.path().filename().string(), filter)) dirs.push_back(e.path());
-  std::sort(dirs.begin(), dirs.end());
+// One folder of tests (the wheel's node, simple, pytorch-converted, pytorch-operator sets).
+struct TestSet {
+  std::string name;
   std::vector<Result> results;
   int passed = 0, failed = 0, skipped = 0;
+};
+
+void write_set(std::ofstream& out, const TestSet& set, bool per_op) {
+  out << "\n## " << set.name << ": " << set.passed << " passed, " << set.failed << " failed, " << set.skipped
+      << " skipped of " << set.results.size() << "\n";
+  if (per_op) {
+    out << "\n### Per op\n\n| op | passed | failed | skipped |\n|---|---:|---:|---:|\n";
+    std::map<std::string, std::array<int, 3>> counts;
+    for (const auto& r : set.results) ++counts[r.op][static_cast<int>(r.status)];
+    for (const auto& [op, c] : counts) out << "| " << op << " | " << c[0] << " | " << c[1] << " | " << c[2] << " |\n";
+  } else {
+    out << "\n| test | ops | result |\n|---|---|---|\n";
+    for (const auto& r : set.results)
+      out << "| " << r.test << " | " << r.op << " | "
+          << (r.status == Status::kPass ? "pass" : r.status == Status::kFail ? "FAIL" : "skipped") << " |\n";
+  }
+  bool any = false;
+  for (const auto& r : set.results)
+    if (r.status == Status::kSkip) {
+      if (!any) out << "\n### " << set.name << ": skipped (with reasons)\n\n| test | reason |\n|---|---|\n";
+      any = true;
+      out << "| " << r.test << " | " << one_line(r.reason) << " |\n";
+    }
+  any = false;
+  for (const auto& r : set.results)
+    if (r.status == Status::kFail) {
+      if (!any) out << "\n### " << set.name << ": failed\n\n| test | reason |\n|---|---|\n";
+      any = true;
+      out << "| " << r.test << " | " << one_line(r.reason) << " |\n";
+    }
+}
+
+void write_report(const std::string& path, const std::vector<TestSet>& sets) {
+  std::ofstream out(path);
+  if (!out) throw onyx::Error(cat("cannot write report '", path, "'"));
+  out << "# ONNX backend tests\n\n"
+      << "Generated by `scripts/conformance.sh` (tests/conformance/runner.cpp) over the test sets shipped in the "
+         "onnx 1.22.0 wheel (`onnx/backend/test/data/`; paths below are relative to each set's folder). "
+         "Tolerances: float32/float64 rtol 1e-3 atol 1e-5; float16 rtol 1e-2 atol 1e-3; "
+         "bfloat16 rtol 2e-2 atol 1e-2; integers, bool, strings and the 8-, 4- and 2-bit types exact.\n\n"
+      << "| set | passed | failed | skipped | total |\n|---|---:|---:|---:|---:|\n";
+  for (const auto& set : sets)
+    out << "| " << set.name << " | " << set.passed << " | " << set.failed << " | " << set.skipped << " | "
+        << set.results.size() << " |\n";
+  for (size_t k = 0; k < sets.size(); ++k) write_set(out, sets[k], k == 0);
+}
+
+// s with every occurrence of `what` removed (the data folder's absolute path in error messages).
+std::string without(std::string s, const std::string& what) {
+  for (size_t at; !what.empty() && (at = s.find(what)) != std::string::npos;) s.erase(at, what.size());
+  return s;
+}
+
+TestSet run_set(const fs::path& folder, const Options& opt, const std::vector<SkipRule>& skips) {
+  TestSet set;
+  set.name = folder.filename().string();
+  std::regex filter(opt.filter);
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(folder))
+    if (e.is_directory() && std::regex_search(e.path().filename().string(), filter)) dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  const std::string prefix = fs::absolute(folder).lexically_normal().string() + "/";
   for (const auto& dir : dirs) {
     Result r;
     std::string test = dir.filename().string();
@@ -295,31 +347,68 @@ int main_impl(const Options& opt) {
       r.status = Status::kSkip;
       r.reason = reason;
     } else {
-      r = run_isolated(dir, opt.timeout_s, opt.memory);
+      r = run_isolated(fs::absolute(dir).lexically_normal(), m, opt.timeout_s, opt.memory);
+      r.reason = without(r.reason, prefix);
     }
     r.test = test;
     r.op = op_label(test, m, dir);
-    (r.status == Status::kPass ? passed : r.status == Status::kFail ? failed : skipped)++;
+    (r.status == Status::kPass ? set.passed : r.status == Status::kFail ? set.failed : set.skipped)++;
     if (opt.verbose || r.status == Status::kFail)
-      std::cout << (r.status == Status::kPass ? "PASS " : r.status == Status::kFail ? "FAIL " : "SKIP ") << test
-                << (r.reason.empty() ? "" : ": " + one_line(r.reason, 400)) << "\n";
-    results.push_back(std::move(r));
+      std::cout << (r.status == Status::kPass ? "PASS " : r.status == Status::kFail ? "FAIL " : "SKIP ") << set.name
+                << "/" << test << (r.reason.empty() ? "" : ": " + one_line(r.reason, 400)) << "\n";
+    set.results.push_back(std::move(r));
   }
-  if (!opt.report.empty()) write_report(opt.report, results, passed, failed, skipped);
-  int status = 0;
-  if (!opt.baseline_file.empty()) {
-    std::ifstream in(opt.baseline_file);
-    int baseline = -1;
-    if (!(in >> baseline)) throw onyx::Error(cat("cannot read a pass count from '", opt.baseline_file, "'"));
-    std::cout << "baseline: " << baseline << " passed\n";
-    if (passed < baseline) {
-      std::cout << "conformance fell below the committed baseline (" << passed << " < " << baseline << ")\n";
-      status = 1;
-    } else if (passed > baseline) {
-      std::cout << "conformance rose above the baseline: raise " << opt.baseline_file << " to " << passed << "\n";
+  return set;
+}
+
+// The baseline: "SET COUNT" lines (a bare number is the first set's count).
+std::map<std::string, int> read_baseline(const std::string& path, const std::string& first_set) {
+  std::ifstream in(path);
+  if (!in) throw onyx::Error(cat("cannot read the baseline '", path, "'"));
+  std::map<std::string, int> counts;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string a, b;
+    fields >> a >> b;
+    try {
+      if (b.empty()) counts[first_set] = std::stoi(a);
+      else counts[a] = std::stoi(b);
+    } catch (const std::exception&) {
+      throw onyx::Error(cat("baseline '", path, "': cannot read a pass count from \"", line, "\""));
     }
   }
-  std::cout << "conformance: " << passed << " passed, " << failed << " failed, " << skipped << " skipped\n";
+  return counts;
+}
+
+int main_impl(const Options& opt) {
+  if (opt.data_dirs.empty()) throw onyx::Error("no test data folder (give --data DIR)");
+  for (const auto& d : opt.data_dirs)
+    if (!fs::is_directory(d)) throw onyx::Error(cat("test data folder '", d, "' does not exist"));
+  auto skips = read_skips(opt.skips_file);
+  std::vector<TestSet> sets;
+  for (const auto& d : opt.data_dirs) sets.push_back(run_set(fs::path(d).lexically_normal(), opt, skips));
+  if (!opt.report.empty()) write_report(opt.report, sets);
+  int status = 0;
+  std::map<std::string, int> baseline;
+  if (!opt.baseline_file.empty()) baseline = read_baseline(opt.baseline_file, sets[0].name);
+  for (const auto& set : sets) {
+    auto it = baseline.find(set.name);
+    if (it != baseline.end()) {
+      std::cout << "baseline: " << set.name << " " << it->second << " passed\n";
+      if (set.passed < it->second) {
+        std::cout << "conformance fell below the committed baseline (" << set.name << ": " << set.passed << " < "
+                  << it->second << ")\n";
+        status = 1;
+      } else if (set.passed > it->second) {
+        std::cout << "conformance rose above the baseline: raise " << set.name << " in " << opt.baseline_file
+                  << " to " << set.passed << "\n";
+      }
+    }
+    std::cout << "conformance: " << set.name << ": " << set.passed << " passed, " << set.failed << " failed, "
+              << set.skipped << " skipped\n";
+  }
   return status;
 }
 
@@ -333,7 +422,7 @@ int main(int argc, char** argv) {
       if (i + 1 >= args.size()) { std::cerr << args[i] << " needs a value\n"; std::exit(2); }
       return args[++i];
     };
-    if (args[i] == "--data") opt.data_dir = next();
+    if (args[i] == "--data") opt.data_dirs.push_back(next());
     else if (args[i] == "--filter") opt.filter = next();
     else if (args[i] == "--report") opt.report = next();
     else if (args[i] == "--skips") opt.skips_file = next();
@@ -348,7 +437,7 @@ int main(int argc, char** argv) {
       else { std::cerr << "--memory takes planned, release or keep\n"; return 2; }
     }
     else {
-      std::cerr << "usage: onyx_conformance --data DIR [--filter REGEX] [--skips FILE] [--report FILE.md]\n"
+      std::cerr << "usage: onyx_conformance --data DIR [--data DIR...] [--filter REGEX] [--skips FILE] [--report FILE.md]\n"
                    "                        [--baseline FILE] [--timeout SECONDS] [--memory planned|release|keep] [-v]\n";
       return 2;
     }

@@ -72,3 +72,40 @@ def test_int64_and_bool(onyx_module, models, feed_for):
     assert np.array_equal(doubled, feed["tally"] * 2)
     assert np.array_equal(positive, feed["reading"] > 0)
     assert total.dtype == np.float32 and total.shape == feed["reading"].shape
+
+
+def _sequence_model(path):
+    """x (sequence of float tensors), y -> (SequenceInsert(x, y) as a sequence, its length,
+    ConcatFromSequence along axis 0)."""
+    import onnx
+    from onnx import TensorProto, helper
+    seq = helper.make_tensor_sequence_value_info
+    nodes = [helper.make_node("SequenceInsert", ["x", "y"], ["s"]),
+             helper.make_node("SequenceLength", ["s"], ["n"]),
+             helper.make_node("ConcatFromSequence", ["s"], ["c"], axis=0)]
+    graph = helper.make_graph(nodes, "seq", [seq("x", TensorProto.FLOAT, None),
+                                             helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])],
+                              [seq("s", TensorProto.FLOAT, None), helper.make_tensor_value_info("n", TensorProto.INT64, []),
+                               helper.make_tensor_value_info("c", TensorProto.FLOAT, [None, 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_sequences_are_lists(onyx_module, ort_module, rng, tmp_path):
+    path = str(_sequence_model(tmp_path / "seq.onnx"))
+    x = [rng.standard_normal((k, 3)).astype(np.float32) for k in (2, 1, 4)]
+    y = rng.standard_normal((3, 3)).astype(np.float32)
+    got = _session(onyx_module, path).run(None, {"x": x, "y": y})
+    want = _session(ort_module, path).run(None, {"x": x, "y": y})
+    assert isinstance(got[0], list) and len(got[0]) == 4
+    for g, w in zip(got[0], want[0]):
+        assert np.array_equal(g, w)
+    assert int(got[1]) == int(want[1]) == 4
+    assert np.array_equal(got[2], want[2])
+
+
+def test_sequence_types_read_as_onnxruntime_writes_them(onyx_module, ort_module, tmp_path):
+    path = str(_sequence_model(tmp_path / "seq.onnx"))
+    got = [(a.name, a.type) for a in _session(onyx_module, path).get_inputs() + _session(onyx_module, path).get_outputs()]
+    want = [(a.name, a.type) for a in _session(ort_module, path).get_inputs() + _session(ort_module, path).get_outputs()]
+    assert got == want

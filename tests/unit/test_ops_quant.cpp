@@ -3,10 +3,14 @@
 // from the specs' formulas by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "op_test_util.h"
+#include "ops/matmul_plan.h"
+#include "ops/quantize.h"
 
 namespace onyx {
 
@@ -35,6 +39,33 @@ TEST(OpsQuant, QuantizeRoundsHalfToEvenAndSaturates) {
   out = test::run_op("QuantizeLinear", {y, Tensor::scalar<float>(2.f), Tensor::scalar<uint8_t>(10)}, {}, 1, 13);
   const std::vector<uint8_t> want_u8 = {10, 12, 0, 255};
   for (size_t i = 0; i < want_u8.size(); ++i) EXPECT_EQ(out[0].data<uint8_t>()[i], want_u8[i]) << "element " << i;
+}
+
+TEST(OpsQuant, QuantizePerAxisMatchesTheFormulaOnRandomValues) {
+  // Fresh random values, ties (x / scale = k + 0.5 exactly), infinities, NaN and values past
+  // the range; per-axis scales and zero points: q = clamp(rint(float(x / scale)) + zp).
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor x = test::random_tensor<float>(Shape{3, 64}, -200, 200);
+  float* px = x.data<float>();
+  px[0] = 1.25f, px[1] = -0.75f, px[2] = inf, px[3] = -inf, px[4] = 3e9f, px[65] = 2.5f, px[130] = -1.5f;
+  px[6] = std::numeric_limits<float>::quiet_NaN();  // takes the zero point
+  const std::vector<float> scales = {0.5f, 1.f, 0.37f};
+  for (auto [dt, lo, hi] : {std::tuple{DType::kInt8, -128.0, 127.0}, std::tuple{DType::kUInt8, 0.0, 255.0}}) {
+    const std::vector<int64_t> zeros = dt == DType::kInt8 ? std::vector<int64_t>{-3, 0, 7} : std::vector<int64_t>{128, 0, 250};
+    Tensor zp(dt, Shape{3});
+    for (int64_t a = 0; a < 3; ++a) {
+      if (dt == DType::kInt8) zp.data<int8_t>()[a] = static_cast<int8_t>(zeros[a]);
+      else zp.data<uint8_t>()[a] = static_cast<uint8_t>(zeros[a]);
+    }
+    auto out = test::run_op("QuantizeLinear", {x, Tensor::from_vector<float>(scales, Shape{3}), zp}, {attr_int("axis", 0)},
+                            1, 21)[0];
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const int64_t a = i / 64;
+      const double q = std::nearbyint(static_cast<double>(px[i] / scales[a]));
+      const double want = std::clamp(std::isnan(q) ? static_cast<double>(zeros[a]) : q + static_cast<double>(zeros[a]), lo, hi);
+      ASSERT_EQ(out.get_as_double(i), want) << "element " << i << " x " << px[i] << " " << dtype_name(dt);
+    }
+  }
 }
 
 TEST(OpsQuant, DequantizeBlockedUsesOneScalePerBlockWithAShortLastBlock) {
@@ -92,5 +123,34 @@ TEST(OpsQuant, QLinearMatMulRequantizesWithTheScaleProduct) {
 }
 
 }  // namespace
+
+}  // namespace onyx
+
+namespace onyx {
+
+// The BLAS path of the integer products (float where every partial sum stays below 2^24, double
+// beyond) against the plain int32 loop, on random 8-bit values and on the extremes that make the
+// largest sums, with zero points per row and per column.
+TEST(OpsQuant, IntegerProductsThroughBlasEqualTheReferenceLoop) {
+  for (int64_t k : {5, 300, 1100}) {
+    for (bool extremes : {false, true}) {
+      Tensor a = extremes ? Tensor(DType::kUInt8, Shape{2, 7, k}) : test::random_tensor<uint8_t>(Shape{2, 7, k}, 0, 255);
+      Tensor b = extremes ? Tensor(DType::kInt8, Shape{k, 9}) : test::random_tensor<int8_t>(Shape{k, 9}, -128, 127);
+      if (extremes) {  // a = 255 against zero point 0, b = -128: every product is -32640
+        std::fill_n(a.data<uint8_t>(), a.numel(), uint8_t{255});
+        std::fill_n(b.data<int8_t>(), b.numel(), int8_t{-128});
+      }
+      const MatmulPlan p = plan_matmul(a.shape(), b.shape());
+      std::vector<int32_t> za(static_cast<size_t>(p.m)), zb(static_cast<size_t>(p.n));
+      for (auto& z : za) z = extremes ? 0 : static_cast<int32_t>(test::rng()() % 256);
+      for (auto& z : zb) z = extremes ? 0 : static_cast<int32_t>(test::rng()() % 256) - 128;
+      const auto ref = integer_products(a, b, p, za, zb, nullptr, IntegerProducts::kReference);
+      const auto blas = integer_products(a, b, p, za, zb, nullptr, IntegerProducts::kBlas);
+      ASSERT_EQ(ref.size(), blas.size());
+      for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(blas[i], ref[i]) << "k " << k << " element " << i;
+      if (extremes) EXPECT_EQ(ref[0], -32640 * k);
+    }
+  }
+}
 
 }  // namespace onyx

@@ -85,6 +85,11 @@ Stats stats_of(const Tensor& t) {
 }
 
 std::string summarize(const Tensor& t) {
+  if (t.dtype() == DType::kSequence || t.dtype() == DType::kOptional) {
+    std::string s = t.dtype() == DType::kOptional ? (t.numel() ? "(holds " : "(none)") : cat("(", t.numel(), " tensors");
+    for (int64_t i = 0; i < std::min<int64_t>(t.numel(), 3); ++i) s += cat(i ? ", " : ": ", t.elements()[i].type_str());
+    return t.dtype() == DType::kOptional && !t.numel() ? s : s + (t.numel() > 3 ? ", ...)" : ")");
+  }
   if (t.dtype() == DType::kString || t.numel() == 0) return t.numel() == 0 ? "(empty)" : "(strings)";
   Stats st = stats_of(t);
   std::string s = cat("min ", st.min, " max ", st.max, " mean ", st.mean);

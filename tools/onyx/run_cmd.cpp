@@ -179,7 +179,7 @@ void print_json(const std::string& path, const RunArgs& a, Session& session, con
   j["outputs"] = J::array();
   for (const auto& [name, x] : host_outputs) {
     J o = {{"name", name}, {"type", x.type_str()}};
-    if (x.dtype() != DType::kString && x.numel() > 0) {
+    if (!dtype_is_object(x.dtype()) && x.numel() > 0) {
       Stats st = stats_of(x);
       o["min"] = st.min;
       o["max"] = st.max;
@@ -277,8 +277,18 @@ int cmd_run(const std::string& path, const std::vector<std::string>& args) {
   if (!a.save_dir.empty()) {
     std::filesystem::create_directories(a.save_dir);
     for (const auto& [name, x] : outputs) {
-      std::string file = (std::filesystem::path(a.save_dir) / (safe_file_name(name) + ".npy")).string();
-      write_npy(file, x);
+      const std::filesystem::path stem = std::filesystem::path(a.save_dir) / safe_file_name(name);
+      if (x.dtype() == DType::kSequence) {  // one file per element: NAME.0.npy, NAME.1.npy, ...
+        for (int64_t k = 0; k < x.numel(); ++k) {
+          const std::string file = stem.string() + cat(".", k, ".npy");
+          write_npy(file, x.elements()[k]);
+          saved.push_back(file);
+        }
+        continue;
+      }
+      if (x.dtype() == DType::kOptional && x.numel() == 0) continue;  // no value, no file
+      const std::string file = stem.string() + ".npy";
+      write_npy(file, x.dtype() == DType::kOptional ? x.elements()[0] : x);
       saved.push_back(file);
     }
   }
