@@ -30,6 +30,8 @@ gzip -9 gpu/bin/*
 cp -L /usr/lib/x86_64-linux-gnu/blas/libblas.so.3 gpu/lib/
 # The tokenizer's libraries (Debian packages the GPU machine lacks).
 cp -L /usr/lib/x86_64-linux-gnu/libutf8proc.so.2 /usr/lib/x86_64-linux-gnu/libpcre2-8.so.0 gpu/lib/
+# Highway, the CPU kernels' SIMD dispatch (src/cpu; Debian ships it as a shared library only).
+cp -L /usr/lib/x86_64-linux-gnu/libhwy.so.1 gpu/lib/
 # The server's HTTP library and what it links (onyx serve).
 for l in libcpp-httplib.so.0.11 libbrotlicommon.so.1 libbrotlidec.so.1 libbrotlienc.so.1 libssl.so.3 libcrypto.so.3; do
   cp -L /usr/lib/x86_64-linux-gnu/$l gpu/lib/ && gzip -9 gpu/lib/$l

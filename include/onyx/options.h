@@ -70,6 +70,9 @@ struct SessionOptions {
   // bytes it asked for, made before the memory is asked of the system. 0 takes 80% of
   // the physical memory.
   size_t host_memory_budget_bytes = 0;
+  // Threads of the CPU kernels (matrix products, convolutions, softmax, normalizations, large
+  // elementwise ops), the calling thread included; 0 takes the CPUs this process may run on.
+  int intra_op_threads = 0;
 };
 
 // Where a run leaves an output.

@@ -202,6 +202,8 @@ class SessionOptions:
             "fold_constants": self.graph_optimization_level != GraphOptimizationLevel.ORT_DISABLE_ALL,
             "fuse_patterns": self.graph_optimization_level != GraphOptimizationLevel.ORT_DISABLE_ALL,
             "fuse_attention": None if self.fuse_attention is None else bool(self.fuse_attention),
+            # onnxruntime's intra_op_num_threads: the CPU kernels' threads (0: every available CPU)
+            "intra_op_threads": int(self.intra_op_num_threads),
         }
 
 

@@ -9,6 +9,7 @@
 #include "exec/executor.h"
 #include "model/loader.h"
 #include "passes/fold_constants.h"
+#include "passes/fuse_cpu.h"
 #include "passes/fuse_patterns.h"
 
 namespace onyx {
@@ -75,6 +76,7 @@ std::unique_ptr<Session> Session::prepare(const SessionOptions& options, const s
   if (options.fold_constants)
     with_context(cat("folding constants of '", m.model.path, "'"), [&] { fold_constants(g, OpRegistry::global()); });
   if (options.fuse_patterns) fuse_patterns(g, FuseOptions{options.fuse_attention.value_or(!m.device.is_cpu())});
+  if (options.fuse_patterns && m.device.is_cpu()) fuse_cpu(g);
   with_context(cat("preparing '", m.model.path, "'"), [&] {
     m.backend = make_backend(m.device, options);
     m.executor = std::make_unique<GraphExecutor>(g, OpRegistry::global(), m.alloc, options, m.backend.get());

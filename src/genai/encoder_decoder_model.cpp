@@ -11,6 +11,7 @@
 #include "model/loader.h"
 #include "onyx/session.h"
 #include "passes/fold_constants.h"
+#include "passes/fuse_cpu.h"
 #include "passes/fuse_patterns.h"
 
 namespace onyx::genai {
@@ -146,6 +147,7 @@ EncoderDecoderModel::EncoderDecoderModel(const std::string& dir, const SessionOp
         if (options.fold_constants) fold_constants(*m.graph, OpRegistry::global());
         if (options.fuse_patterns)
           fuse_patterns(*m.graph, FuseOptions{options.fuse_attention.value_or(!device.is_cpu())});
+        if (options.fuse_patterns && device.is_cpu()) fuse_cpu(*m.graph);
         if (sampler) append_sampler(*m.graph, folder_.decoder.logits);
         return m;
       });

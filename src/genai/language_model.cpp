@@ -8,6 +8,7 @@
 
 #include "model/loader.h"
 #include "passes/fold_constants.h"
+#include "passes/fuse_cpu.h"
 #include "passes/fuse_patterns.h"
 #include "passes/kv_cache.h"
 
@@ -115,6 +116,7 @@ LanguageModel::LanguageModel(const std::string& dir, const SessionOptions& optio
     if (options.fold_constants) fold_constants(*model_.graph, OpRegistry::global());
     if (options.fuse_patterns)
       fuse_patterns(*model_.graph, FuseOptions{options.fuse_attention.value_or(!device_.is_cpu())});
+    if (options.fuse_patterns && device_.is_cpu()) fuse_cpu(*model_.graph);
     append_sampler(*model_.graph, folder_.logits);
     weights_ = std::make_shared<DeviceWeights>();
     SessionOptions prompt_options = options;

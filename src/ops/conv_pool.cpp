@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cpu/conv.h"
+#include "cpu/gemm.h"
 #include "ops/gemm.h"
 #include "ops/conv_util.h"
+#include "ops/fused_activation.h"
 #include "ops/quantize.h"
 
 namespace onyx {
@@ -170,6 +173,56 @@ void conv_forward(const C* x, const C* w, const C* bias, C* y, const ConvShapes&
       }
 }
 
+// The float32 convolution: a depthwise 2-D one by its direct kernel, the others as matrix
+// products (the weights the left operand, im2col's columns, or the image itself for a pointwise
+// convolution, the right), with bias and activation applied as each product stores its tile.
+void conv_forward_float(const float* x, const float* w, const float* bias, float* y, const ConvShapes& s,
+                        const Im2ColGeometry& g, const cpu::Activation& act) {
+  const int64_t in_size = g.image_size(), out_size = g.grid_size(), K = g.kernel_size();
+  const int64_t cg = s.c / s.group, mg = s.m / s.group, rows = g.grid_rows(), cols = g.grid_cols();
+  if (cg == 1 && mg == 1 && g.grid.size() == 2) {
+    for (int64_t n = 0; n < s.n; ++n) {
+      cpu::DepthwiseConv2d a;
+      a.x = x + n * s.c * in_size;
+      a.w = w;
+      a.bias = bias;
+      a.y = y + n * s.m * out_size;
+      a.channels = s.m;
+      a.ih = g.image[0], a.iw = g.image[1], a.oh = g.grid[0], a.ow = g.grid[1];
+      a.kh = g.kernel[0], a.kw = g.kernel[1], a.sh = g.strides[0], a.sw = g.strides[1];
+      a.ph = g.pad_begin[0], a.pw = g.pad_begin[1], a.dh = g.dilations[0], a.dw = g.dilations[1];
+      a.act = act;
+      cpu::depthwise_conv2d(a);
+    }
+    return;
+  }
+  bool pointwise = K == 1;
+  for (size_t d = 0; d < g.grid.size(); ++d)
+    pointwise = pointwise && g.strides[d] == 1 && g.pad_begin[d] == 0 && g.grid[d] == g.image[d];
+  const int64_t row_elems = std::max<int64_t>(1, cg * K * cols);
+  const int64_t chunk = pointwise ? rows : std::clamp<int64_t>((int64_t{8} << 20) / row_elems, 1, rows);
+  thread_local std::vector<float> col;  // grows to the largest chunk, then no allocation per run
+  if (!pointwise && col.size() < static_cast<size_t>(cg * K * chunk * cols)) col.resize(cg * K * chunk * cols);
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t gi = 0; gi < s.group; ++gi) {
+      const float* xg = x + (n * s.c + gi * cg) * in_size;
+      const float* wg = w + gi * mg * cg * K;
+      float* yg = y + (n * s.m + gi * mg) * out_size;
+      cpu::Epilogue ep;
+      ep.row_bias = bias ? bias + gi * mg : nullptr;
+      ep.act = act;
+      if (pointwise) {
+        cpu::gemm(false, false, mg, out_size, cg, wg, cg, xg, in_size, yg, out_size, ep);
+        continue;
+      }
+      for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        const int64_t r1 = std::min(rows, r0 + chunk), ncols = (r1 - r0) * cols;
+        im2col(xg, cg, g, r0, r1, col.data(), ncols);
+        cpu::gemm(false, false, mg, ncols, cg * K, wg, cg * K, col.data(), ncols, yg + r0 * cols, out_size, ep);
+      }
+    }
+}
+
 // Runs `body(x, w, bias, y)` on C-typed buffers for a tensor of T, widening
 // and narrowing only when T is not C itself.
 template <class T, class C, class Body>
@@ -203,6 +256,14 @@ void conv_kernel(KernelContext& ctx) {
   s.out = window_output_dims(s.w, spatial(x.shape().dims()));
   check_bias(ctx, 2, s.m);
   Im2ColGeometry g = make_geometry(s.w, spatial(x.shape().dims()), s.out);
+  // onyx::FusedConv: a Conv with the activation that followed it (passes/fuse_cpu.h).
+  const cpu::Activation act = parse_activation_attrs(ctx);
+  if (x.dtype() == DType::kFloat32) {
+    const float* pb = ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr;
+    conv_forward_float(x.data<float>(), w.data<float>(), pb, ctx.output(0).data<float>(), s, g, act);
+    return;
+  }
+  ONYX_CHECK(act.kind == cpu::Act::kNone, "a fused activation needs float32");
   dispatch<FloatTypes>(x.dtype(), "Conv", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -504,6 +565,14 @@ void deform_conv_kernel(KernelContext& ctx) {
 void register_conv_pool_ops(OpRegistry& r) {
   r.add(onnx_op("Conv", 1, [](InferContext& ctx) { infer_conv_like(ctx, ctx.input_dtype(0), false); },
               conv_kernel));
+  // Conv with the activation after it (passes/fuse_cpu.h): Conv's attributes plus activation,
+  // alpha and beta (ops/fused_activation.h).
+  r.add(domain_op("onyx", "FusedConv", 1,
+                  [](InferContext& ctx) {
+                    parse_activation_attrs(ctx);
+                    infer_conv_like(ctx, ctx.input_dtype(0), false);
+                  },
+                  conv_kernel));
   r.add(onnx_op("ConvInteger", 10, [](InferContext& ctx) { infer_conv_like(ctx, DType::kInt32, false); },
               conv_integer_kernel));
   r.add(onnx_op("QLinearConv", 10, infer_qlinear_conv, qlinear_conv_kernel));
