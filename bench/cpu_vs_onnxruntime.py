@@ -251,8 +251,15 @@ def write_report(path, rows, args, started, load_before, load_after, missing):
             lines.append(f"- decode models: {', '.join(f'{d:.2f}' for d in dec)} (goal <= 0.7: "
                          f"{'met' if max(dec) <= 0.7 else 'not met'})")
         lines.append("")
+    table = "\n".join(lines[1:]).strip() + "\n"
+    begin, end = "<!-- table:begin (bench/cpu_vs_onnxruntime.py) -->", "<!-- table:end -->"
+    text = lines[0] + "\n" + begin + "\n" + table + end + "\n"
+    if os.path.exists(path):  # keep what is written around the table
+        old = open(path).read()
+        if begin in old and end in old:
+            text = old[:old.index(begin)] + begin + "\n" + table + end + old[old.index(end) + len(end):]
     with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write(text)
 
 
 def main(argv=None):

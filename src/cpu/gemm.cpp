@@ -12,6 +12,7 @@
 #include "cpu/gemm.h"
 #include "cpu/thread_pool.h"
 #include "cpu/vec_math-inl.h"
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -48,6 +49,8 @@ struct TileArgs {
   bool last;          // the final pass over K: apply bias and activation
   const float* bias;      // at the tile's first column, or null
   const float* row_bias;  // at the tile's first row, or null
+  const float* residual;  // at the tile's first element, or null
+  int64_t ldr;
   const Activation* act;
 };
 
@@ -63,6 +66,10 @@ HWY_NOINLINE void Tile(const TileArgs& t) {
   const float* HWY_RESTRICT a = t.a;
   const float* HWY_RESTRICT b = t.b;
   for (int64_t p = 0; p < t.kb; ++p) {
+    // B streams from memory when it is an activation packed per call (a convolution's im2col):
+    // ask for each panel's line 8 steps ahead.
+    HWY_UNROLL(8)
+    for (int q = 0; q < NP; ++q) hwy::Prefetch(b + q * t.pstride + (p + 8) * kPanel);
     VF bv[NV];
     HWY_UNROLL(16)
     for (int v = 0; v < NV; ++v) bv[v] = hn::LoadU(d, b + (v / kVPP) * t.pstride + p * kPanel + (v % kVPP) * kL);
@@ -74,7 +81,7 @@ HWY_NOINLINE void Tile(const TileArgs& t) {
     }
   }
   const bool full = t.ncols == NP * kPanel;
-  const bool epi = t.last && (t.bias || t.row_bias || t.act->kind != Act::kNone);
+  const bool epi = t.last && (t.bias || t.row_bias || t.residual || t.act->kind != Act::kNone);
   if (full) {
     HWY_UNROLL(16)
     for (int r = 0; r < MR; ++r)
@@ -86,6 +93,7 @@ HWY_NOINLINE void Tile(const TileArgs& t) {
         if (epi) {
           if (t.bias) x = hn::Add(x, hn::LoadU(d, t.bias + v * kL));
           if (t.row_bias) x = hn::Add(x, hn::Set(d, t.row_bias[r]));
+          if (t.residual) x = hn::Add(x, hn::LoadU(d, t.residual + r * t.ldr + v * kL));
           x = Activate(d, x, *t.act);
         }
         hn::StoreU(x, d, out);
@@ -100,6 +108,8 @@ HWY_NOINLINE void Tile(const TileArgs& t) {
     for (int v = 0; v < NV; ++v) hn::Store(acc[r][v], d, buf[r] + v * kL);
     if (t.accumulate)
       for (int64_t j = 0; j < t.ncols; ++j) buf[r][j] += t.c[r * t.ldc + j];
+    if (epi && t.residual)
+      for (int64_t j = 0; j < t.ncols; ++j) buf[r][j] += t.residual[r * t.ldr + j];
     if (epi)
       for (int v = 0; v < NV; ++v) {
         VF x = hn::Load(d, buf[r] + v * kL);
@@ -155,6 +165,7 @@ void GemmPackedImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda
     GemmPackedImpl(m, n, 1, zero_a.data(), 1, zero_b.data(), c, ldc, ep);
     return;
   }
+  // A tile of mr rows by np panels over B's rows [k0, k0 + kb).
   auto run_tile = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb) {
     TileArgs t;
     t.kb = kb;
@@ -169,6 +180,8 @@ void GemmPackedImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda
     t.last = k0 + kb == k;
     t.bias = ep->bias ? ep->bias + panel * kPanel : nullptr;
     t.row_bias = ep->row_bias ? ep->row_bias + row : nullptr;
+    t.residual = ep->residual ? ep->residual + row * ep->ldr + panel * kPanel : nullptr;
+    t.ldr = ep->ldr;
     t.act = act;
     kTiles.fn[mr - 1][np - 1](t);
   };
@@ -188,7 +201,9 @@ void GemmPackedImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda
     return;
   }
   // Many rows: tasks are (column tile, block of rows); in each, K in blocks whose B slice
-  // stays in L1 while the rows stream past it.
+  // stays in L1 while the rows stream past it. (Copying A's rows side by side first, so a
+  // step's broadcasts read one cache line, cost more than it saved: a transposing copy is
+  // slow next to the tile it feeds.)
   const int64_t ntiles = (panels + kBigNP - 1) / kBigNP;
   const int64_t mblocks = (m + kBigMR - 1) / kBigMR;
   const int threads = parallelism();
@@ -332,7 +347,7 @@ float* scratch(std::vector<float>& v, int64_t floats) {
   if (static_cast<int64_t>(v.size()) < floats) v.resize(static_cast<size_t>(floats));
   return v.data();
 }
-thread_local std::vector<float> t_packed, t_a;
+thread_local std::vector<float> t_packed, t_a, t_out;
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
@@ -348,10 +363,33 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const flo
   if (m == 1 && k > 0) {
     if (trans_b) HWY_DYNAMIC_DISPATCH(GemvDotsImpl)(n, k, a, b, ldb, c, ep.accumulate);
     else HWY_DYNAMIC_DISPATCH(GemvRowsImpl)(n, k, a, b, ldb, c, ep.accumulate);
-    if (ep.bias || ep.row_bias) {
-      for (int64_t j = 0; j < n; ++j) c[j] += (ep.bias ? ep.bias[j] : 0.f) + (ep.row_bias ? ep.row_bias[0] : 0.f);
+    if (ep.bias || ep.row_bias || ep.residual) {
+      for (int64_t j = 0; j < n; ++j)
+        c[j] += (ep.bias ? ep.bias[j] : 0.f) + (ep.row_bias ? ep.row_bias[0] : 0.f) + (ep.residual ? ep.residual[j] : 0.f);
     }
     if (ep.act.kind != Act::kNone) activate(c, c, n, ep.act);
+    return;
+  }
+  if (n == 1 && k > 0 && !ep.accumulate) {
+    // One column (a convolution over a 1 x 1 image: squeeze-and-excitation): dot products of
+    // A's rows with B's column, instead of a packed panel 16 times wider than needed.
+    const float* col = b;
+    if (!trans_b && ldb != 1) {
+      float* g = scratch(t_packed, k);
+      for (int64_t p = 0; p < k; ++p) g[p] = b[p * ldb];
+      col = g;
+    }
+    float* out = c;
+    if (ldc != 1) out = scratch(t_out, m);
+    HWY_DYNAMIC_DISPATCH(GemvDotsImpl)(m, k, col, a, lda, out, false);
+    for (int64_t i = 0; i < m; ++i) {
+      float v = out[i] + (ep.bias ? ep.bias[0] : 0.f) + (ep.row_bias ? ep.row_bias[i] : 0.f) +
+                (ep.residual ? ep.residual[i * ep.ldr] : 0.f);
+      out[i] = v;
+    }
+    if (ep.act.kind != Act::kNone) activate(out, out, m, ep.act);
+    if (out != c)
+      for (int64_t i = 0; i < m; ++i) c[i * ldc] = out[i];
     return;
   }
   float* pb = scratch(t_packed, packed_size(k, n));

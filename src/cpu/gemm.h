@@ -22,10 +22,13 @@ int64_t packed_size(int64_t k, int64_t n);
 // (B given as its n x k transpose).
 void pack_b(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, float* packed);
 
-// What a product does with its result before storing it: C (+)= A B, + bias[j] + row_bias[i], act.
+// What a product does with its result before storing it:
+//   C = act((C +) A B + bias[j] + row_bias[i] + residual[i, j]).
 struct Epilogue {
   const float* bias = nullptr;      // n floats (one per column), or null
   const float* row_bias = nullptr;  // m floats (one per row: a convolution's channels), or null
+  const float* residual = nullptr;  // m x n floats (row stride ldr) added before the activation, or null
+  int64_t ldr = 0;
   Activation act;
   bool accumulate = false;  // add the product to C's values (before bias and act)
 };

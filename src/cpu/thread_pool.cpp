@@ -82,8 +82,12 @@ void ThreadPool::worker_loop() {
       if (stop_) return;
     }
     seen = generation_.load(std::memory_order_acquire);
-    run_chunks();
-    if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    // Enter the job only while it is open: a worker that wakes after the caller has taken
+    // every chunk leaves it alone, so the caller never waits for a thread that is not running.
+    // (Sequentially consistent with the caller's close-then-count: one of the two sees the other.)
+    active_.fetch_add(1, std::memory_order_seq_cst);
+    if (open_.load(std::memory_order_seq_cst) == seen) run_chunks();
+    if (active_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
       std::lock_guard<std::mutex> lk(m_);
       done_.notify_one();
     }
@@ -98,6 +102,7 @@ void ThreadPool::run(int64_t n, int64_t grain, const std::function<void(int64_t,
     return;
   }
   const int64_t parts = std::min<int64_t>(threads() * 4, std::max<int64_t>(1, n / std::max<int64_t>(grain, 1)));
+  uint64_t gen;
   {
     std::lock_guard<std::mutex> lk(m_);
     fn_ = &fn;
@@ -105,20 +110,24 @@ void ThreadPool::run(int64_t n, int64_t grain, const std::function<void(int64_t,
     chunk_ = std::max<int64_t>(1, (n + parts - 1) / parts);
     next_.store(0, std::memory_order_relaxed);
     error_ = nullptr;
-    active_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    gen = generation_.load(std::memory_order_relaxed) + 1;
+    open_.store(gen, std::memory_order_release);
+    generation_.store(gen, std::memory_order_release);
   }
   wake_.notify_all();
   run_chunks();
+  // Every chunk is taken: close the job, then wait for the workers inside it (each is running
+  // a chunk it took, or leaving).
+  open_.store(0, std::memory_order_seq_cst);
   bool done = false;
   for (int i = 0; i < kSpins && !done; ++i) {
-    done = active_.load(std::memory_order_acquire) == 0;
+    done = active_.load(std::memory_order_seq_cst) == 0;
     if (!done) relax();
   }
   std::exception_ptr error;
   {
     std::unique_lock<std::mutex> lk(m_);
-    done_.wait(lk, [&] { return active_.load(std::memory_order_acquire) == 0; });
+    done_.wait(lk, [&] { return active_.load(std::memory_order_seq_cst) == 0; });
     fn_ = nullptr;
     error = error_;
     error_ = nullptr;

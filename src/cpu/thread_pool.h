@@ -49,7 +49,8 @@ class ThreadPool {
   int64_t n_ = 0, chunk_ = 1;
   std::atomic<int64_t> next_{0};
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> active_{0};  // workers not yet done with the current generation
+  std::atomic<uint64_t> open_{0};  // the generation workers may still enter (0: none)
+  std::atomic<int> active_{0};     // workers inside the current job
   bool stop_ = false;
   std::exception_ptr error_;
 };

@@ -2,12 +2,13 @@
 // (passes/fuse_cpu.h puts it in place of MatMul or Gemm by an initializer, with the bias Add
 // and the activation that follow):
 //
-//   onyx::DenseMatMul(X [..., k], W (packed, cpu/gemm.h), bias [n]?; k, n, activation, alpha, beta)
-//     = act(X W + bias) of shape [..., n]
+//   onyx::DenseMatMul(X [..., k], W (packed, cpu/gemm.h), bias [n]?, R?; k, n, activation, alpha, beta)
+//     = act(X W + bias + R) of shape [..., n], R (a residual) broadcast onto it
 //
 // activation: "" (none), relu, leaky_relu (alpha), clip (alpha = min, beta = max), sigmoid, tanh,
 // gelu, gelu_tanh, silu, hard_sigmoid (alpha, beta), hard_swish.
 #include "cpu/gemm.h"
+#include "ops/broadcast.h"
 #include "ops/common.h"
 #include "ops/fused_activation.h"
 
@@ -48,6 +49,7 @@ void infer_dense(InferContext& ctx) {
   ONYX_CHECK(x.dims.back() < 0 || x.dims.back() == k, "X ", x.str(), " must end in k = ", k);
   PartialShape out = x;
   out.dims.back() = n;
+  if (ctx.has_input(3)) out = broadcast_shapes(out, ctx.input_shape(3));  // the residual's Add
   ctx.set_output(0, DType::kFloat32, out);
 }
 
@@ -68,7 +70,28 @@ void dense_kernel(KernelContext& ctx) {
   Tensor& out = ctx.output(0);
   if (out.numel() == 0) return;
   const int64_t rows = out.numel() / n;  // X's leading dimensions, flattened
-  cpu::gemm_packed(rows, n, k, x.data<float>(), k, w.data<float>(), out.data<float>(), n, ep);
+  const Tensor* r = ctx.has_input(3) ? &ctx.input(3) : nullptr;
+  if (r) ONYX_CHECK(r->dtype() == DType::kFloat32, "R must be float32, got ", dtype_name(r->dtype()));
+  if (!r || (r->shape() == out.shape() && rows * k == x.numel())) {  // the residual in the product's epilogue
+    ep.residual = r ? r->data<float>() : nullptr;
+    ep.ldr = n;
+    cpu::gemm_packed(rows, n, k, x.data<float>(), k, w.data<float>(), out.data<float>(), n, ep);
+    return;
+  }
+  // A residual of another shape: the product first (X's rows), then both broadcast onto the
+  // output as the Add did, then the activation.
+  const cpu::Activation act = ep.act;
+  ep.act = cpu::Activation{};
+  Shape product_shape = x.shape();
+  product_shape[product_shape.rank() - 1] = n;
+  Tensor product(DType::kFloat32, product_shape, ctx.allocator());
+  cpu::gemm_packed(product.numel() / n, n, k, x.data<float>(), k, w.data<float>(), product.data<float>(), n, ep);
+  float* po = out.data<float>();
+  const float* pp = product.data<float>();
+  const float* pr = r->data<float>();
+  for_each_broadcast<2>(out.shape(), {&product.shape(), &r->shape()},
+                        [&](int64_t o, const std::array<int64_t, 2>& i) { po[o] = pp[i[0]] + pr[i[1]]; });
+  cpu::activate(po, po, out.numel(), act);
 }
 
 }  // namespace

@@ -205,20 +205,43 @@ CpuFuseReport fuse_cpu(Graph& g) {
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     const Node& mm = g.nodes[k];
     if (removed[k] || mm.outputs.size() != 1) continue;
-    // A float32 convolution and the activation after it.
+    // A float32 convolution, then a residual Add (not for grouped convolutions), then an
+    // activation, each optional.
     if (m.plain(mm, "Conv") && mm.inputs.size() >= 2) {
       const Tensor* wt = m.constant(mm.inputs[1]);
-      Node* a = sole_reader(mm.outputs[0]);
-      if (!wt || wt->dtype() != DType::kFloat32 || !a || a->inputs[0] != mm.outputs[0]) continue;
-      auto act = activation_of(m, *a);
-      const size_t ai = static_cast<size_t>(g.values[a->outputs[0]].producer);
-      if (!act || removed[ai]) continue;
-      Node fused = fused_node(mm.name + "/fused", "onyx", "FusedConv", 1, mm.inputs, {a->outputs[0]}, mm.attributes);
-      fused.attributes.insert(fused.attributes.end(), act->begin(), act->end());
-      removed[k] = removed[ai] = true;
-      replace.emplace_back(ai, std::move(fused));
-      ++r.conv_activations;
-      ++r.nodes_removed;
+      if (!wt || wt->dtype() != DType::kFloat32 || removed[k]) continue;
+      std::vector<int> inputs = mm.inputs;
+      inputs.resize(3, -1);
+      std::vector<size_t> chain;
+      size_t last = k;
+      int out = mm.outputs[0];
+      if (Node* add = sole_reader(out); add && Matcher::attr_int(mm, "group", 1) == 1 && m.plain(*add, "Add") &&
+                                        add->inputs.size() == 2 && add->inputs[0] != add->inputs[1]) {
+        inputs.push_back(other_input(*add, out));
+        chain.push_back(last);
+        last = static_cast<size_t>(g.values[add->outputs[0]].producer);
+        out = add->outputs[0];
+      }
+      std::vector<Attribute> attrs = mm.attributes;
+      if (Node* a = sole_reader(out); a && a->inputs[0] == out) {
+        if (auto act = activation_of(m, *a)) {
+          chain.push_back(last);
+          last = static_cast<size_t>(g.values[a->outputs[0]].producer);
+          out = a->outputs[0];
+          attrs.insert(attrs.end(), act->begin(), act->end());
+          ++r.conv_activations;
+        }
+      }
+      if (chain.empty() || removed[last]) continue;
+      bool free = true;
+      for (size_t c : chain) free = free && !removed[c];
+      if (!free) continue;
+      for (size_t c : chain) removed[c] = true;
+      removed[last] = true;
+      r.conv_residuals += inputs.size() > 3;
+      r.nodes_removed += static_cast<int>(chain.size());
+      replace.emplace_back(last, fused_node(mm.name + "/fused", "onyx", "FusedConv", 1, std::move(inputs), {out},
+                                            std::move(attrs)));
       continue;
     }
     const bool is_matmul = m.plain(mm, "MatMul") && mm.inputs.size() == 2;
@@ -265,6 +288,19 @@ CpuFuseReport fuse_cpu(Graph& g) {
         }
       }
     }
+    // A residual Add after it (a transformer's output projection): the other operand a value
+    // computed by the graph, of the output's shape (else the kernel broadcasts it).
+    int residual = -1;
+    if (Node* add = sole_reader(out); add && m.plain(*add, "Add") && add->inputs.size() == 2 &&
+                                      add->inputs[0] != add->inputs[1]) {
+      const int other = other_input(*add, out);
+      if (other >= 0 && !m.constant(other)) {
+        residual = other;
+        chain.push_back(static_cast<int>(last));
+        last = static_cast<size_t>(m.g.values[add->outputs[0]].producer);
+        out = add->outputs[0];
+      }
+    }
     std::vector<Attribute> attrs{make_int("k", kk), make_int("n", n)};
     if (Node* a = sole_reader(out); a && a->inputs[0] == out) {
       if (auto act = activation_of(m, *a)) {
@@ -288,8 +324,9 @@ CpuFuseReport fuse_cpu(Graph& g) {
       for (float& v : std::span<float>(scaled.data<float>(), static_cast<size_t>(scaled.numel()))) v *= beta;
       bias = add_initializer(bias, "/scaled", std::move(scaled));
     }
-    std::vector<int> inputs{x, packed(w, trans, kk, n, alpha)};
-    if (bias >= 0) inputs.push_back(bias);
+    std::vector<int> inputs{x, packed(w, trans, kk, n, alpha), bias};
+    if (residual >= 0) inputs.push_back(residual);
+    r.residuals += residual >= 0;
     replace.emplace_back(last, fused_node(mm.name + "/dense", "onyx", "DenseMatMul", 1, std::move(inputs), {out},
                                           std::move(attrs)));
     unpacked.insert(w);

@@ -166,3 +166,54 @@ def test_rms_norm_with_float_cast(run_onyx, tmp_path):
               [const("two", 2.0), const("eps", 1e-6), const("one", 1.0), const("W", rng.standard_normal(d))])
     feeds = {"x": rng.standard_normal((3, 7, d)).astype(np.float32)}
     run_and_compare(run_onyx, tmp_path, m, feeds, ["SimplifiedLayerNormalization"], ["Pow", "Sqrt"])
+
+
+@pytest.mark.parametrize("residual_shape", [(2, 9, 21), (1, 9, 21), (3, 2, 9, 21)])
+def test_dense_bias_residual_then_layer_norm(run_onyx, tmp_path, residual_shape):
+    """BERT's output projection: LayerNorm(MatMul(x, W) + b + r). A residual of the product's
+    shape goes in the epilogue; one that broadcasts (even raising the rank) is added after."""
+    rng, _ = fresh_rng()
+    k, n = 30, 21
+    nodes = [h.make_node("MatMul", ["x", "W"], ["mm"]), h.make_node("Add", ["mm", "B"], ["s"]),
+             h.make_node("Add", ["s", "r"], ["sum"]),
+             h.make_node("LayerNormalization", ["sum", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-5)]
+    m = model(nodes, [h.make_tensor_value_info("x", F, [2, 9, k]), h.make_tensor_value_info("r", F, residual_shape)],
+              [h.make_tensor_value_info("y", F, None)],
+              [const("W", rng.standard_normal((k, n)) * 0.3), const("B", rng.standard_normal(n)),
+               const("gamma", rng.standard_normal(n)), const("beta", rng.standard_normal(n))])
+    feeds = {"x": rng.standard_normal((2, 9, k)).astype(np.float32),
+             "r": rng.standard_normal(residual_shape).astype(np.float32)}
+    run_and_compare(run_onyx, tmp_path, m, feeds, ["onyx::DenseMatMul", "LayerNormalization"], ["MatMul", "Add"])
+
+
+@pytest.mark.parametrize("act", [None, "Relu"])
+def test_conv_residual_add(run_onyx, tmp_path, act):
+    """ResNet's block end: Relu(Conv(x) + shortcut)."""
+    rng, _ = fresh_rng()
+    c, m_out, hw = 5, 7, 11
+    nodes = [h.make_node("Conv", ["x", "W", "B"], ["conv"], pads=[1, 1, 1, 1]),
+             h.make_node("Add", ["z", "conv"], ["sum" if act else "y"])]
+    if act:
+        nodes.append(h.make_node(act, ["sum"], ["y"]))
+    mdl = model(nodes, [h.make_tensor_value_info("x", F, [2, c, hw, hw]), h.make_tensor_value_info("z", F, [2, m_out, hw, hw])],
+                [h.make_tensor_value_info("y", F, None)],
+                [const("W", rng.standard_normal((m_out, c, 3, 3)) * 0.4), const("B", rng.standard_normal(m_out))])
+    feeds = {"x": rng.standard_normal((2, c, hw, hw)).astype(np.float32),
+             "z": rng.standard_normal((2, m_out, hw, hw)).astype(np.float32)}
+    run_and_compare(run_onyx, tmp_path, mdl, feeds, ["onyx::FusedConv"], ["Conv", "Add"] + ([act] if act else []))
+
+
+def test_conv_residual_that_broadcasts(run_onyx, tmp_path):
+    """Conv(x) + z with z a per-channel row and with z raising the rank: both as the Add did."""
+    rng, _ = fresh_rng()
+    nodes = [h.make_node("Conv", ["x", "W"], ["conv"]), h.make_node("Add", ["conv", "z"], ["s"]),
+             h.make_node("Relu", ["s"], ["y"]), h.make_node("Conv", ["x", "W"], ["conv2"]),
+             h.make_node("Add", ["conv2", "z2"], ["y2"])]
+    mdl = model(nodes, [h.make_tensor_value_info("x", F, [1, 3, 6, 7]), h.make_tensor_value_info("z", F, [4, 1, 1]),
+                        h.make_tensor_value_info("z2", F, [2, 1, 4, 4, 5])],
+                [h.make_tensor_value_info("y", F, None), h.make_tensor_value_info("y2", F, None)],
+                [const("W", rng.standard_normal((4, 3, 3, 3)))])
+    feeds = {"x": rng.standard_normal((1, 3, 6, 7)).astype(np.float32),
+             "z": rng.standard_normal((4, 1, 1)).astype(np.float32),
+             "z2": rng.standard_normal((2, 1, 4, 4, 5)).astype(np.float32)}
+    run_and_compare(run_onyx, tmp_path, mdl, feeds, ["onyx::FusedConv"], ["Conv", "Add"])

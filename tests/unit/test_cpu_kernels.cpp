@@ -44,7 +44,7 @@ struct ForceTarget {
 std::vector<double> reference_gemm(int64_t m, int64_t n, int64_t k, const std::vector<float>& a,
                                    const std::vector<float>& b, const float* bias, const std::vector<float>* c0,
                                    const Activation& act, std::vector<double>* magnitude,
-                                   const float* row_bias = nullptr) {
+                                   const float* row_bias = nullptr, const float* residual = nullptr) {
   std::vector<double> c(static_cast<size_t>(m * n));
   magnitude->assign(c.size(), 0.0);
   for (int64_t i = 0; i < m; ++i)
@@ -57,6 +57,7 @@ std::vector<double> reference_gemm(int64_t m, int64_t n, int64_t k, const std::v
       if (c0) s += (*c0)[i * n + j], mag += std::fabs((*c0)[i * n + j]);
       if (bias) s += bias[j], mag += std::fabs(bias[j]);
       if (row_bias) s += row_bias[i], mag += std::fabs(row_bias[i]);
+      if (residual) s += residual[i * n + j], mag += std::fabs(residual[i * n + j]);
       c[i * n + j] = activate_reference(static_cast<float>(s), act);
       (*magnitude)[i * n + j] = mag;
     }
@@ -78,7 +79,8 @@ TEST(CpuGemm, PackedMatchesFloat64OnEveryTargetAndTail) {
           ++case_no;
           const bool with_row_bias = case_no % 4 == 1;
           auto a = random_floats(m * k, rng), b = random_floats(k * n, rng), bias = random_floats(n, rng);
-          auto row_bias = random_floats(m, rng);
+          auto row_bias = random_floats(m, rng), residual = random_floats(m * n, rng);
+          const bool with_residual = case_no % 7 == 3;
           auto c0 = random_floats(m * n, rng);
           std::vector<float> packed(packed_size(k, n)), c = c0;
           pack_b(b.data(), n, false, k, n, packed.data());
@@ -87,9 +89,12 @@ TEST(CpuGemm, PackedMatchesFloat64OnEveryTargetAndTail) {
           ep.act = act;
           ep.accumulate = accumulate;
           ep.row_bias = with_row_bias ? row_bias.data() : nullptr;
+          ep.residual = with_residual ? residual.data() : nullptr;
+          ep.ldr = n;
           gemm_packed(m, n, k, a.data(), k, packed.data(), c.data(), n, ep);
           std::vector<double> mag;
-          auto want = reference_gemm(m, n, k, a, b, ep.bias, accumulate ? &c0 : nullptr, act, &mag, ep.row_bias);
+          auto want =
+              reference_gemm(m, n, k, a, b, ep.bias, accumulate ? &c0 : nullptr, act, &mag, ep.row_bias, ep.residual);
           for (size_t i = 0; i < c.size(); ++i)
             ASSERT_NEAR(c[i], want[i], 1e-6 * mag[i] + 1e-6)
                 << "m " << m << " k " << k << " n " << n << " act " << act_name(act.kind) << " at " << i;
