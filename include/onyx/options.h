@@ -58,9 +58,10 @@ struct SessionOptions {
   bool fold_constants = true;
   // Load-time fusions of exporters' op patterns into one node each (passes/fuse_patterns.h).
   bool fuse_patterns = true;
-  // The attention fusion among them (HF's eager attention -> one Attention node): by default
-  // on CUDA devices only (on the CPU the unfused chain's BLAS products are faster); true or
-  // false forces it.
+  // The attention fusion among them (HF's eager attention -> one Attention node): by default on
+  // for a Session on any device (the CPU's Attention kernel runs the fused case on its matrix
+  // products, ops/attention_cpu.cpp), and for generation on CUDA devices only; true or false
+  // forces it.
   std::optional<bool> fuse_attention;
   // On a GPU: page-locked host memory for the staging buffers of host <-> device copies.
   size_t pinned_memory_budget_bytes = size_t{1} << 30;

@@ -148,7 +148,7 @@ class SessionOptions:
     - capture: CUDA Graphs, "off" (default), "auto" or "require" (GPU sessions)
     - memory_budget_bytes: the device memory budget (0: memory_fraction of the free memory)
     - memory_fraction, allow_cpu_fallback, validate_replays, plan_cache_capacity
-    - fuse_attention: None (default: fuse eager attention into one Attention node on CUDA only), True, False
+    - fuse_attention: None (default: fuse eager attention into one Attention node), True, False
     """
 
     def __init__(self):
@@ -178,7 +178,7 @@ class SessionOptions:
         self.validate_replays = False
         self.plan_cache_capacity = 8
         self.host_memory_budget_bytes = 0  # 0: 80% of the physical memory
-        self.fuse_attention = None  # None: fuse eager attention on CUDA devices only; True/False force it
+        self.fuse_attention = None  # None: fuse eager attention; True/False force it
 
     def add_session_config_entry(self, key, value):
         self._config[str(key)] = str(value)

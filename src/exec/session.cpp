@@ -75,7 +75,7 @@ std::unique_ptr<Session> Session::prepare(const SessionOptions& options, const s
   Graph& g = *m.model.graph;
   if (options.fold_constants)
     with_context(cat("folding constants of '", m.model.path, "'"), [&] { fold_constants(g, OpRegistry::global()); });
-  if (options.fuse_patterns) fuse_patterns(g, FuseOptions{options.fuse_attention.value_or(!m.device.is_cpu())});
+  if (options.fuse_patterns) fuse_patterns(g, FuseOptions{options.fuse_attention.value_or(true)});
   if (options.fuse_patterns && m.device.is_cpu()) fuse_cpu(g);
   with_context(cat("preparing '", m.model.path, "'"), [&] {
     m.backend = make_backend(m.device, options);

@@ -217,3 +217,44 @@ def test_conv_residual_that_broadcasts(run_onyx, tmp_path):
              "z": rng.standard_normal((4, 1, 1)).astype(np.float32),
              "z2": rng.standard_normal((2, 1, 4, 4, 5)).astype(np.float32)}
     run_and_compare(run_onyx, tmp_path, mdl, feeds, ["onyx::FusedConv"], ["Conv", "Add"])
+
+
+@pytest.mark.parametrize("s,mask,causal", [(1, "float", 0), (5, "float", 0), (5, None, 1), (4, "bool", 0), (1, None, 0)])
+def test_attention_grouped_heads(run_onyx, tmp_path, s, mask, causal):
+    """ONNX Attention with grouped-query heads on the CPU's vectorized kernel (what the eager
+    attention fusion produces), against onnxruntime and against onyx's reference kernel (which
+    runs when the QK output is asked for)."""
+    rng, _ = fresh_rng()
+    b, hq, hkv, t, d = 2, 6, 2, 7, 8
+    ins = [h.make_tensor_value_info("q", F, [b, hq, s, d]), h.make_tensor_value_info("k", F, [b, hkv, t, d]),
+           h.make_tensor_value_info("v", F, [b, hkv, t, d + 3])]
+    feeds = {"q": rng.standard_normal((b, hq, s, d)).astype(np.float32),
+             "k": rng.standard_normal((b, hkv, t, d)).astype(np.float32),
+             "v": rng.standard_normal((b, hkv, t, d + 3)).astype(np.float32)}
+    names = ["q", "k", "v"]
+    if mask == "float":
+        ins.append(h.make_tensor_value_info("m", F, [1, 1, s, t]))
+        feeds["m"] = np.where(rng.random((1, 1, s, t)) < 0.3, -1e9, rng.standard_normal((1, 1, s, t))).astype(np.float32)
+        feeds["m"][..., 0] = 0  # never a fully masked row
+        names.append("m")
+    elif mask == "bool":
+        ins.append(h.make_tensor_value_info("m", T.BOOL, [b, 1, s, t]))
+        feeds["m"] = rng.random((b, 1, s, t)) < 0.7
+        feeds["m"][..., 0] = True
+        names.append("m")
+    attrs = dict(is_causal=causal, scale=0.3)
+    fast = model([h.make_node("Attention", names, ["y"], **attrs)], ins, [h.make_tensor_value_info("y", F, None)], [],
+                 opset=23)
+    run_and_compare(run_onyx, tmp_path, fast, feeds, ["Attention"], [])
+    ref = model([h.make_node("Attention", names, ["y", "", "", "qk"], **attrs)], ins,
+                [h.make_tensor_value_info("y", F, None), h.make_tensor_value_info("qk", F, None)], [], opset=23)
+    onnx.save(ref, str(tmp_path / "ref.onnx"))
+    args = ["run", tmp_path / "ref.onnx", "--save-outputs", tmp_path / "ref"]
+    for name in feeds:
+        args += ["--input", f"{name}={tmp_path / (name + '.npy')}"]
+    proc = run_onyx(*args)
+    assert proc.returncode == 0, proc.stderr
+    y_fast = np.load(tmp_path / "fused" / "y.npy")
+    y_ref = np.load(tmp_path / "ref" / "y.npy")
+    ok, line = compare("y", y_fast, y_ref)
+    assert ok, "vectorized vs reference kernel: " + line

@@ -36,7 +36,7 @@ run options:
                                this process may run on)
   --no-fold                    run nodes computed from constants alone on every run (default: once, at load)
   --no-fuse                    keep exporters' op patterns (decomposed RMSNorm) as they are (default: fused at load)
-  --fuse-attention on|off|auto fuse HF's eager attention into one Attention node (auto, the default: on CUDA only)
+  --fuse-attention on|off|auto fuse HF's eager attention into one Attention node (auto, the default: yes)
   --memory-budget BYTES        on a GPU, the session's device-memory budget (default: 90% of free memory)
   --memory-report              print the memory governor's holders after the runs
   --host-memory-budget BYTES   the host memory the session may hold at once (default: 80% of
