@@ -41,7 +41,8 @@ struct TileArgs {
   const float* a;     // A at (row 0 of the tile, this pass's first column)
   int64_t lda;
   const float* b;     // packed B at (the tile's first panel, this pass's first row)
-  int64_t pstride;    // floats between panels (16 * K)
+  int64_t pstride;    // floats between panels (16 K packed; 16 for B read in place, row-major)
+  int64_t kstride;    // floats between B's rows within a panel (16 packed; ldb in place)
   float* c;           // C at the tile's first element
   int64_t ldc;
   int64_t ncols;      // valid columns of the tile (<= NP * 16)
@@ -69,10 +70,10 @@ HWY_NOINLINE void Tile(const TileArgs& t) {
     // B streams from memory when it is an activation packed per call (a convolution's im2col):
     // ask for each panel's line 8 steps ahead.
     HWY_UNROLL(8)
-    for (int q = 0; q < NP; ++q) hwy::Prefetch(b + q * t.pstride + (p + 8) * kPanel);
+    for (int q = 0; q < NP; ++q) hwy::Prefetch(b + q * t.pstride + (p + 8) * t.kstride);
     VF bv[NV];
     HWY_UNROLL(16)
-    for (int v = 0; v < NV; ++v) bv[v] = hn::LoadU(d, b + (v / kVPP) * t.pstride + p * kPanel + (v % kVPP) * kL);
+    for (int v = 0; v < NV; ++v) bv[v] = hn::LoadU(d, b + (v / kVPP) * t.pstride + p * t.kstride + (v % kVPP) * kL);
     HWY_UNROLL(16)
     for (int r = 0; r < MR; ++r) {
       const VF ar = hn::Set(d, a[r * t.lda + p]);
@@ -153,26 +154,46 @@ struct TileTable {
 };
 constexpr TileTable kTiles;
 
-void GemmPackedImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* pb, float* c,
-                    int64_t ldc, const Epilogue* ep) {
+// B as the product reads it: packed panels (ldb 0), or row-major in place (row stride ldb) with
+// its last, partial panel packed apart (`tail`, K rows of 16), so no load passes column n.
+void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+              const float* tail, float* c, int64_t ldc, const Epilogue* ep) {
+  struct {
+    const float* b;
+    int64_t ldb;
+    const float* tail;
+  } src{b, ldb, tail};
   if (m <= 0 || n <= 0) return;
   const int64_t panels = (n + kPanel - 1) / kPanel;
   const int64_t pstride = kPanel * k;
+  const bool in_place = src.ldb > 0;
+  const int64_t tail_panel = in_place && n % kPanel ? panels - 1 : -1;
   const Activation* act = &ep->act;
   if (k == 0) {  // an empty sum: C is 0 (or kept), then the epilogue
     std::vector<float> zero_a(static_cast<size_t>(m), 0.f);
     std::vector<float> zero_b(static_cast<size_t>(panels * kPanel), 0.f);
-    GemmPackedImpl(m, n, 1, zero_a.data(), 1, zero_b.data(), c, ldc, ep);
+    GemmImpl(m, n, 1, zero_a.data(), 1, zero_b.data(), 0, nullptr, c, ldc, ep);
     return;
   }
   // A tile of mr rows by np panels over B's rows [k0, k0 + kb).
-  auto run_tile = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb) {
+  auto run_one = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb) {
     TileArgs t;
     t.kb = kb;
     t.a = a + row * lda + k0;
     t.lda = lda;
-    t.b = pb + panel * pstride + k0 * kPanel;
-    t.pstride = pstride;
+    if (!in_place) {
+      t.b = src.b + panel * pstride + k0 * kPanel;
+      t.pstride = pstride;
+      t.kstride = kPanel;
+    } else if (panel == tail_panel) {
+      t.b = src.tail + k0 * kPanel;
+      t.pstride = pstride;
+      t.kstride = kPanel;
+    } else {
+      t.b = src.b + k0 * src.ldb + panel * kPanel;
+      t.pstride = kPanel;
+      t.kstride = src.ldb;
+    }
     t.c = c + row * ldc + panel * kPanel;
     t.ldc = ldc;
     t.ncols = std::min<int64_t>(np * kPanel, n - panel * kPanel);
@@ -184,6 +205,16 @@ void GemmPackedImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda
     t.ldr = ep->ldr;
     t.act = act;
     kTiles.fn[mr - 1][np - 1](t);
+  };
+  // Panels read in place never share a tile with the packed tail.
+  auto run_tile = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb) {
+    if (tail_panel >= 0 && panel < tail_panel && panel + np > tail_panel) {
+      const int head = static_cast<int>(tail_panel - panel);
+      run_one(mr, head, row, panel, k0, kb);
+      run_one(mr, np - head, row, tail_panel, k0, kb);
+      return;
+    }
+    run_one(mr, np, row, panel, k0, kb);
   };
   if (m <= 4) {
     // Few rows: each task streams a group of panels over all of K once.
@@ -305,7 +336,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace onyx::cpu {
 
-HWY_EXPORT(GemmPackedImpl);
+HWY_EXPORT(GemmImpl);
 HWY_EXPORT(GemvRowsImpl);
 HWY_EXPORT(GemvDotsImpl);
 HWY_EXPORT(TargetName);
@@ -337,7 +368,7 @@ void pack_b(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, float
 
 void gemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed_b, float* c,
                  int64_t ldc, const Epilogue& ep) {
-  HWY_DYNAMIC_DISPATCH(GemmPackedImpl)(m, n, k, a, lda, packed_b, c, ldc, &ep);
+  HWY_DYNAMIC_DISPATCH(GemmImpl)(m, n, k, a, lda, packed_b, 0, nullptr, c, ldc, &ep);
 }
 
 namespace {
@@ -390,6 +421,22 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const flo
     if (ep.act.kind != Act::kNone) activate(out, out, m, ep.act);
     if (out != c)
       for (int64_t i = 0; i < m; ++i) c[i * ldc] = out[i];
+    return;
+  }
+  if (!trans_b && ldb % 1024 != 0 && k * n >= (int64_t{1} << 16)) {
+    // A large B read in place, its last partial panel packed apart: packing would copy it all
+    // (a pointwise convolution's image). Small ones (attention's per-head operands) are
+    // packed: measured faster there. Rows 4 KiB apart would share L1 sets: those are packed.
+    const float* tail = nullptr;
+    if (n % kPanel) {
+      float* t = scratch(t_packed, kPanel * k);
+      const int64_t j0 = n / kPanel * kPanel;
+      for (int64_t p = 0; p < k; ++p) {
+        for (int64_t j = 0; j < kPanel; ++j) t[p * kPanel + j] = j0 + j < n ? b[p * ldb + j0 + j] : 0.f;
+      }
+      tail = t;
+    }
+    HWY_DYNAMIC_DISPATCH(GemmImpl)(m, n, k, a, lda, b, ldb, tail, c, ldc, &ep);
     return;
   }
   float* pb = scratch(t_packed, packed_size(k, n));

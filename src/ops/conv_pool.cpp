@@ -211,11 +211,12 @@ void im2col_packed_2d(const float* x, int64_t channels, const Im2ColGeometry& g,
                 const float* src = row + ox + xoff;
                 if (run == cpu::kPanel) std::memcpy(dst, src, cpu::kPanel * sizeof(float));
                 else std::copy_n(src, run, dst);
-              } else {
-                for (int64_t t = 0; t < run; ++t) {
-                  const int64_t o = ox + t;
-                  dst[t] = o >= lo && o < hi ? row[o * sw + xoff] : 0.f;
-                }
+              } else {  // padding, then the strided interior, then padding: no test per element
+                const int64_t a = std::clamp(lo - ox, int64_t{0}, run), e = std::clamp(hi - ox, a, run);
+                std::fill_n(dst, a, 0.f);
+                const float* src = row + (ox + a) * sw + xoff;
+                for (int64_t t = a; t < e; ++t, src += sw) dst[t] = *src;
+                std::fill_n(dst + e, run - e, 0.f);
               }
               ox += run;
             }
@@ -259,6 +260,8 @@ void conv_forward_float(const float* x, const float* w, const float* bias, const
   // to being read by the product.
   const int64_t row_elems = std::max<int64_t>(1, cg * K * cols);
   const int64_t chunk = pointwise ? rows : std::clamp<int64_t>((int64_t{256} << 10) / row_elems, 1, rows);
+  // 2-D: im2col straight into the packed layout (measured faster than a row-major im2col read
+  // in place by the product); a pointwise convolution reads the image in place.
   const bool packed_im2col = g.grid.size() == 2;
   thread_local std::vector<float> col;  // grows to the largest chunk, then no allocation per run
   const int64_t col_floats = packed_im2col ? cpu::packed_size(cg * K, chunk * cols) : cg * K * chunk * cols;
