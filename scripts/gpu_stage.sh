@@ -36,6 +36,8 @@ for l in libjpeg.so.62 libpng16.so.16 libtiff.so.6 libwebp.so.7 libopenjp2.so.7 
          libjbig.so.0 libdeflate.so.0; do
   cp -L /usr/lib/x86_64-linux-gnu/$l gpu/lib/ && gzip -9 gpu/lib/$l
 done
+# Highway, the CPU kernels' SIMD dispatch (src/cpu; Debian ships it as a shared library only).
+cp -L /usr/lib/x86_64-linux-gnu/libhwy.so.1 gpu/lib/
 # The server's HTTP library and what it links (onyx serve).
 for l in libcpp-httplib.so.0.11 libbrotlicommon.so.1 libbrotlidec.so.1 libbrotlienc.so.1 libssl.so.3 libcrypto.so.3; do
   cp -L /usr/lib/x86_64-linux-gnu/$l gpu/lib/ && gzip -9 gpu/lib/$l

@@ -58,9 +58,10 @@ struct SessionOptions {
   bool fold_constants = true;
   // Load-time fusions of exporters' op patterns into one node each (passes/fuse_patterns.h).
   bool fuse_patterns = true;
-  // The attention fusion among them (HF's eager attention -> one Attention node): by default
-  // on CUDA devices only (on the CPU the unfused chain's BLAS products are faster); true or
-  // false forces it.
+  // The attention fusion among them (HF's eager attention -> one Attention node): by default on
+  // for a Session on any device (the CPU's Attention kernel runs the fused case on its matrix
+  // products, ops/attention_cpu.cpp), and for generation on CUDA devices only; true or false
+  // forces it.
   std::optional<bool> fuse_attention;
   // The linear fusions among them (passes/fuse_linear.h): products by constant weights with
   // the weights stored output-major (onyx::Linear), a layer's Q, K and V products as one, the
@@ -79,6 +80,9 @@ struct SessionOptions {
   // bytes it asked for, made before the memory is asked of the system. 0 takes 80% of
   // the physical memory.
   size_t host_memory_budget_bytes = 0;
+  // Threads of the CPU kernels (matrix products, convolutions, softmax, normalizations, large
+  // elementwise ops), the calling thread included; 0 takes the CPUs this process may run on.
+  int intra_op_threads = 0;
 };
 
 // Where a run leaves an output.

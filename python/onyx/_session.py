@@ -225,7 +225,7 @@ class SessionOptions:
     - capture: CUDA Graphs, "off" (default), "auto" or "require" (GPU sessions)
     - memory_budget_bytes: the device memory budget (0: memory_fraction of the free memory)
     - memory_fraction, allow_cpu_fallback, validate_replays, plan_cache_capacity
-    - fuse_attention: None (default: fuse eager attention into one Attention node on CUDA only), True, False
+    - fuse_attention: None (default: fuse eager attention into one Attention node; for generation on CUDA only), True, False
     - fuse_linear: None (default: products by constant weights as onyx::Linear, Q/K/V and gate/up as one
       product each, on CUDA only), True, False
     - overlap_launches: True (default: on a GPU, a product kernel may start while the kernel before it finishes)
@@ -258,7 +258,7 @@ class SessionOptions:
         self.validate_replays = False
         self.plan_cache_capacity = 8
         self.host_memory_budget_bytes = 0  # 0: 80% of the physical memory
-        self.fuse_attention = None  # None: fuse eager attention on CUDA devices only; True/False force it
+        self.fuse_attention = None  # None: fuse eager attention (generation: on CUDA only); True/False force it
         self.fuse_linear = None  # None: the linear fusions on CUDA devices only; True/False force them
         self.overlap_launches = True  # GPU: programmatic dependent launch of the product kernels
 
@@ -286,6 +286,8 @@ class SessionOptions:
             "fuse_attention": None if self.fuse_attention is None else bool(self.fuse_attention),
             "fuse_linear": None if self.fuse_linear is None else bool(self.fuse_linear),
             "overlap_launches": bool(self.overlap_launches),
+            # onnxruntime's intra_op_num_threads: the CPU kernels' threads (0: every available CPU)
+            "intra_op_threads": int(self.intra_op_num_threads),
         }
 
 

@@ -262,6 +262,11 @@ SessionOptions parse_options(const nb::dict& o) {
       else if (key == "validate_replays") s.validate_replays = nb::cast<bool>(v);
       else if (key == "fold_constants") s.fold_constants = nb::cast<bool>(v);
       else if (key == "fuse_patterns") s.fuse_patterns = nb::cast<bool>(v);
+      else if (key == "intra_op_threads") {
+        const int t = nb::cast<int>(v);
+        ONYX_CHECK(t >= 0, "intra_op_threads must be >= 0 (0: every available CPU), not ", t);
+        s.intra_op_threads = t;
+      }
       else if (key == "fuse_attention" || key == "fuse_linear") {
         auto& field = key == "fuse_attention" ? s.fuse_attention : s.fuse_linear;
         if (v.is_none()) field.reset();
@@ -286,8 +291,8 @@ SessionOptions parse_options(const nb::dict& o) {
       } else {
         throw Error(
             "no such option (device, allow_cpu_fallback, memory_budget_bytes, memory_fraction, "
-            "validate_replays, fold_constants, fuse_patterns, fuse_attention, fuse_linear, overlap_launches, "
-            "host_memory_budget_bytes, plan_cache_capacity, pinned_memory_budget_bytes, capture, "
+            "validate_replays, fold_constants, fuse_patterns, intra_op_threads, fuse_attention, fuse_linear, "
+            "overlap_launches, host_memory_budget_bytes, plan_cache_capacity, pinned_memory_budget_bytes, capture, "
             "memory)");
       }
     });

@@ -13,6 +13,7 @@ SessionOptions subgraph_options(const SessionOptions& options) {
   SessionOptions sub = options;
   if (sub.memory == MemoryMode::kPlanned) sub.memory = MemoryMode::kRelease;
   sub.capture = CaptureMode::kOff;
+  sub.intra_op_threads = 1;  // runs inside its parent's run, on the parent's pool
   return sub;
 }
 
@@ -45,6 +46,10 @@ GraphExecutor::GraphExecutor(Graph& graph, const OpRegistry& registry, std::shar
     }
   }
   if (backend_) upload_weights();
+  ONYX_CHECK(options_.intra_op_threads >= 0, "intra_op_threads must be >= 0 (0: every available CPU), not ",
+             options_.intra_op_threads);
+  const int threads = options_.intra_op_threads ? options_.intra_op_threads : cpu::available_cpus();
+  if (threads > 1) pool_ = std::make_unique<cpu::ThreadPool>(threads);
 }
 
 GraphExecutor& GraphExecutor::subgraph(const Graph& g) const {
@@ -242,6 +247,7 @@ void GraphExecutor::bind_inputs(RunEnv& env, const std::vector<Tensor>& inputs, 
 std::vector<Tensor> GraphExecutor::run(const std::vector<Tensor>& inputs, const Scope* outer,
                                        const std::vector<OutputPlace>* places, const std::vector<Tensor>* bound,
                                        const RunControl* control) {
+  const cpu::PoolScope pool_scope(pool_ ? pool_.get() : cpu::current_pool());
   if (!control && outer) control = outer->control;
   if (control && !control->active()) control = nullptr;
   const Signature sig = signature_of(inputs, outer);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "cpu/thread_pool.h"
 #include "exec/capture.h"
 #include "exec/notices.h"
 #include "exec/plan_cache.h"
@@ -105,6 +106,8 @@ class GraphExecutor {
   std::vector<Tensor> weights_on_accel_;  // per value id: initializers uploaded once at load
   std::vector<bool> resident_on_accel_;
   std::map<const Graph*, std::unique_ptr<GraphExecutor>> subgraphs_;
+  // The CPU kernels' threads (top-level graphs; a subgraph runs on its parent's).
+  std::unique_ptr<cpu::ThreadPool> pool_;
   Notices notices_;
   std::vector<Fallback> fallbacks_;
   // One device arena for every signature: they run one at a time on one stream (L2).

@@ -75,7 +75,8 @@ std::unique_ptr<Session> Session::prepare(const SessionOptions& options, const s
                                                       : default_host_memory_budget());
   m.model = load();
   Graph& g = *m.model.graph;
-  with_context(cat("optimizing '", m.model.path, "'"), [&] { optimize_graph(g, options, m.device); });
+  with_context(cat("optimizing '", m.model.path, "'"),
+               [&] { optimize_graph(g, options, m.device, OptimizeDefaults{.fuse_attention_on_cpu = true}); });
   with_context(cat("preparing '", m.model.path, "'"), [&] {
     m.backend = make_backend(m.device, options);
     m.executor = std::make_unique<GraphExecutor>(g, OpRegistry::global(), m.alloc, options, m.backend.get());

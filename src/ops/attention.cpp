@@ -9,6 +9,9 @@
 
 namespace onyx {
 
+// The vectorized float32 kernel for the fused case (ops/attention_cpu.cpp); false: not that case.
+bool attention_float_fast(KernelContext& ctx);
+
 namespace {
 
 // ---- Attention ----
@@ -113,6 +116,8 @@ void to_bhsd(const Tensor& t, int64_t heads, std::vector<C>& out, int64_t seq_of
 
 template <class T>
 void attention_kernel(KernelContext& ctx) {
+  if constexpr (std::is_same_v<T, float>)
+    if (attention_float_fast(ctx)) return;
   using C = compute_t<T>;
   const Tensor& q = ctx.input(0);
   const Tensor& k = ctx.input(1);

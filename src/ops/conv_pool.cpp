@@ -4,9 +4,15 @@
 // double; 16-bit floats are widened to float first.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
+#include "cpu/conv.h"
+#include "cpu/gemm.h"
+#include "cpu/thread_pool.h"
+#include "ops/broadcast.h"
 #include "ops/gemm.h"
 #include "ops/conv_util.h"
+#include "ops/fused_activation.h"
 #include "ops/quantize.h"
 
 namespace onyx {
@@ -170,6 +176,132 @@ void conv_forward(const C* x, const C* w, const C* bias, C* y, const ConvShapes&
       }
 }
 
+// im2col straight into the matrix product's packed layout (cpu/gemm.h) for a 2-D convolution:
+// row (c, ki, kj) of B holds x[c, oy sh - ph + ki dh, ox sw - pw + kj dw] (0 outside) for the
+// output positions of grid rows [r0, r1), each panel 16 consecutive positions. Writing the
+// panels directly saves packing an im2col matrix a second time. Channels split over the pool.
+void im2col_packed_2d(const float* x, int64_t channels, const Im2ColGeometry& g, int64_t r0, int64_t r1,
+                      float* packed) {
+  const int64_t ih = g.image[0], iw = g.image[1], ow = g.grid[1];
+  const int64_t kh = g.kernel[0], kw = g.kernel[1], sh = g.strides[0], sw = g.strides[1];
+  const int64_t dh = g.dilations[0], dw = g.dilations[1], ph = g.pad_begin[0], pw = g.pad_begin[1];
+  const int64_t krows = channels * kh * kw, ncols = (r1 - r0) * ow;
+  const int64_t pstride = cpu::kPanel * krows;
+  cpu::parallel_for(channels, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t ki = 0; ki < kh; ++ki)
+        for (int64_t kj = 0; kj < kw; ++kj) {
+          const int64_t krow = (c * kh + ki) * kw + kj;
+          float* base = packed + krow * cpu::kPanel;
+          const int64_t xoff = kj * dw - pw;
+          // Output columns [lo, hi) read inside the row; the rest read padding.
+          const int64_t lo = std::min(ow, std::max<int64_t>(0, (-xoff + sw - 1) / sw));
+          const int64_t hi = std::max(lo, std::min(ow, xoff >= iw ? 0 : (iw - 1 - xoff) / sw + 1));
+          for (int64_t oy = r0; oy < r1; ++oy) {
+            const int64_t iy = oy * sh - ph + ki * dh;
+            const float* row = iy >= 0 && iy < ih ? x + (c * ih + iy) * iw : nullptr;
+            const int64_t j0 = (oy - r0) * ow;
+            for (int64_t ox = 0; ox < ow;) {
+              const int64_t j = j0 + ox;
+              float* dst = base + (j / cpu::kPanel) * pstride + j % cpu::kPanel;
+              const int64_t run = std::min(ow - ox, cpu::kPanel - j % cpu::kPanel);  // to the panel's end
+              if (!row) {
+                std::fill_n(dst, run, 0.f);
+              } else if (sw == 1 && ox >= lo && ox + run <= hi) {  // inside the row: a copy
+                const float* src = row + ox + xoff;
+                if (run == cpu::kPanel) std::memcpy(dst, src, cpu::kPanel * sizeof(float));
+                else std::copy_n(src, run, dst);
+              } else {  // padding, then the strided interior, then padding: no test per element
+                const int64_t a = std::clamp(lo - ox, int64_t{0}, run), e = std::clamp(hi - ox, a, run);
+                std::fill_n(dst, a, 0.f);
+                const float* src = row + (ox + a) * sw + xoff;
+                for (int64_t t = a; t < e; ++t, src += sw) dst[t] = *src;
+                std::fill_n(dst + e, run - e, 0.f);
+              }
+              ox += run;
+            }
+          }
+        }
+  });
+  // The last panel's columns past ncols are zero.
+  const int64_t tail = ncols % cpu::kPanel;
+  if (tail)
+    for (int64_t r = 0; r < krows; ++r)
+      std::fill_n(packed + (ncols / cpu::kPanel) * pstride + r * cpu::kPanel + tail, cpu::kPanel - tail, 0.f);
+}
+
+// The float32 convolution: a depthwise 2-D one by its direct kernel, the others as matrix
+// products (the weights the left operand, im2col's columns, or the image itself for a pointwise
+// convolution, the right), with bias and activation applied as each product stores its tile.
+void conv_forward_float(const float* x, const float* w, const float* bias, const float* z, float* y,
+                        const ConvShapes& s, const Im2ColGeometry& g, const cpu::Activation& act) {
+  const int64_t in_size = g.image_size(), out_size = g.grid_size(), K = g.kernel_size();
+  const int64_t cg = s.c / s.group, mg = s.m / s.group, rows = g.grid_rows(), cols = g.grid_cols();
+  if (cg == 1 && mg == 1 && g.grid.size() == 2 && !z) {
+    for (int64_t n = 0; n < s.n; ++n) {
+      cpu::DepthwiseConv2d a;
+      a.x = x + n * s.c * in_size;
+      a.w = w;
+      a.bias = bias;
+      a.y = y + n * s.m * out_size;
+      a.channels = s.m;
+      a.ih = g.image[0], a.iw = g.image[1], a.oh = g.grid[0], a.ow = g.grid[1];
+      a.kh = g.kernel[0], a.kw = g.kernel[1], a.sh = g.strides[0], a.sw = g.strides[1];
+      a.ph = g.pad_begin[0], a.pw = g.pad_begin[1], a.dh = g.dilations[0], a.dw = g.dilations[1];
+      a.act = act;
+      cpu::depthwise_conv2d(a);
+    }
+    return;
+  }
+  bool pointwise = K == 1;
+  for (size_t d = 0; d < g.grid.size(); ++d)
+    pointwise = pointwise && g.strides[d] == 1 && g.pad_begin[d] == 0 && g.grid[d] == g.image[d];
+  // Grid rows in chunks whose packed right-hand operand (~1 MiB) stays in L2 from being written
+  // to being read by the product.
+  const int64_t row_elems = std::max<int64_t>(1, cg * K * cols);
+  const int64_t chunk = pointwise ? rows : std::clamp<int64_t>((int64_t{256} << 10) / row_elems, 1, rows);
+  // 2-D: im2col straight into the packed layout (measured faster than a row-major im2col read
+  // in place by the product); a pointwise convolution reads the image in place.
+  const bool packed_im2col = g.grid.size() == 2;
+  thread_local std::vector<float> col;  // grows to the largest chunk, then no allocation per run
+  const int64_t col_floats = packed_im2col ? cpu::packed_size(cg * K, chunk * cols) : cg * K * chunk * cols;
+  if (!pointwise && col.size() < static_cast<size_t>(col_floats)) col.resize(col_floats);
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t gi = 0; gi < s.group; ++gi) {
+      const float* xg = x + (n * s.c + gi * cg) * in_size;
+      const float* wg = w + gi * mg * cg * K;
+      float* yg = y + (n * s.m + gi * mg) * out_size;
+      cpu::Epilogue ep;
+      ep.row_bias = bias ? bias + gi * mg : nullptr;
+      ep.act = act;
+      ep.residual = z ? z + (n * s.m + gi * mg) * out_size : nullptr;
+      ep.ldr = out_size;
+      if (pointwise) {  // the image is the right-hand operand, in column blocks that fit L2
+        const int64_t block = std::max<int64_t>(cpu::kPanel, (int64_t{256} << 10) / std::max<int64_t>(cg, 1) /
+                                                                 cpu::kPanel * cpu::kPanel);
+        for (int64_t j0 = 0; j0 < out_size; j0 += block) {
+          cpu::Epilogue epc = ep;
+          if (z) epc.residual = ep.residual + j0;
+          cpu::gemm(false, false, mg, std::min(block, out_size - j0), cg, wg, cg, xg + j0, in_size, yg + j0, out_size,
+                    epc);
+        }
+        continue;
+      }
+      for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        const int64_t r1 = std::min(rows, r0 + chunk), ncols = (r1 - r0) * cols;
+        cpu::Epilogue epc = ep;  // this chunk's columns of the residual
+        if (z) epc.residual = ep.residual + r0 * cols;
+        if (packed_im2col) {
+          im2col_packed_2d(xg, cg, g, r0, r1, col.data());
+          cpu::gemm_packed(mg, ncols, cg * K, wg, cg * K, col.data(), yg + r0 * cols, out_size, epc);
+          continue;
+        }
+        im2col(xg, cg, g, r0, r1, col.data(), ncols);
+        cpu::gemm(false, false, mg, ncols, cg * K, wg, cg * K, col.data(), ncols, yg + r0 * cols, out_size, epc);
+      }
+    }
+}
+
 // Runs `body(x, w, bias, y)` on C-typed buffers for a tensor of T, widening
 // and narrowing only when T is not C itself.
 template <class T, class C, class Body>
@@ -203,6 +335,39 @@ void conv_kernel(KernelContext& ctx) {
   s.out = window_output_dims(s.w, spatial(x.shape().dims()));
   check_bias(ctx, 2, s.m);
   Im2ColGeometry g = make_geometry(s.w, spatial(x.shape().dims()), s.out);
+  // onyx::FusedConv: a Conv with the activation that followed it (passes/fuse_cpu.h).
+  const cpu::Activation act = parse_activation_attrs(ctx);
+  if (x.dtype() == DType::kFloat32) {
+    const float* pb = ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr;
+    Tensor& y = ctx.output(0);
+    if (!ctx.has_input(3)) {
+      conv_forward_float(x.data<float>(), w.data<float>(), pb, nullptr, y.data<float>(), s, g, act);
+      return;
+    }
+    // onyx::FusedConv's Z, added before the activation: in the product's epilogue when it has
+    // the output's shape, else broadcast onto it afterwards (as the Add it replaced did).
+    const Tensor& z = ctx.input(3);
+    ONYX_CHECK(z.dtype() == DType::kFloat32, "Z must be float32, got ", dtype_name(z.dtype()));
+    std::vector<int64_t> dims{s.n, s.m};
+    dims.insert(dims.end(), s.out.begin(), s.out.end());
+    const Shape conv_shape(dims);
+    if (z.shape() == conv_shape && y.shape() == conv_shape) {
+      conv_forward_float(x.data<float>(), w.data<float>(), pb, z.data<float>(), y.data<float>(), s, g, act);
+      return;
+    }
+    // Z of another shape (broadcast, perhaps raising the output's): the convolution apart, then
+    // both broadcast onto the output as the Add did.
+    Tensor conv(DType::kFloat32, conv_shape, ctx.allocator());
+    conv_forward_float(x.data<float>(), w.data<float>(), pb, nullptr, conv.data<float>(), s, g, cpu::Activation{});
+    float* py = y.data<float>();
+    const float* pc = conv.data<float>();
+    const float* pz = z.data<float>();
+    for_each_broadcast<2>(y.shape(), {&conv.shape(), &z.shape()},
+                          [&](int64_t o, const std::array<int64_t, 2>& i) { py[o] = pc[i[0]] + pz[i[1]]; });
+    cpu::activate(py, py, y.numel(), act);
+    return;
+  }
+  ONYX_CHECK(act.kind == cpu::Act::kNone && !ctx.has_input(3), "a fused activation or Z needs float32");
   dispatch<FloatTypes>(x.dtype(), "Conv", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -504,6 +669,16 @@ void deform_conv_kernel(KernelContext& ctx) {
 void register_conv_pool_ops(OpRegistry& r) {
   r.add(onnx_op("Conv", 1, [](InferContext& ctx) { infer_conv_like(ctx, ctx.input_dtype(0), false); },
               conv_kernel));
+  // Conv with the activation after it (passes/fuse_cpu.h): Conv's attributes plus activation,
+  // alpha and beta (ops/fused_activation.h).
+  r.add(domain_op("onyx", "FusedConv", 1,
+                  [](InferContext& ctx) {
+                    parse_activation_attrs(ctx);
+                    infer_conv_like(ctx, ctx.input_dtype(0), false);
+                    if (ctx.has_input(3))  // Z, added as the Add it replaced did
+                      ctx.set_output(0, ctx.input_dtype(0), broadcast_shapes(ctx.outputs()[0].shape, ctx.input_shape(3)));
+                  },
+                  conv_kernel));
   r.add(onnx_op("ConvInteger", 10, [](InferContext& ctx) { infer_conv_like(ctx, DType::kInt32, false); },
               conv_integer_kernel));
   r.add(onnx_op("QLinearConv", 10, infer_qlinear_conv, qlinear_conv_kernel));

@@ -81,6 +81,33 @@ D convert_value(S s) {
   }
 }
 
+// When `small` broadcasts onto `out` by varying along one run of consecutive axes and being 1
+// elsewhere (a bias [n] onto [.., n], a per-channel [C, 1, 1] onto [N, C, H, W], a mask
+// [1, 1, 1, S] onto [B, H, S, S]): the element counts before, along and after that run.
+struct BlockBroadcast {
+  int64_t outer = 1, mid = 1, inner = 1;
+};
+inline bool block_broadcast(const Shape& small, const Shape& out, BlockBroadcast& bb) {
+  const size_t r = out.rank();
+  if (small.rank() > r) return false;
+  const size_t off = r - small.rank();
+  size_t first = r, last = 0;  // the run of axes where small matches out (and out's dim is not 1)
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t d = i < off ? 1 : small[i - off];
+    if (d == out[i] && d != 1) {
+      if (first == r) first = i;
+      else if (last + 1 != i) return false;  // a second run
+      last = i;
+    } else if (d != 1) {
+      return false;
+    }
+  }
+  if (first == r) return false;  // small is one element: handled apart
+  bb = BlockBroadcast{};
+  for (size_t i = 0; i < r; ++i) (i < first ? bb.outer : i <= last ? bb.mid : bb.inner) *= out[i];
+  return true;
+}
+
 // out[i] = fn(a[ia], b[ib]) over numpy broadcasting. Equal element counts need
 // no index arithmetic (a shape that broadcasts to `out` with out's element
 // count has out's flat layout); a one-element side is hoisted out of the loop.
@@ -100,6 +127,36 @@ void broadcast_binary(const Tensor& a, const Tensor& b, Tensor& out, Fn&& fn) {
   } else if (na == 1 && nb == n) {
     const A va = pa[0];
     for (int64_t i = 0; i < n; ++i) po[i] = fn(va, pb[i]);
+  } else if (BlockBroadcast bb; na == n && block_broadcast(b.shape(), out.shape(), bb)) {
+    if (bb.inner == 1) {  // b runs along the last axes: a row of b per outer index
+      for (int64_t o = 0; o < bb.outer; ++o) {
+        const A* ra = pa + o * bb.mid;
+        R* ro = po + o * bb.mid;
+        for (int64_t m = 0; m < bb.mid; ++m) ro[m] = fn(ra[m], pb[m]);
+      }
+    } else {  // one b value per block of `inner` elements
+      for (int64_t om = 0; om < bb.outer * bb.mid; ++om) {
+        const B vb = pb[om % bb.mid];
+        const A* ra = pa + om * bb.inner;
+        R* ro = po + om * bb.inner;
+        for (int64_t i = 0; i < bb.inner; ++i) ro[i] = fn(ra[i], vb);
+      }
+    }
+  } else if (BlockBroadcast bb; nb == n && block_broadcast(a.shape(), out.shape(), bb)) {
+    if (bb.inner == 1) {
+      for (int64_t o = 0; o < bb.outer; ++o) {
+        const B* rb = pb + o * bb.mid;
+        R* ro = po + o * bb.mid;
+        for (int64_t m = 0; m < bb.mid; ++m) ro[m] = fn(pa[m], rb[m]);
+      }
+    } else {
+      for (int64_t om = 0; om < bb.outer * bb.mid; ++om) {
+        const A va = pa[om % bb.mid];
+        const B* rb = pb + om * bb.inner;
+        R* ro = po + om * bb.inner;
+        for (int64_t i = 0; i < bb.inner; ++i) ro[i] = fn(va, rb[i]);
+      }
+    }
   } else {
     for_each_broadcast<2>(out.shape(), {&a.shape(), &b.shape()},
                           [&](int64_t o, const std::array<int64_t, 2>& i) { po[o] = fn(pa[i[0]], pb[i[1]]); });

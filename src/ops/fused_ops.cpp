@@ -10,8 +10,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cpu/activation.h"
+#include "cpu/thread_pool.h"
 #include "ops/broadcast.h"
 #include "ops/common.h"
+#include "ops/elementwise.h"
 
 namespace onyx {
 
@@ -48,6 +51,25 @@ void rotary_half_kernel(KernelContext& ctx) {
   const T* cp = cos.data<T>();
   const T* sp = sin.data<T>();
   T* y = ctx.output(0).data<T>();
+  if constexpr (std::is_same_v<T, float>) {
+    BlockBroadcast bb;
+    if (block_broadcast(cos.shape(), x.shape(), bb) && bb.inner == 1 && d > 0 && bb.mid % d == 0) {
+    // cos and sin run along x's last axes ([S, D] onto [B, H, S, D]): rows of D, the tables
+    // indexed by the row's place in the block; blocks split over the pool.
+    const int64_t rows_per_block = bb.mid / d;
+    cpu::parallel_for(bb.outer * rows_per_block, std::max<int64_t>(1, 4096 / d), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xr = xp + r * d;
+        const T* cr = cp + (r % rows_per_block) * d;
+        const T* sr = sp + (r % rows_per_block) * d;
+        T* yr = y + r * d;
+        for (int64_t j = 0; j < d - h; ++j) yr[j] = xr[j] * cr[j] - xr[j + h] * sr[j];
+        for (int64_t j = d - h; j < d; ++j) yr[j] = xr[j] * cr[j] + xr[j - (d - h)] * sr[j];
+      }
+    });
+    return;
+    }
+  }
   for_each_broadcast<1>(x.shape(), {&cos.shape()}, [&](int64_t o, const std::array<int64_t, 1>& c) {
     const int64_t j = o % d;
     const C r = j < d - h ? -static_cast<C>(xp[o + h]) : static_cast<C>(xp[o - (d - h)]);
@@ -64,6 +86,12 @@ void silu_mul_kernel(KernelContext& ctx) {
   const T* gp = g.data<T>();
   const T* up = u.data<T>();
   T* yp = y.data<T>();
+  if constexpr (std::is_same_v<T, float>) {
+    if (g.shape() == y.shape() && u.shape() == y.shape()) {
+      cpu::gated(gp, up, yp, y.numel(), cpu::Activation{cpu::Act::kSilu});
+      return;
+    }
+  }
   for_each_broadcast<2>(y.shape(), {&g.shape(), &u.shape()}, [&](int64_t o, const std::array<int64_t, 2>& i) {
     const C a = static_cast<C>(gp[i[0]]);
     yp[o] = static_cast<T>(a / (C(1) + std::exp(-a)) * static_cast<C>(up[i[1]]));
@@ -72,7 +100,10 @@ void silu_mul_kernel(KernelContext& ctx) {
 
 }  // namespace
 
+void register_dense_ops(OpRegistry& r);  // ops/dense.cpp
+
 void register_fused_ops(OpRegistry& r) {
+  register_dense_ops(r);
   r.add(domain_op("onyx", "RotaryHalf", 1, infer_rotary_half, [](KernelContext& ctx) {
     dispatch<FloatTypes>(ctx.input(0).dtype(), "RotaryHalf",
                          [&](auto tag) { rotary_half_kernel<typename decltype(tag)::type>(ctx); });

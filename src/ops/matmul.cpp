@@ -1,6 +1,8 @@
 // Matrix products: MatMul (numpy rules, BLAS for float32/float64) and Gemm.
 #include <algorithm>
 
+#include "cpu/gemm.h"
+#include "cpu/thread_pool.h"
 #include "ops/broadcast.h"
 #include "ops/common.h"
 #include "ops/gemm.h"
@@ -95,9 +97,24 @@ void matmul_kernel(KernelContext& ctx) {
   const T* pb = b.data<T>();
   T* po = out.data<T>();
   const int64_t lda = std::max<int64_t>(k, 1), ldb = std::max<int64_t>(n, 1);
+  if constexpr (std::is_same_v<T, float>) {
+    // Batched products (attention's per-head matrices) split over the pool by batch entry
+    // when there are enough of them; each product splits its own columns otherwise.
+    const int64_t batch = static_cast<int64_t>(p.off_a.size());
+    const bool by_entry = batch >= 2 * cpu::parallelism();
+    auto one = [&](int64_t t) {
+      cpu::gemm(false, false, m, n, k, pa + p.off_a[t], lda, pb + p.off_b[t], ldb, po + t * m * n, ldb);
+    };
+    if (by_entry) cpu::parallel_for(batch, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) one(t);
+      });
+    else
+      for (int64_t t = 0; t < batch; ++t) one(t);
+    return;
+  }
   for (size_t t = 0; t < p.off_a.size(); ++t) {
     T* c = po + static_cast<int64_t>(t) * m * n;
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+    if constexpr (std::is_same_v<T, double>)
       cpu::gemm_blas(false, false, m, n, k, T(1), pa + p.off_a[t], lda, pb + p.off_b[t], ldb, T(0), c, ldb);
     else
       cpu::gemm_reference<T, compute_t<T>>(false, false, m, n, k, 1, pa + p.off_a[t], k, pb + p.off_b[t], n, 0, c, n);
@@ -159,6 +176,14 @@ void gemm_kernel(KernelContext& ctx) {
         po[o] = static_cast<T>(beta) * pc[i[0]];
       });
     if (m * n == 0) return;
+    if constexpr (std::is_same_v<T, float>) {
+      if (alpha == 1.f) {
+        cpu::Epilogue ep;
+        ep.accumulate = has_c;
+        cpu::gemm(ta, tb, m, n, k, pa, lda, pb, ldb, po, std::max<int64_t>(n, 1), ep);
+        return;
+      }
+    }
     T cbeta = has_c ? T(1) : T(0);
     cpu::gemm_blas(ta, tb, m, n, k, static_cast<T>(alpha), pa, lda, pb, ldb, cbeta, po, std::max<int64_t>(n, 1));
   } else {

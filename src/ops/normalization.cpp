@@ -5,8 +5,10 @@
 //
 // Statistics are computed in double whatever stash_type says: it is at least as
 // precise as any stash type, and the results are rounded to the output type once.
+#include <algorithm>
 #include <cmath>
 
+#include "cpu/rowwise.h"
 #include "ops/broadcast.h"
 #include "ops/common.h"
 
@@ -96,6 +98,15 @@ void infer_layer_norm(InferContext& ctx, std::vector<size_t> stat_outputs, DType
   }
 }
 
+// A statistics output the float32 kernels may write: absent, or float32.
+bool float_stat(KernelContext& ctx, int out) {
+  return out < 0 || !ctx.has_output(out) || ctx.output(out).dtype() == DType::kFloat32;
+}
+float* stat_ptr(KernelContext& ctx, int out) {
+  return out >= 0 && ctx.has_output(out) ? ctx.output(out).data<float>() : nullptr;
+}
+bool float_row(const Tensor& t, int64_t cols) { return t.dtype() == DType::kFloat32 && t.numel() == cols; }
+
 // center: LayerNormalization; otherwise RMS. Bias is input 2 when `bias_input`. T is the
 // input's type; the output has the type inference gave it (SimplifiedLayerNormalization: the
 // scale's).
@@ -107,6 +118,25 @@ void layer_norm_kernel(KernelContext& ctx, bool center, bool bias_input, int mea
   Shape norm_shape(std::vector<int64_t>(x.shape().dims().begin() + axis, x.shape().dims().end()));
   const int64_t cols = norm_shape.numel();
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  if constexpr (std::is_same_v<T, float>) {
+    const bool has_bias = bias_input && ctx.has_input(2);
+    if (ctx.output(0).dtype() == DType::kFloat32 && float_row(ctx.input(1), cols) &&
+        (!has_bias || float_row(ctx.input(2), cols)) && float_stat(ctx, mean_out) && float_stat(ctx, inv_out)) {
+      cpu::NormRows a;
+      a.x = x.data<float>();
+      a.scale = ctx.input(1).data<float>();
+      a.shift = has_bias ? ctx.input(2).data<float>() : nullptr;
+      a.y = ctx.output(0).data<float>();
+      a.mean = stat_ptr(ctx, mean_out);
+      a.inv_std = stat_ptr(ctx, inv_out);
+      a.rows = rows;
+      a.n = cols;
+      a.epsilon = ctx.attr_float("epsilon", 1e-5f);
+      a.center = center;
+      cpu::norm_rows(a);
+      return;
+    }
+  }
   std::vector<double> scale = broadcast_values(ctx.input(1), norm_shape, "scale");
   std::vector<double> bias;
   if (bias_input && ctx.has_input(2)) bias = broadcast_values(ctx.input(2), norm_shape, "bias");
@@ -169,6 +199,30 @@ void skip_norm_kernel(KernelContext& ctx, bool center) {
              dtype_name(x.dtype()));
   const int64_t cols = x.shape()[x.rank() - 1];
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  if constexpr (std::is_same_v<T, float>) {
+    const size_t bi = center ? 4 : 3;
+    if (skip.shape() == x.shape() && float_row(ctx.input(2), cols) &&
+        (!center || !ctx.has_input(3) || float_row(ctx.input(3), cols)) &&
+        (!ctx.has_input(bi) || float_row(ctx.input(bi), cols))) {
+      cpu::NormRows a;
+      a.x = x.data<float>();
+      a.skip = skip.data<float>();
+      a.bias = ctx.has_input(bi) ? ctx.input(bi).data<float>() : nullptr;
+      a.sum = ctx.has_output(3) ? ctx.output(3).data<float>() : nullptr;
+      a.scale = ctx.input(2).data<float>();
+      a.shift = center && ctx.has_input(3) ? ctx.input(3).data<float>() : nullptr;
+      a.y = ctx.output(0).data<float>();
+      a.mean = center ? stat_ptr(ctx, 1) : nullptr;
+      a.inv_std = stat_ptr(ctx, 2);
+      a.rows = rows;
+      a.n = cols;
+      a.epsilon = ctx.attr_float("epsilon", 1e-12f);
+      a.center = center;
+      cpu::norm_rows(a);
+      if (!center && ctx.has_output(1)) std::fill_n(ctx.output(1).data<float>(), rows, 0.f);
+      return;
+    }
+  }
   Shape hidden{cols};
   std::vector<double> gamma = broadcast_values(ctx.input(2), hidden, "gamma");
   std::vector<double> beta, bias;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "cpu/thread_pool.h"
 #include "ops/conv_util.h"
 
 namespace onyx {
@@ -176,6 +177,59 @@ void pool_kernel(KernelContext& ctx, PoolKind kind, const PoolPlan& p) {
   }
 }
 
+// MaxPool and AveragePool of float32 over two spatial dims with no dilation and no indices
+// output: each window a rectangle of rows and columns computed once per output row and
+// column, planes split over the intra-op pool. The same results as pool_kernel (NaN wins a
+// max window; an average counts the taps inside, or inside the padded extent when asked).
+bool pool2d_float(KernelContext& ctx, PoolKind kind, const PoolPlan& p) {
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() != DType::kFloat32 || p.in.size() != 2 || (kind != PoolKind::kMax && kind != PoolKind::kAverage))
+    return false;
+  if (p.w.dilations[0] != 1 || p.w.dilations[1] != 1) return false;
+  if (kind == PoolKind::kMax && ctx.num_outputs() > 1 && ctx.has_output(1)) return false;
+  const bool include_pad = ctx.attr_int("count_include_pad", 0) != 0;
+  const std::vector<DimTaps> taps = dim_taps(p);
+  const int64_t ih = p.in[0], iw = p.in[1], oh = p.out[0], ow = p.out[1];
+  const float* px = x.data<float>();
+  float* py = ctx.output(0).data<float>();
+  cpu::parallel_for(p.planes, std::max<int64_t>(1, 4096 / std::max<int64_t>(oh * ow, 1)), [&](int64_t p0, int64_t p1) {
+    for (int64_t plane = p0; plane < p1; ++plane) {
+      const float* src = px + plane * ih * iw;
+      float* dst = py + plane * oh * ow;
+      for (int64_t i = 0; i < oh; ++i) {
+        const auto& rows = taps[0].pos[i];
+        for (int64_t j = 0; j < ow; ++j) {
+          const auto& cols = taps[1].pos[j];
+          const int64_t inside = static_cast<int64_t>(rows.size() * cols.size());
+          if (inside == 0) {
+            dst[i * ow + j] = 0.f;
+            continue;
+          }
+          const int64_t c0 = cols.front(), c1 = cols.back() + 1;
+          if (kind == PoolKind::kMax) {
+            float best = -std::numeric_limits<float>::infinity();
+            bool nan = false;
+            for (int64_t r : rows)
+              for (int64_t c = c0; c < c1; ++c) {
+                const float v = src[r * iw + c];
+                nan |= v != v;
+                best = v > best ? v : best;
+              }
+            dst[i * ow + j] = nan ? std::numeric_limits<float>::quiet_NaN() : best;
+          } else {
+            double acc = 0;
+            for (int64_t r : rows)
+              for (int64_t c = c0; c < c1; ++c) acc += src[r * iw + c];
+            const int64_t count = include_pad ? taps[0].padded_count[i] * taps[1].padded_count[j] : inside;
+            dst[i * ow + j] = static_cast<float>(acc / static_cast<double>(count));
+          }
+        }
+      }
+    }
+  });
+  return true;
+}
+
 void infer_pool(InferContext& ctx, PoolKind kind) {
   const PartialShape& xs = ctx.input_shape(0);
   const DType dt = ctx.input_dtype(0);
@@ -199,6 +253,7 @@ void infer_pool(InferContext& ctx, PoolKind kind) {
 void run_pool(KernelContext& ctx, PoolKind kind) {
   const Tensor& x = ctx.input(0);
   PoolPlan p = plan_pool(ctx, x.shape(), kind != PoolKind::kAverage || ctx.opset() >= 19);
+  if (pool2d_float(ctx, kind, p)) return;
   if (kind == PoolKind::kMax) {
     dispatch<TypeList<float, double, Float16, BFloat16, int8_t, uint8_t>>(
         x.dtype(), "MaxPool", [&](auto tag) { pool_kernel<typename decltype(tag)::type>(ctx, kind, p); });

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "cpu/rowwise.h"
 #include "ops/common.h"
 
 namespace onyx {
@@ -28,6 +29,12 @@ void softmax_kernel(KernelContext& ctx, SM kind) {
   }
   const T* px = x.data<T>();
   T* po = ctx.output(0).data<T>();
+  if constexpr (std::is_same_v<T, float>) {
+    if (inner == 1 && kind != SM::kHardmax) {  // rows along the last axis: the vectorized kernel
+      cpu::softmax_rows(px, po, outer, n, kind == SM::kLogSoftmax);
+      return;
+    }
+  }
   using C = compute_t<T>;
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t in = 0; in < inner; ++in) {

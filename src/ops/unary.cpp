@@ -1,13 +1,42 @@
 // Elementwise ops of one input: math functions, activations, rounding,
 // predicates (IsNaN, IsInf), Clip and Dropout.
 #include <cmath>
+#include <optional>
 #include <random>
+#include <string_view>
 
+#include "cpu/activation.h"
 #include "ops/elementwise.h"
 
 namespace onyx {
 
 namespace {
+
+// The ops whose float32 kernel is the vectorized activation (cpu/activation.h), with their
+// parameters read from the node; nullopt for the others (and for a Gelu approximation that is
+// neither "none" nor "tanh": the generic kernel names it).
+std::optional<cpu::Activation> float_activation(std::string_view name, const KernelContext& ctx) {
+  using cpu::Act;
+  if (name == "Relu") return cpu::Activation{Act::kRelu};
+  if (name == "Sigmoid") return cpu::Activation{Act::kSigmoid};
+  if (name == "Tanh") return cpu::Activation{Act::kTanh};
+  if (name == "HardSwish") return cpu::Activation{Act::kHardSwish};
+  if (name == "LeakyRelu") return cpu::Activation{Act::kLeakyRelu, ctx.attr_float("alpha", 0.01f)};
+  if (name == "HardSigmoid")
+    return cpu::Activation{Act::kHardSigmoid, ctx.attr_float("alpha", 0.2f), ctx.attr_float("beta", 0.5f)};
+  if (name == "Gelu") {
+    const std::string approx = ctx.attr_string("approximate", "none");
+    if (approx == "none") return cpu::Activation{Act::kGelu};
+    if (approx == "tanh") return cpu::Activation{Act::kGeluTanh};
+  }
+  return std::nullopt;
+}
+
+bool has_float_activation(std::string_view name) {
+  for (const char* n : {"Relu", "Sigmoid", "Tanh", "HardSwish", "LeakyRelu", "HardSigmoid", "Gelu"})
+    if (name == n) return true;
+  return false;
+}
 
 // Registers an op whose output has the input's dtype and shape. `make(ctx)`
 // returns the generic element function, so attributes are read once per run;
@@ -15,7 +44,12 @@ namespace {
 template <class Types, class Make>
 void add_unary(OpRegistry& r, const char* name, int since, Make make) {
   r.add(onnx_op(name, since, [](InferContext& ctx) { infer_same_as_input(ctx); },
-              [name, make](KernelContext& ctx) {
+              [name, make, fast = has_float_activation(name)](KernelContext& ctx) {
+                if (fast && ctx.input(0).dtype() == DType::kFloat32)
+                  if (auto act = float_activation(name, ctx)) {
+                    cpu::activate(ctx.input(0).data<float>(), ctx.output(0).data<float>(), ctx.input(0).numel(), *act);
+                    return;
+                  }
                 auto fn = make(ctx);
                 dispatch<Types>(ctx.input(0).dtype(), name, [&](auto tag) {
                   using T = typename decltype(tag)::type;
@@ -302,6 +336,18 @@ void add_contrib_gelu(OpRegistry& r, const char* name, bool tanh_form) {
                 int64_t cols = x.rank() ? x.shape()[x.rank() - 1] : 1;
                 if (bias)
                   ONYX_CHECK(bias->numel() == cols, "bias of ", bias->numel(), " values for a last axis of ", cols);
+                if (x.dtype() == DType::kFloat32) {  // the vectorized activation, after the bias
+                  const float* in = x.data<float>();
+                  float* out = ctx.output(0).data<float>();
+                  const int64_t n = x.numel();
+                  if (bias) {
+                    const float* b = bias->data<float>();
+                    for (int64_t i = 0; i < n; ++i) out[i] = in[i] + b[i % cols];
+                    in = out;
+                  }
+                  cpu::activate(in, out, n, cpu::Activation{tanh_form ? cpu::Act::kGeluTanh : cpu::Act::kGelu});
+                  return;
+                }
                 dispatch<FloatTypes>(x.dtype(), name, [&](auto tag) {
                   using T = typename decltype(tag)::type;
                   const T* in = x.data<T>();

@@ -207,11 +207,19 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
       const int w = out_mul.inputs[side], y = out_mul.inputs[1 - side];
       const Tensor* wt = m.constant(w);
       if (!wt || wt->rank() != 1) continue;
-      const int yp = y >= 0 ? g.values[y].producer : -1;
+      int yp = y >= 0 ? g.values[y].producer : -1;
       if (yp < 0 || m.outputs.count(y) || m.readers[y] != 1) continue;
+      std::vector<int> chain{yp};
+      // Llama's exporters cast the normalized value to float before the weight (a no-op on
+      // float32; the fused node computes in float and returns the scale's type).
+      if (m.plain(g.nodes[yp], "Cast") && Matcher::attr_int(g.nodes[yp], "to", 0) == 1 && g.nodes[yp].inputs.size() == 1) {
+        const int inner = g.nodes[yp].inputs[0];
+        yp = inner >= 0 ? g.values[inner].producer : -1;
+        if (yp < 0 || m.outputs.count(inner) || m.readers[inner] != 1) continue;
+        chain.push_back(yp);
+      }
       Node& yn = g.nodes[yp];
       int x = -1, s = -1;
-      std::vector<int> chain{yp};
       if (m.plain(yn, "Div") && yn.inputs.size() == 2) {
         x = yn.inputs[0];
         s = yn.inputs[1];

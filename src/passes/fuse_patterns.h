@@ -35,8 +35,8 @@
 namespace onyx {
 
 struct FuseOptions {
-  // The attention fusion. Off for CPU sessions: there the unfused chain's matrix products
-  // (BLAS) outrun the Attention kernel's loops.
+  // The attention fusion (a Session turns it on by default on every device, generation on CUDA
+  // devices only: SessionOptions::fuse_attention).
   bool attention = true;
 };
 

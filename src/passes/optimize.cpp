@@ -4,7 +4,8 @@
 
 namespace onyx {
 
-OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Device& device) {
+OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Device& device,
+                              OptimizeDefaults defaults) {
   OptimizeReport r;
   const bool linear = options.fuse_patterns && options.fuse_linear.value_or(!device.is_cpu());
   // Before folding, which would turn each weight's DequantizeLinear into a float copy. On the CPU
@@ -14,7 +15,7 @@ OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Dev
   // is instead of folding a transposed copy and transposing that back.
   if (linear) r.linear = linear_from_matmul(g);
   if (options.fold_constants) r.fold = fold_constants(g, OpRegistry::global());
-  if (options.fuse_patterns) r.fuse = fuse_patterns(g, FuseOptions{options.fuse_attention.value_or(!device.is_cpu())});
+  if (options.fuse_patterns) r.fuse = fuse_patterns(g, FuseOptions{options.fuse_attention.value_or(!device.is_cpu() || defaults.fuse_attention_on_cpu)});
   if (linear) {
     // Weights that folding made constant (a Cast of a weight) become Linear too.
     const LinearReport more = linear_from_matmul(g);
@@ -27,6 +28,7 @@ OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Dev
     r.linear.groups = grouped.groups;
     r.linear.grouped = grouped.grouped;
   }
+  if (options.fuse_patterns && device.is_cpu()) r.cpu = fuse_cpu(g);
   return r;
 }
 

@@ -1,11 +1,13 @@
 // The load-time pass pipeline, one for every device and every component (a session, a
 // language model, each graph of a pipeline): on the CPU the QDQ fusions, constant folding, then
-// the pattern fusions, then on CUDA the linear fusions, each as the session options ask.
+// the pattern fusions, then on CUDA the linear fusions and on the CPU the dense-layer fusions
+// (`fuse_cpu`), each as the session options ask.
 #pragma once
 
 #include "onyx/device.h"
 #include "onyx/options.h"
 #include "passes/fold_constants.h"
+#include "passes/fuse_cpu.h"
 #include "passes/fuse_linear.h"
 #include "passes/fuse_patterns.h"
 #include "passes/fuse_qdq.h"
@@ -17,9 +19,17 @@ struct OptimizeReport {
   FoldReport fold;
   FuseReport fuse;
   LinearReport linear;
+  CpuFuseReport cpu;
+};
+
+// What a caller's defaults differ in. A session fuses eager attention on every device; generation
+// only on CUDA (its CPU graphs keep the cache rewrite's form).
+struct OptimizeDefaults {
+  bool fuse_attention_on_cpu = false;
 };
 
 // `device` is the resolved device the graph will run on (the fusions' defaults depend on it).
-OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Device& device);
+OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Device& device,
+                              OptimizeDefaults defaults = {});
 
 }  // namespace onyx

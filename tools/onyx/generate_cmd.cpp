@@ -46,6 +46,7 @@ options:
   --kv-capacity N               positions the KV cache starts with (default: the prompt and
                                 --max-new-tokens); a full cache grows by 64 positions
   --device DEVICE               cpu (default), cuda or cuda:N
+  --intra-op-threads N          threads of the CPU kernels (default 0: every CPU this process may use)
   --capture off|auto|require    on a GPU, replay decode steps from CUDA graphs (default auto)
   --memory-report               print the memory governor's holders after the run (a pipeline:
                                 per component, its weights, arena and KV cache)
@@ -159,6 +160,11 @@ GenerateArgs parse(const std::vector<std::string>& args) {
       if (g.search.kv_capacity <= 0) throw UsageError("--kv-capacity must be positive");
     }
     else if (opt == "--device") g.session.device = a.value();
+    else if (opt == "--intra-op-threads") {
+      const int64_t t = to_int(a.value());
+      if (t < 0 || t > 4096) throw UsageError("--intra-op-threads takes 0 (every available CPU) to 4096");
+      g.session.intra_op_threads = static_cast<int>(t);
+    }
     else if (opt == "--memory-report") g.memory_report = true;
     else if (opt == "--memory-budget") {
       const int64_t b = to_int(a.value());

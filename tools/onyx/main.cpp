@@ -32,9 +32,12 @@ run options:
   --save-outputs DIR           write each output as DIR/NAME.npy (NAME made file-system safe)
   --device DEVICE              cpu (default), cuda or cuda:N
   --no-cpu-fallback            on a GPU, fail instead of running a node without a GPU kernel on the CPU
+  --intra-op-threads N         threads of the CPU kernels, this one included (default 0: every CPU
+                               this process may run on)
   --no-fold                    run nodes computed from constants alone on every run (default: once, at load)
   --no-fuse                    keep exporters' op patterns (decomposed RMSNorm) as they are (default: fused at load)
-  --fuse-attention on|off|auto fuse HF's eager attention into one Attention node (auto, the default: on CUDA only)
+  --fuse-attention on|off|auto fuse HF's eager attention into one Attention node (auto, the default: yes, and
+                               for generation on CUDA only)
   --fuse-linear on|off|auto    products by constant weights as onyx::Linear (weights output-major; Q/K/V and
                                gate/up as one product each) (auto, the default: on CUDA only)
   --memory-budget BYTES        on a GPU, the session's device-memory budget (default: 90% of free memory)

@@ -58,6 +58,11 @@ RunArgs parse(const std::vector<std::string>& args) {
     else if (opt == "--no-cpu-fallback") r.session.allow_cpu_fallback = false;
     else if (opt == "--no-fold") r.session.fold_constants = false;
     else if (opt == "--no-fuse") r.session.fuse_patterns = false;
+    else if (opt == "--intra-op-threads") {
+      const int64_t t = to_int(a.value());
+      if (t < 0 || t > 4096) throw UsageError("--intra-op-threads takes 0 (every available CPU) to 4096");
+      r.session.intra_op_threads = static_cast<int>(t);
+    }
     else if (opt == "--fuse-attention" || opt == "--fuse-linear") {
       const std::string v = a.value();
       if (v != "on" && v != "off" && v != "auto")

@@ -1,0 +1,155 @@
+// The depthwise convolution (conv.h), per Highway target. Each output row accumulates its
+// kh x kw taps as contiguous vector operations: a strided convolution first splits each input
+// row into its `sw` phases (every sw-th element), so every tap reads a contiguous run.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/conv.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+#include <vector>
+
+#include "cpu/conv.h"
+#include "cpu/thread_pool.h"
+#include "cpu/vec_math-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace onyx::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+constexpr int64_t kL = HWY_LANES(float);
+
+// R output rows' columns [o0, o0 + count) of a block of NV vectors, accumulated in registers
+// over the taps: rows[r * kh + i] is output row r's tap row i, the phase-split padded input row
+// (null: a padding row), tap (i, j) reading it at tap_off[j] + o0 contiguously. Several rows at
+// once give narrow images (7 or 14 columns: one vector) independent accumulation chains.
+template <int NV, int R>
+HWY_INLINE void DwBlock(const float* const* rows, int64_t kh, int64_t kw, const float* w, const int64_t* tap_off,
+                        int64_t o0, float bias, const Activation& act, float* out, int64_t ldo, int64_t count) {
+  const DF d;
+  VF acc[R][NV];
+  HWY_UNROLL(8)
+  for (int r = 0; r < R; ++r)
+    HWY_UNROLL(8)
+    for (int v = 0; v < NV; ++v) acc[r][v] = hn::Set(d, bias);
+  for (int64_t i = 0; i < kh; ++i) {
+    for (int64_t j = 0; j < kw; ++j) {
+      const VF wv = hn::Set(d, w[i * kw + j]);
+      HWY_UNROLL(8)
+      for (int r = 0; r < R; ++r) {
+        const float* row = rows[r * kh + i];
+        if (!row) continue;
+        const float* src = row + tap_off[j] + o0;
+        HWY_UNROLL(8)
+        for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(wv, hn::LoadU(d, src + v * kL), acc[r][v]);
+      }
+    }
+  }
+  HWY_UNROLL(8)
+  for (int r = 0; r < R; ++r)
+    HWY_UNROLL(8)
+    for (int v = 0; v < NV; ++v) {
+      const int64_t o = v * kL;
+      const VF y = Activate(d, acc[r][v], act);
+      float* dst = out + r * ldo + o;
+      if (o + kL <= count) hn::StoreU(y, d, dst);
+      else if (o < count) hn::BlendedStore(y, hn::FirstN(d, static_cast<size_t>(count - o)), d, dst);
+    }
+}
+
+void DepthwiseImpl(const DepthwiseConv2d* ap) {
+  const DepthwiseConv2d& a = *ap;
+  // Each input row, padded with zeros to the left (pw) and right, split into its sw phases
+  // (phase p holds padded[p], padded[p + sw], ...), each phase `stride` floats long with room
+  // for the last vector's over-read. Output column o of tap j reads phase (j dw) % sw at
+  // o + (j dw) / sw.
+  const int64_t padded_w = a.pw + a.iw + (a.kw - 1) * a.dw + (a.ow + 1) * a.sw;
+  const int64_t stride = (padded_w + a.sw - 1) / a.sw + 8 * kL;
+  std::vector<int64_t> tap_off(static_cast<size_t>(a.kw));
+  for (int64_t j = 0; j < a.kw; ++j) tap_off[j] = ((j * a.dw) % a.sw) * stride + (j * a.dw) / a.sw;
+  const int64_t row_floats = a.sw * stride;
+  parallel_for(a.channels, std::max<int64_t>(1, 4096 / std::max<int64_t>(a.oh * a.ow * a.kh * a.kw, 1)),
+               [&](int64_t c0, int64_t c1) {
+    thread_local std::vector<float> image;  // the channel's padded, phase-split rows
+    thread_local std::vector<const float*> rows;
+    image.assign(static_cast<size_t>(a.ih * row_floats), 0.f);
+    rows.resize(static_cast<size_t>(4 * a.kh));
+    for (int64_t c = c0; c < c1; ++c) {
+      const float* xc = a.x + c * a.ih * a.iw;
+      for (int64_t r = 0; r < a.ih; ++r) {
+        float* dst = image.data() + r * row_floats;
+        const float* src = xc + r * a.iw;
+        if (a.sw == 1) {
+          std::copy_n(src, a.iw, dst + a.pw);
+          continue;
+        }
+        // Input column q lands in padded column q + pw: phase (q + pw) % sw, at (q + pw) / sw.
+        for (int64_t p = 0; p < a.sw; ++p) {
+          const int64_t q0 = ((p - a.pw) % a.sw + a.sw) % a.sw;  // the first column of phase p
+          float* out = dst + p * stride + (q0 + a.pw) / a.sw;
+          for (int64_t q = q0, i = 0; q < a.iw; q += a.sw, ++i) out[i] = src[q];
+        }
+      }
+      const float* wc = a.w + c * a.kh * a.kw;
+      const float b = a.bias ? a.bias[c] : 0.f;
+      float* yc = a.y + c * a.oh * a.ow;
+      // Output rows in groups of R (4 for one-vector rows, 2 for two, else 1), each group's
+      // tap rows looked up once.
+      const int64_t nv_row = (std::min<int64_t>(a.ow, 8 * kL) + kL - 1) / kL;
+      const int64_t group = nv_row == 1 ? 4 : nv_row <= 2 ? 2 : 1;
+      for (int64_t orow = 0; orow < a.oh; orow += group) {
+        const int64_t g = std::min(group, a.oh - orow);
+        for (int64_t r = 0; r < g; ++r)
+          for (int64_t i = 0; i < a.kh; ++i) {
+            const int64_t ir = (orow + r) * a.sh - a.ph + i * a.dh;
+            rows[r * a.kh + i] = ir < 0 || ir >= a.ih ? nullptr : image.data() + ir * row_floats;
+          }
+        const float* const* use = rows.data();
+        for (int64_t o0 = 0; o0 < a.ow; o0 += 8 * kL) {
+          const int64_t count = std::min<int64_t>(8 * kL, a.ow - o0);
+          float* out = yc + orow * a.ow + o0;
+          const int64_t nv = (count + kL - 1) / kL;
+          if (g == 4 && nv == 1) {
+            DwBlock<1, 4>(use, a.kh, a.kw, wc, tap_off.data(), o0, b, a.act, out, a.ow, count);
+            continue;
+          }
+          if (g == 2 && nv == 2) {
+            DwBlock<2, 2>(use, a.kh, a.kw, wc, tap_off.data(), o0, b, a.act, out, a.ow, count);
+            continue;
+          }
+          for (int64_t r = 0; r < g; ++r) {  // one row at a time (the last rows of a group)
+            const float* const* ur = use + r * a.kh;
+            float* orow_out = out + r * a.ow;
+            switch (nv) {
+              case 1: DwBlock<1, 1>(ur, a.kh, a.kw, wc, tap_off.data(), o0, b, a.act, orow_out, a.ow, count); break;
+              case 2: DwBlock<2, 1>(ur, a.kh, a.kw, wc, tap_off.data(), o0, b, a.act, orow_out, a.ow, count); break;
+              case 3: DwBlock<3, 1>(ur, a.kh, a.kw, wc, tap_off.data(), o0, b, a.act, orow_out, a.ow, count); break;
+              case 4: DwBlock<4, 1>(ur, a.kh, a.kw, wc, tap_off.data(), o0, b, a.act, orow_out, a.ow, count); break;
+              case 5: DwBlock<5, 1>(ur, a.kh, a.kw, wc, tap_off.data(), o0, b, a.act, orow_out, a.ow, count); break;
+              case 6: DwBlock<6, 1>(ur, a.kh, a.kw, wc, tap_off.data(), o0, b, a.act, orow_out, a.ow, count); break;
+              case 7: DwBlock<7, 1>(ur, a.kh, a.kw, wc, tap_off.data(), o0, b, a.act, orow_out, a.ow, count); break;
+              default: DwBlock<8, 1>(ur, a.kh, a.kw, wc, tap_off.data(), o0, b, a.act, orow_out, a.ow, count); break;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace onyx::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace onyx::cpu {
+
+HWY_EXPORT(DepthwiseImpl);
+
+void depthwise_conv2d(const DepthwiseConv2d& a) {
+  if (a.channels <= 0 || a.oh <= 0 || a.ow <= 0) return;
+  HWY_DYNAMIC_DISPATCH(DepthwiseImpl)(&a);
+}
+
+}  // namespace onyx::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,25 @@
+// Direct float32 convolution kernels for the cases a matrix product serves badly: a depthwise
+// 2-D convolution (one input channel per output channel: MobileNet's 3x3 and 5x5 layers), which
+// through im2col would be one single-row product per channel.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/activation.h"
+
+namespace onyx::cpu {
+
+struct DepthwiseConv2d {
+  const float* x = nullptr;     // [channels, ih, iw] (one image)
+  const float* w = nullptr;     // [channels, kh, kw]
+  const float* bias = nullptr;  // [channels], or null
+  float* y = nullptr;           // [channels, oh, ow]
+  int64_t channels = 0, ih = 0, iw = 0, oh = 0, ow = 0;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;  // pads: the leading ones
+  Activation act;
+};
+
+// y = act(depthwise conv(x, w) + bias), channels split over the intra-op pool.
+void depthwise_conv2d(const DepthwiseConv2d& a);
+
+}  // namespace onyx::cpu

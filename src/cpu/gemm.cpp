@@ -1,0 +1,455 @@
+// The packed-panel matrix product (gemm.h). Per Highway target: a register tile of MR rows by
+// NP panels, accumulated over a block of K with one broadcast of A and NP * 16 / lanes loads of
+// B per step, stored once with the epilogue applied in registers.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/gemm.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cpu/gemm.h"
+#include "cpu/thread_pool.h"
+#include "cpu/vec_math-inl.h"
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace onyx::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+constexpr int kL = HWY_LANES(float);
+constexpr int kVPP = static_cast<int>(kPanel) / kL;  // vectors per panel row
+// The large tile: rows x panels, sized to the register file (32 vector registers with AVX-512,
+// 16 below it): accumulators + the B vectors of one step + one broadcast.
+constexpr int kBigMR = kL >= 16 ? 12 : (kL == 8 ? 6 : 4);
+constexpr int kBigNP = kL >= 16 ? 2 : 1;
+constexpr int kRegs = kL >= 16 ? 32 : 16;
+// Panels per tile for a product of few rows (GEMV-like): as many accumulators as fit.
+constexpr int SmallNP(int mr) {
+  int np = 8;
+  while (np > 1 && mr * np * kVPP + np * kVPP + 1 > kRegs - 1) --np;
+  return np;
+}
+constexpr int64_t kBlockK = 256;  // B's rows per tile pass: one tile's B slice stays in L1
+
+struct TileArgs {
+  int64_t kb;         // rows of B (columns of A) in this pass
+  const float* a;     // A at (row 0 of the tile, this pass's first column)
+  int64_t lda;
+  const float* b;     // packed B at (the tile's first panel, this pass's first row)
+  int64_t pstride;    // floats between panels (16 K packed; 16 for B read in place, row-major)
+  int64_t kstride;    // floats between B's rows within a panel (16 packed; ldb in place)
+  float* c;           // C at the tile's first element
+  int64_t ldc;
+  int64_t ncols;      // valid columns of the tile (<= NP * 16)
+  bool accumulate;    // add C's values
+  bool last;          // the final pass over K: apply bias and activation
+  const float* bias;      // at the tile's first column, or null
+  const float* row_bias;  // at the tile's first row, or null
+  const float* residual;  // at the tile's first element, or null
+  int64_t ldr;
+  const Activation* act;
+};
+
+template <int MR, int NP>
+HWY_NOINLINE void Tile(const TileArgs& t) {
+  constexpr int NV = NP * kVPP;
+  const DF d;
+  VF acc[MR][NV];
+  HWY_UNROLL(16)
+  for (int r = 0; r < MR; ++r)
+    HWY_UNROLL(16)
+    for (int v = 0; v < NV; ++v) acc[r][v] = hn::Zero(d);
+  const float* HWY_RESTRICT a = t.a;
+  const float* HWY_RESTRICT b = t.b;
+  for (int64_t p = 0; p < t.kb; ++p) {
+    // B streams from memory when it is an activation packed per call (a convolution's im2col):
+    // ask for each panel's line 8 steps ahead.
+    HWY_UNROLL(8)
+    for (int q = 0; q < NP; ++q) hwy::Prefetch(b + q * t.pstride + (p + 8) * t.kstride);
+    VF bv[NV];
+    HWY_UNROLL(16)
+    for (int v = 0; v < NV; ++v) bv[v] = hn::LoadU(d, b + (v / kVPP) * t.pstride + p * t.kstride + (v % kVPP) * kL);
+    HWY_UNROLL(16)
+    for (int r = 0; r < MR; ++r) {
+      const VF ar = hn::Set(d, a[r * t.lda + p]);
+      HWY_UNROLL(16)
+      for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(ar, bv[v], acc[r][v]);
+    }
+  }
+  const bool full = t.ncols == NP * kPanel;
+  const bool epi = t.last && (t.bias || t.row_bias || t.residual || t.act->kind != Act::kNone);
+  if (full) {
+    HWY_UNROLL(16)
+    for (int r = 0; r < MR; ++r)
+      HWY_UNROLL(16)
+      for (int v = 0; v < NV; ++v) {
+        float* out = t.c + r * t.ldc + v * kL;
+        VF x = acc[r][v];
+        if (t.accumulate) x = hn::Add(hn::LoadU(d, out), x);
+        if (epi) {
+          if (t.bias) x = hn::Add(x, hn::LoadU(d, t.bias + v * kL));
+          if (t.row_bias) x = hn::Add(x, hn::Set(d, t.row_bias[r]));
+          if (t.residual) x = hn::Add(x, hn::LoadU(d, t.residual + r * t.ldr + v * kL));
+          x = Activate(d, x, *t.act);
+        }
+        hn::StoreU(x, d, out);
+      }
+    return;
+  }
+  // A partial tile (the last columns): through a buffer, so no load or store passes column n.
+  HWY_ALIGN float buf[MR][NP * kPanel];
+  HWY_ALIGN float bias[NP * kPanel] = {};
+  if (epi && t.bias) std::memcpy(bias, t.bias, t.ncols * sizeof(float));
+  for (int r = 0; r < MR; ++r) {
+    for (int v = 0; v < NV; ++v) hn::Store(acc[r][v], d, buf[r] + v * kL);
+    if (t.accumulate)
+      for (int64_t j = 0; j < t.ncols; ++j) buf[r][j] += t.c[r * t.ldc + j];
+    if (epi && t.residual)
+      for (int64_t j = 0; j < t.ncols; ++j) buf[r][j] += t.residual[r * t.ldr + j];
+    if (epi)
+      for (int v = 0; v < NV; ++v) {
+        VF x = hn::Load(d, buf[r] + v * kL);
+        if (t.bias) x = hn::Add(x, hn::Load(d, bias + v * kL));
+        if (t.row_bias) x = hn::Add(x, hn::Set(d, t.row_bias[r]));
+        hn::Store(Activate(d, x, *t.act), d, buf[r] + v * kL);
+      }
+    std::memcpy(t.c + r * t.ldc, buf[r], t.ncols * sizeof(float));
+  }
+}
+
+using TileFn = void (*)(const TileArgs&);
+
+// Tiles by (rows, panels): rows 1..kBigMR with 1..kBigNP panels, and rows 1..4 with up to
+// SmallNP(rows) panels.
+template <int MR, int NP>
+constexpr TileFn tile_at() {
+  if constexpr ((MR <= kBigMR && NP <= kBigNP) || (MR <= 4 && NP <= SmallNP(MR))) return &Tile<MR, NP>;
+  else return nullptr;
+}
+template <int MR, int... NPs>
+constexpr void fill_row(TileFn* row, std::integer_sequence<int, NPs...>) {
+  ((row[NPs] = tile_at<MR, NPs + 1>()), ...);
+}
+struct TileTable {
+  TileFn fn[12][8] = {};
+  constexpr TileTable() {
+    fill_row<1>(fn[0], std::make_integer_sequence<int, 8>());
+    fill_row<2>(fn[1], std::make_integer_sequence<int, 8>());
+    fill_row<3>(fn[2], std::make_integer_sequence<int, 8>());
+    fill_row<4>(fn[3], std::make_integer_sequence<int, 8>());
+    if constexpr (kBigMR >= 5) fill_row<5>(fn[4], std::make_integer_sequence<int, 8>());
+    if constexpr (kBigMR >= 6) fill_row<6>(fn[5], std::make_integer_sequence<int, 8>());
+    if constexpr (kBigMR >= 7) fill_row<7>(fn[6], std::make_integer_sequence<int, 8>());
+    if constexpr (kBigMR >= 8) fill_row<8>(fn[7], std::make_integer_sequence<int, 8>());
+    if constexpr (kBigMR >= 9) fill_row<9>(fn[8], std::make_integer_sequence<int, 8>());
+    if constexpr (kBigMR >= 10) fill_row<10>(fn[9], std::make_integer_sequence<int, 8>());
+    if constexpr (kBigMR >= 11) fill_row<11>(fn[10], std::make_integer_sequence<int, 8>());
+    if constexpr (kBigMR >= 12) fill_row<12>(fn[11], std::make_integer_sequence<int, 8>());
+  }
+};
+constexpr TileTable kTiles;
+
+// B as the product reads it: packed panels (ldb 0), or row-major in place (row stride ldb) with
+// its last, partial panel packed apart (`tail`, K rows of 16), so no load passes column n.
+void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+              const float* tail, float* c, int64_t ldc, const Epilogue* ep) {
+  struct {
+    const float* b;
+    int64_t ldb;
+    const float* tail;
+  } src{b, ldb, tail};
+  if (m <= 0 || n <= 0) return;
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  const int64_t pstride = kPanel * k;
+  const bool in_place = src.ldb > 0;
+  const int64_t tail_panel = in_place && n % kPanel ? panels - 1 : -1;
+  const Activation* act = &ep->act;
+  if (k == 0) {  // an empty sum: C is 0 (or kept), then the epilogue
+    std::vector<float> zero_a(static_cast<size_t>(m), 0.f);
+    std::vector<float> zero_b(static_cast<size_t>(panels * kPanel), 0.f);
+    GemmImpl(m, n, 1, zero_a.data(), 1, zero_b.data(), 0, nullptr, c, ldc, ep);
+    return;
+  }
+  // A tile of mr rows by np panels over B's rows [k0, k0 + kb).
+  auto run_one = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb) {
+    TileArgs t;
+    t.kb = kb;
+    t.a = a + row * lda + k0;
+    t.lda = lda;
+    if (!in_place) {
+      t.b = src.b + panel * pstride + k0 * kPanel;
+      t.pstride = pstride;
+      t.kstride = kPanel;
+    } else if (panel == tail_panel) {
+      t.b = src.tail + k0 * kPanel;
+      t.pstride = pstride;
+      t.kstride = kPanel;
+    } else {
+      t.b = src.b + k0 * src.ldb + panel * kPanel;
+      t.pstride = kPanel;
+      t.kstride = src.ldb;
+    }
+    t.c = c + row * ldc + panel * kPanel;
+    t.ldc = ldc;
+    t.ncols = std::min<int64_t>(np * kPanel, n - panel * kPanel);
+    t.accumulate = ep->accumulate || k0 > 0;
+    t.last = k0 + kb == k;
+    t.bias = ep->bias ? ep->bias + panel * kPanel : nullptr;
+    t.row_bias = ep->row_bias ? ep->row_bias + row : nullptr;
+    t.residual = ep->residual ? ep->residual + row * ep->ldr + panel * kPanel : nullptr;
+    t.ldr = ep->ldr;
+    t.act = act;
+    kTiles.fn[mr - 1][np - 1](t);
+  };
+  // Panels read in place never share a tile with the packed tail.
+  auto run_tile = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb) {
+    if (tail_panel >= 0 && panel < tail_panel && panel + np > tail_panel) {
+      const int head = static_cast<int>(tail_panel - panel);
+      run_one(mr, head, row, panel, k0, kb);
+      run_one(mr, np - head, row, tail_panel, k0, kb);
+      return;
+    }
+    run_one(mr, np, row, panel, k0, kb);
+  };
+  if (m <= 4) {
+    // Few rows: each task streams a group of panels over all of K once.
+    const int mr = static_cast<int>(m);
+    const int np_max = SmallNP(mr);
+    const int64_t groups = (panels + np_max - 1) / np_max;
+    const int64_t grain = std::max<int64_t>(1, 32768 / (k * np_max * kPanel + 1));
+    parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
+      for (int64_t g = g0; g < g1; ++g) {
+        const int64_t p0 = g * np_max;
+        const int np = static_cast<int>(std::min<int64_t>(np_max, panels - p0));
+        run_tile(mr, np, 0, p0, 0, k);
+      }
+    });
+    return;
+  }
+  // Many rows: tasks are (column tile, block of rows); in each, K in blocks whose B slice
+  // stays in L1 while the rows stream past it. (Copying A's rows side by side first, so a
+  // step's broadcasts read one cache line, cost more than it saved: a transposing copy is
+  // slow next to the tile it feeds.)
+  const int64_t ntiles = (panels + kBigNP - 1) / kBigNP;
+  const int64_t mblocks = (m + kBigMR - 1) / kBigMR;
+  const int threads = parallelism();
+  int64_t mchunks = 1;
+  if (threads > 1 && ntiles < 4 * threads) mchunks = std::min<int64_t>(mblocks, (4 * threads + ntiles - 1) / ntiles);
+  const int64_t blocks_per_chunk = (mblocks + mchunks - 1) / mchunks;
+  const int64_t tasks = ntiles * mchunks;
+  const int64_t work = m * k * kBigNP * kPanel / std::max<int64_t>(mchunks, 1);
+  const int64_t grain = std::max<int64_t>(1, 65536 / (work + 1));
+  parallel_for(tasks, grain, [&](int64_t t0, int64_t t1) {
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t tile = task / mchunks, chunk = task % mchunks;
+      const int64_t p0 = tile * kBigNP;
+      const int np = static_cast<int>(std::min<int64_t>(kBigNP, panels - p0));
+      const int64_t r0 = chunk * blocks_per_chunk * kBigMR, r1 = std::min(m, r0 + blocks_per_chunk * kBigMR);
+      for (int64_t k0 = 0; k0 < k; k0 += kBlockK) {
+        const int64_t kb = std::min(kBlockK, k - k0);
+        for (int64_t row = r0; row < r1; row += kBigMR)
+          run_tile(static_cast<int>(std::min<int64_t>(kBigMR, r1 - row)), np, row, p0, k0, kb);
+      }
+    }
+  });
+}
+
+// y[j0, j0 + NV lanes) (+)= a B over those columns, held in NV registers.
+template <int NV>
+HWY_INLINE void GemvRowsBlock(int64_t k, const float* a, const float* b, int64_t ldb, float* y, bool accumulate) {
+  const DF d;
+  VF acc[NV];
+  HWY_UNROLL(8)
+  for (int v = 0; v < NV; ++v) acc[v] = accumulate ? hn::LoadU(d, y + v * kL) : hn::Zero(d);
+  for (int64_t p = 0; p < k; ++p) {
+    const VF ap = hn::Set(d, a[p]);
+    const float* row = b + p * ldb;
+    HWY_UNROLL(8)
+    for (int v = 0; v < NV; ++v) acc[v] = hn::MulAdd(ap, hn::LoadU(d, row + v * kL), acc[v]);
+  }
+  HWY_UNROLL(8)
+  for (int v = 0; v < NV; ++v) hn::StoreU(acc[v], d, y + v * kL);
+}
+
+// y[0, n) (+)= a[0, k) B, B row-major k x n (row stride ldb): rows of B added in, a block of
+// up to 8 vectors of columns held in registers; the last columns (fewer than a vector) scalar.
+void GemvRowsImpl(int64_t n, int64_t k, const float* a, const float* b, int64_t ldb, float* y, bool accumulate) {
+  constexpr int64_t kCols = 8 * kL;
+  parallel_for((n + kCols - 1) / kCols, std::max<int64_t>(1, 16384 / (k * kCols + 1)), [&](int64_t c0, int64_t c1) {
+    for (int64_t cb = c0; cb < c1; ++cb) {
+      const int64_t j0 = cb * kCols, cols = std::min(kCols, n - j0);
+      const float* bj = b + j0;
+      float* yj = y + j0;
+      switch (cols / kL) {
+        case 8: GemvRowsBlock<8>(k, a, bj, ldb, yj, accumulate); break;
+        case 7: GemvRowsBlock<7>(k, a, bj, ldb, yj, accumulate); break;
+        case 6: GemvRowsBlock<6>(k, a, bj, ldb, yj, accumulate); break;
+        case 5: GemvRowsBlock<5>(k, a, bj, ldb, yj, accumulate); break;
+        case 4: GemvRowsBlock<4>(k, a, bj, ldb, yj, accumulate); break;
+        case 3: GemvRowsBlock<3>(k, a, bj, ldb, yj, accumulate); break;
+        case 2: GemvRowsBlock<2>(k, a, bj, ldb, yj, accumulate); break;
+        case 1: GemvRowsBlock<1>(k, a, bj, ldb, yj, accumulate); break;
+        default: break;
+      }
+      for (int64_t j = cols / kL * kL; j < cols; ++j) {
+        float s = accumulate ? yj[j] : 0.f;
+        for (int64_t p = 0; p < k; ++p) s += a[p] * bj[p * ldb + j];
+        yj[j] = s;
+      }
+    }
+  });
+}
+
+// y[j] (+)= dot(a, B[j, 0:k)) for j < n, B row-major n x k: four rows at a time.
+void GemvDotsImpl(int64_t n, int64_t k, const float* a, const float* b, int64_t ldb, float* y, bool accumulate) {
+  const DF d;
+  parallel_for((n + 3) / 4, std::max<int64_t>(1, 16384 / (4 * k + 1)), [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t j0 = q * 4, rows = std::min<int64_t>(4, n - j0);
+      VF acc[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
+      int64_t p = 0;
+      for (; p + kL <= k; p += kL) {
+        const VF av = hn::LoadU(d, a + p);
+        HWY_UNROLL(8)
+        for (int r = 0; r < 4; ++r)
+          if (r < rows) acc[r] = hn::MulAdd(av, hn::LoadU(d, b + (j0 + r) * ldb + p), acc[r]);
+      }
+      for (int r = 0; r < rows; ++r) {
+        float s = hn::GetLane(hn::SumOfLanes(d, acc[r]));
+        for (int64_t pp = p; pp < k; ++pp) s += a[pp] * b[(j0 + r) * ldb + pp];
+        y[j0 + r] = accumulate ? y[j0 + r] + s : s;
+      }
+    }
+  });
+}
+
+const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace onyx::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace onyx::cpu {
+
+HWY_EXPORT(GemmImpl);
+HWY_EXPORT(GemvRowsImpl);
+HWY_EXPORT(GemvDotsImpl);
+HWY_EXPORT(TargetName);
+
+int64_t packed_size(int64_t k, int64_t n) { return (n + kPanel - 1) / kPanel * kPanel * k; }
+
+void pack_b(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, float* packed) {
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  // Panels split over the pool: packing an operand per call is part of that call's work.
+  parallel_for(panels, std::max<int64_t>(1, 8192 / (k * kPanel + 1)), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      float* dst = packed + p * kPanel * k;
+      const int64_t j0 = p * kPanel, cols = std::min(kPanel, n - j0);
+      if (!trans && cols == kPanel) {  // whole panels: fixed-size row copies, inlined
+        for (int64_t r = 0; r < k; ++r) std::memcpy(dst + r * kPanel, b + r * ldb + j0, kPanel * sizeof(float));
+        continue;
+      }
+      for (int64_t r = 0; r < k; ++r) {
+        float* row = dst + r * kPanel;
+        if (trans)
+          for (int64_t j = 0; j < cols; ++j) row[j] = b[(j0 + j) * ldb + r];
+        else
+          std::memcpy(row, b + r * ldb + j0, cols * sizeof(float));
+        for (int64_t j = cols; j < kPanel; ++j) row[j] = 0.f;
+      }
+    }
+  });
+}
+
+void gemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed_b, float* c,
+                 int64_t ldc, const Epilogue& ep) {
+  HWY_DYNAMIC_DISPATCH(GemmImpl)(m, n, k, a, lda, packed_b, 0, nullptr, c, ldc, &ep);
+}
+
+namespace {
+// Per-thread scratch for operands packed or transposed per call: grows, never shrinks, so a
+// planned run allocates nothing once its shapes have run once.
+float* scratch(std::vector<float>& v, int64_t floats) {
+  if (static_cast<int64_t>(v.size()) < floats) v.resize(static_cast<size_t>(floats));
+  return v.data();
+}
+thread_local std::vector<float> t_packed, t_a, t_out;
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+          int64_t ldb, float* c, int64_t ldc, const Epilogue& ep) {
+  if (m <= 0 || n <= 0) return;
+  if (trans_a) {  // A given as k x m: rows of op(A) gathered once
+    float* at = scratch(t_a, m * k);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; ++p) at[i * k + p] = a[p * lda + i];
+    a = at;
+    lda = k;
+  }
+  if (m == 1 && k > 0) {
+    if (trans_b) HWY_DYNAMIC_DISPATCH(GemvDotsImpl)(n, k, a, b, ldb, c, ep.accumulate);
+    else HWY_DYNAMIC_DISPATCH(GemvRowsImpl)(n, k, a, b, ldb, c, ep.accumulate);
+    if (ep.bias || ep.row_bias || ep.residual) {
+      for (int64_t j = 0; j < n; ++j)
+        c[j] += (ep.bias ? ep.bias[j] : 0.f) + (ep.row_bias ? ep.row_bias[0] : 0.f) + (ep.residual ? ep.residual[j] : 0.f);
+    }
+    if (ep.act.kind != Act::kNone) activate(c, c, n, ep.act);
+    return;
+  }
+  if (n == 1 && k > 0 && !ep.accumulate) {
+    // One column (a convolution over a 1 x 1 image: squeeze-and-excitation): dot products of
+    // A's rows with B's column, instead of a packed panel 16 times wider than needed.
+    const float* col = b;
+    if (!trans_b && ldb != 1) {
+      float* g = scratch(t_packed, k);
+      for (int64_t p = 0; p < k; ++p) g[p] = b[p * ldb];
+      col = g;
+    }
+    float* out = c;
+    if (ldc != 1) out = scratch(t_out, m);
+    HWY_DYNAMIC_DISPATCH(GemvDotsImpl)(m, k, col, a, lda, out, false);
+    for (int64_t i = 0; i < m; ++i) {
+      float v = out[i] + (ep.bias ? ep.bias[0] : 0.f) + (ep.row_bias ? ep.row_bias[i] : 0.f) +
+                (ep.residual ? ep.residual[i * ep.ldr] : 0.f);
+      out[i] = v;
+    }
+    if (ep.act.kind != Act::kNone) activate(out, out, m, ep.act);
+    if (out != c)
+      for (int64_t i = 0; i < m; ++i) c[i * ldc] = out[i];
+    return;
+  }
+  if (!trans_b && ldb % 1024 != 0 && k * n >= (int64_t{1} << 16)) {
+    // A large B read in place, its last partial panel packed apart: packing would copy it all
+    // (a pointwise convolution's image). Small ones (attention's per-head operands) are
+    // packed: measured faster there. Rows 4 KiB apart would share L1 sets: those are packed.
+    const float* tail = nullptr;
+    if (n % kPanel) {
+      float* t = scratch(t_packed, kPanel * k);
+      const int64_t j0 = n / kPanel * kPanel;
+      for (int64_t p = 0; p < k; ++p) {
+        for (int64_t j = 0; j < kPanel; ++j) t[p * kPanel + j] = j0 + j < n ? b[p * ldb + j0 + j] : 0.f;
+      }
+      tail = t;
+    }
+    HWY_DYNAMIC_DISPATCH(GemmImpl)(m, n, k, a, lda, b, ldb, tail, c, ldc, &ep);
+    return;
+  }
+  float* pb = scratch(t_packed, packed_size(k, n));
+  pack_b(b, ldb, trans_b, k, n, pb);
+  gemm_packed(m, n, k, a, lda, pb, c, ldc, ep);
+}
+
+const char* simd_target() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+
+void force_simd_targets_for_test(int64_t mask) {
+  hwy::SetSupportedTargetsForTest(mask);
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+}
+
+}  // namespace onyx::cpu
+#endif  // HWY_ONCE

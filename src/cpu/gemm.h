@@ -1,0 +1,52 @@
+// float32 matrix products on the CPU: onyx's own kernels, vectorized for AVX-512 and AVX2
+// (Highway, chosen at run time), split over the intra-op pool.
+//
+// The right-hand matrix is read from a packed form: panels of kPanel columns, each panel
+// K rows of kPanel contiguous floats (columns past N zero). A weight is packed once, at load
+// (passes/prepack.h); an activation operand is packed per call into per-thread scratch.
+// One-row products (a decode step) stream the packed panels once, several at a time.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/activation.h"
+
+namespace onyx::cpu {
+
+constexpr int64_t kPanel = 16;
+
+// Floats of B's packed form: ceil(n / kPanel) * kPanel * k.
+int64_t packed_size(int64_t k, int64_t n);
+
+// Packs B (k x n): element (p, j) at b[p * ldb + j], or at b[j * ldb + p] when `trans`
+// (B given as its n x k transpose).
+void pack_b(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, float* packed);
+
+// What a product does with its result before storing it:
+//   C = act((C +) A B + bias[j] + row_bias[i] + residual[i, j]).
+struct Epilogue {
+  const float* bias = nullptr;      // n floats (one per column), or null
+  const float* row_bias = nullptr;  // m floats (one per row: a convolution's channels), or null
+  const float* residual = nullptr;  // m x n floats (row stride ldr) added before the activation, or null
+  int64_t ldr = 0;
+  Activation act;
+  bool accumulate = false;  // add the product to C's values (before bias and act)
+};
+
+// C[m x n] (row stride ldc) = epilogue(A[m x k] (row stride lda) x B (packed)).
+void gemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed_b, float* c,
+                 int64_t ldc, const Epilogue& ep = {});
+
+// C = epilogue(op(A) op(B)), op a transposition or not, row-major operands, with no packed
+// form: one-row products read B in place, others pack B per call.
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+          int64_t ldb, float* c, int64_t ldc, const Epilogue& ep = {});
+
+// The target the dispatched kernels run on ("AVX3", "AVX2", "EMU128", ...).
+const char* simd_target();
+
+// Tests only: restrict the dispatched kernels to the targets in `mask` (Highway's HWY_AVX2,
+// HWY_AVX3, ...); 0 restores what the CPU supports.
+void force_simd_targets_for_test(int64_t mask);
+
+}  // namespace onyx::cpu

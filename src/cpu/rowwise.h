@@ -1,0 +1,31 @@
+// Vectorized float32 kernels over rows of a matrix (the last axis): softmax, layer and RMS
+// normalization. Rows are split over the intra-op pool. Each has a reference in double in the
+// op family that uses it (ops/softmax.cpp, ops/normalization.cpp), which the tests compare with.
+#pragma once
+
+#include <cstdint>
+
+namespace onyx::cpu {
+
+// y[r, :] = softmax(x[r, :]) (or log-softmax), rows of n contiguous floats; y may be x.
+void softmax_rows(const float* x, float* y, int64_t rows, int64_t n, bool log);
+
+struct NormRows {
+  const float* x = nullptr;
+  const float* skip = nullptr;   // added to x first (rows x n), or null
+  const float* bias = nullptr;   // added to x first (n), or null
+  float* sum = nullptr;          // x + skip + bias written here when given
+  const float* scale = nullptr;  // n
+  const float* shift = nullptr;  // n, or null (the "bias" of LayerNormalization)
+  float* y = nullptr;
+  float* mean = nullptr;         // per row, or null
+  float* inv_std = nullptr;      // per row, or null
+  int64_t rows = 0, n = 0;
+  float epsilon = 1e-5f;
+  bool center = true;            // false: RMS normalization (no mean removed)
+};
+
+// y = (x' - mean) * inv_std * scale + shift per row, x' = x + skip + bias.
+void norm_rows(const NormRows& a);
+
+}  // namespace onyx::cpu

@@ -1,0 +1,154 @@
+#include "cpu/thread_pool.h"
+
+#include <sched.h>
+
+#include <algorithm>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace onyx::cpu {
+
+namespace {
+
+thread_local ThreadPool* t_pool = nullptr;
+thread_local bool t_in_chunk = false;
+
+// How long a worker (or the caller, waiting for the workers) spins before it sleeps: about
+// 0.1 ms. Kernels come back to back in a run; a futex wake-up per kernel would cost more
+// than most elementwise kernels take.
+constexpr int kSpins = 2000;
+
+inline void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+}  // namespace
+
+int available_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+ThreadPool::ThreadPool(int threads) {
+  const int workers = std::max(threads, 1) - 1;
+  workers_.reserve(workers);
+  for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::run_chunks() {
+  const bool was_in = t_in_chunk;
+  t_in_chunk = true;
+  for (;;) {
+    const int64_t begin = next_.fetch_add(chunk_, std::memory_order_relaxed);
+    if (begin >= n_) break;
+    try {
+      (*fn_)(begin, std::min(n_, begin + chunk_));
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(m_);
+      if (!error_) error_ = std::current_exception();
+    }
+  }
+  t_in_chunk = was_in;
+}
+
+void ThreadPool::worker_loop() {
+  uint64_t seen = 0;
+  for (;;) {
+    bool changed = false;
+    for (int i = 0; i < kSpins; ++i) {
+      if (generation_.load(std::memory_order_acquire) != seen) {
+        changed = true;
+        break;
+      }
+      relax();
+    }
+    if (!changed) {
+      std::unique_lock<std::mutex> lk(m_);
+      wake_.wait(lk, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
+      if (stop_) return;
+    }
+    seen = generation_.load(std::memory_order_acquire);
+    // Enter the job only while it is open: a worker that wakes after the caller has taken
+    // every chunk leaves it alone, so the caller never waits for a thread that is not running.
+    // (Sequentially consistent with the caller's close-then-count: one of the two sees the other.)
+    active_.fetch_add(1, std::memory_order_seq_cst);
+    if (open_.load(std::memory_order_seq_cst) == seen) run_chunks();
+    if (active_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
+      std::lock_guard<std::mutex> lk(m_);
+      done_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
+  if (workers_.empty() || t_in_chunk || !busy.owns_lock()) {
+    fn(0, n);
+    return;
+  }
+  const int64_t parts = std::min<int64_t>(threads() * 4, std::max<int64_t>(1, n / std::max<int64_t>(grain, 1)));
+  uint64_t gen;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    fn_ = &fn;
+    n_ = n;
+    chunk_ = std::max<int64_t>(1, (n + parts - 1) / parts);
+    next_.store(0, std::memory_order_relaxed);
+    error_ = nullptr;
+    gen = generation_.load(std::memory_order_relaxed) + 1;
+    open_.store(gen, std::memory_order_release);
+    generation_.store(gen, std::memory_order_release);
+  }
+  wake_.notify_all();
+  run_chunks();
+  // Every chunk is taken: close the job, then wait for the workers inside it (each is running
+  // a chunk it took, or leaving).
+  open_.store(0, std::memory_order_seq_cst);
+  bool done = false;
+  for (int i = 0; i < kSpins && !done; ++i) {
+    done = active_.load(std::memory_order_seq_cst) == 0;
+    if (!done) relax();
+  }
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lk(m_);
+    done_.wait(lk, [&] { return active_.load(std::memory_order_seq_cst) == 0; });
+    fn_ = nullptr;
+    error = error_;
+    error_ = nullptr;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+ThreadPool* current_pool() { return t_pool; }
+
+PoolScope::PoolScope(ThreadPool* pool) : previous_(t_pool) { t_pool = pool; }
+PoolScope::~PoolScope() { t_pool = previous_; }
+
+int parallelism() { return t_pool && !t_in_chunk ? t_pool->threads() : 1; }
+
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  if (!t_pool || t_in_chunk || n <= grain || t_pool->threads() == 1) {
+    fn(0, n);
+    return;
+  }
+  t_pool->run(n, grain, fn);
+}
+
+}  // namespace onyx::cpu

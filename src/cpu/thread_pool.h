@@ -1,0 +1,80 @@
+// The intra-op thread pool: a session's heavy CPU kernels (matrix products, convolutions,
+// softmax, normalizations, large elementwise ops) split their work over it. A session owns one
+// pool of `intra_op_threads` threads (the caller's thread is one of them) and makes it the
+// current pool of the thread that runs it (PoolScope); kernels reach it through parallel_for,
+// so no kernel signature carries it. Constant folding at load runs with no pool: serially.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace onyx::cpu {
+
+// The CPUs this process may run on (its affinity mask), at least 1.
+int available_cpus();
+
+class ThreadPool {
+ public:
+  // `threads` >= 1 counts the calling thread: threads - 1 workers are started.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) over chunks covering [0, n) of at least `grain` items each, on the
+  // calling thread and the workers, and returns when every chunk is done. The first
+  // exception a chunk throws is rethrown here (the remaining chunks still run). A second
+  // caller while the pool is busy (two runs of one session at once), or a call from inside
+  // a chunk, runs serially on its own thread.
+  void run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void worker_loop();
+  void run_chunks();
+
+  std::vector<std::thread> workers_;
+  std::mutex busy_;  // held by the caller of run() for the whole job
+  std::mutex m_;
+  std::condition_variable wake_, done_;
+  // The current job (valid while a generation is in flight).
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0, chunk_ = 1;
+  std::atomic<int64_t> next_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<uint64_t> open_{0};  // the generation workers may still enter (0: none)
+  std::atomic<int> active_{0};     // workers inside the current job
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+// The pool of the calling thread (null: run serially).
+ThreadPool* current_pool();
+
+// Makes `pool` the calling thread's current pool for its lifetime (restores the previous one).
+class PoolScope {
+ public:
+  explicit PoolScope(ThreadPool* pool);
+  ~PoolScope();
+  PoolScope(const PoolScope&) = delete;
+  PoolScope& operator=(const PoolScope&) = delete;
+
+ private:
+  ThreadPool* previous_;
+};
+
+// The number of threads parallel_for may use here (1 with no pool or inside a chunk).
+int parallelism();
+
+// fn(begin, end) over [0, n) on the current pool, serially when there is none or when the
+// work is too small to split (n <= grain).
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace onyx::cpu

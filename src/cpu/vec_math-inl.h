@@ -1,0 +1,85 @@
+// Per-target vector math shared by the kernel files (included once per Highway target, after
+// hwy/highway.h): exp, erf, sigmoid and the activations of activation.h on one vector.
+// exp and tanh are Highway's (hwy/contrib/math); erf is Abramowitz and Stegun's 7.1.26 form
+// (absolute error below 1.5e-7) evaluated in float.
+#if defined(ONYX_CPU_VEC_MATH_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ONYX_CPU_VEC_MATH_INL_H_
+#undef ONYX_CPU_VEC_MATH_INL_H_
+#else
+#define ONYX_CPU_VEC_MATH_INL_H_
+#endif
+
+#include <limits>
+
+#include "cpu/activation.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace onyx::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// e^x; inputs below -87.3 give 0 and above 88.7 inf (Highway's Exp is defined on a narrower range).
+template <class D, class V>
+HWY_INLINE V ExpClamped(D d, V x) {
+  const V lo = hn::Set(d, -87.3f), hi = hn::Set(d, 88.7f);
+  const V r = hn::Exp(d, hn::Min(hn::Max(x, lo), hi));
+  const V with_inf = hn::IfThenElse(hn::Gt(x, hi), hn::Set(d, std::numeric_limits<float>::infinity()), r);
+  return hn::IfThenElse(hn::IsNaN(x), x, hn::IfThenZeroElse(hn::Lt(x, lo), with_inf));
+}
+
+template <class D, class V>
+HWY_INLINE V Sigmoid(D d, V x) {
+  const V one = hn::Set(d, 1.0f);
+  return hn::Div(one, hn::Add(one, ExpClamped(d, hn::Neg(x))));
+}
+
+template <class D, class V>
+HWY_INLINE V Erf(D d, V x) {
+  const V ax = hn::Abs(x);
+  const V t = hn::Div(hn::Set(d, 1.0f), hn::MulAdd(hn::Set(d, 0.3275911f), ax, hn::Set(d, 1.0f)));
+  V p = hn::Set(d, 1.061405429f);
+  p = hn::MulAdd(p, t, hn::Set(d, -1.453152027f));
+  p = hn::MulAdd(p, t, hn::Set(d, 1.421413741f));
+  p = hn::MulAdd(p, t, hn::Set(d, -0.284496736f));
+  p = hn::MulAdd(p, t, hn::Set(d, 0.254829592f));
+  p = hn::Mul(p, t);
+  const V e = ExpClamped(d, hn::Neg(hn::Mul(ax, ax)));
+  const V y = hn::NegMulAdd(p, e, hn::Set(d, 1.0f));  // 1 - p e
+  return hn::CopySign(y, x);
+}
+
+template <class D, class V>
+HWY_INLINE V Activate(D d, V x, const Activation& act) {
+  switch (act.kind) {
+    case Act::kNone: return x;
+    case Act::kRelu: return hn::Max(x, hn::Zero(d));
+    case Act::kLeakyRelu: return hn::IfThenElse(hn::Lt(x, hn::Zero(d)), hn::Mul(x, hn::Set(d, act.a)), x);
+    case Act::kClip: return hn::Min(hn::Max(x, hn::Set(d, act.a)), hn::Set(d, act.b));
+    case Act::kSigmoid: return Sigmoid(d, x);
+    case Act::kTanh: return hn::Tanh(d, x);
+    case Act::kGelu: {
+      const V half = hn::Set(d, 0.5f);
+      const V e = Erf(d, hn::Mul(x, hn::Set(d, 0.70710678118654752f)));
+      return hn::Mul(hn::Mul(half, x), hn::Add(hn::Set(d, 1.0f), e));
+    }
+    case Act::kGeluTanh: {
+      const V x3 = hn::Mul(hn::Mul(x, x), x);
+      const V inner = hn::Mul(hn::Set(d, 0.7978845608028654f), hn::MulAdd(hn::Set(d, 0.044715f), x3, x));
+      return hn::Mul(hn::Mul(hn::Set(d, 0.5f), x), hn::Add(hn::Set(d, 1.0f), hn::Tanh(d, inner)));
+    }
+    case Act::kSilu: return hn::Mul(x, Sigmoid(d, x));
+    case Act::kHardSigmoid:
+      return hn::Min(hn::Max(hn::MulAdd(hn::Set(d, act.a), x, hn::Set(d, act.b)), hn::Zero(d)), hn::Set(d, 1.0f));
+    case Act::kHardSwish: {
+      const V g = hn::MulAdd(x, hn::Set(d, 1.0f / 6), hn::Set(d, 0.5f));
+      return hn::Mul(x, hn::Min(hn::Max(g, hn::Zero(d)), hn::Set(d, 1.0f)));
+    }
+  }
+  return x;
+}
+
+}  // namespace onyx::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard

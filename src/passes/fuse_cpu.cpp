@@ -1,0 +1,348 @@
+#include "passes/fuse_cpu.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <span>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "cpu/gemm.h"
+#include "passes/pattern_match.h"
+
+namespace onyx {
+
+using namespace rewrite;
+
+namespace {
+
+bool near(std::optional<double> v, double want, double rel = 1e-5) {
+  return v && std::fabs(*v - want) <= rel * std::fabs(want);
+}
+
+// The GELU chains (fuse_cpu.h) ending at the Mul `k`: the fused node, or nothing.
+struct GeluMatch {
+  int x = -1;
+  bool tanh_form = false;
+  std::vector<int> chain;  // the chain's nodes other than `k`
+};
+
+std::optional<GeluMatch> match_gelu(Matcher& m, const Node& mul) {
+  Graph& g = m.g;
+  auto producer = [&](int id) { return g.values[id].producer; };
+  if (!m.plain(mul, "Mul") || mul.inputs.size() != 2) return std::nullopt;
+  // The product's three factors: one of the Mul's inputs is itself a private Mul.
+  for (int side = 0; side < 2; ++side) {
+    Node* inner = m.sole(mul.inputs[side], "Mul");
+    if (!inner || inner->inputs.size() != 2) continue;
+    const int leaves[3] = {mul.inputs[1 - side], inner->inputs[0], inner->inputs[1]};
+    for (int h = 0; h < 3; ++h) {  // the factor 0.5
+      if (!near(m.scalar(leaves[h]), 0.5)) continue;
+      for (int e = 0; e < 3; ++e) {  // the factor (1 + erf(..)) or (1 + tanh(..))
+        if (e == h) continue;
+        const int x = leaves[3 - h - e];
+        Node* add = m.sole(leaves[e], "Add");
+        if (!add || add->inputs.size() != 2) continue;
+        int t = -1;
+        for (int j = 0; j < 2; ++j)
+          if (near(m.scalar(add->inputs[j]), 1.0)) t = add->inputs[1 - j];
+        if (t < 0) continue;
+        GeluMatch r;
+        r.x = x;
+        r.chain = {producer(mul.inputs[side]), producer(leaves[e]), producer(t)};
+        if (Node* erf = m.sole(t, "Erf"); erf && erf->inputs.size() == 1) {
+          const int s = erf->inputs[0];
+          Node* div = m.sole(s, "Div");
+          Node* scale = div ? nullptr : m.sole(s, "Mul");
+          const bool by_div = div && div->inputs.size() == 2 && div->inputs[0] == x &&
+                              near(m.scalar(div->inputs[1]), std::sqrt(2.0));
+          const bool by_mul = scale && other_input(*scale, x) >= 0 &&
+                              near(m.scalar(other_input(*scale, x)), 1 / std::sqrt(2.0));
+          if (!by_div && !by_mul) continue;
+          r.chain.push_back(producer(s));
+          return r;
+        }
+        Node* th = m.sole(t, "Tanh");
+        if (!th || th->inputs.size() != 1) continue;
+        // Mul(sqrt(2/pi), Add(x, Mul(0.044715, Pow(x, 3))))
+        Node* sc = m.sole(th->inputs[0], "Mul");
+        if (!sc || sc->inputs.size() != 2) continue;
+        int inner_sum = -1;
+        for (int j = 0; j < 2; ++j)
+          if (near(m.scalar(sc->inputs[j]), std::sqrt(2 / M_PI), 1e-4)) inner_sum = sc->inputs[1 - j];
+        Node* sum = inner_sum >= 0 ? m.sole(inner_sum, "Add") : nullptr;
+        const int cubic = sum ? other_input(*sum, x) : -1;
+        Node* cm = cubic >= 0 ? m.sole(cubic, "Mul") : nullptr;
+        if (!cm || cm->inputs.size() != 2) continue;
+        int cube = -1;
+        for (int j = 0; j < 2; ++j)
+          if (near(m.scalar(cm->inputs[j]), 0.044715, 1e-4)) cube = cm->inputs[1 - j];
+        Node* pw = cube >= 0 ? m.sole(cube, "Pow") : nullptr;
+        if (!pw || pw->inputs.size() != 2 || pw->inputs[0] != x || !near(m.scalar(pw->inputs[1]), 3.0)) continue;
+        r.tanh_form = true;
+        r.chain.insert(r.chain.end(), {producer(th->inputs[0]), producer(inner_sum), producer(cubic), producer(cube)});
+        return r;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// The activation node `n` as DenseMatMul's attributes, or nothing when it is not one.
+std::optional<std::vector<Attribute>> activation_of(const Matcher& m, const Node& n) {
+  auto act = [](const char* name, float a = 0, float b = 0) {
+    return std::vector<Attribute>{make_string("activation", name), make_float("alpha", a), make_float("beta", b)};
+  };
+  const bool onnx = n.domain.empty() || n.domain == "ai.onnx";
+  const bool ms = n.domain == "com.microsoft";
+  if (n.outputs.size() != 1 || n.inputs.empty()) return std::nullopt;
+  auto attr_f = [&](const char* name, float fallback) {
+    const Attribute* a = n.find_attribute(name);
+    return a && a->kind == Attribute::Kind::kFloat ? a->f : fallback;
+  };
+  if (onnx && n.op_type == "Relu") return act("relu");
+  if (onnx && n.op_type == "Sigmoid") return act("sigmoid");
+  if (onnx && n.op_type == "Tanh") return act("tanh");
+  if (onnx && n.op_type == "HardSwish") return act("hard_swish");
+  if (onnx && n.op_type == "LeakyRelu") return act("leaky_relu", attr_f("alpha", 0.01f));
+  if (onnx && n.op_type == "HardSigmoid") return act("hard_sigmoid", attr_f("alpha", 0.2f), attr_f("beta", 0.5f));
+  if (onnx && n.op_type == "Gelu") {
+    const Attribute* a = n.find_attribute("approximate");
+    const std::string approx = a ? a->s : "none";
+    if (approx != "none" && approx != "tanh") return std::nullopt;
+    return act(approx == "tanh" ? "gelu_tanh" : "gelu");
+  }
+  if (ms && n.inputs.size() == 1 && n.op_type == "Gelu") return act("gelu");
+  if (ms && n.inputs.size() == 1 && n.op_type == "FastGelu") return act("gelu_tanh");
+  if (onnx && n.op_type == "Clip") {
+    float lo = -std::numeric_limits<float>::infinity(), hi = std::numeric_limits<float>::infinity();
+    if (n.opset < 11) {
+      lo = attr_f("min", lo);
+      hi = attr_f("max", hi);
+    } else {
+      for (size_t i = 1; i < n.inputs.size() && i < 3; ++i) {
+        if (n.inputs[i] < 0) continue;
+        const Tensor* t = m.constant(n.inputs[i]);
+        if (!t || t->numel() != 1 || t->dtype() != DType::kFloat32) return std::nullopt;
+        (i == 1 ? lo : hi) = t->data<float>()[0];
+      }
+    }
+    return act("clip", lo, hi);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+CpuFuseReport fuse_cpu(Graph& g) {
+  CpuFuseReport r;
+  // GELU chains first: a dense layer's activation may be one.
+  {
+    Matcher m(g);
+    std::vector<bool> removed(g.nodes.size(), false);
+    std::vector<std::pair<size_t, Node>> replace;
+    for (size_t k = 0; k < g.nodes.size(); ++k) {
+      if (removed[k]) continue;
+      auto gm = match_gelu(m, g.nodes[k]);
+      if (!gm) continue;
+      bool free = true;
+      for (int c : gm->chain) free = free && c >= 0 && !removed[c];
+      if (!free) continue;
+      for (int c : gm->chain) removed[c] = true;
+      removed[k] = true;
+      const Node& mul = g.nodes[k];
+      replace.emplace_back(k, fused_node(mul.name + "/fused_gelu", "com.microsoft", gm->tanh_form ? "FastGelu" : "Gelu",
+                                         1, {gm->x}, {mul.outputs[0]}));
+      ++r.gelus;
+      r.nodes_removed += static_cast<int>(gm->chain.size());
+    }
+    apply(g, removed, replace);
+  }
+
+  Matcher m(g);
+  std::unordered_map<int, int> reader;  // value id -> a node reading it (the only one when readers == 1)
+  for (size_t k = 0; k < g.nodes.size(); ++k)
+    for (int id : g.nodes[k].inputs)
+      if (id >= 0) reader[id] = static_cast<int>(k);
+  // The node that alone reads `id`, when the value is private to it.
+  auto sole_reader = [&](int id) -> Node* {
+    if (id < 0 || m.outputs.count(id) || m.readers[id] != 1) return nullptr;
+    return &g.nodes[reader.at(id)];
+  };
+  std::vector<bool> removed(g.nodes.size(), false);
+  std::vector<std::pair<size_t, Node>> replace;
+  std::unordered_set<int> unpacked;        // weights that a dense node no longer reads
+  // A new float32 initializer named after value `base`.
+  auto add_initializer = [&](int base, const std::string& suffix, Tensor t) {
+    std::string name = g.values[base].name + suffix;
+    while (g.find_value(name) >= 0) name += "_";
+    const int id = g.value_id(name);
+    Value& v = g.values[id];
+    v.is_initializer = true;
+    v.declared.category = TypeInfo::Category::kTensor;
+    v.declared.dtype = t.dtype();
+    v.declared.rank_known = true;
+    v.declared.dims = t.shape().dims();
+    v.declared.dim_params.assign(v.declared.dims.size(), "");
+    g.initializers[id] = std::move(t);
+    return id;
+  };
+  // The weight packed (and scaled by `alpha`, Gemm's) once per (weight, transposition, alpha).
+  std::map<std::tuple<int, bool, float>, int> packed_ids;
+  auto packed = [&](int w, bool trans, int64_t k, int64_t n, float alpha) {
+    const auto key = std::make_tuple(w, trans, alpha);
+    if (auto it = packed_ids.find(key); it != packed_ids.end()) return it->second;
+    const Tensor& wt = *m.constant(w);
+    Tensor p(DType::kFloat32, Shape({cpu::packed_size(k, n)}));
+    cpu::pack_b(wt.data<float>(), trans ? k : n, trans, k, n, p.data<float>());
+    if (alpha != 1.f)
+      for (float& x : std::span<float>(p.data<float>(), static_cast<size_t>(p.numel()))) x *= alpha;
+    const int id = add_initializer(w, trans ? "/packed_t" : "/packed", std::move(p));
+    packed_ids[key] = id;
+    return id;
+  };
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const Node& mm = g.nodes[k];
+    if (removed[k] || mm.outputs.size() != 1) continue;
+    // A float32 convolution, then a residual Add (not for grouped convolutions), then an
+    // activation, each optional.
+    if (m.plain(mm, "Conv") && mm.inputs.size() >= 2) {
+      const Tensor* wt = m.constant(mm.inputs[1]);
+      if (!wt || wt->dtype() != DType::kFloat32 || removed[k]) continue;
+      std::vector<int> inputs = mm.inputs;
+      inputs.resize(3, -1);
+      std::vector<size_t> chain;
+      size_t last = k;
+      int out = mm.outputs[0];
+      if (Node* add = sole_reader(out); add && Matcher::attr_int(mm, "group", 1) == 1 && m.plain(*add, "Add") &&
+                                        add->inputs.size() == 2 && add->inputs[0] != add->inputs[1]) {
+        inputs.push_back(other_input(*add, out));
+        chain.push_back(last);
+        last = static_cast<size_t>(g.values[add->outputs[0]].producer);
+        out = add->outputs[0];
+      }
+      std::vector<Attribute> attrs = mm.attributes;
+      if (Node* a = sole_reader(out); a && a->inputs[0] == out) {
+        if (auto act = activation_of(m, *a)) {
+          chain.push_back(last);
+          last = static_cast<size_t>(g.values[a->outputs[0]].producer);
+          out = a->outputs[0];
+          attrs.insert(attrs.end(), act->begin(), act->end());
+          ++r.conv_activations;
+        }
+      }
+      if (chain.empty() || removed[last]) continue;
+      bool free = true;
+      for (size_t c : chain) free = free && !removed[c];
+      if (!free) continue;
+      for (size_t c : chain) removed[c] = true;
+      removed[last] = true;
+      r.conv_residuals += inputs.size() > 3;
+      r.nodes_removed += static_cast<int>(chain.size());
+      replace.emplace_back(last, fused_node(mm.name + "/fused", "onyx", "FusedConv", 1, std::move(inputs), {out},
+                                            std::move(attrs)));
+      continue;
+    }
+    const bool is_matmul = m.plain(mm, "MatMul") && mm.inputs.size() == 2;
+    const bool is_gemm = m.plain(mm, "Gemm") && mm.inputs.size() >= 2;
+    if (!is_matmul && !is_gemm) continue;
+    const int x = mm.inputs[0], w = mm.inputs[1];
+    const Tensor* wt = m.constant(w);
+    if (!wt || !wt->on_host() || wt->dtype() != DType::kFloat32 || wt->rank() != 2) continue;
+    bool trans = false;
+    int bias = -1;
+    float alpha = 1.f, beta = 1.f;  // Gemm's: folded into the packed weight and the bias
+    if (is_gemm) {
+      if (Matcher::attr_int(mm, "transA", 0) != 0) continue;
+      trans = Matcher::attr_int(mm, "transB", 0) != 0;
+      if (const Attribute* a = mm.find_attribute("alpha")) alpha = a->f;
+      if (const Attribute* b = mm.find_attribute("beta")) beta = b->f;
+      if (mm.inputs.size() > 2 && mm.inputs[2] >= 0) bias = mm.inputs[2];
+    }
+    const int64_t kk = wt->shape()[trans ? 1 : 0], n = wt->shape()[trans ? 0 : 1];
+    auto row_of_n = [&](int id, int max_rank) {
+      const Tensor* t = m.constant(id);
+      if (!t || !t->on_host() || t->dtype() != DType::kFloat32 || t->numel() != n || t->rank() < 1) return false;
+      if (static_cast<int>(t->rank()) > max_rank) return false;
+      return t->shape()[t->rank() - 1] == n;
+    };
+    if (bias >= 0 && !row_of_n(bias, 2)) continue;
+    if (bias >= 0 && beta == 0.f) bias = -1;  // C times 0 is not read (as the Gemm kernel does)
+    const bool bias_is_c = bias >= 0;
+    bool absorbed_add = false, absorbed_act = false;
+    std::vector<int> chain;
+    int out = mm.outputs[0];
+    size_t last = k;
+    // A bias Add: its rank must not raise the product's (X's rank, where the graph shows it).
+    if (bias < 0) {
+      if (Node* add = sole_reader(out); add && m.plain(*add, "Add") && add->inputs.size() == 2) {
+        const int other = other_input(*add, out);
+        const int xr = is_gemm ? 2 : m.rank(x);
+        if (other >= 0 && row_of_n(other, std::max(xr, 1))) {
+          bias = other;
+          chain.push_back(static_cast<int>(last));
+          last = static_cast<size_t>(m.g.values[add->outputs[0]].producer);
+          out = add->outputs[0];
+          absorbed_add = true;
+        }
+      }
+    }
+    // A residual Add after it (a transformer's output projection): the other operand a value
+    // computed by the graph, of the output's shape (else the kernel broadcasts it).
+    int residual = -1;
+    if (Node* add = sole_reader(out); add && m.plain(*add, "Add") && add->inputs.size() == 2 &&
+                                      add->inputs[0] != add->inputs[1]) {
+      const int other = other_input(*add, out);
+      if (other >= 0 && !m.constant(other)) {
+        residual = other;
+        chain.push_back(static_cast<int>(last));
+        last = static_cast<size_t>(m.g.values[add->outputs[0]].producer);
+        out = add->outputs[0];
+      }
+    }
+    std::vector<Attribute> attrs{make_int("k", kk), make_int("n", n)};
+    if (Node* a = sole_reader(out); a && a->inputs[0] == out) {
+      if (auto act = activation_of(m, *a)) {
+        chain.push_back(static_cast<int>(last));
+        last = static_cast<size_t>(m.g.values[a->outputs[0]].producer);
+        out = a->outputs[0];
+        attrs.insert(attrs.end(), act->begin(), act->end());
+        absorbed_act = true;
+      }
+    }
+    bool free = !removed[last];
+    for (int c : chain) free = free && !removed[c];
+    if (!free) continue;
+    for (int c : chain) removed[c] = true;
+    removed[last] = true;
+    r.biases += absorbed_add;
+    r.activations += absorbed_act;
+    if (bias_is_c && beta != 1.f) {  // Gemm's beta C, computed once
+      unpacked.insert(bias);
+      Tensor scaled = m.constant(bias)->clone();
+      for (float& v : std::span<float>(scaled.data<float>(), static_cast<size_t>(scaled.numel()))) v *= beta;
+      bias = add_initializer(bias, "/scaled", std::move(scaled));
+    }
+    std::vector<int> inputs{x, packed(w, trans, kk, n, alpha), bias};
+    if (residual >= 0) inputs.push_back(residual);
+    r.residuals += residual >= 0;
+    replace.emplace_back(last, fused_node(mm.name + "/dense", "onyx", "DenseMatMul", 1, std::move(inputs), {out},
+                                          std::move(attrs)));
+    unpacked.insert(w);
+    ++r.dense;
+    r.nodes_removed += static_cast<int>(chain.size());
+  }
+  apply(g, removed, replace);
+  // The unpacked weights nothing reads any more are dropped (their memory too, unless mapped).
+  std::unordered_set<int> read(g.outputs.begin(), g.outputs.end());
+  for (const auto& node : g.nodes) {
+    read.insert(node.inputs.begin(), node.inputs.end());
+    read.insert(node.implicit_inputs.begin(), node.implicit_inputs.end());
+  }
+  for (int id : unpacked)
+    if (!read.count(id) && !g.values[id].is_input && g.initializers.erase(id)) g.values[id].is_initializer = false;
+  return r;
+}
+
+}  // namespace onyx

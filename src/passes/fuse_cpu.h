@@ -1,0 +1,46 @@
+// Load-time rewrites for CPU sessions, after fuse_patterns: the shapes exporters give GELU and
+// dense layers become single nodes whose CPU kernels do the whole chain in one pass.
+//
+//   GELU, erf form (torch's nn.GELU / F.gelu at opsets below 20):
+//     Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)   (any operand order; Mul(x, 1/sqrt 2) too;
+//     the 0.5 may multiply x first)
+//   -> com.microsoft Gelu(x)
+//   GELU, tanh form (GPT-2's gelu_new):
+//     Mul(Mul(0.5, x), Add(1, Tanh(Mul(sqrt(2/pi), Add(x, Mul(0.044715, Pow(x, 3)))))))
+//   -> com.microsoft FastGelu(x)
+//
+//   A dense layer: MatMul(X, W) with W a constant float32 matrix, or Gemm(A, B, C) with B
+//   constant (transA = 0; alpha and beta folded into the packed weight and the bias, C a
+//   constant row or absent), then optionally Add(., bias) with bias a constant of n values,
+//   then optionally Add(., r) with r computed by the graph (a residual), then optionally one
+//   activation (Relu,
+//   LeakyRelu, Clip with constant bounds, Sigmoid, Tanh, Gelu, FastGelu without bias, ONNX Gelu,
+//   HardSigmoid, HardSwish)
+//   -> onyx::DenseMatMul(X, W packed, bias, R; activation) (ops/dense.cpp); a weight read by several
+//      products is packed once, and the unpacked weight is dropped when nothing else reads it.
+//
+//   A float32 Conv (constant weights), then optionally Add(., z) with z of the output's shape
+//   (ungrouped convolutions: ResNet's residual), then optionally an activation
+//   -> onyx::FusedConv(X, W, B, Z; Conv's attributes, plus the activation's) (ops/conv_pool.cpp).
+//
+// Every rewrite keeps the values between the chain's ops private (one reader, not a graph output).
+#pragma once
+
+#include "model/ir.h"
+
+namespace onyx {
+
+struct CpuFuseReport {
+  int gelus = 0;
+  int dense = 0;
+  int biases = 0;        // bias Adds absorbed into dense nodes
+  int residuals = 0;     // residual Adds absorbed into dense nodes
+  int activations = 0;   // activations absorbed into dense nodes
+  int conv_activations = 0;  // activations absorbed into onyx::FusedConv
+  int conv_residuals = 0;    // residual Adds absorbed into onyx::FusedConv
+  int nodes_removed = 0;
+};
+
+CpuFuseReport fuse_cpu(Graph& g);
+
+}  // namespace onyx

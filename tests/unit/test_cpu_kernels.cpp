@@ -1,0 +1,346 @@
+// The vectorized CPU kernels (src/cpu) against float64 references, on every SIMD target this
+// machine runs (AVX-512, AVX2, the portable 128-bit one), at sizes that leave tails of every
+// vector width and register tile; and the intra-op thread pool.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "cpu/activation.h"
+#include "cpu/conv.h"
+#include "cpu/gemm.h"
+#include "cpu/rowwise.h"
+#include "cpu/thread_pool.h"
+#include "hwy/targets.h"
+
+namespace onyx::cpu {
+namespace {
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng, float lo = -1.f, float hi = 1.f) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+// The targets to run each test on: those the CPU supports among AVX3, AVX2 and EMU128.
+std::vector<int64_t> targets() {
+  std::vector<int64_t> out;
+  for (int64_t t : {int64_t(HWY_AVX3), int64_t(HWY_AVX2), int64_t(HWY_EMU128)})
+    if (hwy::SupportedTargets() & t) out.push_back(t);
+  return out;
+}
+
+struct ForceTarget {
+  explicit ForceTarget(int64_t t) { force_simd_targets_for_test(t); }
+  ~ForceTarget() { force_simd_targets_for_test(0); }
+};
+
+// C = act(A B + bias (+ C0)) in double.
+std::vector<double> reference_gemm(int64_t m, int64_t n, int64_t k, const std::vector<float>& a,
+                                   const std::vector<float>& b, const float* bias, const std::vector<float>* c0,
+                                   const Activation& act, std::vector<double>* magnitude,
+                                   const float* row_bias = nullptr, const float* residual = nullptr) {
+  std::vector<double> c(static_cast<size_t>(m * n));
+  magnitude->assign(c.size(), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0, mag = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        s += double(a[i * k + p]) * b[p * n + j];
+        mag += std::fabs(double(a[i * k + p]) * b[p * n + j]);
+      }
+      if (c0) s += (*c0)[i * n + j], mag += std::fabs((*c0)[i * n + j]);
+      if (bias) s += bias[j], mag += std::fabs(bias[j]);
+      if (row_bias) s += row_bias[i], mag += std::fabs(row_bias[i]);
+      if (residual) s += residual[i * n + j], mag += std::fabs(residual[i * n + j]);
+      c[i * n + j] = activate_reference(static_cast<float>(s), act);
+      (*magnitude)[i * n + j] = mag;
+    }
+  return c;
+}
+
+TEST(CpuGemm, PackedMatchesFloat64OnEveryTargetAndTail) {
+  std::mt19937 rng(7);
+  const Activation acts[] = {{Act::kNone}, {Act::kRelu}, {Act::kGelu}, {Act::kClip, -0.5f, 0.25f}};
+  for (int64_t target : targets()) {
+    ForceTarget force(target);
+    SCOPED_TRACE(simd_target());
+    int case_no = 0;
+    for (int64_t m : {1, 2, 3, 4, 5, 7, 13, 25})
+      for (int64_t k : {1, 7, 16, 300})
+        for (int64_t n : {1, 15, 16, 17, 33, 70}) {
+          const Activation act = acts[case_no % 4];
+          const bool with_bias = case_no % 3 != 0, accumulate = case_no % 5 == 0;
+          ++case_no;
+          const bool with_row_bias = case_no % 4 == 1;
+          auto a = random_floats(m * k, rng), b = random_floats(k * n, rng), bias = random_floats(n, rng);
+          auto row_bias = random_floats(m, rng), residual = random_floats(m * n, rng);
+          const bool with_residual = case_no % 7 == 3;
+          auto c0 = random_floats(m * n, rng);
+          std::vector<float> packed(packed_size(k, n)), c = c0;
+          pack_b(b.data(), n, false, k, n, packed.data());
+          Epilogue ep;
+          ep.bias = with_bias ? bias.data() : nullptr;
+          ep.act = act;
+          ep.accumulate = accumulate;
+          ep.row_bias = with_row_bias ? row_bias.data() : nullptr;
+          ep.residual = with_residual ? residual.data() : nullptr;
+          ep.ldr = n;
+          gemm_packed(m, n, k, a.data(), k, packed.data(), c.data(), n, ep);
+          std::vector<double> mag;
+          auto want =
+              reference_gemm(m, n, k, a, b, ep.bias, accumulate ? &c0 : nullptr, act, &mag, ep.row_bias, ep.residual);
+          for (size_t i = 0; i < c.size(); ++i)
+            ASSERT_NEAR(c[i], want[i], 1e-6 * mag[i] + 1e-6)
+                << "m " << m << " k " << k << " n " << n << " act " << act_name(act.kind) << " at " << i;
+        }
+  }
+}
+
+TEST(CpuGemm, UnpackedOperandsAndTranspositions) {
+  std::mt19937 rng(8);
+  for (int64_t target : targets()) {
+    ForceTarget force(target);
+    SCOPED_TRACE(simd_target());
+    for (int64_t m : {1, 3, 14})
+      for (int64_t k : {5, 64, 129})
+        for (int64_t n : {1, 9, 40, 130})
+          for (int trans = 0; trans < 4; ++trans) {
+            const bool ta = trans & 1, tb = trans & 2;
+            auto a = random_floats(m * k, rng), b = random_floats(k * n, rng);
+            // Stored transposed when asked: A as k x m, B as n x k.
+            std::vector<float> as = a, bs = b;
+            if (ta)
+              for (int64_t i = 0; i < m; ++i)
+                for (int64_t p = 0; p < k; ++p) as[p * m + i] = a[i * k + p];
+            if (tb)
+              for (int64_t p = 0; p < k; ++p)
+                for (int64_t j = 0; j < n; ++j) bs[j * k + p] = b[p * n + j];
+            std::vector<float> c(m * n, 0.f);
+            gemm(ta, tb, m, n, k, as.data(), ta ? m : k, bs.data(), tb ? k : n, c.data(), n);
+            std::vector<double> mag;
+            auto want = reference_gemm(m, n, k, a, b, nullptr, nullptr, Activation{}, &mag);
+            for (size_t i = 0; i < c.size(); ++i)
+              ASSERT_NEAR(c[i], want[i], 1e-6 * mag[i] + 1e-6) << "m " << m << " k " << k << " n " << n
+                                                                 << " trans " << trans;
+          }
+  }
+}
+
+TEST(CpuGemm, SplitsOverThePoolWithTheSameResult) {
+  std::mt19937 rng(9);
+  const int64_t m = 37, k = 200, n = 300;
+  auto a = random_floats(m * k, rng), b = random_floats(k * n, rng);
+  std::vector<float> packed(packed_size(k, n)), one(m * n), four(m * n), row1(n), row4(n);
+  pack_b(b.data(), n, false, k, n, packed.data());
+  gemm_packed(m, n, k, a.data(), k, packed.data(), one.data(), n);
+  gemm_packed(1, n, k, a.data(), k, packed.data(), row1.data(), n);
+  ThreadPool pool(4);
+  PoolScope scope(&pool);
+  gemm_packed(m, n, k, a.data(), k, packed.data(), four.data(), n);
+  gemm_packed(1, n, k, a.data(), k, packed.data(), row4.data(), n);
+  EXPECT_EQ(one, four);  // each element is summed in the same order whoever computes it
+  EXPECT_EQ(row1, row4);
+}
+
+TEST(CpuActivation, MatchesTheScalarDefinition) {
+  std::vector<float> x;
+  for (int i = -2000; i <= 2000; ++i) x.push_back(i * 0.01f);
+  for (float v : {-100.f, -90.f, 90.f, 100.f, 1e-30f, -1e-30f}) x.push_back(v);
+  const Activation acts[] = {{Act::kRelu},    {Act::kLeakyRelu, 0.1f}, {Act::kClip, -1.f, 6.f}, {Act::kSigmoid},
+                             {Act::kTanh},    {Act::kGelu},            {Act::kGeluTanh},        {Act::kSilu},
+                             {Act::kHardSigmoid, 0.2f, 0.5f}, {Act::kHardSwish}};
+  for (int64_t target : targets()) {
+    ForceTarget force(target);
+    SCOPED_TRACE(simd_target());
+    for (const Activation& act : acts) {
+      std::vector<float> y(x.size());
+      activate(x.data(), y.data(), static_cast<int64_t>(x.size()), act);
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float want = activate_reference(x[i], act);
+        ASSERT_NEAR(y[i], want, 2e-6f + 2e-6f * std::fabs(want)) << act_name(act.kind) << " at x = " << x[i];
+      }
+    }
+  }
+}
+
+TEST(CpuActivation, GatedUnitMatchesTheScalarDefinition) {
+  std::mt19937 rng(13);
+  for (int64_t target : targets()) {
+    ForceTarget force(target);
+    SCOPED_TRACE(simd_target());
+    for (int64_t n : {1, 5, 16, 37, 5000}) {
+      auto g = random_floats(n, rng, -6.f, 6.f), u = random_floats(n, rng);
+      std::vector<float> y(n);
+      gated(g.data(), u.data(), y.data(), n, Activation{Act::kSilu});
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = double(activate_reference(g[i], Activation{Act::kSilu})) * u[i];
+        ASSERT_NEAR(y[i], want, 2e-6 + 2e-6 * std::fabs(want)) << "n " << n << " at " << i;
+      }
+    }
+  }
+}
+
+TEST(CpuRows, SoftmaxMatchesFloat64WithMaskedAndTailColumns) {
+  std::mt19937 rng(10);
+  for (int64_t target : targets()) {
+    ForceTarget force(target);
+    SCOPED_TRACE(simd_target());
+    for (int64_t n : {1, 3, 16, 17, 100})
+      for (bool log : {false, true}) {
+        const int64_t rows = 5;
+        auto x = random_floats(rows * n, rng, -8.f, 8.f);
+        if (n > 1) x[0] = -std::numeric_limits<float>::infinity();  // a masked score
+        if (n > 2) x[n + 1] = std::numeric_limits<float>::lowest();
+        std::vector<float> y(x.size());
+        softmax_rows(x.data(), y.data(), rows, n, log);
+        for (int64_t r = 0; r < rows; ++r) {
+          double mx = -INFINITY, sum = 0;
+          for (int64_t j = 0; j < n; ++j) mx = std::max(mx, double(x[r * n + j]));
+          for (int64_t j = 0; j < n; ++j) sum += std::exp(double(x[r * n + j]) - mx);
+          for (int64_t j = 0; j < n; ++j) {
+            const double v = double(x[r * n + j]) - mx;
+            const double want = log ? v - std::log(sum) : std::exp(v) / sum;
+            if (log && std::isinf(want)) {
+              EXPECT_TRUE(std::isinf(y[r * n + j]) || y[r * n + j] < -1e30f);
+              continue;
+            }
+            ASSERT_NEAR(y[r * n + j], want, 2e-6 + 2e-6 * std::fabs(want)) << "n " << n << " row " << r << " col " << j;
+          }
+        }
+      }
+  }
+}
+
+TEST(CpuRows, NormalizationsMatchFloat64) {
+  std::mt19937 rng(11);
+  for (int64_t target : targets()) {
+    ForceTarget force(target);
+    SCOPED_TRACE(simd_target());
+    for (int64_t n : {1, 7, 16, 33, 768})
+      for (int variant = 0; variant < 4; ++variant) {
+        const int64_t rows = 3;
+        const bool center = variant & 1, with_skip = variant & 2;
+        auto x = random_floats(rows * n, rng, -3.f, 5.f), skip = random_floats(rows * n, rng);
+        auto bias = random_floats(n, rng), scale = random_floats(n, rng), shift = random_floats(n, rng);
+        std::vector<float> y(x.size()), sum(x.size()), mean(rows), inv(rows);
+        NormRows a;
+        a.x = x.data();
+        a.skip = with_skip ? skip.data() : nullptr;
+        a.bias = with_skip ? bias.data() : nullptr;
+        a.sum = with_skip ? sum.data() : nullptr;
+        a.scale = scale.data();
+        a.shift = center ? shift.data() : nullptr;
+        a.y = y.data();
+        a.mean = mean.data();
+        a.inv_std = inv.data();
+        a.rows = rows;
+        a.n = n;
+        a.epsilon = 1e-5f;
+        a.center = center;
+        norm_rows(a);
+        for (int64_t r = 0; r < rows; ++r) {
+          std::vector<double> v(n);
+          double mu = 0, q = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            v[j] = double(x[r * n + j]) + (with_skip ? double(skip[r * n + j]) + bias[j] : 0.0);
+            mu += v[j];
+          }
+          mu = center ? mu / n : 0.0;
+          for (int64_t j = 0; j < n; ++j) q += (v[j] - mu) * (v[j] - mu);
+          const double is = 1 / std::sqrt(q / n + 1e-5);
+          EXPECT_NEAR(inv[r], is, 1e-5 * is);
+          if (center) EXPECT_NEAR(mean[r], mu, 1e-5 + 1e-6 * std::fabs(mu));
+          for (int64_t j = 0; j < n; ++j) {
+            if (with_skip) ASSERT_NEAR(sum[r * n + j], v[j], 1e-6 + 1e-6 * std::fabs(v[j]));
+            const double want = (v[j] - mu) * is * scale[j] + (center ? shift[j] : 0.0);
+            ASSERT_NEAR(y[r * n + j], want, 1e-5 + 1e-5 * std::fabs(want)) << "n " << n << " variant " << variant;
+          }
+        }
+      }
+  }
+}
+
+TEST(CpuConv, DepthwiseMatchesFloat64AcrossStridesPadsAndDilations) {
+  std::mt19937 rng(12);
+  struct Case {
+    int64_t ih, iw, k, s, p, dil;
+  };
+  const Case cases[] = {{7, 9, 3, 1, 1, 1}, {8, 8, 3, 2, 1, 1}, {13, 21, 5, 2, 2, 1},
+                        {6, 37, 3, 1, 0, 2}, {5, 5, 5, 1, 2, 1}, {9, 10, 3, 3, 1, 1}};
+  for (int64_t target : targets()) {
+    ForceTarget force(target);
+    SCOPED_TRACE(simd_target());
+    for (const Case& c : cases) {
+      const int64_t ch = 3;
+      const int64_t oh = (c.ih + 2 * c.p - c.dil * (c.k - 1) - 1) / c.s + 1;
+      const int64_t ow = (c.iw + 2 * c.p - c.dil * (c.k - 1) - 1) / c.s + 1;
+      auto x = random_floats(ch * c.ih * c.iw, rng), w = random_floats(ch * c.k * c.k, rng);
+      auto bias = random_floats(ch, rng);
+      std::vector<float> y(ch * oh * ow);
+      DepthwiseConv2d a;
+      a.x = x.data(), a.w = w.data(), a.bias = bias.data(), a.y = y.data();
+      a.channels = ch, a.ih = c.ih, a.iw = c.iw, a.oh = oh, a.ow = ow;
+      a.kh = a.kw = c.k, a.sh = a.sw = c.s, a.ph = a.pw = c.p, a.dh = a.dw = c.dil;
+      a.act = Activation{Act::kHardSwish};
+      depthwise_conv2d(a);
+      for (int64_t q = 0; q < ch; ++q)
+        for (int64_t i = 0; i < oh; ++i)
+          for (int64_t j = 0; j < ow; ++j) {
+            double s = bias[q];
+            for (int64_t u = 0; u < c.k; ++u)
+              for (int64_t v = 0; v < c.k; ++v) {
+                const int64_t r = i * c.s - c.p + u * c.dil, col = j * c.s - c.p + v * c.dil;
+                if (r >= 0 && r < c.ih && col >= 0 && col < c.iw)
+                  s += double(x[(q * c.ih + r) * c.iw + col]) * w[(q * c.k + u) * c.k + v];
+              }
+            const float want = activate_reference(static_cast<float>(s), a.act);
+            ASSERT_NEAR(y[(q * oh + i) * ow + j], want, 1e-5 + 1e-5 * std::fabs(want))
+                << "ih " << c.ih << " iw " << c.iw << " k " << c.k << " stride " << c.s << " at " << i << "," << j;
+          }
+    }
+  }
+}
+
+TEST(ThreadPool, CoversEveryIndexOnceAndRethrows) {
+  ThreadPool pool(3);
+  PoolScope scope(&pool);
+  EXPECT_EQ(parallelism(), 3);
+  for (int64_t n : {1, 2, 7, 1000}) {
+    std::vector<std::atomic<int>> hits(n);
+    parallel_for(n, 1, [&](int64_t b, int64_t e) {
+      if (n > 1) EXPECT_EQ(parallelism(), 1);  // inside a pool's chunk: nested work runs serially
+      for (int64_t i = b; i < e; ++i) hits[i]++;
+    });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n " << n << " index " << i;
+  }
+  EXPECT_THROW(parallel_for(100, 1, [&](int64_t b, int64_t) {
+                 if (b == 0) throw std::runtime_error("chunk failed");
+               }),
+               std::runtime_error);
+  // After a failure the pool still works.
+  std::atomic<int64_t> total{0};
+  parallel_for(100, 1, [&](int64_t b, int64_t e) { total += e - b; });
+  EXPECT_EQ(total.load(), 100);
+}
+
+TEST(ThreadPool, TwoCallersAtOnceBothFinish) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> total{0};
+  auto work = [&] {
+    PoolScope scope(&pool);
+    for (int rep = 0; rep < 200; ++rep) parallel_for(64, 1, [&](int64_t b, int64_t e) { total += e - b; });
+  };
+  std::thread t1(work), t2(work);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(total.load(), 2 * 200 * 64);
+}
+
+}  // namespace
+}  // namespace onyx::cpu
