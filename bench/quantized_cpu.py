@@ -4,8 +4,8 @@ A BERT-style encoder and a Llama-style decoder (tools/gen_models.py, at a size w
 products matter: hidden 256) are quantized by onnxruntime's quantize_dynamic (int8 weights,
 DynamicQuantizeLinear + MatMulInteger) and quantize_static (QDQ, per channel, calibrated on
 random inputs); each engine then runs the same inputs, alternating, with the same thread count
-(onnxruntime's intra-op threads; onyx's BLAS threads through OPENBLAS_NUM_THREADS, set before
-onyx loads). Prints the median of --runs after --warmup runs, in milliseconds.
+(intra_op_num_threads of both; onyx's BLAS threads, for what still calls BLAS, through
+OPENBLAS_NUM_THREADS, set before onyx loads). Prints the median of --runs after --warmup runs, in milliseconds.
 
     .venv/bin/python bench/quantized_cpu.py [--threads 1] [--runs 20] [--seq 128]
 """
@@ -86,8 +86,10 @@ def main():
             so = ort.SessionOptions()
             so.intra_op_num_threads = args.threads
             so.inter_op_num_threads = 1
+            xo = onyx.SessionOptions()
+            xo.intra_op_num_threads = args.threads
             engines = {"ort": ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]),
-                       "onyx": onyx.InferenceSession(str(path), providers=["CPUExecutionProvider"])}
+                       "onyx": onyx.InferenceSession(str(path), xo, providers=["CPUExecutionProvider"])}
             times = {k: [] for k in engines}
             for i in range(args.warmup + args.runs):
                 for k, sess in engines.items():
