@@ -11,9 +11,11 @@
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/kernels/linear.h"
 #include "ops/registry.h"
 
 using namespace onyx;
@@ -196,6 +198,7 @@ void few_row_products(Gpu& g, double bw) {
   std::printf("\n| rows | product | weight MB | onyx Linear us | TB/s | no overlap us | cuBLASLt MatMul us | TB/s | "
               "MatMul / Linear |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
   const DType dt = DType::kBFloat16;
+  std::string chunks;
   for (const Case& c : cases) {
     const int64_t rows_w = c.gated ? 2 * c.n : c.n;
     const double bytes = static_cast<double>(rows_w * c.k) * 2;
@@ -221,12 +224,29 @@ void few_row_products(Gpu& g, double bw) {
                }) * 1e3 / copies;
       };
       const double lin_us = per_launch(lin, true), lin_plain_us = per_launch(lin, false), mm_us = per_launch(mm, false);
+      if (m <= 2) {  // the streaming kernel's chunk per stage (the default is one of these)
+        char line[256];
+        std::snprintf(line, sizeof line, "| %lld | %s |", static_cast<long long>(m), c.name);
+        chunks += line;
+        for (int packs : {64, 128, 256}) {
+          set_stream_chunk(packs);
+          const double us = per_launch(lin, true);
+          std::snprintf(line, sizeof line, " %.2f (%.2f) |", us, bytes / (us * 1e-6) / 1e12);
+          chunks += line;
+        }
+        set_stream_chunk(0);
+        std::snprintf(line, sizeof line, " %.2f (%.2f) |\n", mm_us, bytes / (mm_us * 1e-6) / 1e12);
+        chunks += line;
+      }
       std::printf("| %lld | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", static_cast<long long>(m), c.name,
                   bytes / 1e6, lin_us, bytes / (lin_us * 1e-6) / 1e12, lin_plain_us, mm_us,
                   bytes / (mm_us * 1e-6) / 1e12, mm_us / lin_us);
     }
   }
   std::printf("(copy bandwidth %.2f TB/s, read + write)\n", bw);
+  std::printf("\nThe streaming kernel by the row chunk of a stage (16-byte packs; stages fill 227 KiB less x), us "
+              "(TB/s):\n\n| rows | product | 64 | 128 | 256 | cuBLASLt MatMul |\n|---:|---|---:|---:|---:|---:|\n%s",
+              chunks.c_str());
 }
 
 // The same shapes with 4-bit weights (com.microsoft MatMulNBits, bfloat16 A and scales, blocks of

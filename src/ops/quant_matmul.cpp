@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "cpu/gemm.h"
 #include "ops/common.h"
 #include "ops/gemm.h"
 #include "ops/matmul_plan.h"
@@ -70,22 +71,30 @@ void matmul_int32(const TA* a, const TB* b, const MatmulPlan& p, const std::vect
   }
 }
 
-// The same products through BLAS in the floating type F, exact: every term and every partial
-// sum is an integer below 2^24 (float) or 2^53 (double), which the caller checked.
-template <class F, class TA, class TB>
-void matmul_blas(const TA* a, const TB* b, const MatmulPlan& p, const std::vector<int32_t>& za,
-                 const std::vector<int32_t>& zb, int32_t* out) {
-  std::vector<F> af(static_cast<size_t>(p.m * p.k)), bf(static_cast<size_t>(p.k * p.n)), cf(static_cast<size_t>(p.m * p.n));
+// The same products by the float kernel of src/cpu, exact: K is cut into slices over which
+// every partial sum of k * max|a - za| * max|b - zb| terms stays below 2^24, where float holds
+// every integer; each slice's sums are integers, added in uint32 (wrapping as the reference loop
+// does, so even sums past int32 agree).
+template <class TA, class TB>
+void matmul_float_slices(const TA* a, const TB* b, const MatmulPlan& p, const std::vector<int32_t>& za,
+                         const std::vector<int32_t>& zb, int64_t term_bound, int32_t* out) {
+  const int64_t slice = term_bound == 0 ? p.k : std::max<int64_t>(1, ((int64_t{1} << 24) - 1) / term_bound);
+  std::vector<float> af(static_cast<size_t>(p.m * p.k)), bf(static_cast<size_t>(p.k * p.n)),
+      cf(static_cast<size_t>(p.m * p.n));
   for (size_t t = 0; t < p.off_a.size(); ++t) {
     const TA* at = a + p.off_a[t];
     const TB* bt = b + p.off_b[t];
     for (int64_t i = 0; i < p.m; ++i)
-      for (int64_t q = 0; q < p.k; ++q) af[i * p.k + q] = static_cast<F>(static_cast<int32_t>(at[i * p.k + q]) - za[i]);
+      for (int64_t q = 0; q < p.k; ++q) af[i * p.k + q] = static_cast<float>(static_cast<int32_t>(at[i * p.k + q]) - za[i]);
     for (int64_t q = 0; q < p.k; ++q)
-      for (int64_t j = 0; j < p.n; ++j) bf[q * p.n + j] = static_cast<F>(static_cast<int32_t>(bt[q * p.n + j]) - zb[j]);
-    cpu::gemm_blas(false, false, p.m, p.n, p.k, F(1), af.data(), p.k, bf.data(), p.n, F(0), cf.data(), p.n);
-    int32_t* ot = out + static_cast<int64_t>(t) * p.m * p.n;
-    for (int64_t i = 0; i < p.m * p.n; ++i) ot[i] = static_cast<int32_t>(cf[i]);
+      for (int64_t j = 0; j < p.n; ++j) bf[q * p.n + j] = static_cast<float>(static_cast<int32_t>(bt[q * p.n + j]) - zb[j]);
+    uint32_t* ot = reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(t) * p.m * p.n);
+    std::fill_n(ot, p.m * p.n, 0u);
+    for (int64_t k0 = 0; k0 < p.k; k0 += slice) {
+      const int64_t kb = std::min(slice, p.k - k0);
+      cpu::gemm(false, false, p.m, p.n, kb, af.data() + k0, p.k, bf.data() + k0 * p.n, p.n, cf.data(), p.n);
+      for (int64_t i = 0; i < p.m * p.n; ++i) ot[i] += static_cast<uint32_t>(static_cast<int32_t>(cf[i]));
+    }
   }
 }
 
@@ -111,18 +120,13 @@ std::vector<int32_t> integer_products(const Tensor& a, const Tensor& b, const Ma
       using TB = typename decltype(tb)::type;
       const TA* pa = a.data<TA>();
       const TB* pb = b.data<TB>();
-      // Large products go through BLAS when the float type holds every partial sum exactly:
-      // k * max|a - za| * max|b - zb| bounds each (the bound covers any 8-bit values).
-      const double bound = static_cast<double>(p.k) * largest_shifted<TA>(za) * largest_shifted<TB>(zb);
+      // Large products go through the float kernel in exact slices of K; small ones stay in the loop.
+      const int64_t term_bound = int64_t{largest_shifted<TA>(za)} * largest_shifted<TB>(zb);
       const bool large = p.m * p.n * p.k >= 32768;
       if (how == IntegerProducts::kReference || (how == IntegerProducts::kAuto && !large))
         matmul_int32(pa, pb, p, za, zb, dst);
-      else if (bound < 16777216.0)  // 2^24
-        matmul_blas<float>(pa, pb, p, za, zb, dst);
-      else if (bound < 2147483648.0)  // 2^31: the sum fits int32 (a double holds it exactly)
-        matmul_blas<double>(pa, pb, p, za, zb, dst);
-      else  // sums that may pass int32 wrap, as the reference loop defines them
-        matmul_int32(pa, pb, p, za, zb, dst);
+      else
+        matmul_float_slices(pa, pb, p, za, zb, term_bound, dst);
     });
   });
   return out;

@@ -82,10 +82,11 @@ std::vector<int64_t> zero_point_values(const Tensor* zero_point, const Tensor& s
 
 // The int32 products of two int8/uint8 tensors under numpy's matmul rules, (A - za)(B - zb) with
 // za per row and zb per column, written `into` the caller's buffer or returned. The reference is a
-// plain loop; large products go through BLAS in float or double where that type holds every
-// partial sum exactly (ops/quant_matmul.cpp), which tests/unit checks against the reference.
+// plain loop; large products go through the float matrix-product kernel in slices of K short
+// enough that float holds every partial sum exactly (ops/quant_matmul.cpp), which tests/unit
+// checks against the reference.
 struct MatmulPlan;
-enum class IntegerProducts { kAuto, kReference, kBlas };
+enum class IntegerProducts { kAuto, kReference, kFloat };
 std::vector<int32_t> integer_products(const Tensor& a, const Tensor& b, const MatmulPlan& p,
                                       const std::vector<int32_t>& za, const std::vector<int32_t>& zb,
                                       int32_t* into = nullptr, IntegerProducts how = IntegerProducts::kAuto);

@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
@@ -28,6 +29,7 @@
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
 #include "backends/cuda/kernels/common/pdl.cuh"
+#include "backends/cuda/kernels/linear.h"
 #include "backends/cuda/kernels/norm.h"
 
 namespace onyx::cuda {
@@ -280,19 +282,17 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a) {
 //
 // One or two rows of x, 16-bit: each block (one per SM, as many as there are tiles) takes tiles
 // of kTileRows weight rows in turn (the gated form: kTileRows / 2 outputs, their gate rows and
-// their up rows), each in chunks of up to kChunkPacks 16-byte packs per row. Thread 0 asks the
-// copy engine for each row's chunk (one bulk copy into shared memory, completing on the stage's
-// barrier) kStages - 1 chunks ahead; each warp dots one landed row with x, which sits in shared
+// their up rows), each in chunks of up to C 16-byte packs per row. Thread 0 asks the copy engine
+// for each row's chunk (one bulk copy into shared memory, completing on the stage's barrier)
+// stages - 1 chunks ahead, as many stages as the shared memory that x leaves holds; each warp dots one landed row with x, which sits in shared
 // memory too (normalized there first for RmsNormLinear), and leaves its sums in shared memory
 // when the tile is done, where the tile's outputs (the gating) are made. The first chunks are asked for
 // before the kernel waits on the kernel before it: the weights stream in while it finishes.
 constexpr int kTileRows = 16;
-constexpr int kChunkPacks = 256;  // 4 KiB of a row per stage
-constexpr int kStages = 3;
 constexpr int kStreamWarps = kTileRows;  // one row of the tile each
-constexpr size_t kStageBytes = static_cast<size_t>(kTileRows) * kChunkPacks * 16;
-constexpr size_t kStreamXBytes = 32 * 1024;
-constexpr size_t kStreamSmem = kStages * kStageBytes + kStreamXBytes + kStages * sizeof(uint64_t);
+constexpr int kMaxStages = 16;
+constexpr size_t kStreamXBytes = 32 * 1024;  // x (all its rows) in shared memory at most
+constexpr size_t kStreamSmem = 227 * 1024;   // a Hopper block's shared memory: stages fill what x leaves
 
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -322,28 +322,29 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                : "memory");
 }
 
-template <class T, int R, int G, bool kNorm>
-__global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a) {
+template <class T, int R, int G, bool kNorm, int C>
+__global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, int stage_count) {
   constexpr int P = 16 / sizeof(T);
   constexpr int kOuts = kTileRows / G;      // outputs per tile
+  constexpr int kChunkPacks = C;
   extern __shared__ __align__(128) uint4 smem[];
-  uint4* stages = smem;                                          // [kStages][kTileRows][kChunkPacks]
-  uint4* xs = smem + kStages * kTileRows * kChunkPacks;           // [R][k_packs]
-  uint64_t* full = reinterpret_cast<uint64_t*>(xs + kStreamXBytes / 16);
+  __shared__ uint64_t full[kMaxStages];
+  uint4* stages = smem;                                          // [stage_count][kTileRows][kChunkPacks]
+  uint4* xs = smem + stage_count * kTileRows * kChunkPacks;           // [R][k_packs]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int tiles = (a.n + kOuts - 1) / kOuts;
   const int chunks = (a.k_packs + kChunkPacks - 1) / kChunkPacks;
   const int my_tiles = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
   const int items = my_tiles * chunks;
   const uint4* w = static_cast<const uint4*>(a.w);
-  // Item i: this block's tile i / chunks, chunk i % chunks, into stage i % kStages.
+  // Item i: this block's tile i / chunks, chunk i % chunks, into stage i % stage_count.
   auto issue = [&](int i) {
     const int tile = blockIdx.x + (i / chunks) * gridDim.x, chunk = i % chunks;
     const int first = chunk * kChunkPacks, packs = min(kChunkPacks, a.k_packs - first);
-    uint4* stage = stages + (i % kStages) * kTileRows * kChunkPacks;
+    uint4* stage = stages + (i % stage_count) * kTileRows * kChunkPacks;
     int rows = 0;
     for (int r = 0; r < kTileRows; ++r) rows += tile * kOuts + (r % kOuts) < a.n;
-    uint64_t* bar = &full[i % kStages];
+    uint64_t* bar = &full[i % stage_count];
     barrier_expect(bar, static_cast<uint32_t>(rows * packs * 16));
     for (int r = 0; r < kTileRows; ++r) {
       const int col = tile * kOuts + (r % kOuts);  // row r of the tile: output r, or (gated) r - kOuts's up row
@@ -353,13 +354,13 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a) {
     }
   };
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) barrier_init(&full[s]);
+    for (int s = 0; s < stage_count; ++s) barrier_init(&full[s]);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
   // The weights do not depend on the kernels before this one: start them now.
   if (threadIdx.x == 0)
-    for (int i = 0; i < kStages - 1 && i < items; ++i) issue(i);
+    for (int i = 0; i < stage_count - 1 && i < items; ++i) issue(i);
   wait_for_prior_grids();
   allow_dependent_grids();
   const int rows = min(R, a.m);
@@ -374,14 +375,14 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a) {
   ONYX_UNROLL
   for (int r = 0; r < R; ++r) acc[r] = 0.f;
   for (int i = 0; i < items; ++i) {
-    if (threadIdx.x == 0 && i + kStages - 1 < items) {
+    if (threadIdx.x == 0 && i + stage_count - 1 < items) {
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stage's reads before its refill
-      issue(i + kStages - 1);
+      issue(i + stage_count - 1);
     }
-    barrier_wait(&full[i % kStages], static_cast<uint32_t>((i / kStages) & 1));
+    barrier_wait(&full[i % stage_count], static_cast<uint32_t>((i / stage_count) & 1));
     const int tile = blockIdx.x + (i / chunks) * gridDim.x, chunk = i % chunks;
     const int first = chunk * kChunkPacks, packs = min(kChunkPacks, a.k_packs - first);
-    const uint4* row = stages + (i % kStages) * kTileRows * kChunkPacks + warp * kChunkPacks;
+    const uint4* row = stages + (i % stage_count) * kTileRows * kChunkPacks + warp * kChunkPacks;
     for (int p = lane; p < packs; p += 32) {
       const uint4 wv = row[p];
       ONYX_UNROLL
@@ -424,17 +425,33 @@ bool stream_fits(const GemvArgs& a, DType dt) {
          static_cast<size_t>(a.m) * a.k_packs * 16 <= kStreamXBytes;
 }
 
-template <class T, int R, int G, bool kNorm>
-void launch_stream(const GemvArgs& a, CudaContext& cu) {
-  auto kernel = stream_kernel<T, R, G, kNorm>;
+template <class T, int R, int G, bool kNorm, int C>
+void launch_stream_chunk(const GemvArgs& a, CudaContext& cu) {
+  auto kernel = stream_kernel<T, R, G, kNorm, C>;
+  constexpr size_t stage_bytes = static_cast<size_t>(kTileRows) * C * 16;
+  const size_t x_bytes = static_cast<size_t>(R) * a.k_packs * 16;
+  // The static part (the barriers and the tile's sums) comes out of the same 227 KiB.
+  const size_t dynamic = kStreamSmem - 1024;
+  const int stages = static_cast<int>(std::min<size_t>(kMaxStages, (dynamic - x_bytes) / stage_bytes));
   static std::once_flag once[64];
   std::call_once(once[cu.device & 63], [&] {
-    ONYX_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kStreamSmem)));
+    ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic)));
   });
   const int64_t tiles = (a.n + kTileRows / G - 1) / (kTileRows / G);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count(cu.device)));
-  launch_kernel(kernel, dim3(blocks), dim3(kStreamWarps * 32), kStreamSmem, cu, a);
+  launch_kernel(kernel, dim3(blocks), dim3(kStreamWarps * 32), stages * stage_bytes + x_bytes, cu, a, stages);
+}
+
+// The chunk of a row each stage holds, in 16-byte packs (0: the default); set_stream_chunk.
+std::atomic<int> g_stream_chunk{0};
+
+template <class T, int R, int G, bool kNorm>
+void launch_stream(const GemvArgs& a, CudaContext& cu) {
+  switch (g_stream_chunk.load(std::memory_order_relaxed)) {
+    case 64: return launch_stream_chunk<T, R, G, kNorm, 64>(a, cu);
+    case 256: return launch_stream_chunk<T, R, G, kNorm, 256>(a, cu);
+    default: return launch_stream_chunk<T, R, G, kNorm, 128>(a, cu);
+  }
 }
 
 template <class T, int G, bool kNorm>
@@ -724,6 +741,12 @@ std::string linear_support(const Node&, const std::vector<ValueType>& in) {
 }
 
 }  // namespace
+
+void set_stream_chunk(int packs) {
+  ONYX_CHECK(packs == 0 || packs == 64 || packs == 128 || packs == 256, "stream chunk of ", packs,
+             " packs: 0 (default), 64, 128 or 256");
+  g_stream_chunk.store(packs, std::memory_order_relaxed);
+}
 
 void register_linear_kernels(CudaKernelRegistry& r) {
   r.add(domain_kernel("onyx", "Linear", 1, run_linear, linear_support));
