@@ -21,7 +21,7 @@ g++ "${flags[@]}" -DNB_BUILD -DNB_COMPACT_ASSERTIONS -fno-strict-aliasing -I"$nb
 wait %1 && wait %2
 g++ -shared -Wl,--gc-sections -o "$here/pylib/onyx/_onyx$suffix" "$obj/module.o" "$obj/nb.o" \
     -Wl,--start-group "$here"/py/libs/*.a -Wl,--end-group -L"$here/lib" -L/usr/lib/x86_64-linux-gnu \
-    -l:libprotobuf.so.32 -l:libblas.so.3 -l:libpcre2-8.so.0 -l:libutf8proc.so.2 \
+    -l:libprotobuf.so.32 -l:libblas.so.3 -l:libpcre2-8.so.0 -l:libutf8proc.so.2 -l:libhwy.so.1 \
     -l:libjpeg.so.62 -l:libpng16.so.16 -l:libtiff.so.6 -l:libwebp.so.7 -l:libopenjp2.so.7 \
     /usr/local/cuda/lib64/libcudart_static.a -lrt -lpthread -ldl
 echo "built $here/pylib/onyx/_onyx$suffix"

@@ -46,7 +46,7 @@ done
 # there (gpu/build_python.sh) from the engine's static libraries built here.
 ninja -C build -j"${ONYX_JOBS:-$(nproc)}" onyx_genai
 mkdir -p gpu/py/libs gpu/py/inc gpu/py/nanobind gpu/pylib/onyx
-for l in onyx_genai onyx onyx_passes onyx_plan onyx_backend onyx_ops onyx_model onyx_onnx_proto onyx_memory onyx_core; do
+for l in onyx_genai onyx onyx_passes onyx_plan onyx_backend onyx_ops onyx_cpu onyx_model onyx_onnx_proto onyx_memory onyx_core; do
   cp build/lib$l.a gpu/py/libs/
 done
 strip --strip-debug gpu/py/libs/*.a
