@@ -224,18 +224,14 @@ void few_row_products(Gpu& g, double bw) {
                }) * 1e3 / copies;
       };
       const double lin_us = per_launch(lin, true), lin_plain_us = per_launch(lin, false), mm_us = per_launch(mm, false);
-      if (m <= 2) {  // the streaming kernel's chunk per stage (the default is one of these)
+      if (m <= 2) {  // the streaming kernel's copies asked for by one thread in turn, as before
+        cuda::set_stream_serial_issue(true);
+        const double us = per_launch(lin, true);
+        cuda::set_stream_serial_issue(false);
         char line[256];
-        std::snprintf(line, sizeof line, "| %lld | %s |", static_cast<long long>(m), c.name);
-        chunks += line;
-        for (int packs : {64, 128, 256}) {
-          set_stream_chunk(packs);
-          const double us = per_launch(lin, true);
-          std::snprintf(line, sizeof line, " %.2f (%.2f) |", us, bytes / (us * 1e-6) / 1e12);
-          chunks += line;
-        }
-        set_stream_chunk(0);
-        std::snprintf(line, sizeof line, " %.2f (%.2f) |\n", mm_us, bytes / (mm_us * 1e-6) / 1e12);
+        std::snprintf(line, sizeof line, "| %lld | %s | %.2f (%.2f) | %.2f (%.2f) | %.2f (%.2f) |\n",
+                      static_cast<long long>(m), c.name, us, bytes / (us * 1e-6) / 1e12, lin_us,
+                      bytes / (lin_us * 1e-6) / 1e12, mm_us, bytes / (mm_us * 1e-6) / 1e12);
         chunks += line;
       }
       std::printf("| %lld | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", static_cast<long long>(m), c.name,
@@ -244,8 +240,9 @@ void few_row_products(Gpu& g, double bw) {
     }
   }
   std::printf("(copy bandwidth %.2f TB/s, read + write)\n", bw);
-  std::printf("\nThe streaming kernel by the row chunk of a stage (16-byte packs; stages fill 227 KiB less x), us "
-              "(TB/s):\n\n| rows | product | 64 | 128 | 256 | cuBLASLt MatMul |\n|---:|---|---:|---:|---:|---:|\n%s",
+  std::printf("\nThe streaming kernel's copies asked for by one thread, row by row, or by a warp (a whole-row tile "
+              "as one copy), us (TB/s):\n\n| rows | product | one thread | warp (default) | cuBLASLt MatMul |\n"
+              "|---:|---|---:|---:|---:|\n%s",
               chunks.c_str());
 }
 

@@ -498,6 +498,9 @@ void contrib(std::vector<Case>& v) {
     // a row in five chunks with a short last one.
     lin("row1_many_tiles", {1, 64}, 4500, 64, {4000, 500});
     lin("rows2_k8200", {2, 8200}, 40, 8200);
+    // 16-bit K of 2048: each tile's rows as one copy, the last tile partial.
+    lin("row1_k2048_one_copy", {1, 2048}, 4100, 2048, {4000, 100});
+    lin("rows2_k2048_one_copy", {2, 1, 2048}, 37, 2048);
     lin("rows9_lt", {9, 72}, 40, 72, {16, 24});
     lin("rows64_lt", {4, 16, 128}, 96, 128, {32, 64});
     auto gated = [&](std::string name, Shape x, int64_t f, int64_t k) {
@@ -514,6 +517,7 @@ void contrib(std::vector<Case>& v) {
     gated("rows2_tail", {2, 1040}, 33, 1040);
     gated("rows4", {1, 4, 64}, 7, 64);
     gated("row1_many_tiles", {1, 1, 128}, 1500, 128);
+    gated("row1_k2048_two_copies", {1, 2048}, 1003, 2048);  // a tile's gate rows, then its up rows
     gated("rows8", {8, 64}, 17, 64);
     gated("k_off_packs", {3, 20}, 5, 20);
     gated("rows40_lt", {40, 96}, 50, 96);
@@ -532,6 +536,7 @@ void contrib(std::vector<Case>& v) {
     normed("row1_skip_splits", {1, 1, 256}, true, 48, 256, {16, 32}, false);
     normed("rows3_no_skip", {3, 512}, false, 40, 512, {}, false);
     normed("rows2_gated_tail", {2, 1, 2056}, true, 66, 2056, {}, true);
+    normed("rows2_gated_k2048", {2, 1, 2048}, true, 406, 2048, {}, true);  // 203 outputs
     normed("rows8_splits", {8, 128}, true, 24, 128, {8, 8, 8}, false);
     normed("rows12_lt", {12, 128}, true, 32, 128, {8, 24}, false);
     normed("rows40_lt_gated", {40, 96}, true, 100, 96, {}, true);

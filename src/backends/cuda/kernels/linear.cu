@@ -289,6 +289,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a) {
 // when the tile is done, where the tile's outputs (the gating) are made. The first chunks are asked for
 // before the kernel waits on the kernel before it: the weights stream in while it finishes.
 constexpr int kTileRows = 16;
+constexpr int kChunkPacks = 256;  // 4 KiB of a row per stage (1 and 2 KiB measured slower)
 constexpr int kStreamWarps = kTileRows;  // one row of the tile each
 constexpr int kMaxStages = 16;
 constexpr size_t kStreamXBytes = 32 * 1024;  // x (all its rows) in shared memory at most
@@ -322,11 +323,10 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                : "memory");
 }
 
-template <class T, int R, int G, bool kNorm, int C>
-__global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, int stage_count) {
+template <class T, int R, int G, bool kNorm>
+__global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, int stage_count, bool serial) {
   constexpr int P = 16 / sizeof(T);
   constexpr int kOuts = kTileRows / G;      // outputs per tile
-  constexpr int kChunkPacks = C;
   extern __shared__ __align__(128) uint4 smem[];
   __shared__ uint64_t full[kMaxStages];
   uint4* stages = smem;                                          // [stage_count][kTileRows][kChunkPacks]
@@ -338,19 +338,34 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
   const int items = my_tiles * chunks;
   const uint4* w = static_cast<const uint4*>(a.w);
   // Item i: this block's tile i / chunks, chunk i % chunks, into stage i % stage_count.
+  // By warp 0. A chunk that is a whole row (K within one chunk) comes as one copy per run of
+  // rows that lie next to each other in memory and in the stage (the tile's rows; gated: its gate
+  // rows, then its up rows); otherwise lane r asks for row r's chunk. `serial`: thread 0 asks
+  // for every row's chunk in turn (the earlier scheme, kept for the microbenchmark).
   auto issue = [&](int i) {
     const int tile = blockIdx.x + (i / chunks) * gridDim.x, chunk = i % chunks;
     const int first = chunk * kChunkPacks, packs = min(kChunkPacks, a.k_packs - first);
     uint4* stage = stages + (i % stage_count) * kTileRows * kChunkPacks;
-    int rows = 0;
-    for (int r = 0; r < kTileRows; ++r) rows += tile * kOuts + (r % kOuts) < a.n;
+    const int valid = min(kOuts, a.n - tile * kOuts);  // outputs of this tile
     uint64_t* bar = &full[i % stage_count];
-    barrier_expect(bar, static_cast<uint32_t>(rows * packs * 16));
-    for (int r = 0; r < kTileRows; ++r) {
-      const int col = tile * kOuts + (r % kOuts);  // row r of the tile: output r, or (gated) r - kOuts's up row
-      if (col >= a.n) continue;
-      const size_t row = static_cast<size_t>(r / kOuts) * a.n + col;
-      bulk_copy(stage + r * kChunkPacks, w + row * a.k_packs + first, static_cast<uint32_t>(packs * 16), bar);
+    if (lane == 0) barrier_expect(bar, static_cast<uint32_t>(G * valid * packs * 16));
+    __syncwarp();
+    if (serial) {
+      if (lane == 0)
+        for (int r = 0; r < kTileRows; ++r) {
+          if (r % kOuts >= valid) continue;
+          const size_t row = static_cast<size_t>(r / kOuts) * a.n + tile * kOuts + (r % kOuts);
+          bulk_copy(stage + r * kChunkPacks, w + row * a.k_packs + first, static_cast<uint32_t>(packs * 16), bar);
+        }
+    } else if (chunks == 1 && packs == kChunkPacks) {
+      if (lane < G) {
+        const size_t row = static_cast<size_t>(lane) * a.n + tile * kOuts;
+        bulk_copy(stage + lane * kOuts * kChunkPacks, w + row * a.k_packs,
+                  static_cast<uint32_t>(valid * packs * 16), bar);
+      }
+    } else if (lane < kTileRows && lane % kOuts < valid) {
+      const size_t row = static_cast<size_t>(lane / kOuts) * a.n + tile * kOuts + (lane % kOuts);
+      bulk_copy(stage + lane * kChunkPacks, w + row * a.k_packs + first, static_cast<uint32_t>(packs * 16), bar);
     }
   };
   if (threadIdx.x == 0) {
@@ -359,7 +374,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
   }
   __syncthreads();
   // The weights do not depend on the kernels before this one: start them now.
-  if (threadIdx.x == 0)
+  if (warp == 0)
     for (int i = 0; i < stage_count - 1 && i < items; ++i) issue(i);
   wait_for_prior_grids();
   allow_dependent_grids();
@@ -375,7 +390,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
   ONYX_UNROLL
   for (int r = 0; r < R; ++r) acc[r] = 0.f;
   for (int i = 0; i < items; ++i) {
-    if (threadIdx.x == 0 && i + stage_count - 1 < items) {
+    if (warp == 0 && i + stage_count - 1 < items) {
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stage's reads before its refill
       issue(i + stage_count - 1);
     }
@@ -425,10 +440,13 @@ bool stream_fits(const GemvArgs& a, DType dt) {
          static_cast<size_t>(a.m) * a.k_packs * 16 <= kStreamXBytes;
 }
 
-template <class T, int R, int G, bool kNorm, int C>
-void launch_stream_chunk(const GemvArgs& a, CudaContext& cu) {
-  auto kernel = stream_kernel<T, R, G, kNorm, C>;
-  constexpr size_t stage_bytes = static_cast<size_t>(kTileRows) * C * 16;
+// Thread 0 asks for each row's chunk in turn (set_stream_serial_issue; the microbenchmark's A/B).
+std::atomic<bool> g_serial_issue{false};
+
+template <class T, int R, int G, bool kNorm>
+void launch_stream(const GemvArgs& a, CudaContext& cu) {
+  auto kernel = stream_kernel<T, R, G, kNorm>;
+  constexpr size_t stage_bytes = static_cast<size_t>(kTileRows) * kChunkPacks * 16;
   const size_t x_bytes = static_cast<size_t>(R) * a.k_packs * 16;
   // The static part (the barriers and the tile's sums) comes out of the same 227 KiB.
   const size_t dynamic = kStreamSmem - 1024;
@@ -439,19 +457,8 @@ void launch_stream_chunk(const GemvArgs& a, CudaContext& cu) {
   });
   const int64_t tiles = (a.n + kTileRows / G - 1) / (kTileRows / G);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count(cu.device)));
-  launch_kernel(kernel, dim3(blocks), dim3(kStreamWarps * 32), stages * stage_bytes + x_bytes, cu, a, stages);
-}
-
-// The chunk of a row each stage holds, in 16-byte packs (0: the default); set_stream_chunk.
-std::atomic<int> g_stream_chunk{0};
-
-template <class T, int R, int G, bool kNorm>
-void launch_stream(const GemvArgs& a, CudaContext& cu) {
-  switch (g_stream_chunk.load(std::memory_order_relaxed)) {
-    case 64: return launch_stream_chunk<T, R, G, kNorm, 64>(a, cu);
-    case 256: return launch_stream_chunk<T, R, G, kNorm, 256>(a, cu);
-    default: return launch_stream_chunk<T, R, G, kNorm, 128>(a, cu);
-  }
+  launch_kernel(kernel, dim3(blocks), dim3(kStreamWarps * 32), stages * stage_bytes + x_bytes, cu, a, stages,
+                g_serial_issue.load(std::memory_order_relaxed));
 }
 
 template <class T, int G, bool kNorm>
@@ -742,11 +749,7 @@ std::string linear_support(const Node&, const std::vector<ValueType>& in) {
 
 }  // namespace
 
-void set_stream_chunk(int packs) {
-  ONYX_CHECK(packs == 0 || packs == 64 || packs == 128 || packs == 256, "stream chunk of ", packs,
-             " packs: 0 (default), 64, 128 or 256");
-  g_stream_chunk.store(packs, std::memory_order_relaxed);
-}
+void set_stream_serial_issue(bool serial) { g_serial_issue.store(serial, std::memory_order_relaxed); }
 
 void register_linear_kernels(CudaKernelRegistry& r) {
   r.add(domain_kernel("onyx", "Linear", 1, run_linear, linear_support));
