@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "onyx/device.h"
 #include "onyx/error.h"
@@ -73,6 +74,18 @@ decltype(auto) allocating(const std::string& subject, Fn&& fn) {
     return fn();
   } catch (const HostBudgetExceeded& e) {
     throw e.about(subject);
+  }
+}
+
+// The same with the subject made by subject() only when a refusal happens, for allocations on
+// a run's hot path (no string built per run).
+template <class SubjectFn, class Fn>
+  requires std::is_invocable_r_v<std::string, SubjectFn>
+decltype(auto) allocating(SubjectFn&& subject, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const HostBudgetExceeded& e) {
+    throw e.about(subject());
   }
 }
 

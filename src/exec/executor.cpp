@@ -105,7 +105,10 @@ GraphExecutor::Signature GraphExecutor::signature(std::vector<ValueType> types, 
   Signature s;
   for (size_t i = 0; i < types.size(); ++i) {
     if (capture_) on_accel[i] = !dtype_is_object(types[i].dtype);
-    s.key += cat(dtype_name(types[i].dtype), types[i].shape.str(), on_accel[i] && !capture_ ? "@device;" : ";");
+    // Appended piece by piece: this runs on every run, and cat's stream costs more than the rest.
+    s.key += dtype_name(types[i].dtype);
+    s.key += types[i].shape.str();
+    s.key += on_accel[i] && !capture_ ? "@device;" : ";";
   }
   if (outer) {
     s.key += "|outer";

@@ -76,7 +76,7 @@ Tensor StepLoop::bind_output(int id, const ValuePlan& v, bool accel, const StepB
       }
       [[fallthrough]];
     case ValueKind::kAllocated:
-      return allocating(cat("output '", graph_.values[id].name, "'"),
+      return allocating([&] { return cat("output '", graph_.values[id].name, "'"); },
                         [&] { return Tensor(v.type.dtype, shape, accel ? backend_->allocator() : host_); });
     default:
       ONYX_ASSERT(false, "a planned step produces a value of kind ", value_kind_name(v.kind));
@@ -176,7 +176,7 @@ void StepLoop::run_dynamic(const Step& step, RunEnv& env, const StepBindings& b,
   SubgraphRunner runner = subgraph_runner(env, outer, b.control, node);
   Allocator& alloc = accel ? backend_->allocator() : host_;
   const OutputBinder bind = [&](size_t o, const ValueType& t) {  // named in a budget refusal
-    return allocating(cat("output '", graph_.values[node.outputs[o]].name, "'"),
+    return allocating([&] { return cat("output '", graph_.values[node.outputs[o]].name, "'"); },
                       [&] { return Tensor(t.dtype, t.shape.to_shape(), alloc); });
   };
   std::vector<Tensor> outputs =

@@ -123,7 +123,7 @@ Tensor& KernelContext::output(size_t i) {
 
 Tensor& KernelContext::allocate_output(size_t i, DType dtype, Shape shape) {
   ONYX_ASSERT(i < outputs_.size(), "output ", i, " of ", node().describe());
-  outputs_[i] = allocating(cat("output ", i), [&] { return Tensor(dtype, std::move(shape), alloc_); });
+  outputs_[i] = allocating([&] { return cat("output ", i); }, [&] { return Tensor(dtype, std::move(shape), alloc_); });
   return outputs_[i];
 }
 
