@@ -282,12 +282,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a) {
 //
 // One or two rows of x, 16-bit: each block (one per SM, as many as there are tiles) takes tiles
 // of kTileRows weight rows in turn (the gated form: kTileRows / 2 outputs, their gate rows and
-// their up rows), each in chunks of up to C 16-byte packs per row. Thread 0 asks the copy engine
-// for each row's chunk (one bulk copy into shared memory, completing on the stage's barrier)
-// stages - 1 chunks ahead, as many stages as the shared memory that x leaves holds; each warp dots one landed row with x, which sits in shared
-// memory too (normalized there first for RmsNormLinear), and leaves its sums in shared memory
-// when the tile is done, where the tile's outputs (the gating) are made. The first chunks are asked for
-// before the kernel waits on the kernel before it: the weights stream in while it finishes.
+// their up rows), each in chunks of up to kChunkPacks 16-byte packs per row. Warp 0 asks the
+// copy engine for a stage's chunks (bulk copies into shared memory, completing on the stage's
+// barrier; a tile of whole rows as one copy per run of adjacent rows) stages - 1 chunks ahead,
+// as many stages as the shared memory that x leaves holds; each warp dots one landed row with x,
+// which sits in shared memory too (normalized there first for RmsNormLinear), and leaves its
+// sums in shared memory when the tile is done, where the tile's outputs (the gating) are made.
+// The first chunks are asked for before the kernel waits on the kernel before it: the weights
+// stream in while it finishes.
 constexpr int kTileRows = 16;
 constexpr int kChunkPacks = 256;  // 4 KiB of a row per stage (1 and 2 KiB measured slower)
 constexpr int kStreamWarps = kTileRows;  // one row of the tile each
