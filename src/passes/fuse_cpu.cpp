@@ -10,6 +10,7 @@
 
 #include "cpu/gemm.h"
 #include "passes/pattern_match.h"
+#include "passes/rewrite_util.h"
 
 namespace onyx {
 
@@ -92,7 +93,7 @@ std::optional<GeluMatch> match_gelu(Matcher& m, const Node& mul) {
 // The activation node `n` as DenseMatMul's attributes, or nothing when it is not one.
 std::optional<std::vector<Attribute>> activation_of(const Matcher& m, const Node& n) {
   auto act = [](const char* name, float a = 0, float b = 0) {
-    return std::vector<Attribute>{make_string("activation", name), make_float("alpha", a), make_float("beta", b)};
+    return std::vector<Attribute>{make_string_attr("activation", name), make_float_attr("alpha", a), make_float_attr("beta", b)};
   };
   const bool onnx = n.domain.empty() || n.domain == "ai.onnx";
   const bool ms = n.domain == "com.microsoft";
@@ -152,12 +153,12 @@ CpuFuseReport fuse_cpu(Graph& g) {
       for (int c : gm->chain) removed[c] = true;
       removed[k] = true;
       const Node& mul = g.nodes[k];
-      replace.emplace_back(k, fused_node(mul.name + "/fused_gelu", "com.microsoft", gm->tanh_form ? "FastGelu" : "Gelu",
+      replace.emplace_back(k, make_node(mul.name + "/fused_gelu", "com.microsoft", gm->tanh_form ? "FastGelu" : "Gelu",
                                          1, {gm->x}, {mul.outputs[0]}));
       ++r.gelus;
       r.nodes_removed += static_cast<int>(gm->chain.size());
     }
-    apply(g, removed, replace);
+    replace_nodes(g, removed, replace);
   }
 
   Matcher m(g);
@@ -173,21 +174,6 @@ CpuFuseReport fuse_cpu(Graph& g) {
   std::vector<bool> removed(g.nodes.size(), false);
   std::vector<std::pair<size_t, Node>> replace;
   std::unordered_set<int> unpacked;        // weights that a dense node no longer reads
-  // A new float32 initializer named after value `base`.
-  auto add_initializer = [&](int base, const std::string& suffix, Tensor t) {
-    std::string name = g.values[base].name + suffix;
-    while (g.find_value(name) >= 0) name += "_";
-    const int id = g.value_id(name);
-    Value& v = g.values[id];
-    v.is_initializer = true;
-    v.declared.category = TypeInfo::Category::kTensor;
-    v.declared.dtype = t.dtype();
-    v.declared.rank_known = true;
-    v.declared.dims = t.shape().dims();
-    v.declared.dim_params.assign(v.declared.dims.size(), "");
-    g.initializers[id] = std::move(t);
-    return id;
-  };
   // The weight packed (and scaled by `alpha`, Gemm's) once per (weight, transposition, alpha).
   std::map<std::tuple<int, bool, float>, int> packed_ids;
   auto packed = [&](int w, bool trans, int64_t k, int64_t n, float alpha) {
@@ -198,7 +184,7 @@ CpuFuseReport fuse_cpu(Graph& g) {
     cpu::pack_b(wt.data<float>(), trans ? k : n, trans, k, n, p.data<float>());
     if (alpha != 1.f)
       for (float& x : std::span<float>(p.data<float>(), static_cast<size_t>(p.numel()))) x *= alpha;
-    const int id = add_initializer(w, trans ? "/packed_t" : "/packed", std::move(p));
+    const int id = add_initializer(g, g.values[w].name + (trans ? "/packed_t" : "/packed"), std::move(p));
     packed_ids[key] = id;
     return id;
   };
@@ -240,7 +226,7 @@ CpuFuseReport fuse_cpu(Graph& g) {
       removed[last] = true;
       r.conv_residuals += inputs.size() > 3;
       r.nodes_removed += static_cast<int>(chain.size());
-      replace.emplace_back(last, fused_node(mm.name + "/fused", "onyx", "FusedConv", 1, std::move(inputs), {out},
+      replace.emplace_back(last, make_node(mm.name + "/fused", "onyx", "FusedConv", 1, std::move(inputs), {out},
                                             std::move(attrs)));
       continue;
     }
@@ -301,7 +287,7 @@ CpuFuseReport fuse_cpu(Graph& g) {
         out = add->outputs[0];
       }
     }
-    std::vector<Attribute> attrs{make_int("k", kk), make_int("n", n)};
+    std::vector<Attribute> attrs{make_int_attr("k", kk), make_int_attr("n", n)};
     if (Node* a = sole_reader(out); a && a->inputs[0] == out) {
       if (auto act = activation_of(m, *a)) {
         chain.push_back(static_cast<int>(last));
@@ -322,18 +308,18 @@ CpuFuseReport fuse_cpu(Graph& g) {
       unpacked.insert(bias);
       Tensor scaled = m.constant(bias)->clone();
       for (float& v : std::span<float>(scaled.data<float>(), static_cast<size_t>(scaled.numel()))) v *= beta;
-      bias = add_initializer(bias, "/scaled", std::move(scaled));
+      bias = add_initializer(g, g.values[bias].name + "/scaled", std::move(scaled));
     }
     std::vector<int> inputs{x, packed(w, trans, kk, n, alpha), bias};
     if (residual >= 0) inputs.push_back(residual);
     r.residuals += residual >= 0;
-    replace.emplace_back(last, fused_node(mm.name + "/dense", "onyx", "DenseMatMul", 1, std::move(inputs), {out},
+    replace.emplace_back(last, make_node(mm.name + "/dense", "onyx", "DenseMatMul", 1, std::move(inputs), {out},
                                           std::move(attrs)));
     unpacked.insert(w);
     ++r.dense;
     r.nodes_removed += static_cast<int>(chain.size());
   }
-  apply(g, removed, replace);
+  replace_nodes(g, removed, replace);
   // The unpacked weights nothing reads any more are dropped (their memory too, unless mapped).
   std::unordered_set<int> read(g.outputs.begin(), g.outputs.end());
   for (const auto& node : g.nodes) {

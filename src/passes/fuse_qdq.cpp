@@ -5,6 +5,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "passes/rewrite_util.h"
+
 namespace onyx {
 
 namespace {
@@ -96,16 +98,12 @@ Dq dequantize_of(const QdqMatcher& m, const Graph& g, int id, int per_axis, int6
   return d;
 }
 
-Node make_node(const Node& like, std::string op, std::vector<int> inputs, std::vector<int> outputs,
-               std::vector<Attribute> attributes) {
-  Node n;
-  n.name = like.name.empty() ? op : like.name + "/" + op;
-  n.op_type = std::move(op);
-  n.opset = like.opset;
-  n.inputs = std::move(inputs);
-  n.outputs = std::move(outputs);
-  n.attributes = std::move(attributes);
-  return n;
+// The integer node replacing `like`: named after it, at its opset, in the default domain.
+Node integer_node(const Node& like, std::string op, std::vector<int> inputs, std::vector<int> outputs,
+                  std::vector<Attribute> attributes) {
+  std::string name = like.name.empty() ? op : like.name + "/" + op;
+  return make_node(std::move(name), "", std::move(op), like.opset, std::move(inputs), std::move(outputs),
+                   std::move(attributes));
 }
 
 }  // namespace
@@ -144,7 +142,7 @@ QdqFuseReport fuse_qdq(Graph& g) {
     const Dq b = dequantize_of(m, g, op.inputs[1], matmul ? (w_rank == 2 ? 1 : -1) : 0, w_rank);
     if (a.node < 0 || b.node < 0) continue;
     if (matmul) {
-      Node fused = make_node(op, "QLinearMatMul",
+      Node fused = integer_node(op, "QLinearMatMul",
                              {a.data, a.scale, a.zero, b.data, b.scale, b.zero, qn.inputs[1], qn.inputs[2]},
                              {qn.outputs[0]}, {});
       removed[k] = removed[q] = true;
@@ -181,7 +179,7 @@ QdqFuseReport fuse_qdq(Graph& g) {
       for (const auto& at : op.attributes) attrs.push_back(at);
       std::vector<int> inputs{a.data, a.scale, a.zero, b.data, b.scale, b.zero, qn.inputs[1], qn.inputs[2]};
       if (bias >= 0) inputs.push_back(bias);
-      replace.emplace_back(q, make_node(op, "QLinearConv", std::move(inputs), {qn.outputs[0]}, std::move(attrs)));
+      replace.emplace_back(q, integer_node(op, "QLinearConv", std::move(inputs), {qn.outputs[0]}, std::move(attrs)));
       removed[k] = removed[q] = true;
       ++report.convs;
     }
@@ -190,22 +188,7 @@ QdqFuseReport fuse_qdq(Graph& g) {
       if (m.readers(g.nodes[d->node].outputs[0]) == 1 && !m.is_output(g.nodes[d->node].outputs[0]))
         removed[d->node] = true;
   }
-  if (replace.empty()) return report;
-  std::sort(replace.begin(), replace.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-  std::vector<Node> kept;
-  size_t next = 0;
-  for (size_t k = 0; k < g.nodes.size(); ++k) {
-    if (next < replace.size() && replace[next].first == k) {
-      kept.push_back(std::move(replace[next++].second));
-      continue;
-    }
-    if (!removed[k]) kept.push_back(std::move(g.nodes[k]));
-  }
-  g.nodes = std::move(kept);
-  for (auto& v : g.values) v.producer = -1;
-  for (size_t k = 0; k < g.nodes.size(); ++k)
-    for (int o : g.nodes[k].outputs)
-      if (o >= 0) g.values[o].producer = static_cast<int>(k);
+  replace_nodes(g, removed, replace);
   return report;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/ir.h"
+#include "passes/rewrite_util.h"
 
 namespace onyx::rewrite {
 
@@ -39,15 +40,7 @@ struct Matcher {
     return &g.nodes[p];
   }
   // A value known at load: an initializer no feed replaces, or a Constant node's value.
-  const Tensor* constant(int id) const {
-    if (id < 0) return nullptr;
-    auto it = g.initializers.find(id);
-    if (it != g.initializers.end()) return g.values[id].is_input ? nullptr : &it->second;
-    const int p = g.values[id].producer;
-    if (p < 0 || !plain(g.nodes[p], "Constant")) return nullptr;
-    const Attribute* a = g.nodes[p].find_attribute("value");
-    return a && a->kind == Attribute::Kind::kTensor ? &a->t : nullptr;
-  }
+  const Tensor* constant(int id) const { return constant_value(g, id); }
   std::optional<double> scalar(int id) const {
     const Tensor* t = constant(id);
     if (!t || t->numel() != 1 || !t->on_host() || t->dtype() == DType::kString) return std::nullopt;
@@ -183,16 +176,5 @@ struct Matcher {
 
 // The value Mul or Add combines with `known` (either operand order); -1 when neither is it.
 int other_input(const Node& n, int known);
-
-Attribute make_int(const char* name, int64_t v);
-Attribute make_float(const char* name, float v);
-Attribute make_string(const char* name, std::string v);
-
-Node fused_node(std::string name, std::string domain, std::string op, int opset, std::vector<int> inputs,
-                std::vector<int> outputs, std::vector<Attribute> attributes = {});
-
-// Puts each fused node at its position (the index of the node it replaces) and drops the
-// nodes its chain removed; then renumbers the producers.
-void apply(Graph& g, const std::vector<bool>& removed, std::vector<std::pair<size_t, Node>>& replace);
 
 }  // namespace onyx::rewrite

@@ -29,6 +29,14 @@ Attribute make_ints_attr(const char* name, std::vector<int64_t> v) {
   return a;
 }
 
+Attribute make_string_attr(const char* name, std::string v) {
+  Attribute a;
+  a.name = name;
+  a.kind = Attribute::Kind::kString;
+  a.s = std::move(v);
+  return a;
+}
+
 Node make_node(std::string name, std::string domain, std::string op, int opset, std::vector<int> inputs,
                std::vector<int> outputs, std::vector<Attribute> attributes) {
   Node n;

@@ -13,6 +13,7 @@ namespace onyx {
 Attribute make_int_attr(const char* name, int64_t v);
 Attribute make_float_attr(const char* name, float v);
 Attribute make_ints_attr(const char* name, std::vector<int64_t> v);
+Attribute make_string_attr(const char* name, std::string v);
 
 Node make_node(std::string name, std::string domain, std::string op, int opset, std::vector<int> inputs,
                std::vector<int> outputs, std::vector<Attribute> attributes = {});
