@@ -85,7 +85,9 @@ void for_each_tensor(KernelContext& ctx, int per_tensor, int outputs_per, Fn&& f
 // ---- Adagrad: inputs R, T, X.., G.., H.. (accumulated squared gradients); outputs X.., H.. ----
 
 void adagrad(KernelContext& ctx) {
-  const auto [r, t] = step_inputs(ctx);
+  const StepInputs step = step_inputs(ctx);
+  const double r = step.r;  // a plain variable: lambdas below capture it (clang 14 cannot capture a binding)
+  const int64_t t = step.t;
   const double decay = ctx.attr_float("decay_factor", 0.f), eps = ctx.attr_float("epsilon", 1e-6f),
                lambda = ctx.attr_float("norm_coefficient", 0.f);
   const double rate = r / (1 + static_cast<double>(t) * decay);
@@ -102,7 +104,9 @@ void adagrad(KernelContext& ctx) {
 // ---- Adam: inputs R, T, X.., G.., V.. (momentum), H.. (squared); outputs X.., V.., H.. ----
 
 void adam(KernelContext& ctx) {
-  const auto [r, t] = step_inputs(ctx);
+  const StepInputs step = step_inputs(ctx);
+  const double r = step.r;  // a plain variable: lambdas below capture it (clang 14 cannot capture a binding)
+  const int64_t t = step.t;
   const double alpha = ctx.attr_float("alpha", 0.9f), beta = ctx.attr_float("beta", 0.999f),
                eps = ctx.attr_float("epsilon", 1e-6f), lambda = ctx.attr_float("norm_coefficient", 0.f),
                post = ctx.attr_float("norm_coefficient_post", 0.f);
@@ -126,7 +130,9 @@ void adam(KernelContext& ctx) {
 // ---- Momentum: inputs R, T, X.., G.., V..; outputs X.., V.. ----
 
 void momentum(KernelContext& ctx) {
-  const auto [r, t] = step_inputs(ctx);
+  const StepInputs step = step_inputs(ctx);
+  const double r = step.r;  // a plain variable: lambdas below capture it (clang 14 cannot capture a binding)
+  const int64_t t = step.t;
   const double alpha = ctx.attr_float("alpha", NAN), beta = ctx.attr_float("beta", NAN),
                lambda = ctx.attr_float("norm_coefficient", NAN);
   ONYX_CHECK(!std::isnan(alpha) && !std::isnan(beta) && !std::isnan(lambda),
