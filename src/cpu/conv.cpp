@@ -51,11 +51,12 @@ HWY_INLINE void DwBlock(const float* const* rows, int64_t kh, int64_t kw, const 
     HWY_UNROLL(8)
     for (int v = 0; v < NV; ++v) {
       const int64_t o = v * kL;
-      const VF y = Activate(d, acc[r][v], act);
       float* dst = out + r * ldo + o;
-      if (o + kL <= count) hn::StoreU(y, d, dst);
-      else if (o < count) hn::BlendedStore(y, hn::FirstN(d, static_cast<size_t>(count - o)), d, dst);
+      if (o + kL <= count) hn::StoreU(acc[r][v], d, dst);
+      else if (o < count) hn::BlendedStore(acc[r][v], hn::FirstN(d, static_cast<size_t>(count - o)), d, dst);
     }
+  if (act.kind != Act::kNone)
+    for (int r = 0; r < R; ++r) ActivateSpan(d, out + r * ldo, count, act);
 }
 
 void DepthwiseImpl(const DepthwiseConv2d* ap) {

@@ -95,10 +95,11 @@ HWY_NOINLINE void Tile(const TileArgs& t) {
           if (t.bias) x = hn::Add(x, hn::LoadU(d, t.bias + v * kL));
           if (t.row_bias) x = hn::Add(x, hn::Set(d, t.row_bias[r]));
           if (t.residual) x = hn::Add(x, hn::LoadU(d, t.residual + r * t.ldr + v * kL));
-          x = Activate(d, x, *t.act);
         }
         hn::StoreU(x, d, out);
       }
+    if (epi && t.act->kind != Act::kNone)
+      for (int r = 0; r < MR; ++r) ActivateSpan(d, t.c + r * t.ldc, NV * kL, *t.act);
     return;
   }
   // A partial tile (the last columns): through a buffer, so no load or store passes column n.
@@ -116,8 +117,9 @@ HWY_NOINLINE void Tile(const TileArgs& t) {
         VF x = hn::Load(d, buf[r] + v * kL);
         if (t.bias) x = hn::Add(x, hn::Load(d, bias + v * kL));
         if (t.row_bias) x = hn::Add(x, hn::Set(d, t.row_bias[r]));
-        hn::Store(Activate(d, x, *t.act), d, buf[r] + v * kL);
+        hn::Store(x, d, buf[r] + v * kL);
       }
+    if (epi && t.act->kind != Act::kNone) ActivateSpan(d, buf[r], t.ncols, *t.act);
     std::memcpy(t.c + r * t.ldc, buf[r], t.ncols * sizeof(float));
   }
 }

@@ -79,6 +79,22 @@ HWY_INLINE V Activate(D d, V x, const Activation& act) {
   return x;
 }
 
+// p[i] = act(p[i]) for i in [0, n). A fused kernel's epilogue stores its registers and then calls
+// this once per stored row: Activate inlined per register of every tile shape multiplied each
+// kernel's code (the gemm and depthwise files took clang with the sanitizers many minutes).
+template <class D>
+HWY_NOINLINE void ActivateSpan(D d, float* HWY_RESTRICT p, int64_t n, const Activation& act) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  int64_t j = 0;
+  for (; j + L <= n; j += L) hn::StoreU(Activate(d, hn::LoadU(d, p + j), act), d, p + j);
+  if (j < n) {
+    HWY_ALIGN float buf[HWY_LANES(float)] = {};
+    for (int64_t t = 0; j + t < n; ++t) buf[t] = p[j + t];
+    hn::Store(Activate(d, hn::Load(d, buf), act), d, buf);
+    for (int64_t t = 0; j + t < n; ++t) p[j + t] = buf[t];
+  }
+}
+
 }  // namespace onyx::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
