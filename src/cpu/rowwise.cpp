@@ -158,6 +158,51 @@ void GatedImpl(const float* g, const float* u, float* y, int64_t n, const Activa
   });
 }
 
+void RangeWithZeroImpl(const float* x, int64_t n, float* lo_out, float* hi_out) {
+  const DF d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  VF lo = hn::Zero(d), hi = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const VF v = hn::LoadU(d, x + i);
+    const VF v0 = hn::IfThenZeroElse(hn::IsNaN(v), v);  // NaN stays out of the range (0 is in it)
+    lo = hn::Min(lo, v0);
+    hi = hn::Max(hi, v0);
+  }
+  float l = hn::GetLane(hn::MinOfLanes(d, lo)), h = hn::GetLane(hn::MaxOfLanes(d, hi));
+  for (; i < n; ++i) {
+    l = std::min(l, x[i]);
+    h = std::max(h, x[i]);
+  }
+  *lo_out = l;
+  *hi_out = h;
+}
+
+void QuantizeU8Impl(const float* x, int64_t n, float scale, int32_t zero_point, uint8_t* y) {
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint8_t, DF> du8;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const VF s = hn::Set(d, scale), z = hn::Set(d, static_cast<float>(zero_point));
+  const VF lo = hn::Zero(d), hi = hn::Set(d, 255.f);
+  parallel_for((n + 16383) / 16384, 1, [&](int64_t c0, int64_t c1) {
+    const int64_t e = std::min(n, c1 * 16384);
+    int64_t i = c0 * 16384;
+    for (; i + L <= e; i += L) {
+      const VF scaled = hn::Div(hn::LoadU(d, x + i), s);
+      VF q = hn::Min(hn::Max(hn::Add(hn::Round(scaled), z), lo), hi);
+      q = hn::IfThenElse(hn::IsNaN(scaled), z, q);
+      hn::StoreU(hn::DemoteTo(du8, hn::ConvertTo(di, q)), du8, y + i);
+    }
+    for (; i < e; ++i) {
+      const float scaled = x[i] / scale;
+      const float q = std::isnan(scaled) ? static_cast<float>(zero_point)
+                                         : std::clamp(std::nearbyint(scaled) + static_cast<float>(zero_point), 0.f, 255.f);
+      y[i] = static_cast<uint8_t>(q);
+    }
+  });
+}
+
 }  // namespace onyx::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -168,6 +213,17 @@ HWY_EXPORT(SoftmaxRowsImpl);
 HWY_EXPORT(NormRowsImpl);
 HWY_EXPORT(ActivateImpl);
 HWY_EXPORT(GatedImpl);
+HWY_EXPORT(RangeWithZeroImpl);
+HWY_EXPORT(QuantizeU8Impl);
+
+void range_with_zero(const float* x, int64_t n, float* lo, float* hi) {
+  HWY_DYNAMIC_DISPATCH(RangeWithZeroImpl)(x, n, lo, hi);
+}
+
+void quantize_u8(const float* x, int64_t n, float scale, int32_t zero_point, uint8_t* y) {
+  if (n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(QuantizeU8Impl)(x, n, scale, zero_point, y);
+}
 
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t n, bool log) {
   if (rows <= 0 || n <= 0) return;

@@ -1,5 +1,5 @@
 // Vectorized float32 kernels over rows of a matrix (the last axis): softmax, layer and RMS
-// normalization. Rows are split over the intra-op pool. Each has a reference in double in the
+// normalization; and the range and uint8 quantization of DynamicQuantizeLinear. Rows are split over the intra-op pool. Each has a reference in double in the
 // op family that uses it (ops/softmax.cpp, ops/normalization.cpp), which the tests compare with.
 #pragma once
 
@@ -27,5 +27,12 @@ struct NormRows {
 
 // y = (x' - mean) * inv_std * scale + shift per row, x' = x + skip + bias.
 void norm_rows(const NormRows& a);
+
+// lo = min(0, x...) and hi = max(0, x...), NaN skipped: the range of DynamicQuantizeLinear.
+void range_with_zero(const float* x, int64_t n, float* lo, float* hi);
+
+// y[i] = rint(x[i] / scale) + zero_point saturated to 0..255 (ties to even; NaN gives the zero
+// point), the quantization of DynamicQuantizeLinear (ops/quantize.h has its scalar definition).
+void quantize_u8(const float* x, int64_t n, float scale, int32_t zero_point, uint8_t* y);
 
 }  // namespace onyx::cpu

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <type_traits>
 
 #include "cpu/gemm.h"
+#include "cpu/int8_gemm.h"
 #include "ops/common.h"
 #include "ops/gemm.h"
 #include "ops/matmul_plan.h"
@@ -123,10 +125,21 @@ std::vector<int32_t> integer_products(const Tensor& a, const Tensor& b, const Ma
       // Large products go through the float kernel in exact slices of K; small ones stay in the loop.
       const int64_t term_bound = int64_t{largest_shifted<TA>(za)} * largest_shifted<TB>(zb);
       const bool large = p.m * p.n * p.k >= 32768;
-      if (how == IntegerProducts::kReference || (how == IntegerProducts::kAuto && !large))
+      if (how == IntegerProducts::kAuto) {
+        how = !large ? IntegerProducts::kReference
+                     : cpu::has_int8_dot() ? IntegerProducts::kInt8Dot : IntegerProducts::kFloat;
+      }
+      if (how == IntegerProducts::kInt8Dot) {
+        ONYX_CHECK(cpu::has_int8_dot(), "the 8-bit dot-product kernel needs AVX-512 VNNI, which this CPU lacks");
+        constexpr bool a_signed = std::is_same_v<TA, int8_t>, b_signed = std::is_same_v<TB, int8_t>;
+        for (size_t t = 0; t < p.off_a.size(); ++t)
+          cpu::gemm_int8(p.m, p.n, p.k, {pa + p.off_a[t], a_signed, p.k, za.data()},
+                         {pb + p.off_b[t], b_signed, p.n, zb.data()}, dst + static_cast<int64_t>(t) * p.m * p.n, p.n);
+      } else if (how == IntegerProducts::kReference) {
         matmul_int32(pa, pb, p, za, zb, dst);
-      else
+      } else {
         matmul_float_slices(pa, pb, p, za, zb, term_bound, dst);
+      }
     });
   });
   return out;

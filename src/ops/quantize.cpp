@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/narrow_types.h"
+#include "cpu/rowwise.h"
 #include "ops/common.h"
 
 #if defined(__SSE2__)
@@ -351,10 +352,7 @@ void infer_dynamic_quantize(InferContext& ctx) {
 
 DynamicQuantParams dynamic_quant_params(const float* x, int64_t n) {
   float lo = 0.f, hi = 0.f;  // the range always holds 0, so that 0 is exact
-  for (int64_t i = 0; i < n; ++i) {
-    lo = std::min(lo, x[i]);
-    hi = std::max(hi, x[i]);
-  }
+  cpu::range_with_zero(x, n, &lo, &hi);
   DynamicQuantParams p;
   // An all-zero x has no range; onnxruntime then takes scale 1 (any scale gives q = 0).
   p.scale = hi == lo ? 1.f : (hi - lo) / 255.f;
@@ -363,8 +361,7 @@ DynamicQuantParams dynamic_quant_params(const float* x, int64_t n) {
 }
 
 void dynamic_quantize(const float* x, int64_t n, const DynamicQuantParams& p, uint8_t* y) {
-  for (int64_t i = 0; i < n; ++i)
-    y[i] = static_cast<uint8_t>(quantize_scaled(x[i] / p.scale, p.zero_point, {0, 255}));
+  cpu::quantize_u8(x, n, p.scale, p.zero_point, y);
 }
 
 namespace {

@@ -86,7 +86,9 @@ std::vector<int64_t> zero_point_values(const Tensor* zero_point, const Tensor& s
 // enough that float holds every partial sum exactly (ops/quant_matmul.cpp), which tests/unit
 // checks against the reference.
 struct MatmulPlan;
-enum class IntegerProducts { kAuto, kReference, kFloat };
+// How integer_products computes: kAuto picks the reference loop for small products, the 8-bit
+// dot-product kernel (cpu/int8_gemm.h) where the CPU has it, else the float kernel in exact slices.
+enum class IntegerProducts { kAuto, kReference, kFloat, kInt8Dot };
 std::vector<int32_t> integer_products(const Tensor& a, const Tensor& b, const MatmulPlan& p,
                                       const std::vector<int32_t>& za, const std::vector<int32_t>& zb,
                                       int32_t* into = nullptr, IntegerProducts how = IntegerProducts::kAuto);

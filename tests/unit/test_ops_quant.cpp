@@ -8,6 +8,7 @@
 #include <limits>
 #include <tuple>
 
+#include "cpu/int8_gemm.h"
 #include "op_test_util.h"
 #include "ops/matmul_plan.h"
 #include "ops/quantize.h"
@@ -128,27 +129,85 @@ TEST(OpsQuant, QLinearMatMulRequantizesWithTheScaleProduct) {
 
 namespace onyx {
 
-// The float path of the integer products (slices of K over which every partial sum stays below
-// 2^24) against the plain int32 loop, on random 8-bit values and on the extremes that make the
-// largest sums (at k 70000 past int32, where both wrap), with zero points per row and per column.
-TEST(OpsQuant, IntegerProductsInFloatSlicesEqualTheReferenceLoop) {
-  for (int64_t k : {5, 300, 1100, 70000}) {
-    for (bool extremes : {false, true}) {
-      Tensor a = extremes ? Tensor(DType::kUInt8, Shape{2, 7, k}) : test::random_tensor<uint8_t>(Shape{2, 7, k}, 0, 255);
-      Tensor b = extremes ? Tensor(DType::kInt8, Shape{k, 9}) : test::random_tensor<int8_t>(Shape{k, 9}, -128, 127);
-      if (extremes) {  // a = 255 against zero point 0, b = -128: every product is -32640
-        std::fill_n(a.data<uint8_t>(), a.numel(), uint8_t{255});
-        std::fill_n(b.data<int8_t>(), b.numel(), int8_t{-128});
-      }
-      const MatmulPlan p = plan_matmul(a.shape(), b.shape());
-      std::vector<int32_t> za(static_cast<size_t>(p.m)), zb(static_cast<size_t>(p.n));
-      for (auto& z : za) z = extremes ? 0 : static_cast<int32_t>(test::rng()() % 256);
-      for (auto& z : zb) z = extremes ? 0 : static_cast<int32_t>(test::rng()() % 256) - 128;
-      const auto ref = integer_products(a, b, p, za, zb, nullptr, IntegerProducts::kReference);
-      const auto fast = integer_products(a, b, p, za, zb, nullptr, IntegerProducts::kFloat);
+// The fast paths of the integer products (the float kernel in slices of K over which every
+// partial sum stays below 2^24; the 8-bit dot-product kernel where this CPU has it) against the
+// plain int32 loop: random values and zero points (per row of A, per column of B) of every pair of
+// 8-bit types, row counts on both sides of the kernels' tile heights, column counts around whole
+// panels, K not a multiple of 4; and the extremes that make the largest sums (k 70000, past
+// int32, where every path wraps).
+TEST(OpsQuant, IntegerProductsOfEveryPathEqualTheReferenceLoop) {
+  std::vector<IntegerProducts> paths = {IntegerProducts::kFloat};
+  if (cpu::has_int8_dot()) paths.push_back(IntegerProducts::kInt8Dot);
+  auto check = [&](const Tensor& a, const Tensor& b, const std::vector<int32_t>& za, const std::vector<int32_t>& zb,
+                   const std::string& what, std::vector<int32_t>* reference = nullptr) {
+    const MatmulPlan p = plan_matmul(a.shape(), b.shape());
+    const auto ref = integer_products(a, b, p, za, zb, nullptr, IntegerProducts::kReference);
+    if (reference) *reference = ref;
+    for (IntegerProducts how : paths) {
+      const auto fast = integer_products(a, b, p, za, zb, nullptr, how);
       ASSERT_EQ(ref.size(), fast.size());
-      for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(fast[i], ref[i]) << "k " << k << " element " << i;
-      if (extremes) EXPECT_EQ(ref[0], static_cast<int32_t>(static_cast<uint32_t>(-32640 * k)));
+      for (size_t i = 0; i < ref.size(); ++i)
+        ASSERT_EQ(fast[i], ref[i]) << what << (how == IntegerProducts::kFloat ? " float" : " int8 dot") << " element " << i;
+    }
+  };
+  auto values = [](DType t, const Shape& s) {
+    return t == DType::kUInt8 ? test::random_tensor<uint8_t>(s, 0, 255) : test::random_tensor<int8_t>(s, -128, 127);
+  };
+  auto zero = [](DType t) {
+    return t == DType::kUInt8 ? static_cast<int32_t>(test::rng()() % 256) : static_cast<int32_t>(test::rng()() % 256) - 128;
+  };
+  for (DType ta : {DType::kUInt8, DType::kInt8})
+    for (DType tb : {DType::kUInt8, DType::kInt8})
+      for (int64_t m : {1, 3, 5, 13, 25})
+        for (int64_t n : {1, 17, 40})
+          for (int64_t k : {3, 300, 1101}) {
+            const Tensor a = values(ta, Shape{2, m, k}), b = values(tb, Shape{k, n});
+            std::vector<int32_t> za(static_cast<size_t>(m)), zb(static_cast<size_t>(n));
+            for (auto& z : za) z = zero(ta);
+            for (auto& z : zb) z = zero(tb);
+            check(a, b, za, zb,
+                  "A " + std::string(dtype_name(ta)) + " B " + std::string(dtype_name(tb)) + " m " + std::to_string(m) +
+                      " n " + std::to_string(n) + " k " + std::to_string(k));
+          }
+  for (int64_t k : {5, 70000}) {  // a = 255 against zero point 0, b = -128: every product is -32640
+    Tensor a(DType::kUInt8, Shape{2, 7, k}), b(DType::kInt8, Shape{k, 9});
+    std::fill_n(a.data<uint8_t>(), a.numel(), uint8_t{255});
+    std::fill_n(b.data<int8_t>(), b.numel(), int8_t{-128});
+    std::vector<int32_t> ref;
+    check(a, b, std::vector<int32_t>(7, 0), std::vector<int32_t>(9, 0), "extremes k " + std::to_string(k), &ref);
+    EXPECT_EQ(ref[0], static_cast<int32_t>(static_cast<uint32_t>(-32640 * k)));
+  }
+}
+
+// DynamicQuantizeLinear's vectorized range and quantization against their scalar definition
+// (quantize_scaled over x / scale, the range of 0 and every value but NaN), at lengths around the
+// vector width and past the threads' chunk, on random values, on halves that tie when divided by
+// the scale (which rounds to even), and with NaN and infinity among them.
+TEST(OpsQuant, DynamicQuantizationMatchesItsScalarDefinition) {
+  std::uniform_real_distribution<float> u(-3.f, 7.f);
+  for (int64_t n : {1, 15, 16, 17, 1000, 40000}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (kind == 1) x[i] = static_cast<float>(static_cast<int>(test::rng()() % 256) - 128) + 0.5f;  // ties at scale 1
+        else x[i] = u(test::rng());
+      }
+      if (kind == 1) x[0] = -127.5f, x[n - 1] = 127.5f;  // the range 255 wide: scale 1
+      if (kind == 2) {
+        x[test::rng()() % n] = std::numeric_limits<float>::quiet_NaN();
+        if (n > 16) x[test::rng()() % n] = std::numeric_limits<float>::infinity();
+      }
+      float lo = 0.f, hi = 0.f;
+      for (float v : x) lo = std::min(lo, v), hi = std::max(hi, v);
+      const DynamicQuantParams p = dynamic_quant_params(x.data(), n);
+      const float scale = hi == lo ? 1.f : (hi - lo) / 255.f;
+      ASSERT_EQ(p.scale, scale) << "n " << n << " kind " << kind;
+      ASSERT_EQ(p.zero_point, quantize_scaled(0.f - lo / scale, 0, {0, 255})) << "n " << n << " kind " << kind;
+      std::vector<uint8_t> y(static_cast<size_t>(n));
+      dynamic_quantize(x.data(), n, p, y.data());
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(y[i], quantize_scaled(x[i] / p.scale, p.zero_point, {0, 255}))
+            << "n " << n << " kind " << kind << " x " << x[i] << " at " << i;
     }
   }
 }
