@@ -178,29 +178,64 @@ void RangeWithZeroImpl(const float* x, int64_t n, float* lo_out, float* hi_out) 
   *hi_out = h;
 }
 
-void QuantizeU8Impl(const float* x, int64_t n, float scale, int32_t zero_point, uint8_t* y) {
+template <class Q>
+void Quantize8(const float* x, int64_t n, float scale, float zero_point, float lo, float hi, Q* y) {
   const DF d;
   const hn::RebindToSigned<DF> di;
-  const hn::Rebind<uint8_t, DF> du8;
+  const hn::Rebind<Q, DF> dq;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  const VF s = hn::Set(d, scale), z = hn::Set(d, static_cast<float>(zero_point));
-  const VF lo = hn::Zero(d), hi = hn::Set(d, 255.f);
+  const float nan_code = std::clamp(zero_point, lo, hi);
+  const VF s = hn::Set(d, scale), z = hn::Set(d, zero_point), vlo = hn::Set(d, lo), vhi = hn::Set(d, hi);
+  const VF vnan = hn::Set(d, nan_code);
   parallel_for((n + 16383) / 16384, 1, [&](int64_t c0, int64_t c1) {
     const int64_t e = std::min(n, c1 * 16384);
     int64_t i = c0 * 16384;
     for (; i + L <= e; i += L) {
       const VF scaled = hn::Div(hn::LoadU(d, x + i), s);
-      VF q = hn::Min(hn::Max(hn::Add(hn::Round(scaled), z), lo), hi);
-      q = hn::IfThenElse(hn::IsNaN(scaled), z, q);
-      hn::StoreU(hn::DemoteTo(du8, hn::ConvertTo(di, q)), du8, y + i);
+      VF q = hn::Min(hn::Max(hn::Add(hn::Round(scaled), z), vlo), vhi);
+      q = hn::IfThenElse(hn::IsNaN(scaled), vnan, q);
+      hn::StoreU(hn::DemoteTo(dq, hn::ConvertTo(di, q)), dq, y + i);
     }
     for (; i < e; ++i) {
       const float scaled = x[i] / scale;
-      const float q = std::isnan(scaled) ? static_cast<float>(zero_point)
-                                         : std::clamp(std::nearbyint(scaled) + static_cast<float>(zero_point), 0.f, 255.f);
-      y[i] = static_cast<uint8_t>(q);
+      const float q = std::isnan(scaled) ? nan_code : std::clamp(std::nearbyint(scaled) + zero_point, lo, hi);
+      y[i] = static_cast<Q>(q);
     }
   });
+}
+
+void Quantize8Impl(const float* x, int64_t n, float scale, float zero_point, float lo, float hi, bool is_signed,
+                   void* y) {
+  if (is_signed) Quantize8(x, n, scale, zero_point, lo, hi, static_cast<int8_t*>(y));
+  else Quantize8(x, n, scale, zero_point, lo, hi, static_cast<uint8_t*>(y));
+}
+
+template <class Q>
+void Requantize8(const int32_t* acc, const double* mult, int64_t n, double zero_point, double lo, double hi, Q* y) {
+  const hn::ScalableTag<double> d;
+  const hn::Rebind<int32_t, decltype(d)> di;
+  const hn::Rebind<Q, decltype(d)> dq;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const double nan_code = std::clamp(zero_point, lo, hi);
+  const auto z = hn::Set(d, zero_point), vlo = hn::Set(d, lo), vhi = hn::Set(d, hi), vnan = hn::Set(d, nan_code);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const auto scaled = hn::Mul(hn::PromoteTo(d, hn::LoadU(di, acc + i)), hn::LoadU(d, mult + i));
+    auto q = hn::Min(hn::Max(hn::Add(hn::Round(scaled), z), vlo), vhi);
+    q = hn::IfThenElse(hn::IsNaN(scaled), vnan, q);
+    hn::StoreU(hn::DemoteTo(dq, hn::DemoteTo(di, q)), dq, y + i);
+  }
+  for (; i < n; ++i) {
+    const double scaled = static_cast<double>(acc[i]) * mult[i];
+    const double q = std::isnan(scaled) ? nan_code : std::clamp(std::nearbyint(scaled) + zero_point, lo, hi);
+    y[i] = static_cast<Q>(q);
+  }
+}
+
+void Requantize8Impl(const int32_t* acc, const double* mult, int64_t n, double zero_point, double lo, double hi,
+                     bool is_signed, void* y) {
+  if (is_signed) Requantize8(acc, mult, n, zero_point, lo, hi, static_cast<int8_t*>(y));
+  else Requantize8(acc, mult, n, zero_point, lo, hi, static_cast<uint8_t*>(y));
 }
 
 }  // namespace onyx::cpu::HWY_NAMESPACE
@@ -214,15 +249,23 @@ HWY_EXPORT(NormRowsImpl);
 HWY_EXPORT(ActivateImpl);
 HWY_EXPORT(GatedImpl);
 HWY_EXPORT(RangeWithZeroImpl);
-HWY_EXPORT(QuantizeU8Impl);
+HWY_EXPORT(Quantize8Impl);
+HWY_EXPORT(Requantize8Impl);
 
 void range_with_zero(const float* x, int64_t n, float* lo, float* hi) {
   HWY_DYNAMIC_DISPATCH(RangeWithZeroImpl)(x, n, lo, hi);
 }
 
-void quantize_u8(const float* x, int64_t n, float scale, int32_t zero_point, uint8_t* y) {
+void quantize_8bit(const float* x, int64_t n, float scale, float zero_point, float lo, float hi, bool is_signed,
+                   void* y) {
   if (n <= 0) return;
-  HWY_DYNAMIC_DISPATCH(QuantizeU8Impl)(x, n, scale, zero_point, y);
+  HWY_DYNAMIC_DISPATCH(Quantize8Impl)(x, n, scale, zero_point, lo, hi, is_signed, y);
+}
+
+void requantize_8bit(const int32_t* acc, const double* mult, int64_t n, double zero_point, double lo, double hi,
+                     bool is_signed, void* y) {
+  if (n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(Requantize8Impl)(acc, mult, n, zero_point, lo, hi, is_signed, y);
 }
 
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t n, bool log) {

@@ -31,8 +31,15 @@ void norm_rows(const NormRows& a);
 // lo = min(0, x...) and hi = max(0, x...), NaN skipped: the range of DynamicQuantizeLinear.
 void range_with_zero(const float* x, int64_t n, float* lo, float* hi);
 
-// y[i] = rint(x[i] / scale) + zero_point saturated to 0..255 (ties to even; NaN gives the zero
-// point), the quantization of DynamicQuantizeLinear (ops/quantize.h has its scalar definition).
-void quantize_u8(const float* x, int64_t n, float scale, int32_t zero_point, uint8_t* y);
+// y[i] = rint(x[i] / scale) + zero_point, clamped to [lo, hi], as int8 (is_signed) or uint8; the
+// quotient in float, ties to even; NaN gives the zero point (clamped). QuantizeLinear's and
+// DynamicQuantizeLinear's 8-bit quantization (ops/quantize.h has the scalar definition).
+void quantize_8bit(const float* x, int64_t n, float scale, float zero_point, float lo, float hi, bool is_signed,
+                   void* y);
+
+// y[i] = rint(acc[i] * mult[i]) + zero_point, clamped to [lo, hi], as int8 or uint8, the product
+// in double: the requantization of QLinearMatMul's int32 sums.
+void requantize_8bit(const int32_t* acc, const double* mult, int64_t n, double zero_point, double lo, double hi,
+                     bool is_signed, void* y);
 
 }  // namespace onyx::cpu

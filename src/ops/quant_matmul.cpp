@@ -8,6 +8,7 @@
 
 #include "cpu/gemm.h"
 #include "cpu/int8_gemm.h"
+#include "cpu/rowwise.h"
 #include "ops/common.h"
 #include "ops/gemm.h"
 #include "ops/matmul_plan.h"
@@ -199,17 +200,15 @@ void qlinear_matmul_kernel(KernelContext& ctx) {
   for (int64_t i = 0; i < mult_rows; ++i)
     for (int64_t j = 0; j < p.n; ++j)
       mult[i * p.n + j] = round_to_dtype(st, round_to_dtype(st, sa[i] * sb[j]) / sy[0]);
-  dispatch<Int8Types>(y.dtype(), "QLinearMatMul y", [&](auto yt) {
-    using Y = typename decltype(yt)::type;
-    Y* py = y.data<Y>();
-    const int64_t rows = static_cast<int64_t>(acc.size()) / std::max<int64_t>(p.n, 1);
-    for (int64_t row = 0; row < rows; ++row) {
-      const double* m = mult.data() + (same_rows ? 0 : (row % p.m) * p.n);
-      const int32_t* in = acc.data() + row * p.n;
-      Y* out = py + row * p.n;
-      for (int64_t j = 0; j < p.n; ++j) out[j] = static_cast<Y>(quantize_scaled(static_cast<double>(in[j]) * m[j], zy[0], r));
-    }
-  });
+  // Per row: y = quantize_scaled(acc * mult, zy, r), vectorized.
+  const bool is_signed = y.dtype() == DType::kInt8;
+  auto* py = static_cast<uint8_t*>(y.raw());
+  const int64_t rows = static_cast<int64_t>(acc.size()) / std::max<int64_t>(p.n, 1);
+  for (int64_t row = 0; row < rows; ++row) {
+    const double* m = mult.data() + (same_rows ? 0 : (row % p.m) * p.n);
+    cpu::requantize_8bit(acc.data() + row * p.n, m, p.n, zy[0], static_cast<double>(r.lo), static_cast<double>(r.hi),
+                         is_signed, py + row * p.n);
+  }
 }
 
 // ---- com.microsoft MatMulIntegerToFloat, DynamicQuantizeMatMul ----

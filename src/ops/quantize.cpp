@@ -10,7 +10,6 @@
 #include "ops/common.h"
 
 #if defined(__SSE2__)
-#include <emmintrin.h>
 #endif
 
 namespace onyx {
@@ -169,49 +168,18 @@ DType division_type(const KernelContext& ctx, DType x, DType scale) {
 }
 
 // The common case (float32 x and scale, 8-bit y: every activation of a QDQ model) in float
-// arithmetic. The same values as the general path: a float32 quotient rounded from double is
-// the float32 quotient (double holds over twice float's digits), and below 2^22 adding and
-// subtracting 1.5 * 2^23 rounds half to even as rint does; NaN takes the zero point.
-// n elements with one scale and zero point. With SSE2 four at a time: cvtps2dq rounds half to
-// even (the default rounding mode) as rint does, on values clamped to +-2^22 so that it is exact;
-// the zero point and the range are applied in float, where those integers are exact.
-template <class Q>
-void quantize_span(const float* x, Q* y, int64_t n, float s, float z, float lo, float hi) {
-  const float nan_code = std::clamp(z, lo, hi);
-  int64_t i = 0;
-#if defined(__SSE2__)
-  const __m128 vs = _mm_set1_ps(s), vz = _mm_set1_ps(z), vlo = _mm_set1_ps(lo), vhi = _mm_set1_ps(hi);
-  const __m128 big = _mm_set1_ps(4194304.f), small = _mm_set1_ps(-4194304.f), vnan = _mm_set1_ps(nan_code);
-  for (; i + 4 <= n; i += 4) {
-    const __m128 q = _mm_div_ps(_mm_loadu_ps(x + i), vs);
-    const __m128 ordered = _mm_cmpord_ps(q, q);
-    const __m128 c = _mm_min_ps(_mm_max_ps(q, small), big);
-    __m128 v = _mm_add_ps(_mm_cvtepi32_ps(_mm_cvtps_epi32(c)), vz);
-    v = _mm_min_ps(_mm_max_ps(v, vlo), vhi);
-    v = _mm_or_ps(_mm_and_ps(ordered, v), _mm_andnot_ps(ordered, vnan));
-    alignas(16) int32_t codes[4];
-    _mm_store_si128(reinterpret_cast<__m128i*>(codes), _mm_cvttps_epi32(v));
-    for (int k = 0; k < 4; ++k) y[i + k] = static_cast<Q>(codes[k]);
-  }
-#endif
-  for (; i < n; ++i) {
-    const float q = x[i] / s;
-    if (q != q) {
-      y[i] = static_cast<Q>(nan_code);
-      continue;
-    }
-    const float c = std::min(std::max(q, -4194304.f), 4194304.f);
-    y[i] = static_cast<Q>(std::min(std::max(((c + 12582912.f) - 12582912.f) + z, lo), hi));
-  }
-}
-
+// arithmetic, vectorized (cpu::quantize_8bit). The same values as the general path: a float32
+// quotient rounded from double is the float32 quotient (double holds over twice float's
+// digits), rounding to an integer is exact in float, and the zero point and the range are
+// applied in float, where those integers are exact; NaN takes the zero point.
 void quantize_float_to_8bit(const float* x, const std::vector<double>& scales, const std::vector<int64_t>& zeros,
                             QuantRange r, const QuantGranularity& g, Tensor& y) {
   const float lo = static_cast<float>(r.lo), hi = static_cast<float>(r.hi);
+  const bool is_signed = y.dtype() == DType::kInt8;
   auto run = [&](auto* py) {
     auto span = [&](int64_t from, int64_t n, int64_t p) {
-      quantize_span(x + from, py + from, n, static_cast<float>(scales[static_cast<size_t>(p)]),
-                    static_cast<float>(zeros[static_cast<size_t>(p)]), lo, hi);
+      cpu::quantize_8bit(x + from, n, static_cast<float>(scales[static_cast<size_t>(p)]),
+                         static_cast<float>(zeros[static_cast<size_t>(p)]), lo, hi, is_signed, py + from);
     };
     if (g.kind == QuantGranularity::Kind::kPerTensor) {
       span(0, g.outer * g.axis_dim * g.inner, 0);
@@ -361,7 +329,7 @@ DynamicQuantParams dynamic_quant_params(const float* x, int64_t n) {
 }
 
 void dynamic_quantize(const float* x, int64_t n, const DynamicQuantParams& p, uint8_t* y) {
-  cpu::quantize_u8(x, n, p.scale, p.zero_point, y);
+  cpu::quantize_8bit(x, n, p.scale, p.zero_point, 0.f, 255.f, false, y);
 }
 
 namespace {

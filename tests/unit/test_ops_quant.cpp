@@ -123,6 +123,44 @@ TEST(OpsQuant, QLinearMatMulRequantizesWithTheScaleProduct) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(out[0].data<int8_t>()[i], want[i]) << "element " << i;
 }
 
+// QLinearMatMul at sizes where its requantization runs vectorized, against the formula in double:
+// y = clamp(rint(acc * float(float(a_scale * b_scale[j]) / y_scale)) + y_zero_point), with
+// per-column scales and zero points of B, a multiplier of exactly 0.5 (every odd sum a tie, which rounds to
+// even), int8 and uint8 outputs, and sums past the range (saturation).
+TEST(OpsQuant, QLinearMatMulRequantizationMatchesTheFormulaAtVectorSizes) {
+  const int64_t m = 5, k = 37, n = 40;
+  for (bool ties : {false, true}) {
+    for (DType yt : {DType::kInt8, DType::kUInt8}) {
+      // With ties, A near its zero point keeps most sums inside the output's range.
+      Tensor a = ties ? test::random_tensor<uint8_t>(Shape{m, k}, 119, 123) : test::random_tensor<uint8_t>(Shape{m, k}, 0, 255);
+      Tensor b = test::random_tensor<int8_t>(Shape{k, n}, -128, 127);
+      std::vector<float> sb(static_cast<size_t>(n));
+      for (auto& v : sb) v = ties ? 0.25f : 0.001f + static_cast<float>(test::rng()() % 1000) * 1e-5f;
+      const float sa = 0.5f, sy = ties ? 0.25f : 0.37f;
+      const int32_t za = 121, zy = yt == DType::kInt8 ? -3 : 140;
+      Tensor zb = test::random_tensor<int8_t>(Shape{n}, -20, 20);
+      Tensor zyt = yt == DType::kInt8 ? Tensor::scalar<int8_t>(static_cast<int8_t>(zy)) : Tensor::scalar<uint8_t>(static_cast<uint8_t>(zy));
+      auto out = test::run_op("QLinearMatMul",
+                              {a, Tensor::scalar<float>(sa), Tensor::scalar<uint8_t>(static_cast<uint8_t>(za)), b,
+                               Tensor::from_vector<float>(sb, Shape{n}), zb,
+                               Tensor::scalar<float>(sy), zyt},
+                              {}, 1, 21)[0];
+      ASSERT_EQ(out.dtype(), yt);
+      const double lo = yt == DType::kInt8 ? -128 : 0, hi = yt == DType::kInt8 ? 127 : 255;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          int64_t acc = 0;
+          for (int64_t q = 0; q < k; ++q)
+            acc += (int64_t{a.data<uint8_t>()[i * k + q]} - za) * (int64_t{b.data<int8_t>()[q * n + j]} - zb.data<int8_t>()[j]);
+          const double mult = static_cast<float>(static_cast<float>(sa * sb[j]) / sy);
+          const double want = std::clamp(std::nearbyint(static_cast<double>(acc) * mult) + zy, lo, hi);
+          ASSERT_EQ(out.get_as_double(i * n + j), want)
+              << "row " << i << " column " << j << " sum " << acc << " " << dtype_name(yt) << (ties ? " ties" : "");
+        }
+    }
+  }
+}
+
 }  // namespace
 
 }  // namespace onyx
