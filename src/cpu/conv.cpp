@@ -52,10 +52,11 @@ HWY_INLINE void DwBlock(const float* const* rows, int64_t kh, int64_t kw, const 
     for (int v = 0; v < NV; ++v) {
       const int64_t o = v * kL;
       float* dst = out + r * ldo + o;
-      if (o + kL <= count) hn::StoreU(acc[r][v], d, dst);
-      else if (o < count) hn::BlendedStore(acc[r][v], hn::FirstN(d, static_cast<size_t>(count - o)), d, dst);
+      const VF y = ActivateCheap(d, acc[r][v], act);
+      if (o + kL <= count) hn::StoreU(y, d, dst);
+      else if (o < count) hn::BlendedStore(y, hn::FirstN(d, static_cast<size_t>(count - o)), d, dst);
     }
-  if (act.kind != Act::kNone)
+  if (!IsCheap(act.kind))
     for (int r = 0; r < R; ++r) ActivateSpan(d, out + r * ldo, count, act);
 }
 

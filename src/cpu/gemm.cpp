@@ -83,6 +83,7 @@ HWY_NOINLINE void Tile(const TileArgs& t) {
   }
   const bool full = t.ncols == NP * kPanel;
   const bool epi = t.last && (t.bias || t.row_bias || t.residual || t.act->kind != Act::kNone);
+  const bool cheap = IsCheap(t.act->kind);
   if (full) {
     HWY_UNROLL(16)
     for (int r = 0; r < MR; ++r)
@@ -95,10 +96,11 @@ HWY_NOINLINE void Tile(const TileArgs& t) {
           if (t.bias) x = hn::Add(x, hn::LoadU(d, t.bias + v * kL));
           if (t.row_bias) x = hn::Add(x, hn::Set(d, t.row_bias[r]));
           if (t.residual) x = hn::Add(x, hn::LoadU(d, t.residual + r * t.ldr + v * kL));
+          if (cheap) x = ActivateCheap(d, x, *t.act);
         }
         hn::StoreU(x, d, out);
       }
-    if (epi && t.act->kind != Act::kNone)
+    if (epi && !cheap)
       for (int r = 0; r < MR; ++r) ActivateSpan(d, t.c + r * t.ldc, NV * kL, *t.act);
     return;
   }
@@ -117,9 +119,10 @@ HWY_NOINLINE void Tile(const TileArgs& t) {
         VF x = hn::Load(d, buf[r] + v * kL);
         if (t.bias) x = hn::Add(x, hn::Load(d, bias + v * kL));
         if (t.row_bias) x = hn::Add(x, hn::Set(d, t.row_bias[r]));
+        if (cheap) x = ActivateCheap(d, x, *t.act);
         hn::Store(x, d, buf[r] + v * kL);
       }
-    if (epi && t.act->kind != Act::kNone) ActivateSpan(d, buf[r], t.ncols, *t.act);
+    if (epi && !cheap) ActivateSpan(d, buf[r], t.ncols, *t.act);
     std::memcpy(t.c + r * t.ldc, buf[r], t.ncols * sizeof(float));
   }
 }

@@ -79,9 +79,30 @@ HWY_INLINE V Activate(D d, V x, const Activation& act) {
   return x;
 }
 
+// Whether `k` costs a few instructions (no exp, erf or tanh): a fused kernel applies those in
+// registers as it stores, and the others through ActivateSpan afterwards.
+inline bool IsCheap(Act k) {
+  return k == Act::kNone || k == Act::kRelu || k == Act::kLeakyRelu || k == Act::kClip || k == Act::kHardSigmoid ||
+         k == Act::kHardSwish;
+}
+
+// Activate for the cheap kinds (IsCheap); any other kind leaves x as it is.
+template <class D, class V>
+HWY_INLINE V ActivateCheap(D d, V x, const Activation& act) {
+  switch (act.kind) {
+    case Act::kRelu:
+    case Act::kLeakyRelu:
+    case Act::kClip:
+    case Act::kHardSigmoid:
+    case Act::kHardSwish: return Activate(d, x, act);
+    default: return x;
+  }
+}
+
 // p[i] = act(p[i]) for i in [0, n). A fused kernel's epilogue stores its registers and then calls
-// this once per stored row: Activate inlined per register of every tile shape multiplied each
-// kernel's code (the gemm and depthwise files took clang with the sanitizers many minutes).
+// this once per stored row for the costly kinds: Activate inlined per register of every tile shape
+// multiplied each kernel's code (the gemm and depthwise files took clang with the sanitizers many
+// minutes).
 template <class D>
 HWY_NOINLINE void ActivateSpan(D d, float* HWY_RESTRICT p, int64_t n, const Activation& act) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));

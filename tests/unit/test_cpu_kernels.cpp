@@ -287,7 +287,8 @@ TEST(CpuConv, DepthwiseMatchesFloat64AcrossStridesPadsAndDilations) {
       a.x = x.data(), a.w = w.data(), a.bias = bias.data(), a.y = y.data();
       a.channels = ch, a.ih = c.ih, a.iw = c.iw, a.oh = oh, a.ow = ow;
       a.kh = a.kw = c.k, a.sh = a.sw = c.s, a.ph = a.pw = c.p, a.dh = a.dw = c.dil;
-      a.act = Activation{Act::kHardSwish};
+      // HardSwish is applied in registers, GELU by the span pass after the store.
+      a.act = Activation{(&c - cases) % 2 == 0 ? Act::kHardSwish : Act::kGelu};
       depthwise_conv2d(a);
       for (int64_t q = 0; q < ch; ++q)
         for (int64_t i = 0; i < oh; ++i)
