@@ -21,6 +21,7 @@ enum class Act : uint8_t {
   kSilu,         // x * sigmoid(x)
   kHardSigmoid,  // max(0, min(1, a * x + b))
   kHardSwish,    // x * max(0, min(1, x / 6 + 1 / 2))
+  kErf,          // erf(x) (the Erf op's float32 kernel)
 };
 
 struct Activation {
@@ -46,6 +47,7 @@ inline float activate_reference(float xf, const Activation& act) {
     case Act::kSilu: return static_cast<float>(x / (1 + std::exp(-x)));
     case Act::kHardSigmoid: return static_cast<float>(std::fmax(0.0, std::fmin(1.0, act.a * x + act.b)));
     case Act::kHardSwish: return static_cast<float>(x * std::fmax(0.0, std::fmin(1.0, x / 6 + 0.5)));
+    case Act::kErf: return static_cast<float>(std::erf(x));
   }
   return xf;
 }

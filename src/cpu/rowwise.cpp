@@ -301,6 +301,7 @@ const char* act_name(Act a) {
     case Act::kSilu: return "silu";
     case Act::kHardSigmoid: return "hard_sigmoid";
     case Act::kHardSwish: return "hard_swish";
+    case Act::kErf: return "erf";
   }
   return "?";
 }

@@ -21,6 +21,7 @@ std::optional<cpu::Activation> float_activation(std::string_view name, const Ker
   if (name == "Sigmoid") return cpu::Activation{Act::kSigmoid};
   if (name == "Tanh") return cpu::Activation{Act::kTanh};
   if (name == "HardSwish") return cpu::Activation{Act::kHardSwish};
+  if (name == "Erf") return cpu::Activation{Act::kErf};
   if (name == "LeakyRelu") return cpu::Activation{Act::kLeakyRelu, ctx.attr_float("alpha", 0.01f)};
   if (name == "HardSigmoid")
     return cpu::Activation{Act::kHardSigmoid, ctx.attr_float("alpha", 0.2f), ctx.attr_float("beta", 0.5f)};
@@ -33,7 +34,7 @@ std::optional<cpu::Activation> float_activation(std::string_view name, const Ker
 }
 
 bool has_float_activation(std::string_view name) {
-  for (const char* n : {"Relu", "Sigmoid", "Tanh", "HardSwish", "LeakyRelu", "HardSigmoid", "Gelu"})
+  for (const char* n : {"Relu", "Sigmoid", "Tanh", "HardSwish", "LeakyRelu", "HardSigmoid", "Gelu", "Erf"})
     if (name == n) return true;
   return false;
 }
