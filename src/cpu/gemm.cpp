@@ -242,9 +242,7 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
   // slow next to the tile it feeds.)
   const int64_t ntiles = (panels + kBigNP - 1) / kBigNP;
   const int64_t mblocks = (m + kBigMR - 1) / kBigMR;
-  const int threads = parallelism();
-  int64_t mchunks = 1;
-  if (threads > 1 && ntiles < 4 * threads) mchunks = std::min<int64_t>(mblocks, (4 * threads + ntiles - 1) / ntiles);
+  const int64_t mchunks = row_chunks(ntiles, mblocks);
   const int64_t blocks_per_chunk = (mblocks + mchunks - 1) / mchunks;
   const int64_t tasks = ntiles * mchunks;
   const int64_t work = m * k * kBigNP * kPanel / std::max<int64_t>(mchunks, 1);

@@ -218,7 +218,10 @@ void pack_b(const T* b, int64_t ldb, int64_t k, int64_t n, int64_t groups, int64
 void gemm_int8(int64_t m, int64_t n, int64_t k, const Int8Operand& a, const Int8Operand& b, int32_t* c,
                int64_t ldc) {
   if (m <= 0 || n <= 0) return;
-  thread_local Scratch s;
+  // The calling thread's buffers, named through a reference: inside the lambdas below a
+  // thread_local's own name would mean the running worker's (empty) copy.
+  thread_local Scratch scratch;
+  Scratch& s = scratch;
   const int64_t groups = (k + 3) / 4, kp = groups * 4;
   const int64_t panels = (n + kCols - 1) / kCols;
   const int32_t ca = a.is_signed ? 128 : 0, cb = b.is_signed ? 0 : 128;
@@ -258,9 +261,7 @@ void gemm_int8(int64_t m, int64_t n, int64_t k, const Int8Operand& a, const Int8
   // cache while the chunk's rows pass over them.
   const int64_t ntiles = (panels + kBigNP - 1) / kBigNP;
   const int64_t mblocks = (m + kBigMR - 1) / kBigMR;
-  const int threads = parallelism();
-  int64_t mchunks = 1;
-  if (threads > 1 && ntiles < 4 * threads) mchunks = std::min<int64_t>(mblocks, (4 * threads + ntiles - 1) / ntiles);
+  const int64_t mchunks = row_chunks(ntiles, mblocks);
   const int64_t per_chunk = (mblocks + mchunks - 1) / mchunks;
   const int64_t work = per_chunk * kBigMR * k * kBigNP * kCols;
   parallel_for(ntiles * mchunks, std::max<int64_t>(1, 262144 / (work + 1)), [&](int64_t t0, int64_t t1) {

@@ -151,4 +151,10 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
   t_pool->run(n, grain, fn);
 }
 
+int64_t row_chunks(int64_t col_tiles, int64_t row_blocks) {
+  const int threads = parallelism();
+  if (threads <= 1 || col_tiles >= 4 * threads) return 1;
+  return std::max<int64_t>(1, std::min<int64_t>(row_blocks, (4 * threads + col_tiles - 1) / col_tiles));
+}
+
 }  // namespace onyx::cpu

@@ -77,4 +77,9 @@ int parallelism();
 // work is too small to split (n <= grain).
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+// How many chunks a matrix product's `row_blocks` blocks of rows split into, its tasks being
+// (column tile, chunk of row blocks): one chunk while its `col_tiles` column tiles give every
+// thread four tasks, more when they do not (up to one per row block).
+int64_t row_chunks(int64_t col_tiles, int64_t row_blocks);
+
 }  // namespace onyx::cpu

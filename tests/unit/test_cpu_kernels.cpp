@@ -13,6 +13,7 @@
 #include "cpu/activation.h"
 #include "cpu/conv.h"
 #include "cpu/gemm.h"
+#include "cpu/int8_gemm.h"
 #include "cpu/rowwise.h"
 #include "cpu/thread_pool.h"
 #include "hwy/targets.h"
@@ -146,6 +147,36 @@ TEST(CpuGemm, SplitsOverThePoolWithTheSameResult) {
   gemm_packed(1, n, k, a.data(), k, packed.data(), row4.data(), n);
   EXPECT_EQ(one, four);  // each element is summed in the same order whoever computes it
   EXPECT_EQ(row1, row4);
+}
+
+// The 8-bit product over a pool of 4 threads (row chunks, column tiles, B packed by panels in
+// parallel) gives the same sums as on one thread, at one row and at many (with few column tiles,
+// so that rows are chunked too).
+TEST(CpuGemm, Int8SplitsOverThePoolWithTheSameResult) {
+  if (!has_int8_dot()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  std::mt19937 rng(10);
+  std::uniform_int_distribution<int> byte(-128, 127);
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 300}, {37, 300}, {61, 40}}) {
+    const int64_t k = 203;
+    std::vector<int8_t> a(m * k), b(k * n);
+    for (auto& v : a) v = static_cast<int8_t>(byte(rng));
+    for (auto& v : b) v = static_cast<int8_t>(byte(rng));
+    std::vector<int32_t> za(m), zb(n);
+    for (auto& z : za) z = byte(rng);
+    for (auto& z : zb) z = byte(rng);
+    std::vector<int32_t> one(m * n), four(m * n);
+    const Int8Operand ao{a.data(), true, k, za.data()}, bo{b.data(), true, n, zb.data()};
+    gemm_int8(m, n, k, ao, bo, one.data(), n);
+    {
+      ThreadPool pool(4);
+      PoolScope scope(&pool);
+      gemm_int8(m, n, k, ao, bo, four.data(), n);
+    }
+    EXPECT_EQ(one, four) << "m " << m << " n " << n;
+    int64_t want = 0;  // and element (0, 0) against the formula
+    for (int64_t q = 0; q < k; ++q) want += (int64_t{a[q]} - za[0]) * (int64_t{b[q * n]} - zb[0]);
+    EXPECT_EQ(one[0], static_cast<int32_t>(want)) << "m " << m << " n " << n;
+  }
 }
 
 TEST(CpuActivation, MatchesTheScalarDefinition) {
