@@ -187,7 +187,7 @@ void Quantize8(const float* x, int64_t n, float scale, float zero_point, float l
   const float nan_code = std::clamp(zero_point, lo, hi);
   const VF s = hn::Set(d, scale), z = hn::Set(d, zero_point), vlo = hn::Set(d, lo), vhi = hn::Set(d, hi);
   const VF vnan = hn::Set(d, nan_code);
-  parallel_for((n + 16383) / 16384, 1, [&](int64_t c0, int64_t c1) {
+  auto chunks = [&](int64_t c0, int64_t c1) {
     const int64_t e = std::min(n, c1 * 16384);
     int64_t i = c0 * 16384;
     for (; i + L <= e; i += L) {
@@ -201,7 +201,11 @@ void Quantize8(const float* x, int64_t n, float scale, float zero_point, float l
       const float q = std::isnan(scaled) ? nan_code : std::clamp(std::nearbyint(scaled) + zero_point, lo, hi);
       y[i] = static_cast<Q>(q);
     }
-  });
+  };
+  // One chunk (a short span, down to one element of a blocked quantization) runs here without
+  // the pool's call.
+  if (n <= 16384) chunks(0, 1);
+  else parallel_for((n + 16383) / 16384, 1, chunks);
 }
 
 void Quantize8Impl(const float* x, int64_t n, float scale, float zero_point, float lo, float hi, bool is_signed,

@@ -3,7 +3,10 @@
 // narrow integers int4, uint4, int2, uint2, and the 8- and 4-bit floats.
 #include "ops/quantize.h"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "core/narrow_types.h"
 #include "cpu/rowwise.h"
@@ -186,8 +189,14 @@ void quantize_float_to_8bit(const float* x, const std::vector<double>& scales, c
     } else if (g.kind == QuantGranularity::Kind::kPerAxis) {
       for (int64_t o = 0; o < g.outer; ++o)
         for (int64_t a = 0; a < g.axis_dim; ++a) span((o * g.axis_dim + a) * g.inner, g.inner, a);
-    } else {
-      g.for_each([&](int64_t i, int64_t p) { span(i, 1, p); });
+    } else {  // blocked: one element at a time, the scalar form of the same arithmetic
+      using Q = std::remove_pointer_t<decltype(py)>;
+      g.for_each([&](int64_t i, int64_t p) {
+        const float s = static_cast<float>(scales[static_cast<size_t>(p)]);
+        const float z = static_cast<float>(zeros[static_cast<size_t>(p)]);
+        const float scaled = x[i] / s;
+        py[i] = static_cast<Q>(std::isnan(scaled) ? std::clamp(z, lo, hi) : std::clamp(std::nearbyint(scaled) + z, lo, hi));
+      });
     }
   };
   if (y.dtype() == DType::kInt8) run(y.data<int8_t>());
