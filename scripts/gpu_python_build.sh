@@ -23,5 +23,6 @@ g++ -shared -Wl,--gc-sections -o "$here/pylib/onyx/_onyx$suffix" "$obj/module.o"
     -Wl,--start-group "$here"/py/libs/*.a -Wl,--end-group -L"$here/lib" -L/usr/lib/x86_64-linux-gnu \
     -l:libprotobuf.so.32 -l:libblas.so.3 -l:libpcre2-8.so.0 -l:libutf8proc.so.2 -l:libhwy.so.1 \
     -l:libjpeg.so.62 -l:libpng16.so.16 -l:libtiff.so.6 -l:libwebp.so.7 -l:libopenjp2.so.7 \
+    -l:libsndfile.so.1 -l:libsoxr.so.0 -l:libkissfft-float.so.131 \
     /usr/local/cuda/lib64/libcudart_static.a -lrt -lpthread -ldl
 echo "built $here/pylib/onyx/_onyx$suffix"

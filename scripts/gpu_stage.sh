@@ -36,6 +36,12 @@ for l in libjpeg.so.62 libpng16.so.16 libtiff.so.6 libwebp.so.7 libopenjp2.so.7 
          libjbig.so.0 libdeflate.so.0; do
   cp -L /usr/lib/x86_64-linux-gnu/$l gpu/lib/ && gzip -9 gpu/lib/$l
 done
+# Speech models' audio (genai/audio.h): libsndfile and the codecs it links, libsoxr (and its
+# OpenMP runtime), kissfft.
+for l in libsndfile.so.1 libFLAC.so.12 libvorbis.so.0 libvorbisenc.so.2 libopus.so.0 libogg.so.0 libmpg123.so.0 \
+         libmp3lame.so.0 libsoxr.so.0 libgomp.so.1 libkissfft-float.so.131; do
+  cp -L /usr/lib/x86_64-linux-gnu/$l gpu/lib/ && gzip -9 gpu/lib/$l
+done
 # Highway, the CPU kernels' SIMD dispatch (src/cpu; Debian ships it as a shared library only).
 cp -L /usr/lib/x86_64-linux-gnu/libhwy.so.1 gpu/lib/
 # The server's HTTP library and what it links (onyx serve).

@@ -8,6 +8,7 @@ packages=(build-essential cmake ninja-build ccache pkg-config protobuf-compiler 
           libopenblas-dev libgtest-dev python3-venv nlohmann-json3-dev libpcre2-dev libutf8proc-dev
           libcpp-httplib-dev
           libjpeg-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev  # ImageDecoder's decoders
+          libsndfile1-dev libsoxr-dev libkissfft-dev  # speech models' audio: decoding, rate conversion, FFT
           libhwy-dev  # Highway: the CPU kernels' SIMD (AVX-512 / AVX2, chosen at run time; src/cpu)
           clang libclang-rt-14-dev llvm)  # the fuzz targets (scripts/fuzz_ci.sh): libFuzzer, the sanitizers, their symbolizer
 missing=()

@@ -1,5 +1,6 @@
 #include "genai/encoder_decoder_folder.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -86,14 +87,30 @@ EncoderDecoderFolder load_encoder_decoder_folder(const std::string& dir) {
     // The encoder: token ids (and their mask) in, hidden states out.
     const ModelInfo enc = inspect_model(f.encoder_path);
     const std::string ew = "encoder 'encoder_model.onnx'";
-    if (find_io(enc.inputs, "input_features"))
-      throw Error(cat(ew, " takes input_features (audio): onyx runs text encoders (input_ids) so far"));
-    need_input(enc, ew, "input_ids", "the prompt's token ids");
-    f.encoder_input = "input_ids";
+    if (const ValueDesc* features = find_io(enc.inputs, "input_features")) {
+      // A speech encoder: the log-mel spectrogram of preprocessor_config.json's front end.
+      f.audio = true;
+      f.encoder_input = "input_features";
+      f.audio_features = AudioFeatureConfig::from_folder(dir);
+      const AudioFeatureConfig& a = f.audio_features;
+      ONYX_CHECK(features->dtype == DType::kFloat32 || features->dtype == DType::kFloat16, ew,
+                 ": input_features is ", features->type_str(), ", expected float32 or float16");
+      if (features->rank_known) {
+        ONYX_CHECK(features->dims.size() == 3, ew, ": input_features is ", features->type_str(),
+                   ", expected [batch, mels, frames]");
+        ONYX_CHECK(features->dims[1] <= 0 || features->dims[1] == a.feature_size, ew, ": input_features has ",
+                   features->dims[1], " mel bins, preprocessor_config.json's feature_size is ", a.feature_size);
+        ONYX_CHECK(features->dims[2] <= 0 || features->dims[2] == a.nb_max_frames, ew, ": input_features has ",
+                   features->dims[2], " frames, preprocessor_config.json's nb_max_frames is ", a.nb_max_frames);
+      }
+    } else {
+      need_input(enc, ew, "input_ids", "the prompt's token ids");
+      f.encoder_input = "input_ids";
+    }
     if (find_io(enc.inputs, "attention_mask")) f.encoder_mask = "attention_mask";
     for (const auto& in : enc.inputs)
       ONYX_CHECK(in.name == f.encoder_input || in.name == f.encoder_mask || in.has_default, ew, ": input '", in.name,
-                 "' has no role onyx knows how to feed (input_ids, attention_mask)");
+                 "' has no role onyx knows how to feed (input_ids or input_features, attention_mask)");
     ONYX_CHECK(!enc.outputs.empty(), ew, " has no outputs");
     f.encoder_output = find_io(enc.outputs, "last_hidden_state") ? "last_hidden_state" : enc.outputs[0].name;
 
@@ -170,6 +187,45 @@ EncoderDecoderFolder load_encoder_decoder_folder(const std::string& dir) {
     };
     const int64_t start = id_in_configs("decoder_start_token_id");
     f.forced_bos_id = id_in_configs("forced_bos_token_id");
+    // Logit processors and a speech decoder's prompt (generation_config.json).
+    if (fs::exists(d / "generation_config.json")) {
+      Json doc = read_json_file((d / "generation_config.json").string());
+      JsonNode g(doc, "generation_config.json");
+      auto ids = [&](const char* key) {
+        std::vector<int64_t> out;
+        if (g.has(key) && !g.at(key).is_null()) out = json_ids(g.at(key));
+        for (int64_t id : out)
+          ONYX_CHECK(id >= 0 && (dec.vocab_size <= 0 || id < dec.vocab_size), "generation_config.json: ", key,
+                     " holds id ", id, ", outside the vocabulary of ", dec.vocab_size);
+        return out;
+      };
+      f.suppress_ids = ids("suppress_tokens");
+      f.begin_suppress_ids = ids("begin_suppress_tokens");
+      auto names = [&](const char* key) {
+        std::vector<std::pair<std::string, int64_t>> out;
+        if (!g.has(key) || g.at(key).is_null()) return out;
+        JsonNode m = g.at(key);
+        m.expect_object();
+        for (const auto& [name, v] : m.value().items())
+          out.emplace_back(name, JsonNode(v, cat(m.path(), "/", name)).as_int());
+        return out;
+      };
+      f.lang_to_id = names("lang_to_id");
+      f.task_to_id = names("task_to_id");
+      f.no_timestamps_id = g.int_or("no_timestamps_token_id", -1);
+      if (g.has("forced_decoder_ids") && !g.at("forced_decoder_ids").is_null()) {
+        JsonNode forced = g.at("forced_decoder_ids");
+        forced.expect_array();
+        for (size_t i = 0; i < forced.size(); ++i) {
+          JsonNode pair = forced.at(i);
+          pair.expect_array();
+          ONYX_CHECK(pair.size() == 2, pair.path(), ": expected [position, id]");
+          // Only the run from position 1 on is a prompt (as transformers reads it).
+          if (pair.at(size_t{0}).as_int() != static_cast<int64_t>(f.forced_prefix.size()) + 1) break;
+          f.forced_prefix.push_back(pair.at(1).is_null() ? -1 : pair.at(1).as_int());
+        }
+      }
+    }
     if (fs::exists(d / "config.json")) {
       Json doc = read_json_file((d / "config.json").string());
       JsonNode c(doc, "config.json");
@@ -184,9 +240,80 @@ EncoderDecoderFolder load_encoder_decoder_folder(const std::string& dir) {
                " is outside the vocabulary of ", dec.vocab_size);
     f.decoder_start_id = start;
     if (!dec.context_length) dec.context_length = 2048;
+    if (f.audio && fs::exists(d / "config.json")) {
+      // A speech decoder's positions: config.json's max_target_positions (Whisper's 448).
+      Json doc = read_json_file((d / "config.json").string());
+      JsonNode c(doc, "config.json");
+      if (c.has("max_target_positions") && !c.at("max_target_positions").is_null())
+        dec.context_length = c.at("max_target_positions").as_int();
+      f.encoder_context = 0;
+    }
     ONYX_CHECK(!dec.eos_ids.empty(), "neither generation_config.json nor config.json names eos_token_id");
     return f;
   });
+}
+
+namespace {
+
+int64_t token_by_name(const std::vector<std::pair<std::string, int64_t>>& table, const std::string& name) {
+  for (const auto& [n, id] : table)
+    if (n == name) return id;
+  return -1;
+}
+
+std::string known_names(const std::vector<std::pair<std::string, int64_t>>& table) {
+  std::string s;
+  for (size_t i = 0; i < table.size() && i < 120; ++i) s += (i ? ", " : "") + table[i].first;
+  if (table.size() > 120) s += ", ...";
+  return s;
+}
+
+bool is_task_id(const EncoderDecoderFolder& f, int64_t id) {
+  for (const auto& [n, t] : f.task_to_id)
+    if (t == id) return true;
+  return false;
+}
+
+}  // namespace
+
+bool speech_needs_language(const EncoderDecoderFolder& f, const std::string& language) {
+  return language.empty() && !f.lang_to_id.empty() && (f.forced_prefix.empty() || f.forced_prefix[0] < 0);
+}
+
+std::vector<int64_t> speech_prompt(const EncoderDecoderFolder& f, const std::string& language,
+                                   const std::string& task, int64_t detected) {
+  std::vector<int64_t> p{f.decoder_start_id};
+  p.insert(p.end(), f.forced_prefix.begin(), f.forced_prefix.end());
+  int64_t lang = -1;
+  if (!language.empty()) {
+    ONYX_CHECK(!f.lang_to_id.empty(), "this model names no languages (generation_config.json has no lang_to_id): "
+               "it takes no language");
+    const std::string token = language.rfind("<|", 0) == 0 ? language : cat("<|", language, "|>");
+    lang = token_by_name(f.lang_to_id, token);
+    ONYX_CHECK(lang >= 0, "unknown language '", language, "'; this model knows ", known_names(f.lang_to_id));
+  } else if (speech_needs_language(f, language)) {
+    ONYX_CHECK(detected >= 0, "no language given and none detected");
+    lang = detected;
+  }
+  if (lang >= 0) {
+    if (p.size() > 1) p[1] = lang;
+    else p.push_back(lang);
+  }
+  if (!task.empty()) {
+    const int64_t t = token_by_name(f.task_to_id, task);
+    ONYX_CHECK(t >= 0, "unknown task '", task, "'",
+               f.task_to_id.empty() ? std::string(": this model names no tasks")
+                                    : cat("; this model knows ", known_names(f.task_to_id)));
+    auto at = std::find_if(p.begin() + 1, p.end(), [&](int64_t id) { return is_task_id(f, id); });
+    if (at != p.end()) *at = t;
+    else p.push_back(t);
+  } else if (!language.empty() && !f.task_to_id.empty() &&
+             std::none_of(p.begin(), p.end(), [&](int64_t id) { return is_task_id(f, id); })) {
+    p.push_back(token_by_name(f.task_to_id, "transcribe"));
+  }
+  if (f.no_timestamps_id >= 0 && p.back() != f.no_timestamps_id) p.push_back(f.no_timestamps_id);
+  p.erase(std::remove(p.begin(), p.end(), int64_t{-1}), p.end());
+  return p;
 }
 
 }  // namespace onyx::genai

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "genai/audio.h"
 #include "genai/model_folder.h"
 
 namespace onyx::genai {
@@ -20,7 +21,11 @@ struct EncoderDecoderFolder {
   std::string model_type;  // config.json's, e.g. "t5", "bart"
 
   std::string encoder_path;
-  std::string encoder_input;           // input_ids (text encoders)
+  // input_ids (text encoders) or input_features (speech encoders: a log-mel spectrogram,
+  // [batch, mels, frames], computed as `audio` says).
+  std::string encoder_input;
+  bool audio = false;
+  AudioFeatureConfig audio_features;
   std::string encoder_mask;            // attention_mask ("" when the encoder has none)
   std::string encoder_output;          // last_hidden_state
 
@@ -39,7 +44,29 @@ struct EncoderDecoderFolder {
   // at the length limit, forced_eos_token_id, is not applied.)
   int64_t forced_bos_id = -1;
   int64_t encoder_context = 0;         // the longest prompt the encoder takes (0: no limit known)
+
+  // generation_config.json's logit processors: ids never drawn, and ids not drawn as the first
+  // generated token (transformers' SuppressTokens and SuppressTokensAtBegin).
+  std::vector<int64_t> suppress_ids, begin_suppress_ids;
+
+  // A speech decoder's prompt (Whisper's generation_config.json): the start token, then the
+  // forced ids at positions 1, 2, ... (-1 where null: to be filled), the language and task
+  // tokens by name, and the token that asks for text without timestamps (-1: none).
+  std::vector<int64_t> forced_prefix;
+  std::vector<std::pair<std::string, int64_t>> lang_to_id, task_to_id;
+  int64_t no_timestamps_id = -1;
 };
+
+// The decoder's prompt for a speech request, as transformers' Whisper generate builds it:
+// the start token; the language token (`language` as "en" or "<|en|>"; "" takes the forced one,
+// else `detected`, the token language detection chose, -1 when not run); the task token
+// ("transcribe" or "translate"; "" takes the forced one, or transcribe when a language was
+// given); the no-timestamps token. An unknown language or task is an error listing the known.
+std::vector<int64_t> speech_prompt(const EncoderDecoderFolder& f, const std::string& language,
+                                   const std::string& task, int64_t detected);
+// Whether speech_prompt needs a detected language: the folder knows languages and neither the
+// caller nor the forced ids choose one.
+bool speech_needs_language(const EncoderDecoderFolder& f, const std::string& language);
 
 // Whether `dir` holds an encoder-decoder export (an encoder_model.onnx).
 bool is_encoder_decoder_folder(const std::string& dir);

@@ -129,7 +129,9 @@ struct EncoderDecoderModel::Runner {
 // The request in flight.
 struct EncoderDecoderModel::Batch {
   int64_t size = 0, rows = 0, steps = 0;
-  Tensor encoder_mask;           // [size, prompt] int64, on the host
+  int64_t encoder_length = 0;    // the encoder output's positions (the cross-attention cache's)
+  int64_t decoder_prompt = 1;    // the decoder's first run's ids per row
+  Tensor encoder_mask;           // [size, prompt] int64, on the host (text encoders)
   Tensor hidden;                 // the encoder's output (the merged decoder reads it every run)
   std::vector<Tensor> cross;     // per layer: key, value (computed by the first run, kept)
   std::vector<Tensor> past;      // per layer: key, value (the last run's presents)
@@ -140,11 +142,23 @@ EncoderDecoderModel::EncoderDecoderModel(const std::string& dir, const SessionOp
   with_context(cat("loading the encoder-decoder pipeline '", dir, "'"), [&] {
     // One device for every component, decided here once (L8), before any file is read.
     const Device device = resolve_device(options.device);
+    if (!folder_.suppress_ids.empty() || !folder_.begin_suppress_ids.empty()) {
+      // generation_config.json's suppressed ids, as a bias on the logits: -inf where an id is
+      // not to be drawn (every step; and at the first generated token, the begin ids too).
+      const int64_t V = folder_.decoder.vocab_size;
+      ONYX_CHECK(V > 0, "generation_config.json suppresses token ids, but the vocabulary's size is not known (the "
+                 "decoder's logits do not declare it, and config.json has no vocab_size)");
+      logit_bias_ = Tensor(DType::kFloat32, Shape{V});
+      std::fill_n(logit_bias_.data<float>(), V, 0.0f);
+      for (int64_t id : folder_.suppress_ids) logit_bias_.data<float>()[id] = -INFINITY;
+      first_logit_bias_ = logit_bias_.clone();
+      for (int64_t id : folder_.begin_suppress_ids) first_logit_bias_.data<float>()[id] = -INFINITY;
+    }
     auto load = [&](const std::string& path, bool sampler) {
       return with_context(std::filesystem::path(path).filename().string(), [&] {
         onyx::Model m = load_model(path);
         optimize_graph(*m.graph, options, device);
-        if (sampler) append_sampler(*m.graph, folder_.decoder.logits);
+        if (sampler) append_sampler(*m.graph, folder_.decoder.logits, logit_bias_.defined());
         return m;
       });
     };
@@ -204,6 +218,95 @@ const Tokenizer& EncoderDecoderModel::tokenizer() {
   return *tokenizer_;
 }
 
+void EncoderDecoderModel::set_audio(std::vector<Tensor> features) {
+  ONYX_CHECK(folder_.audio, "this model's encoder reads ", folder_.encoder_input, ", not audio");
+  ONYX_CHECK(!features.empty(), "no audio given");
+  const AudioFeatureConfig& a = folder_.audio_features;
+  for (size_t i = 0; i < features.size(); ++i)
+    ONYX_CHECK(features[i].dtype() == DType::kFloat32 && features[i].on_host() &&
+                   features[i].shape() == Shape({a.feature_size, a.nb_max_frames}),
+               "audio ", i, ": features are ", features[i].type_str(), ", expected float32[", a.feature_size, ",",
+               a.nb_max_frames, "] on the host (log_mel_spectrogram's)");
+  audio_ = std::move(features);
+  audio_hidden_ = Tensor();
+}
+
+void EncoderDecoderModel::run_encoder(const std::vector<std::vector<int64_t>>& prompts, int64_t size) {
+  Batch& bt = *batch_;
+  const ModelFolder& dec = folder_.decoder;
+  const int64_t B = size;
+  Feeds f;
+  if (folder_.audio) {
+    // Rows past the sequences repeat the first one's audio; their tokens go unread.
+    const AudioFeatureConfig& a = folder_.audio_features;
+    Tensor features(DType::kFloat32, Shape{B, a.feature_size, a.nb_max_frames});
+    const size_t row = static_cast<size_t>(a.feature_size * a.nb_max_frames) * sizeof(float);
+    for (int64_t b = 0; b < B; ++b)
+      std::memcpy(static_cast<char*>(features.raw()) + b * row, audio_[b < bt.rows ? b : 0].raw(), row);
+    f.emplace_back(folder_.encoder_input, features);
+  } else {
+    // Rows padded on the right, masked out (the encoder attends both ways); rows past the
+    // sequences repeat the first prompt, and their tokens go unread.
+    int64_t S = 0;
+    for (const auto& p : prompts) S = std::max<int64_t>(S, static_cast<int64_t>(p.size()));
+    const int64_t pad = dec.pad_id >= 0 ? dec.pad_id : dec.eos_ids[0];
+    Tensor ids = int64_tensor(Shape{B, S}, pad);
+    bt.encoder_mask = int64_tensor(Shape{B, S}, 0);
+    for (int64_t b = 0; b < B; ++b) {
+      const auto& p = prompts[b < bt.rows ? b : 0];
+      for (size_t j = 0; j < p.size(); ++j) {
+        ids.data<int64_t>()[b * S + j] = p[j];
+        bt.encoder_mask.data<int64_t>()[b * S + j] = 1;
+      }
+    }
+    f.emplace_back(folder_.encoder_input, ids);
+    if (!folder_.encoder_mask.empty()) f.emplace_back(folder_.encoder_mask, bt.encoder_mask);
+  }
+  with_context("the encoder", [&] {
+    bt.hidden = encoder_->run(f, {}, {}, memory_->backend())[encoder_->output(folder_.encoder_output)];
+    // The encoder runs once a request: its arena goes back now, before the decoder's steps.
+    encoder_->exec->release_plans();
+  });
+  ONYX_CHECK(bt.hidden.shape().rank() == 3 && bt.hidden.shape()[0] == B, "the encoder's output '",
+             folder_.encoder_output, "' is ", bt.hidden.type_str(), ", expected [", B, ", positions, hidden]");
+  bt.encoder_length = bt.hidden.shape()[1];
+  if (folder_.audio && !folder_.decoder_encoder_mask.empty())
+    bt.encoder_mask = int64_tensor(Shape{B, bt.encoder_length}, 1);  // every audio position is attended
+}
+
+std::vector<int64_t> EncoderDecoderModel::detect_languages() {
+  ONYX_CHECK(folder_.audio && !folder_.lang_to_id.empty(),
+             "language detection needs a speech model whose generation_config.json names languages (lang_to_id)");
+  ONYX_CHECK(!audio_.empty(), "language detection needs audio (set_audio)");
+  batch_.reset();
+  batch_ = std::make_unique<Batch>();
+  Batch& bt = *batch_;
+  bt.rows = static_cast<int64_t>(audio_.size());
+  bt.size = 1;
+  while (bt.size < bt.rows) bt.size *= 2;
+  run_encoder({}, bt.size);
+  Draw draw;
+  draw.options.assign(static_cast<size_t>(bt.rows), {0.f, 0.f, 1.f, 0.f, 1.f, 0.f, 0.f});
+  draw.seeds.assign(static_cast<size_t>(bt.rows), 0);
+  draw.logits = true;
+  const Tensor hidden = bt.hidden;
+  Next next = with_context("language detection", [&] {
+    return run_decoder(*first_, true, int64_tensor(Shape{bt.size, 1}, folder_.decoder_start_id), draw, false);
+  });
+  std::vector<int64_t> langs;
+  const int64_t V = next.logits.shape()[1];
+  for (int64_t b = 0; b < bt.rows; ++b) {
+    const float* l = next.logits.data<float>() + b * V;
+    int64_t best = -1;
+    for (const auto& [name, id] : folder_.lang_to_id)
+      if (id >= 0 && id < V && (best < 0 || l[id] > l[best])) best = id;
+    langs.push_back(best);
+  }
+  batch_.reset();
+  audio_hidden_ = hidden;
+  return langs;
+}
+
 Next EncoderDecoderModel::start(const std::vector<std::vector<int64_t>>& prompts, int64_t, const Draw& draw) {
   ONYX_CHECK(!prompts.empty(), "no prompt to generate from");
   ONYX_CHECK(draw.options.size() == prompts.size() && draw.seeds.size() == prompts.size(),
@@ -217,37 +320,43 @@ Next EncoderDecoderModel::start(const std::vector<std::vector<int64_t>>& prompts
                  " is outside the vocabulary of ", dec.vocab_size);
     longest = std::max<int64_t>(longest, prompts[b].size());
   }
-  ONYX_CHECK(folder_.encoder_context <= 0 || longest <= folder_.encoder_context, "a prompt of ", longest,
-             " tokens is longer than the encoder's ", folder_.encoder_context, " positions");
+  if (folder_.audio) {
+    ONYX_CHECK(!audio_.empty(), "this is a speech model: it transcribes audio (onyx generate --audio FILE; "
+               "EncoderDecoderModel::set_audio), and its prompts are decoder prompts");
+    ONYX_CHECK(audio_.size() == prompts.size(), "audio for ", audio_.size(), " sequences, ", prompts.size(),
+               " decoder prompts");
+    for (size_t b = 0; b < prompts.size(); ++b)
+      ONYX_CHECK(static_cast<int64_t>(prompts[b].size()) == longest, "the decoder prompts of a batch must be of one "
+                 "length: prompt ", b, " has ", prompts[b].size(), " ids, another ", longest);
+    ONYX_CHECK(longest < dec.context_length, "a decoder prompt of ", longest, " ids fills the decoder's ",
+               dec.context_length, " positions");
+  } else {
+    ONYX_CHECK(folder_.encoder_context <= 0 || longest <= folder_.encoder_context, "a prompt of ", longest,
+               " tokens is longer than the encoder's ", folder_.encoder_context, " positions");
+  }
   batch_.reset();
   batch_ = std::make_unique<Batch>();
   Batch& bt = *batch_;
   bt.rows = static_cast<int64_t>(prompts.size());
   bt.size = 1;
   while (bt.size < bt.rows) bt.size *= 2;
-  // Rows padded on the right, masked out (the encoder attends both ways); rows past the
-  // sequences repeat the first prompt, and their tokens go unread.
-  const int64_t B = bt.size, S = longest;
-  const int64_t pad = dec.pad_id >= 0 ? dec.pad_id : dec.eos_ids[0];
-  Tensor ids = int64_tensor(Shape{B, S}, pad);
-  bt.encoder_mask = int64_tensor(Shape{B, S}, 0);
-  for (int64_t b = 0; b < B; ++b) {
-    const auto& p = prompts[b < bt.rows ? b : 0];
-    for (size_t j = 0; j < p.size(); ++j) {
-      ids.data<int64_t>()[b * S + j] = p[j];
-      bt.encoder_mask.data<int64_t>()[b * S + j] = 1;
-    }
+  const int64_t B = bt.size;
+  if (folder_.audio && audio_hidden_.defined() && audio_hidden_.shape()[0] == B) {
+    bt.hidden = audio_hidden_;  // detect_languages() ran the encoder on this audio
+    bt.encoder_length = bt.hidden.shape()[1];
+  } else {
+    run_encoder(prompts, B);
   }
-  with_context("the encoder", [&] {
-    Feeds f{{folder_.encoder_input, ids}};
-    if (!folder_.encoder_mask.empty()) f.emplace_back(folder_.encoder_mask, bt.encoder_mask);
-    bt.hidden = encoder_->run(f, {}, {}, memory_->backend())[encoder_->output(folder_.encoder_output)];
-    // The encoder runs once a request: its arena goes back now, before the decoder's steps.
-    encoder_->exec->release_plans();
-  });
-  Next next = with_context("the decoder's first run", [&] {
-    return run_decoder(*first_, true, int64_tensor(Shape{B, 1}, folder_.decoder_start_id), draw);
-  });
+  audio_.clear();
+  audio_hidden_ = Tensor();
+  // The decoder's first run: its start token (text), or each sequence's decoder prompt (speech).
+  Tensor first_ids = int64_tensor(Shape{B, folder_.audio ? longest : 1}, folder_.decoder_start_id);
+  if (folder_.audio)
+    for (int64_t b = 0; b < B; ++b)
+      std::copy(prompts[b < bt.rows ? b : 0].begin(), prompts[b < bt.rows ? b : 0].end(),
+                first_ids.data<int64_t>() + b * longest);
+  bt.decoder_prompt = first_ids.shape()[1];
+  Next next = with_context("the decoder's first run", [&] { return run_decoder(*first_, true, first_ids, draw); });
   if (folder_.forced_bos_id >= 0) std::fill(next.tokens.begin(), next.tokens.end(), folder_.forced_bos_id);
   return next;
 }
@@ -268,7 +377,7 @@ Next EncoderDecoderModel::step(const std::vector<int64_t>& tokens, const Draw& d
   return next;
 }
 
-Next EncoderDecoderModel::run_decoder(Runner& r, bool first, const Tensor& ids, const Draw& draw) {
+Next EncoderDecoderModel::run_decoder(Runner& r, bool first, const Tensor& ids, const Draw& draw, bool bias) {
   Feeds f{{folder_.decoder.input_ids, ids}};
   Batch& bt = *batch_;
   const ModelFolder& dec = folder_.decoder;
@@ -286,23 +395,32 @@ Next EncoderDecoderModel::run_decoder(Runner& r, bool first, const Tensor& ids, 
     f.emplace_back(folder_.cross[l].past_key, first ? no_cross : bt.cross[2 * l]);
     f.emplace_back(folder_.cross[l].past_value, first ? no_cross : bt.cross[2 * l + 1]);
   }
-  // Each run has one new position: its logits are row 0. The penalties read the decoder's ids
-  // so far (its start token and what it generated).
-  const int64_t width = (bt.steps + 2 + kHistoryBlock - 1) / kHistoryBlock * kHistoryBlock;
-  add_draw_inputs(f, B, bt.rows, width, std::vector<int64_t>(B, 0), draw);
+  // A run's logits are read at its last new position. The penalties read the decoder's ids so
+  // far (its prompt and what it generated).
+  const int64_t new_ids = ids.shape()[1];
+  const int64_t width = (bt.steps + bt.decoder_prompt + 1 + kHistoryBlock - 1) / kHistoryBlock * kHistoryBlock;
+  add_draw_inputs(f, B, bt.rows, width, std::vector<int64_t>(B, new_ids - 1), draw);
+  if (logit_bias_.defined()) {
+    Tensor none;
+    if (!bias) {
+      none = Tensor(DType::kFloat32, Shape{logit_bias_.numel()});
+      std::fill_n(none.data<float>(), none.numel(), 0.0f);
+    }
+    f.emplace_back(kDrawLogitBias, !bias ? none : first ? first_logit_bias_ : logit_bias_);
+  }
   std::vector<std::string> to_host{kNextToken};
   if (draw.logits) to_host.push_back(kNextLogits);
   // The caches are written into the KV pool: self-attention one position longer than the past,
   // cross-attention (the first run) over the prompt.
   Feeds into;
-  const int64_t positions = first ? 1 : bt.past[0].shape()[2] + 1;
+  const int64_t positions = (first ? 0 : bt.past[0].shape()[2]) + new_ids;
   for (const auto& l : dec.layers)
     for (const std::string* n : {&l.present_key, &l.present_value})
       into.emplace_back(*n, Tensor(dec.kv_dtype, Shape{B, dec.kv_heads, positions, dec.head_size}, *kv_pool_));
   if (first)
     for (const auto& l : folder_.cross)
       for (const std::string* n : {&l.present_key, &l.present_value})
-        into.emplace_back(*n, Tensor(dec.kv_dtype, Shape{B, folder_.cross_heads, bt.encoder_mask.shape()[1],
+        into.emplace_back(*n, Tensor(dec.kv_dtype, Shape{B, folder_.cross_heads, bt.encoder_length,
                                                          folder_.cross_head_size}, *kv_pool_));
   std::vector<Tensor> out = r.run(f, to_host, into, memory_->backend());
   std::vector<Tensor> past;

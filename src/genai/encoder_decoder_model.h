@@ -41,9 +41,20 @@ class EncoderDecoderModel : public TokenModel {
   const ModelFolder& folder() const override { return folder_.decoder; }
   const Tokenizer& tokenizer() override;
   Device device() const override { return memory_->device(); }
-  std::vector<int64_t> decoder_prompt(const std::vector<int64_t>&) const override {
-    return {folder_.decoder_start_id};
+  // A text model's decoder starts from its start token; a speech model's prompts are decoder
+  // prompts already (speech_prompt).
+  std::vector<int64_t> decoder_prompt(const std::vector<int64_t>& prompt) const override {
+    return folder_.audio ? prompt : std::vector<int64_t>{folder_.decoder_start_id};
   }
+
+  // A speech model's input for the next start(): per sequence its log-mel features
+  // ([mels, frames] float32, log_mel_spectrogram's). start()'s prompts are then each sequence's
+  // decoder prompt (speech_prompt), all of one length.
+  void set_audio(std::vector<Tensor> features);
+  // Transformers' Whisper language detection for the audio set: the encoder, then the decoder
+  // on its start token; per sequence the language token (lang_to_id's) of largest logit. The
+  // encoder's output is kept for the start() that follows.
+  std::vector<int64_t> detect_languages();
 
   Next start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity, const Draw& draw) override;
   Next step(const std::vector<int64_t>& tokens, const Draw& draw) override;
@@ -63,7 +74,11 @@ class EncoderDecoderModel : public TokenModel {
  private:
   struct Runner;
   struct Batch;
-  Next run_decoder(Runner& r, bool first, const Tensor& ids, const Draw& draw);
+  // One decoder run over `ids` ([size, new ids]); `bias`: with the folder's suppressed ids.
+  Next run_decoder(Runner& r, bool first, const Tensor& ids, const Draw& draw, bool bias = true);
+  // Runs the encoder over the prompts (text) or the audio set (speech) in a batch of `size`
+  // rows, keeping its output (and, for text, the mask) in the batch.
+  void run_encoder(const std::vector<std::vector<int64_t>>& prompts, int64_t size);
   // t[rows[i]] along dimension 0, where t lives (from `alloc` when on the device, if given).
   Tensor take_rows(const Tensor& t, const std::vector<size_t>& rows, Allocator* alloc = nullptr) const;
 
@@ -76,6 +91,9 @@ class EncoderDecoderModel : public TokenModel {
   onyx::Model encoder_model_, first_model_, step_model_;
   std::unique_ptr<Runner> encoder_, first_, step_;
   std::unique_ptr<Batch> batch_;
+  std::vector<Tensor> audio_;        // set_audio's, until start() takes it
+  Tensor audio_hidden_;              // the encoder's output for audio_, when detect_languages ran it
+  Tensor logit_bias_, first_logit_bias_;  // [vocab] float32, when the folder suppresses ids
   ComponentUse encoder_use_, decoder_use_;
 };
 

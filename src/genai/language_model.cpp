@@ -65,11 +65,48 @@ Draw greedy(size_t sequences) {
 
 // Appends onyx.genai::Sample to the decoder: the next token (and the logits it was drawn
 // from) become the outputs; the full logits stay inside, in the plan's arena.
-void append_sampler(Graph& g, const std::string& logits_name) {
-  const int logits = g.find_value(logits_name);
+void append_sampler(Graph& g, const std::string& logits_name, bool logit_bias) {
+  int logits = g.find_value(logits_name);
   auto out = std::find(g.outputs.begin(), g.outputs.end(), logits);
   ONYX_CHECK(out != g.outputs.end(), "the decoder has no output '", logits_name, "'");
   g.outputs.erase(out);
+  auto fresh = [&](const char* name) {
+    const int id = g.value_id(name);
+    ONYX_CHECK(!g.values[id].is_input && g.values[id].producer < 0, "the decoder already has a value named '", name,
+               "'");
+    return id;
+  };
+  if (logit_bias) {
+    // Add(Cast(logits, float), bias): the bias broadcasts over the batch and positions.
+    const int bias = fresh(kDrawLogitBias);
+    g.values[bias].is_input = true;
+    g.values[bias].declared.category = TypeInfo::Category::kTensor;
+    g.values[bias].declared.dtype = DType::kFloat32;
+    g.inputs.push_back(bias);
+    const int as_float = fresh("onyx_draw_logits_float"), biased = fresh("onyx_draw_logits_biased");
+    Node cast;
+    cast.name = "onyx_draw_logits_cast";
+    cast.op_type = "Cast";
+    cast.opset = 13;
+    cast.inputs = {logits};
+    cast.outputs = {as_float};
+    Attribute to;
+    to.name = "to";
+    to.kind = Attribute::Kind::kInt;
+    to.i = 1;  // FLOAT
+    cast.attributes = {to};
+    Node add;
+    add.name = "onyx_draw_logit_bias_add";
+    add.op_type = "Add";
+    add.opset = 13;
+    add.inputs = {as_float, bias};
+    add.outputs = {biased};
+    g.values[as_float].producer = static_cast<int>(g.nodes.size());
+    g.nodes.push_back(std::move(cast));
+    g.values[biased].producer = static_cast<int>(g.nodes.size());
+    g.nodes.push_back(std::move(add));
+    logits = biased;
+  }
   Node n;
   n.name = "onyx_draw";
   n.op_type = "Sample";

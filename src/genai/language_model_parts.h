@@ -52,14 +52,17 @@ inline constexpr const char* kDrawRng = "onyx_draw_rng";
 inline constexpr const char* kDrawHistory = "onyx_draw_history";
 inline constexpr const char* kDrawPosition = "onyx_draw_position";
 inline constexpr const char* kDrawGeneratedStart = "onyx_draw_generated_start";
+inline constexpr const char* kDrawLogitBias = "onyx_draw_logit_bias";  // [vocab] float32, added to the logits
 inline constexpr const char* kNextToken = "onyx_next_token";
 inline constexpr const char* kNextLogits = "onyx_next_logits";
 
 using Feeds = std::vector<std::pair<std::string, Tensor>>;
 
 // Appends onyx.genai::Sample to a decoder graph: the next token (and the logits it was drawn
-// from) become the outputs; the full logits stay inside, in the plan's arena.
-void append_sampler(Graph& g, const std::string& logits_name);
+// from) become the outputs; the full logits stay inside, in the plan's arena. With
+// `logit_bias`, the logits (as float32) plus the input kDrawLogitBias ([vocab]: 0, or -inf for
+// an id not to draw) are what Sample reads.
+void append_sampler(Graph& g, const std::string& logits_name, bool logit_bias = false);
 
 // The Sample node's inputs for `size` rows, of which the first `rows` are sequences (the rest
 // pad a bucket and draw greedily): options, seeds and draw counter, the ids for the penalties

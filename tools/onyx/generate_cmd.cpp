@@ -23,13 +23,18 @@ constexpr const char* kGenerateUsage = R"(usage: onyx generate DIR [prompt] [opt
 
 DIR: a decoder-only folder (onnxruntime-genai's genai_config.json, or an Optimum/torch.onnx
 export), or an encoder-decoder export (encoder_model.onnx with decoder_model.onnx and
-decoder_with_past_model.onnx, or decoder_model_merged.onnx: T5, BART); docs/pipelines.md
+decoder_with_past_model.onnx, or decoder_model_merged.onnx: T5, BART, Whisper); docs/pipelines.md
 
 prompt (one of):
   --prompt TEXT                 the prompt
   --prompt-file FILE            the prompt, from a file
   --prompt-ids "1 2 3"          the prompt as token ids (no tokenizer needed)
   --prompts-file FILE           a batch: JSON lines, each {"prompt": TEXT} or {"prompt_ids": [...]}
+  --audio FILE                  a speech model's (Whisper's) input: WAV, FLAC, Ogg, MP3, ... at any
+                                rate, up to the model's window (30 s); repeat for a batch
+  --language L                  the audio's language ("en" or "<|en|>"; default: detected, as
+                                transformers does, when the model knows languages)
+  --task transcribe|translate   a speech model's task (default: the model's, or transcribe)
 
 options:
   --max-new-tokens N            tokens to generate at most (default: the folder's max_length
@@ -93,6 +98,8 @@ struct GenerateArgs {
   bool special = true, json = false, memory_report = false;
   int64_t verify_steps = -1;
   std::string logits_out;
+  std::vector<std::string> audio;
+  std::string language, task;
   SessionOptions session;
 };
 
@@ -159,6 +166,9 @@ GenerateArgs parse(const std::vector<std::string>& args) {
       g.search.kv_capacity = to_int(a.value());
       if (g.search.kv_capacity <= 0) throw UsageError("--kv-capacity must be positive");
     }
+    else if (opt == "--audio") g.audio.push_back(a.value());
+    else if (opt == "--language") g.language = a.value();
+    else if (opt == "--task") g.task = a.value();
     else if (opt == "--device") g.session.device = a.value();
     else if (opt == "--intra-op-threads") {
       const int64_t t = to_int(a.value());
@@ -184,7 +194,13 @@ GenerateArgs parse(const std::vector<std::string>& args) {
       throw UsageError(cat("unknown option '", opt, "'"));
     }
   }
-  if (g.order.empty()) throw UsageError("generate needs a prompt (--prompt, --prompt-file, --prompt-ids or --prompts-file)");
+  if (g.order.empty() && g.audio.empty())
+    throw UsageError("generate needs a prompt (--prompt, --prompt-file, --prompt-ids or --prompts-file) or, for a "
+                     "speech model, --audio");
+  if (!g.order.empty() && !g.audio.empty())
+    throw UsageError("--audio is a speech model's whole input: give it without a text prompt");
+  if (g.audio.empty() && (!g.language.empty() || !g.task.empty()))
+    throw UsageError("--language and --task go with --audio (a speech model)");
   if (g.search.max_new_tokens < 0) throw UsageError("--max-new-tokens must be >= 0");
   if (g.session.device == "cpu" && g.session.capture == CaptureMode::kAuto) g.session.capture = CaptureMode::kOff;
   return g;
@@ -249,6 +265,34 @@ int cmd_generate(const std::vector<std::string>& args) {
   if (s.repetition_penalty == 1.0) s.repetition_penalty = d.repetition_penalty;
   if (g.greedy) s.do_sample = false;
   std::vector<std::vector<int64_t>> prompts;
+  auto* pipeline = dynamic_cast<genai::EncoderDecoderModel*>(model.get());
+  const bool speech = pipeline && pipeline->pipeline().audio;
+  if (speech && g.audio.empty())
+    throw Error(cat("'", g.dir, "' is a speech model (its encoder reads input_features): give it --audio FILE"));
+  if (!speech && !g.audio.empty())
+    throw Error(cat("'", g.dir, "' is not a speech model (its encoder reads no input_features): --audio does not "
+                    "apply"));
+  if (speech) {
+    // Each file's log-mel features, then each sequence's decoder prompt (its language detected
+    // first when none is given and the model knows languages).
+    const genai::EncoderDecoderFolder& pf = pipeline->pipeline();
+    std::vector<Tensor> features;
+    for (const auto& file : g.audio)
+      features.push_back(with_context(cat("--audio '", file, "'"), [&] {
+        return genai::log_mel_spectrogram(genai::read_audio(file, pf.audio_features.sampling_rate),
+                                          pf.audio_features);
+      }));
+    pipeline->set_audio(features);
+    std::vector<int64_t> detected(g.audio.size(), -1);
+    if (genai::speech_needs_language(pf, g.language)) {
+      detected = pipeline->detect_languages();
+      for (size_t b = 0; b < detected.size(); ++b)
+        for (const auto& [name, id] : pf.lang_to_id)
+          if (id == detected[b]) std::fprintf(stderr, "%slanguage detected: %s\n",
+                                              g.audio.size() > 1 ? cat("[", b, "] ").c_str() : "", name.c_str());
+    }
+    for (size_t b = 0; b < g.audio.size(); ++b) prompts.push_back(genai::speech_prompt(pf, g.language, g.task, detected[b]));
+  }
   for (auto [is_ids, i] : g.order) {
     if (is_ids) prompts.push_back(g.id_prompts[i]);
     else {
@@ -264,7 +308,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   }
   // One text prompt streams its text as it decodes; batches and id prompts print at the end.
   std::function<void(size_t, const std::string&)> on_text;
-  if (!g.json && prompts.size() == 1 && !g.order[0].first)
+  if (!g.json && prompts.size() == 1 && (speech || !g.order[0].first))
     on_text = [](size_t, const std::string& t) {
       std::fwrite(t.data(), 1, t.size(), stdout);
       std::fflush(stdout);
