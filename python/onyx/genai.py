@@ -126,12 +126,35 @@ class Model:
         arena_no_reuse (its intermediates, each in bytes of its own), kv_bytes (the KV cache it holds now). Empty for a decoder-only model."""
         return self._m.components()
 
-    def generate(self, prompt, max_new_tokens=128, add_special_tokens=True, **search):
-        """Streams the text generated from `prompt` (a str, or token ids): an iterator of text
-        pieces; afterwards its .result holds the ids and the stop reason and .stats the figures.
-        Search options: do_sample, temperature, top_k, top_p, min_p, repetition_penalty,
-        presence_penalty, frequency_penalty (OpenAI's, in [-2, 2], over the generated tokens),
-        seed, stop (a list of strings), kv_capacity."""
+    @property
+    def is_speech(self):
+        """True for a speech model (an encoder reading input_features: Whisper); its input is
+        audio (generate(audio=...))."""
+        return self._m.speech()
+
+    def generate(self, prompt=None, max_new_tokens=128, add_special_tokens=True, audio=None, language=None,
+                 task=None, **search):
+        """Streams the text generated from `prompt` (a str, or token ids), or for a speech model
+        from `audio` (a file path, or 1-D float32 samples at the model's rate) with `language`
+        ("en" or "<|en|>"; None: detected where the model knows languages) and `task`
+        ("transcribe", "translate"): an iterator of text pieces; afterwards its .result holds
+        the ids and the stop reason and .stats the figures (and .language the detected
+        language). Search options: do_sample, temperature, top_k, top_p, min_p,
+        repetition_penalty, presence_penalty, frequency_penalty (OpenAI's, in [-2, 2], over the
+        generated tokens), seed, stop (a list of strings), kv_capacity."""
+        if audio is not None or self.is_speech:
+            if audio is None:
+                raise ValueError(f"'{self.path}' is a speech model: give it audio=")
+            if prompt is not None:
+                raise ValueError("a speech model's input is its audio: give audio= without a prompt")
+            import os
+            item = os.fspath(audio) if isinstance(audio, (str, os.PathLike)) else audio
+            prompts, detected = self._m.speech_prompts([item], language or "", task or "")
+            g = Generation(self, prompts[0], max_new_tokens, add_special_tokens, search)
+            g.language = detected[0] or None
+            return g
+        if language is not None or task is not None:
+            raise ValueError("language and task go with audio (a speech model)")
         return Generation(self, prompt, max_new_tokens, add_special_tokens, search)
 
 
@@ -148,6 +171,7 @@ class Generation:
         self._pending = []
         self.result = None
         self.stats = None
+        self.language = None
 
     def __iter__(self):
         return self

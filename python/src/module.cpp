@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "genai/audio.h"
 #include "genai/chat_template.h"
 #include "genai/encoder_decoder_model.h"
 #include "genai/generator.h"
@@ -840,7 +841,58 @@ NB_MODULE(_onyx, m) {
       })
       .def("encoder_decoder", [](const std::shared_ptr<PyModel>& pm) {
         return dynamic_cast<genai::EncoderDecoderModel*>(pm->lm.get()) != nullptr;
-      });
+      })
+      .def("speech", [](const std::shared_ptr<PyModel>& pm) {
+        auto* p = dynamic_cast<genai::EncoderDecoderModel*>(pm->lm.get());
+        return p != nullptr && p->pipeline().audio;
+      })
+      .def("speech_prompts", [](const std::shared_ptr<PyModel>& pm, const std::vector<nb::object>& audio,
+                                const std::string& language, const std::string& task) {
+        // Each item a file path or 1-D float32 samples at the model's rate: its features set for
+        // the next begin(), and its decoder prompt (the language detected where none is given).
+        auto* p = dynamic_cast<genai::EncoderDecoderModel*>(pm->lm.get());
+        if (!p || !p->pipeline().audio)
+          throw Error(cat("'", pm->lm->folder().dir, "' is not a speech model (its encoder reads no input_features)"));
+        const genai::EncoderDecoderFolder& f = p->pipeline();
+        std::vector<std::vector<float>> samples;
+        std::vector<std::string> paths;
+        for (size_t i = 0; i < audio.size(); ++i) {
+          if (nb::isinstance<nb::str>(audio[i])) {
+            paths.push_back(nb::cast<std::string>(audio[i]));
+            samples.emplace_back();
+            continue;
+          }
+          nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> a;
+          if (!nb::try_cast(audio[i], a))
+            throw Error(cat("audio ", i, ": expected a file path or 1-D float32 samples at ",
+                            f.audio_features.sampling_rate, " Hz"));
+          paths.emplace_back();
+          samples.emplace_back(a.data(), a.data() + a.shape(0));
+        }
+        std::vector<std::vector<int64_t>> prompts;
+        std::vector<std::string> detected_names;
+        {
+          nb::gil_scoped_release nogil;
+          std::vector<Tensor> features;
+          for (size_t i = 0; i < audio.size(); ++i)
+            features.push_back(with_context(cat("audio ", i), [&] {
+              return genai::log_mel_spectrogram(
+                  paths[i].empty() ? samples[i] : genai::read_audio(paths[i], f.audio_features.sampling_rate),
+                  f.audio_features);
+            }));
+          p->set_audio(std::move(features));
+          std::vector<int64_t> detected(audio.size(), -1);
+          if (genai::speech_needs_language(f, language)) detected = p->detect_languages();
+          for (size_t i = 0; i < audio.size(); ++i) {
+            prompts.push_back(genai::speech_prompt(f, language, task, detected[i]));
+            std::string name;
+            for (const auto& [n, id] : f.lang_to_id)
+              if (id == detected[i]) name = n;
+            detected_names.push_back(name);
+          }
+        }
+        return nb::make_tuple(prompts, detected_names);
+      }, "audio"_a, "language"_a, "task"_a);
 
   nb::class_<PyGenerator>(m, "Generator")
       .def(nb::init<std::shared_ptr<PyModel>>())

@@ -13,6 +13,8 @@ reference_logits.npy; the features are checked by tests/unit/test_audio.cpp).
   test_batch               two clips in one request: each row equals its own run
   test_sampling            a seed reproduces a sampled transcription; top_k 1 equals greedy
   test_memory_report       the encoder and decoder are leased under their names in one governor
+  test_python              onyx.genai.Model(...).generate(audio=...): a path or samples, the
+                           language given or detected, the same tokens as the CLI
   test_errors              misuse named: audio to a text model, no audio to a speech model, an
                            unknown language or task, audio past the window, an unreadable file
 """
@@ -146,6 +148,59 @@ def test_memory_report(run_onyx):
     e = comps["encoder"]
     assert e["arena_bytes"] == e["arena_lower_bound"] and e["arena_bytes"] < e["arena_no_reuse"]
     assert "encoder weights" in out["memory_report"] and "decoder kv cache" in out["memory_report"]
+
+
+def test_python(onyx_bin, tmp_path):
+    """onyx.genai on the speech fixture, in a process of its own (as test_seq2seq.test_python)."""
+    import subprocess
+    import sys
+    path = []
+    built = sorted(Path(onyx_bin).parent.glob("_onyx*.so"))
+    if built:
+        pkg = tmp_path / "pkg" / "onyx"
+        shutil.copytree(REPO_ROOT / "python" / "onyx", pkg)
+        shutil.copy(built[0], pkg / built[0].name)
+        path.append(str(pkg.parent))
+    path.append(str(Path(__file__).resolve().parent))
+    code = ("import sys; sys.path[:0] = %r; import onyx.genai as og, test_speech as t; "
+            "t.python_api_checks(og); print('python api: ok')" % path)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "python api: ok" in r.stdout, r.stdout + r.stderr
+
+
+def python_api_checks(og):
+    ref = reference()
+    by = {c["name"]: c for c in ref["cases"]}
+    m = og.Model(str(FIXTURE))
+    assert m.is_speech and m.is_encoder_decoder
+    # A path, the language given.
+    g = m.generate(audio=FIXTURE / "tones.wav", language="en", max_new_tokens=ref["new_tokens"])
+    "".join(g)
+    assert g.result["prompt_ids"] == by["en"]["decoder_prompt"]
+    assert g.result["generated_ids"] == by["en"]["generated_ids"]
+    assert g.language is None
+    # Samples (the clip's, as float32 at 16 kHz), the language detected.
+    with wave.open(str(FIXTURE / "short.wav")) as w:
+        samples = np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float32) / 32768
+    g = m.generate(audio=samples, max_new_tokens=ref["new_tokens"])
+    "".join(g)
+    assert g.result["prompt_ids"] == by["detect_short"]["decoder_prompt"]
+    assert g.result["generated_ids"] == by["detect_short"]["generated_ids"]
+    assert g.language == "<|en|>"
+    # Misuse: no audio, a prompt beside it, audio of the wrong kind.
+    for kwargs, words in (({}, "speech model"), ({"prompt": "hi", "audio": samples}, "without a prompt")):
+        try:
+            m.generate(**kwargs)
+        except Exception as e:  # noqa: BLE001
+            assert words in str(e), e
+        else:
+            raise AssertionError(f"no error for {kwargs}")
+    try:
+        m.generate(audio=np.zeros((2, 100), np.float32))
+    except Exception as e:  # noqa: BLE001
+        assert "1-D float32 samples at 16000 Hz" in str(e), e
+    else:
+        raise AssertionError("no error for 2-D samples")
 
 
 def write_wav(path, seconds, rate=16000):
