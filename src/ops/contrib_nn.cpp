@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "ops/common.h"
+#include "cpu/gemm.h"
 #include "ops/gemm.h"
 #include "ops/matmul_plan.h"
 
@@ -182,7 +183,13 @@ void fused_matmul(KernelContext& ctx) {
     T* y = Y.data<T>();
     for (size_t t = 0; t < p.off_a.size(); ++t) {
       T* out = y + static_cast<int64_t>(t) * p.m * p.n;
-      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+      if constexpr (std::is_same_v<T, float>) {
+        // onyx's kernels: a one-row product by B^T (a decode step's attention scores) reads
+        // B's rows in place; alpha scales the (smaller) result.
+        cpu::gemm(ta, tb, p.m, p.n, p.k, a + p.off_a[t], lda, b + p.off_b[t], ldb, out, p.n);
+        if (alpha != 1.f)
+          for (int64_t i = 0; i < p.m * p.n; ++i) out[i] *= alpha;
+      } else if constexpr (std::is_same_v<T, double>)
         cpu::gemm_blas(ta, tb, p.m, p.n, p.k, T(alpha), a + p.off_a[t], lda, b + p.off_b[t], ldb, T(0), out, p.n);
       else
         cpu::gemm_reference<T, float>(ta, tb, p.m, p.n, p.k, alpha, a + p.off_a[t], lda, b + p.off_b[t], ldb, 0.f,

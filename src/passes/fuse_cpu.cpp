@@ -161,6 +161,62 @@ CpuFuseReport fuse_cpu(Graph& g) {
     replace_nodes(g, removed, replace);
   }
 
+  // Products by a transposed (and scaled) operand: attention scores as exporters write them.
+  {
+    Matcher m(g);
+    std::vector<bool> removed(g.nodes.size(), false);
+    std::vector<std::pair<size_t, Node>> replace;
+    auto producer = [&](int id) { return g.values[id].producer; };
+    auto is_f32 = [&](int id) { return id >= 0 && g.values[id].declared.dtype == DType::kFloat32; };
+    for (size_t k = 0; k < g.nodes.size(); ++k) {
+      const Node& mm = g.nodes[k];
+      if (!m.plain(mm, "MatMul") || mm.inputs.size() != 2 || mm.outputs.size() != 1) continue;
+      int bt = mm.inputs[1];
+      double alpha = 1.0;
+      bool f32 = is_f32(mm.inputs[0]) || is_f32(mm.outputs[0]);
+      std::vector<int> chain;
+      if (Node* mul = m.sole(bt, "Mul"); mul && mul->inputs.size() == 2) {
+        for (int j = 0; j < 2; ++j) {
+          const Tensor* c = m.constant(mul->inputs[j]);
+          if (!c || c->numel() != 1 || c->dtype() != DType::kFloat32 || !c->on_host()) continue;
+          if (!m.sole(mul->inputs[1 - j], "Transpose")) continue;
+          alpha = c->data<float>()[0];
+          chain.push_back(producer(bt));
+          bt = mul->inputs[1 - j];
+          f32 = true;
+          break;
+        }
+      }
+      Node* tr = m.sole(bt, "Transpose");
+      if (!tr || tr->inputs.size() != 1 || !f32 || !std::isfinite(alpha)) continue;
+      // The transposition must swap the last two axes and keep the others.
+      const int rank = m.rank(tr->inputs[0]);
+      const Attribute* perm = tr->find_attribute("perm");
+      if (rank < 2) continue;
+      bool swap_last = true;
+      if (perm) {
+        swap_last = perm->kind == Attribute::Kind::kInts && static_cast<int>(perm->ints.size()) == rank;
+        for (int a = 0; swap_last && a < rank; ++a)
+          swap_last = perm->ints[a] == (a == rank - 2 ? rank - 1 : a == rank - 1 ? rank - 2 : a);
+      } else {
+        swap_last = rank == 2;  // no perm: all axes reversed
+      }
+      if (!swap_last) continue;
+      chain.push_back(producer(bt));
+      bool free = !removed[k];
+      for (int c : chain) free = free && c >= 0 && !removed[c];
+      if (!free) continue;
+      for (int c : chain) removed[c] = true;
+      removed[k] = true;
+      replace.emplace_back(k, make_node(mm.name + "/transposed_b", "com.microsoft", "FusedMatMul", 1,
+                                         {mm.inputs[0], tr->inputs[0]}, {mm.outputs[0]},
+                                         {make_int_attr("transB", 1), make_float_attr("alpha", static_cast<float>(alpha))}));
+      ++r.transposed_products;
+      r.nodes_removed += static_cast<int>(chain.size());
+    }
+    replace_nodes(g, removed, replace);
+  }
+
   Matcher m(g);
   std::unordered_map<int, int> reader;  // value id -> a node reading it (the only one when readers == 1)
   for (size_t k = 0; k < g.nodes.size(); ++k)

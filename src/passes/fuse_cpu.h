@@ -23,6 +23,12 @@
 //   (ungrouped convolutions: ResNet's residual), then optionally an activation
 //   -> onyx::FusedConv(X, W, B, Z; Conv's attributes, plus the activation's) (ops/conv_pool.cpp).
 //
+//   A product by a transposed operand, scaled or not (attention scores: Whisper's and others'
+//   Q (K^T s)): MatMul(A, Transpose(B)) or MatMul(A, Mul(Transpose(B), s)), the transposition
+//   swapping the last two axes and keeping the others, s a float32 constant scalar
+//   -> com.microsoft FusedMatMul(A, B; transB = 1, alpha = s): B read as stored, no transposed
+//      copy (ops/contrib_nn.cpp).
+//
 // Every rewrite keeps the values between the chain's ops private (one reader, not a graph output).
 #pragma once
 
@@ -38,6 +44,7 @@ struct CpuFuseReport {
   int activations = 0;   // activations absorbed into dense nodes
   int conv_activations = 0;  // activations absorbed into onyx::FusedConv
   int conv_residuals = 0;    // residual Adds absorbed into onyx::FusedConv
+  int transposed_products = 0;  // MatMul(A, [Mul(] Transpose(B) [, s)]) -> FusedMatMul(transB, alpha)
   int nodes_removed = 0;
 };
 

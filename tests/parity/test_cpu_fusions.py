@@ -258,3 +258,72 @@ def test_attention_grouped_heads(run_onyx, tmp_path, s, mask, causal):
     y_ref = np.load(tmp_path / "ref" / "y.npy")
     ok, line = compare("y", y_fast, y_ref)
     assert ok, "vectorized vs reference kernel: " + line
+
+
+@pytest.mark.parametrize("case", [
+    # (q rows, key positions, head size, batch dims, scale or None)
+    (1, 1501, 64, (1, 6), 0.125),     # a decode step's cross-attention scores (Whisper)
+    (1, 37, 64, (2, 3), 0.35355),     # a self-attention step over a short past
+    (13, 29, 24, (3,), None),         # several rows, no scale, rank 3
+    (5, 7, 3, (), 2.0),               # rank 2
+])
+def test_transposed_product(run_onyx, tmp_path, case):
+    """MatMul(Q, Mul(Transpose(K), s)) and MatMul(Q, Transpose(K)) -> FusedMatMul(transB, alpha)."""
+    s_rows, t, d, batch, scale = case
+    rank = len(batch) + 2
+    perm = list(range(rank - 2)) + [rank - 1, rank - 2]
+    nodes = [h.make_node("Transpose", ["k"], ["kt"], perm=perm)]
+    inits = []
+    if scale is not None:
+        nodes.append(h.make_node("Mul", ["kt", "s"], ["kts"]))
+        inits.append(const("s", scale))
+    nodes.append(h.make_node("MatMul", ["q", "kts" if scale is not None else "kt"], ["y"]))
+    m = model(nodes, [h.make_tensor_value_info("q", F, [*batch, s_rows, d]),
+                      h.make_tensor_value_info("k", F, [*batch, t, d])],
+              [h.make_tensor_value_info("y", F, None)], inits)
+    rng, _ = fresh_rng()
+    feeds = {"q": rng.standard_normal((*batch, s_rows, d)).astype(np.float32),
+             "k": rng.standard_normal((*batch, t, d)).astype(np.float32)}
+    run_and_compare(run_onyx, tmp_path, m, feeds, ["com.microsoft::FusedMatMul"], ["Transpose", "MatMul"])
+
+
+@pytest.mark.parametrize("kind", ["other_perm", "transpose_read_twice", "scale_not_scalar", "int_matmul"])
+def test_transposed_product_not_fused(run_onyx, tmp_path, kind):
+    """What must stay: a transposition of other axes, a transposed value read elsewhere too
+    (kept as an output), a scale of more than one value, an integer product."""
+    rng, _ = fresh_rng()
+    q = rng.standard_normal((2, 3, 4, 8)).astype(np.float32)
+    k = rng.standard_normal((2, 3, 5, 8)).astype(np.float32)
+    feeds = {"q": q, "k": k}
+    outs = [h.make_tensor_value_info("y", F, None)]
+    inits = []
+    dt = F
+    if kind == "other_perm":  # [2, 3, 5, 8] -> [2, 5, 8, 3]... swaps more than the last two
+        feeds["k"] = rng.standard_normal((2, 8, 3, 5)).astype(np.float32)
+        nodes = [h.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1, 3]),
+                 h.make_node("MatMul", ["q", "kt"], ["y"])]
+        feeds["q"] = rng.standard_normal((2, 3, 4, 8)).astype(np.float32)
+        feeds["k"] = rng.standard_normal((2, 8, 3, 5)).astype(np.float32)
+        kshape = [2, 8, 3, 5]
+    elif kind == "transpose_read_twice":
+        nodes = [h.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+                 h.make_node("MatMul", ["q", "kt"], ["y"])]
+        outs.append(h.make_tensor_value_info("kt", F, None))
+        kshape = [2, 3, 5, 8]
+    elif kind == "scale_not_scalar":
+        nodes = [h.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+                 h.make_node("Mul", ["kt", "s"], ["kts"]),
+                 h.make_node("MatMul", ["q", "kts"], ["y"])]
+        inits.append(const("s", rng.standard_normal((1, 1, 1, 5)) + 2))
+        kshape = [2, 3, 5, 8]
+    else:  # an int32 product: FusedMatMul takes floating types only
+        dt = T.INT32
+        feeds = {"q": rng.integers(-9, 9, (2, 3, 4, 8)).astype(np.int32),
+                 "k": rng.integers(-9, 9, (2, 3, 5, 8)).astype(np.int32)}
+        nodes = [h.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+                 h.make_node("MatMul", ["q", "kt"], ["y"])]
+        outs = [h.make_tensor_value_info("y", dt, None)]
+        kshape = [2, 3, 5, 8]
+    m = model(nodes, [h.make_tensor_value_info("q", dt, list(feeds["q"].shape)),
+                      h.make_tensor_value_info("k", dt, kshape)], outs, inits)
+    run_and_compare(run_onyx, tmp_path, m, feeds, ["Transpose", "MatMul"], ["com.microsoft::FusedMatMul"])

@@ -308,7 +308,9 @@ int cmd_generate(const std::vector<std::string>& args) {
   }
   // One text prompt streams its text as it decodes; batches and id prompts print at the end.
   std::function<void(size_t, const std::string&)> on_text;
-  if (!g.json && prompts.size() == 1 && (speech || !g.order[0].first))
+  // (A speech model's text needs its tokenizer; without one its ids print at the end.)
+  const bool have_tokenizer = std::filesystem::exists(std::filesystem::path(f.dir) / "tokenizer.json");
+  if (!g.json && prompts.size() == 1 && (speech ? have_tokenizer : !g.order[0].first))
     on_text = [](size_t, const std::string& t) {
       std::fwrite(t.data(), 1, t.size(), stdout);
       std::fflush(stdout);
