@@ -1,6 +1,7 @@
 #include "passes/fuse_cpu.h"
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <span>
@@ -167,13 +168,37 @@ CpuFuseReport fuse_cpu(Graph& g) {
     std::vector<bool> removed(g.nodes.size(), false);
     std::vector<std::pair<size_t, Node>> replace;
     auto producer = [&](int id) { return g.values[id].producer; };
-    auto is_f32 = [&](int id) { return id >= 0 && g.values[id].declared.dtype == DType::kFloat32; };
+    // Whether value `id` is float32: declared so, an initializer, or made by an op whose output
+    // type is its first input's (followed back through the graph) or float32 by definition.
+    std::function<bool(int, int)> f32_from = [&](int id, int depth) -> bool {
+      if (id < 0 || depth > 64) return false;
+      const Value& v = g.values[id];
+      if (v.declared.dtype != DType::kUndefined) return v.declared.dtype == DType::kFloat32;
+      if (const Tensor* c = m.constant(id)) return c->dtype() == DType::kFloat32;
+      const int p = v.producer;
+      if (p < 0) return false;
+      const Node& n = g.nodes[p];
+      if (n.domain == "onyx" && (n.op_type == "DenseMatMul" || n.op_type == "FusedConv")) return true;
+      if (m.plain(n, "Cast")) return Matcher::attr_int(n, "to", 0) == 1;  // FLOAT
+      static const std::unordered_set<std::string> keeps{
+          "Reshape", "Expand", "Transpose", "Concat", "Squeeze", "Unsqueeze", "Slice", "Gather", "Identity",
+          "Add", "Sub", "Mul", "Div", "Neg", "Softmax", "MatMul", "Split", "Tile", "Pad", "Sqrt", "Pow",
+          "LayerNormalization", "Flatten"};
+      if ((n.domain.empty() || n.domain == "ai.onnx") && keeps.count(n.op_type) && !n.inputs.empty())
+        return f32_from(n.inputs[0], depth + 1);
+      if (m.plain(n, "Where") && n.inputs.size() == 3) return f32_from(n.inputs[1], depth + 1);
+      if ((n.domain == "onyx" || n.domain == "com.microsoft") && !n.inputs.empty() &&
+          (n.op_type == "RotaryHalf" || n.op_type == "RotaryEmbedding" || n.op_type == "FusedMatMul"))
+        return f32_from(n.inputs[0], depth + 1);
+      return false;
+    };
+    auto is_f32 = [&](int id) { return f32_from(id, 0); };
     for (size_t k = 0; k < g.nodes.size(); ++k) {
       const Node& mm = g.nodes[k];
       if (!m.plain(mm, "MatMul") || mm.inputs.size() != 2 || mm.outputs.size() != 1) continue;
       int bt = mm.inputs[1];
       double alpha = 1.0;
-      bool f32 = is_f32(mm.inputs[0]) || is_f32(mm.outputs[0]);
+      bool f32 = is_f32(mm.inputs[0]) || is_f32(mm.inputs[1]) || is_f32(mm.outputs[0]);
       std::vector<int> chain;
       if (Node* mul = m.sole(bt, "Mul"); mul && mul->inputs.size() == 2) {
         for (int j = 0; j < 2; ++j) {
