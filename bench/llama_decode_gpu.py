@@ -361,7 +361,7 @@ def main():
                   f"{weight_bytes / med['onyx'] / 1e9:.2f} |", flush=True)
             print(f"    onyx capture report: {rep}", flush=True)
             if args.profile:
-                for label in [l for l in labels if l == "onyx" or l.startswith("onyx int4")]:
+                for label in [l for l in labels if l in ("onyx", "onyx no-rotary-cache") or l.startswith("onyx int4")]:
                     sess, b, _ = steps[label]
                     profile(f"{label} captured, batch {batch}", lambda: sess.run_with_iobinding(b), args.profile)
                 profile(f"torch CUDA Graph, batch {batch}", graph.replay, args.profile)
