@@ -10,7 +10,8 @@ rules. 1.24B parameters.
 Measured: one decode step, batch B, one new token over a past of P positions (the same
 inputs every step), inputs and outputs in device buffers bound once:
 - onyx, captured (IOBinding, enable_cuda_graph), as it runs by default and with features off one at a
-  time (--ablate: the linear fusions, overlapped launches, all load-time folding and fusion);
+  time (--ablate: the linear fusions, overlapped launches, all load-time folding and fusion, the
+  rotary-cache fusion);
 - PyTorch eager and PyTorch replaying a CUDA Graph of the same step (bench/torch_decoder.py's
   Decoder, the ONNX model's own weights);
 each as the median of --repeat steps after warm-up, each step timed to its completion; the
@@ -215,9 +216,9 @@ def main():
                     help="also time a prompt of each of these lengths (batch 1, no past): onyx eager against "
                          "PyTorch eager and PyTorch with scaled_dot_product_attention (flash, causal)")
     ap.add_argument("--ablate", nargs="*", default=["no-linear", "no-overlap"],
-                    choices=["no-linear", "no-overlap", "no-folding"],
+                    choices=["no-linear", "no-overlap", "no-folding", "no-rotary-cache"],
                     help="also time onyx with each of these off: the linear fusions, overlapped launches, "
-                         "all load-time folding and fusion")
+                         "all load-time folding and fusion, the rotary-cache fusion")
     ap.add_argument("--int4-block", type=int, nargs="*", default=[],
                     help="also time onyx on the same model with 4-bit weights (MatMulNBits, blocks of this many; "
                          "the LM head too), its logits against the bf16 model's")
@@ -259,6 +260,7 @@ def main():
     variants = {"onyx": {}}
     for v in args.ablate:
         variants[f"onyx {v}"] = {"no-linear": {"fuse_linear": False}, "no-overlap": {"overlap_launches": False},
+                                 "no-rotary-cache": {"fuse_rotary_cache": False},
                                  "no-folding": {"graph_optimization_level":
                                                 onyx.GraphOptimizationLevel.ORT_DISABLE_ALL}}[v]
     paths = {label: path for label in variants}
@@ -359,7 +361,7 @@ def main():
                   f"{weight_bytes / med['onyx'] / 1e9:.2f} |", flush=True)
             print(f"    onyx capture report: {rep}", flush=True)
             if args.profile:
-                for label in [l for l in labels if l == "onyx" or l.startswith("onyx int4")]:
+                for label in [l for l in labels if l in ("onyx", "onyx no-rotary-cache") or l.startswith("onyx int4")]:
                     sess, b, _ = steps[label]
                     profile(f"{label} captured, batch {batch}", lambda: sess.run_with_iobinding(b), args.profile)
                 profile(f"torch CUDA Graph, batch {batch}", graph.replay, args.profile)

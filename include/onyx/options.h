@@ -69,6 +69,11 @@ struct SessionOptions {
   // on CUDA devices only (the decode step's one-row products stream each weight once); true or
   // false forces it.
   std::optional<bool> fuse_linear;
+  // The rotary-cache fusion among them (passes/fuse_rotary_cache.h): a layer's rotary embeddings
+  // of q and k and its two cache writes (Concat(past, new), or the generator's in-place
+  // CacheUpdate) as one node, onyx::RotaryCache, one kernel. By default on CUDA devices only (four
+  // launches per layer become one); true or false forces it.
+  std::optional<bool> fuse_rotary_cache;
   // On a GPU: a matrix-product kernel of onyx's own may start while the kernel before it
   // finishes, reading its weights meanwhile (Hopper's programmatic dependent launch).
   bool overlap_launches = true;

@@ -228,6 +228,8 @@ class SessionOptions:
     - fuse_attention: None (default: fuse eager attention into one Attention node; for generation on CUDA only), True, False
     - fuse_linear: None (default: products by constant weights as onyx::Linear, Q/K/V and gate/up as one
       product each, on CUDA only), True, False
+    - fuse_rotary_cache: None (default: a layer's rotary embeddings of q and k and its KV-cache writes as one
+      onyx::RotaryCache node, on CUDA only), True, False
     - overlap_launches: True (default: on a GPU, a product kernel may start while the kernel before it finishes)
     """
 
@@ -260,6 +262,7 @@ class SessionOptions:
         self.host_memory_budget_bytes = 0  # 0: 80% of the physical memory
         self.fuse_attention = None  # None: fuse eager attention (generation: on CUDA only); True/False force it
         self.fuse_linear = None  # None: the linear fusions on CUDA devices only; True/False force them
+        self.fuse_rotary_cache = None  # None: the rotary-cache fusion on CUDA devices only; True/False force it
         self.overlap_launches = True  # GPU: programmatic dependent launch of the product kernels
 
     def add_session_config_entry(self, key, value):
@@ -285,6 +288,7 @@ class SessionOptions:
             "fuse_patterns": self.graph_optimization_level != GraphOptimizationLevel.ORT_DISABLE_ALL,
             "fuse_attention": None if self.fuse_attention is None else bool(self.fuse_attention),
             "fuse_linear": None if self.fuse_linear is None else bool(self.fuse_linear),
+            "fuse_rotary_cache": None if self.fuse_rotary_cache is None else bool(self.fuse_rotary_cache),
             "overlap_launches": bool(self.overlap_launches),
             # onnxruntime's intra_op_num_threads: the CPU kernels' threads (0: every available CPU)
             "intra_op_threads": int(self.intra_op_num_threads),

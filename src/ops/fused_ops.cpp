@@ -100,10 +100,12 @@ void silu_mul_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-void register_dense_ops(OpRegistry& r);  // ops/dense.cpp
+void register_dense_ops(OpRegistry& r);         // ops/dense.cpp
+void register_rotary_cache_op(OpRegistry& r);   // ops/rotary_cache.cpp
 
 void register_fused_ops(OpRegistry& r) {
   register_dense_ops(r);
+  register_rotary_cache_op(r);
   r.add(domain_op("onyx", "RotaryHalf", 1, infer_rotary_half, [](KernelContext& ctx) {
     dispatch<FloatTypes>(ctx.input(0).dtype(), "RotaryHalf",
                          [&](auto tag) { rotary_half_kernel<typename decltype(tag)::type>(ctx); });

@@ -64,7 +64,7 @@ void register_loss_ops(OpRegistry& r);
 void register_conv_pool_ops(OpRegistry& r);
 void register_resize_ops(OpRegistry& r);
 void register_genai_ops(OpRegistry& r);  // genai_ops.cpp, sampling.cpp: onyx.genai CacheUpdate, Sample
-void register_fused_ops(OpRegistry& r);  // fused_ops.cpp: onyx RotaryHalf, SiluMul (made by passes/fuse_patterns)
+void register_fused_ops(OpRegistry& r);  // fused_ops.cpp: onyx RotaryHalf, SiluMul (made by passes/fuse_patterns); RotaryCache (rotary_cache.cpp)
 void register_linear_ops(OpRegistry& r);  // linear_ops.cpp: onyx Linear, SiluGateLinear (made by passes/fuse_linear)
 void register_sequence_ops(OpRegistry& r);  // sequence_ops.cpp: sequences and optionals
 void register_state_space_ops(OpRegistry& r);  // state_space.cpp: CausalConvWithState, LinearAttention

@@ -1,6 +1,7 @@
 #include "passes/kv_cache.h"
 
 #include <algorithm>
+#include <map>
 
 namespace onyx {
 
@@ -83,6 +84,7 @@ CacheRewrite rewrite_concat_cache(Graph& g, const std::vector<std::pair<std::str
     return r;
   }
   std::vector<int> nodes, pasts;
+  std::map<int, int> fused;  // RotaryCache nodes (passes/fuse_rotary_cache.h) -> their presents among the pairs
   for (const auto& [past_name, present_name] : pairs) {
     const int past = g.find_value(past_name), present = g.find_value(present_name);
     if (past < 0 || !g.values[past].is_input) {
@@ -95,6 +97,12 @@ CacheRewrite rewrite_concat_cache(Graph& g, const std::vector<std::pair<std::str
       return r;
     }
     const Node& n = g.nodes[producer];
+    if (n.op_type == "RotaryCache" && n.domain == "onyx" && n.inputs.size() == 7 && n.outputs.size() >= 3 &&
+        ((n.outputs[1] == present && n.inputs[5] == past) || (n.outputs[2] == present && n.inputs[6] == past))) {
+      ++fused[producer];
+      pasts.push_back(past);
+      continue;
+    }
     const int64_t axis = concat_axis(n);
     if (n.op_type != "Concat" || !n.domain.empty() || n.inputs.size() != 2 || n.inputs[0] != past ||
         (axis != 2 && axis != -2)) {
@@ -105,6 +113,12 @@ CacheRewrite rewrite_concat_cache(Graph& g, const std::vector<std::pair<std::str
     nodes.push_back(producer);
     pasts.push_back(past);
   }
+  // A RotaryCache writes two caches by one index: both must be rewritten, or neither.
+  for (const auto& [id, presents] : fused)
+    if (presents != 2) {
+      r.why_not = cat(g.nodes[id].describe(), " writes a key and a value cache, and only one of them is among the pairs");
+      return r;
+    }
   const int index = g.value_id(index_name);
   Value& v = g.values[index];
   ONYX_CHECK(!v.is_input && v.producer < 0 && !v.is_initializer, "the decoder already has a value named '",
@@ -126,6 +140,11 @@ CacheRewrite rewrite_concat_cache(Graph& g, const std::vector<std::pair<std::str
     axis.i = 2;
     n.attributes = {axis};
     n.def = nullptr;
+  }
+  // A RotaryCache given the index writes its new entries in place (ops/rotary_cache.cpp).
+  for (const auto& [id, presents] : fused) {
+    g.nodes[id].inputs.push_back(index);
+    g.nodes[id].def = nullptr;
   }
   rewrite_past_shapes(g, pasts, ids);
   r.applied = true;

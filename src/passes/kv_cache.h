@@ -22,7 +22,9 @@ struct CacheRewrite {
 
 // Rewrites every (past input, present output) pair of `pairs`, or none: each present must be
 // the output of a Concat of that past input and one other value along the sequence axis (2
-// of [batch, heads, positions, head size]). Adds the graph input `index_name`.
+// of [batch, heads, positions, head size]), or a present of an onyx::RotaryCache of that past
+// (the rotary-cache fusion's Concat form, passes/fuse_rotary_cache.h; both of its presents among
+// the pairs), which is given the index and so writes in place. Adds the graph input `index_name`.
 //
 // Exporters also compute lengths from the past's shape (the key length as past length plus
 // new positions, for masks). Fed the whole cache, the past's length would be the capacity and

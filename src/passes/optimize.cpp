@@ -28,6 +28,8 @@ OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Dev
     r.linear.groups = grouped.groups;
     r.linear.grouped = grouped.grouped;
   }
+  // On the fused graph: RotaryHalf and Attention are what it matches.
+  if (options.fuse_patterns && options.fuse_rotary_cache.value_or(!device.is_cpu())) r.rotary_cache = fuse_rotary_cache(g);
   if (options.fuse_patterns && device.is_cpu()) r.cpu = fuse_cpu(g);
   return r;
 }

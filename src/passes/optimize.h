@@ -1,7 +1,7 @@
 // The load-time pass pipeline, one for every device and every component (a session, a
 // language model, each graph of a pipeline): on the CPU the QDQ fusions, constant folding, then
-// the pattern fusions, then on CUDA the linear fusions and on the CPU the dense-layer fusions
-// (`fuse_cpu`), each as the session options ask.
+// the pattern fusions, then on CUDA the linear fusions and the rotary-cache fusion, and on the CPU
+// the dense-layer fusions (`fuse_cpu`), each as the session options ask.
 #pragma once
 
 #include "onyx/device.h"
@@ -11,6 +11,7 @@
 #include "passes/fuse_linear.h"
 #include "passes/fuse_patterns.h"
 #include "passes/fuse_qdq.h"
+#include "passes/fuse_rotary_cache.h"
 
 namespace onyx {
 
@@ -19,6 +20,7 @@ struct OptimizeReport {
   FoldReport fold;
   FuseReport fuse;
   LinearReport linear;
+  RotaryCacheReport rotary_cache;
   CpuFuseReport cpu;
 };
 

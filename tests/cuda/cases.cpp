@@ -468,6 +468,32 @@ void contrib(std::vector<Case>& v) {
     c.inputs = {X({3, 2, 12}), Uni({2, 12}, -1, 1), Uni({2, 12}, -1, 1)};
     c.attrs = {attr_int("split", 5)};
     v.push_back(c);
+    // onyx::RotaryCache (src/ops/rotary_cache.cpp): q, k, v, cos, sin, past_k, past_v[, index]
+    // -> q_rot, present_k, present_v[, k_rot]. Vector pairs (split = D / 2) and elements (split 5
+    // of 12); GQA; past 0; a prompt's chunk with 2-D tables; the cache of fixed capacity with one
+    // index and one per row; the decode step's shape at batch 8, past 511.
+    auto rc = [&](std::string name, int64_t B, int64_t Hq, int64_t Hkv, int64_t S, int64_t P, int64_t D, int outs = 3,
+                  Shape cos = {}, int64_t Dv = 0, std::vector<In> index = {}, int64_t split = 0) {
+      if (cos.rank() == 0) cos = Shape{B, 1, S, D};
+      if (Dv == 0) Dv = D;
+      std::vector<In> in{X({B, Hq, S, D}), X({B, Hkv, S, D}), X({B, Hkv, S, Dv}), Uni(cos, -1, 1), Uni(cos, -1, 1),
+                         X({B, Hkv, P, D}), X({B, Hkv, P, Dv})};
+      in.insert(in.end(), index.begin(), index.end());
+      v.push_back({std::move(name), "RotaryCache", kFloats, std::move(in), {attr_int("split", split ? split : D / 2)},
+                   outs, 1, "onyx"});
+    };
+    rc("decode_h64_gqa", 2, 8, 2, 1, 13, 64);
+    rc("decode_h128", 1, 4, 2, 1, 5, 128);
+    rc("past0", 3, 4, 2, 1, 0, 64);
+    rc("prompt_cos2d", 2, 4, 2, 7, 3, 64, 3, Shape{7, 64});
+    rc("keys_out", 2, 8, 2, 1, 13, 64, 4);
+    rc("elements_split5", 2, 2, 1, 3, 4, 12, 3, Shape{3, 12}, 10, {}, 5);
+    rc("v_narrow", 2, 4, 2, 1, 6, 64, 3, {}, 32);
+    rc("indexed", 2, 4, 2, 1, 16, 64, 3, {}, 0, {Vals(D::kInt64, {}, {9})});
+    rc("indexed_per_row", 2, 4, 2, 1, 16, 128, 3, {}, 0, {Vals(D::kInt64, {2}, {3, 15})});
+    rc("indexed_chunk_keys", 2, 4, 2, 3, 16, 64, 4, {}, 0, {Vals(D::kInt64, {2}, {0, 13})});
+    rc("indexed_elements", 2, 2, 1, 1, 6, 12, 3, Shape{2, 1, 1, 12}, 10, {Vals(D::kInt64, {}, {5})}, 5);
+    rc("llama_b8_past511", 8, 32, 8, 1, 511, 64);
     Case m{"flat", "SiluMul", kFloats, {X({4, 1000}), X({4, 1000})}, {}, 1, 1, "onyx"};
     v.push_back(m);
     m.name = "bcast";

@@ -51,6 +51,10 @@ options:
   --kv-capacity N               positions the KV cache starts with (default: the prompt and
                                 --max-new-tokens); a full cache grows by 64 positions
   --device DEVICE               cpu (default), cuda or cuda:N
+  --fuse-attention on|off|auto  the attention fusion (auto, the default: on CUDA devices only)
+  --fuse-rotary-cache on|off|auto
+                                a layer's rotary embeddings and KV-cache writes as one node (auto, the
+                                default: on CUDA devices only; it needs the attention fusion)
   --intra-op-threads N          threads of the CPU kernels (default 0: every CPU this process may use)
   --capture off|auto|require    on a GPU, replay decode steps from CUDA graphs (default auto)
   --memory-report               print the memory governor's holders after the run (a pipeline:
@@ -170,6 +174,13 @@ GenerateArgs parse(const std::vector<std::string>& args) {
     else if (opt == "--language") g.language = a.value();
     else if (opt == "--task") g.task = a.value();
     else if (opt == "--device") g.session.device = a.value();
+    else if (opt == "--fuse-attention" || opt == "--fuse-rotary-cache") {
+      const std::string v = a.value();
+      if (v != "on" && v != "off" && v != "auto") throw UsageError(opt + " takes on, off or auto, got '" + v + "'");
+      auto& field = opt == "--fuse-attention" ? g.session.fuse_attention : g.session.fuse_rotary_cache;
+      if (v == "auto") field.reset();
+      else field = v == "on";
+    }
     else if (opt == "--intra-op-threads") {
       const int64_t t = to_int(a.value());
       if (t < 0 || t > 4096) throw UsageError("--intra-op-threads takes 0 (every available CPU) to 4096");

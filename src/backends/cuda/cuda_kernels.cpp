@@ -39,6 +39,7 @@ CudaKernelRegistry& CudaKernelRegistry::global_mutable() {
     register_norm_kernels(r);
     register_data_kernels(r);
     register_rotary_kernels(r);
+    register_rotary_cache_kernels(r);
     register_matmul_kernels(r);
     register_genai_kernels(r);
     register_contrib_kernels(r);

@@ -106,6 +106,7 @@ void register_reduce_kernels(CudaKernelRegistry& r);      // reduce.cu: ReduceSu
 void register_norm_kernels(CudaKernelRegistry& r);        // norm.cu: Softmax, LayerNorm, RMSNorm, Skip*Norm
 void register_data_kernels(CudaKernelRegistry& r);        // data.cu: Gather, Concat, Split, Slice, Transpose
 void register_rotary_kernels(CudaKernelRegistry& r);      // rotary.cu: RotaryEmbedding
+void register_rotary_cache_kernels(CudaKernelRegistry& r);  // rotary_cache.cu: onyx RotaryCache
 void register_matmul_kernels(CudaKernelRegistry& r);      // matmul.cpp: MatMul, Gemm (cuBLASLt)
 void register_genai_kernels(CudaKernelRegistry& r);       // genai.cu: onyx.genai CacheUpdate, Sample
 void register_attention_kernels(CudaKernelRegistry& r);   // attention.cu: ONNX Attention
