@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Encoder-decoder pipelines on cuda:0, for the GPU suite (scripts/gpu_run.sh).
 
-For every fixture under DIR (tests/fixtures/seq2seq, staged with the checkout):
+For every fixture under each DIR (tests/fixtures/seq2seq and tests/fixtures/speech, staged with
+the checkout):
 
-  - `onyx generate DIR --device cuda:0 --greedy --json --memory-report` on each prompt of its
-    reference.json: the tokens equal transformers' (as on the CPU), and the memory report is
+  - `onyx generate DIR --device cuda:0 --greedy --json --memory-report` on each prompt (or, for
+    a speech fixture, each clip with its language and task) of its reference.json: the tokens
+    (and a speech model's decoder prompt) equal transformers' (as on the CPU), and the memory report is
     cuda:0's governor with every component's holders in it (encoder weights, decoder weights,
     decoder kv cache non-zero): each component was placed on cuda:0, as the report says, not
     by trust;
@@ -13,7 +15,7 @@ For every fixture under DIR (tests/fixtures/seq2seq, staged with the checkout):
 
 Prints one line per check and exits 1 on any failure.
 
-  gpu_pipeline_check.py ONYX_BIN DIR
+  gpu_pipeline_check.py ONYX_BIN DIR [DIR ...]
 """
 
 import json
@@ -32,13 +34,25 @@ def holders(report):
 
 
 def main():
-    onyx, root = sys.argv[1], Path(sys.argv[2])
+    onyx = sys.argv[1]
     fails = 0
-    for folder in sorted(d for d in root.iterdir() if (d / "reference.json").is_file()):
+    folders = [d for root in sys.argv[2:] for d in sorted(Path(root).iterdir()) if (d / "reference.json").is_file()]
+    for folder in folders:
         ref = json.loads((folder / "reference.json").read_text())
+        speech = "audio" in ref["cases"][0]
+
+        def request(case):
+            if not speech:
+                return ["--prompt-ids", " ".join(map(str, case["prompt_ids"]))]
+            args = ["--audio", folder / case["audio"]]
+            for key in ("language", "task"):
+                if case[key]:
+                    args += [f"--{key}", case[key]]
+            return args
+
         wrong, report = [], ""
         for case in ref["cases"]:
-            r = run([onyx, "generate", folder, "--prompt-ids", " ".join(map(str, case["prompt_ids"])), "--greedy",
+            r = run([onyx, "generate", folder, *request(case), "--greedy",
                      "--max-new-tokens", ref["new_tokens"], "--device", "cuda:0", "--json", "--memory-report"])
             if r.returncode != 0:
                 print(f"FAIL {folder.name} {case['name']}: exit {r.returncode}: {r.stderr.strip()[-600:]}")
@@ -46,7 +60,7 @@ def main():
                 break
             out = json.loads(r.stdout)
             report = out["memory_report"]
-            if out["generated_ids"] != case["generated_ids"]:
+            if out["generated_ids"] != case["generated_ids"] or (speech and out["prompt_ids"] != case["decoder_prompt"]):
                 wrong.append(case["name"])
             if out["stats"]["device"] != "cuda:0":
                 wrong.append(f"{case['name']} (device {out['stats']['device']})")
@@ -65,7 +79,7 @@ def main():
             own = sum(b for k, b in h.items() if not k.startswith(("encoder ", "decoder ")))
             weights = h.get("encoder weights", 0) + h.get("decoder weights", 0)
             budget = own + weights // 2
-            r = run([onyx, "generate", folder, "--prompt-ids", "5 6 1", "--device", "cuda:0",
+            r = run([onyx, "generate", folder, *request(ref["cases"][0]), "--device", "cuda:0",
                      "--memory-budget", budget])
             refused = (r.returncode != 0 and "does not fit the memory budget of cuda:0" in r.stderr
                        and "encoder weights:" in r.stderr and "nothing was placed" in r.stderr)
