@@ -1,9 +1,14 @@
 #include "model/loader.h"
 
+#include <fcntl.h>
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <unistd.h>
 #include <google/protobuf/wire_format_lite.h>
 
+#include <cerrno>
 #include <climits>
+#include <cstring>
 #include <filesystem>
 #include <queue>
 #include <unordered_set>
@@ -292,6 +297,30 @@ std::shared_ptr<onnx::ModelProto> parse(const void* data, size_t size) {
   return mp;
 }
 
+// The file read through a buffer rather than mapped: the parsed message is the only copy of the
+// file's bytes in memory (a mapping's pages would stay resident beside it until the parse ends,
+// doubling the load's peak).
+std::shared_ptr<onnx::ModelProto> parse_file(const std::string& path) {
+  const auto size = std::filesystem::file_size(path);
+  ONYX_CHECK(size <= static_cast<uintmax_t>(INT_MAX), "files over 2 GiB must keep their weights in external data");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ONYX_CHECK(fd >= 0, "cannot be opened: ", std::strerror(errno));
+  auto mp = std::make_shared<onnx::ModelProto>();
+  bool ok = false;
+  {
+    google::protobuf::io::FileInputStream file(fd, 1 << 20);
+    file.SetCloseOnDelete(true);
+    google::protobuf::io::CodedInputStream in(&file);
+    in.SetTotalBytesLimit(INT_MAX);
+    ok = mp->ParseFromCodedStream(&in) && in.ConsumedEntireMessage();
+    ONYX_CHECK(file.GetErrno() == 0, "could not be read: ", std::strerror(file.GetErrno()));
+  }
+  if (!ok)
+    throw Error("not a valid ONNX model: the protobuf message could not be parsed (corrupt or truncated file?)");
+  ONYX_CHECK(mp->ir_version() > 0 || mp->has_graph(), "not a valid ONNX model: no IR version and no graph");
+  return mp;
+}
+
 }  // namespace
 
 Model load_model_from_bytes(const void* data, size_t size, const std::string& name, const std::string& base_dir) {
@@ -301,9 +330,9 @@ Model load_model_from_bytes(const void* data, size_t size, const std::string& na
 Model load_model(const std::string& path) {
   return with_context(cat("loading '", path, "'"), [&] {
     ONYX_CHECK(std::filesystem::exists(path), "no such file");
-    auto file = MappedFile::open(path);
+    ONYX_CHECK(!std::filesystem::is_directory(path), "is a folder, not an ONNX file");
     std::string base = std::filesystem::path(path).parent_path().string();
-    return convert(parse(file->data(), file->size()), path, base.empty() ? "." : base);
+    return convert(parse_file(path), path, base.empty() ? "." : base);
   });
 }
 

@@ -142,11 +142,18 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, TensorLoadContext& ctx) {
   if (dtype_is_narrow(dt)) return narrow_from_proto(p, dt, shape);
 
   if (p.has_raw_data() && dt != DType::kString) {
-    const std::string& raw = p.raw_data();
+    std::shared_ptr<std::string> holder;
+    if (ctx.proto_owner) {
+      // The message is the loader's own: the bytes move into a holder of their own (no copy).
+      auto [it, fresh] = ctx.moved.try_emplace(&p);
+      if (fresh) it->second = std::make_shared<std::string>(std::move(*const_cast<onnx::TensorProto&>(p).mutable_raw_data()));
+      holder = it->second;
+    }
+    const std::string& raw = holder ? *holder : p.raw_data();
     ONYX_CHECK(raw.size() == need, "raw data holds ", raw.size(), " bytes, but ", dtype_name(dt), shape.str(),
                " needs ", need);
-    if (ctx.proto_owner && reinterpret_cast<uintptr_t>(raw.data()) % dtype_size(dt) == 0)
-      return Tensor::borrow(dt, shape, const_cast<char*>(raw.data()), ctx.proto_owner);
+    if (holder && reinterpret_cast<uintptr_t>(raw.data()) % dtype_size(dt) == 0)
+      return Tensor::borrow(dt, shape, const_cast<char*>(raw.data()), holder);
     Tensor t(dt, shape);
     if (n) std::memcpy(t.raw(), raw.data(), raw.size());
     return t;

@@ -255,6 +255,7 @@ CpuFuseReport fuse_cpu(Graph& g) {
   std::vector<bool> removed(g.nodes.size(), false);
   std::vector<std::pair<size_t, Node>> replace;
   std::unordered_set<int> unpacked;        // weights that a dense node no longer reads
+  std::unordered_map<int, int> reads_left = m.readers;  // node inputs still reading each value
   // The weight packed (and scaled by `alpha`, Gemm's) once per (weight, transposition, alpha).
   std::map<std::tuple<int, bool, float>, int> packed_ids;
   auto packed = [&](int w, bool trans, int64_t k, int64_t n, float alpha) {
@@ -397,6 +398,10 @@ CpuFuseReport fuse_cpu(Graph& g) {
     replace.emplace_back(last, make_node(mm.name + "/dense", "onyx", "DenseMatMul", 1, std::move(inputs), {out},
                                           std::move(attrs)));
     unpacked.insert(w);
+    // The original goes as soon as nothing else reads it, not at the pass's end: the load's
+    // peak holds one weight twice, not every weight.
+    if (--reads_left[w] == 0 && !m.outputs.count(w) && !g.values[w].is_input && g.initializers.erase(w))
+      g.values[w].is_initializer = false;
     ++r.dense;
     r.nodes_removed += static_cast<int>(chain.size());
   }
