@@ -209,6 +209,17 @@ def git(*args):
         return "?"
 
 
+def onyx_build():
+    """Which onyx the workers import (the installed package, or PYTHONPATH's) and when its
+    extension was built: the figures are that build's, whatever HEAD is."""
+    import glob
+    import onyx
+    here = os.path.dirname(onyx.__file__)
+    ext = sorted(glob.glob(os.path.join(here, "_onyx*.so")))
+    built = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(os.path.getmtime(ext[0]))) if ext else "?"
+    return f"the package at {here} (extension built {built})"
+
+
 def write_report(path, rows, args, started, load_before, load_after, missing):
     import onnxruntime
     lines = []
@@ -222,6 +233,7 @@ def write_report(path, rows, args, started, load_before, load_after, missing):
     lines.append(f"- onnxruntime {onnxruntime.__version__} (CPUExecutionProvider, ORT_ENABLE_ALL); "
                  f"{args.reps} repetitions of interleaved batches per row")
     lines.append(f"- command: `.venv/bin/python bench/cpu_vs_onnxruntime.py {' '.join(sys.argv[1:])}`")
+    lines.append(f"- onyx: {onyx_build()}")
     if missing:
         lines.append(f"- not in {args.suite} (so not measured): {', '.join(missing)}")
     lines.append("")
