@@ -50,3 +50,29 @@ def run_onyx(onyx_bin):
                               timeout=CLI_TIMEOUT_S, cwd=REPO_ROOT)
 
     return run
+
+
+@pytest.fixture
+def run_python_checks(onyx_bin, tmp_path):
+    """run_python_checks(module, function): calls `module.function(onyx.genai)` in a process of its
+    own, with this source tree's package and the extension built beside ONYX_BIN when there is one
+    (a build whose package is not installed), else the installed package. (An extension module
+    cannot be swapped in a process that has imported another build of it.)"""
+    import shutil
+
+    def run(module, function, timeout=120):
+        path = []
+        built = sorted(Path(onyx_bin).parent.glob("_onyx*.so"))
+        if built:
+            pkg = tmp_path / "pkg" / "onyx"
+            if not pkg.exists():
+                shutil.copytree(REPO_ROOT / "python" / "onyx", pkg)
+                shutil.copy(built[0], pkg / built[0].name)
+            path.append(str(pkg.parent))
+        path.append(str(Path(__file__).resolve().parent))
+        code = (f"import sys; sys.path[:0] = {path!r}; import onyx.genai as og, {module} as t; "
+                f"t.{function}(og); print('python api: ok')")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+        assert r.returncode == 0 and "python api: ok" in r.stdout, r.stdout + r.stderr
+
+    return run

@@ -26,8 +26,6 @@ reference_logits.npy).
 
 import json
 import os
-import subprocess
-import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -227,25 +225,9 @@ def test_logits(run_onyx, name, tmp_path):
     assert worst < 1e-4
 
 
-def test_python(onyx_bin, tmp_path):
-    """onyx.genai on a pipeline folder, in a process of its own: this source tree's package with the
-    extension built beside ONYX_BIN when there is one (a build whose package is not installed),
-    else the installed package. (An extension module cannot be swapped in a process that has
-    imported another build of it.)"""
-    import shutil
-    import subprocess
-    path = []
-    built = sorted(Path(onyx_bin).parent.glob("_onyx*.so"))
-    if built:
-        pkg = tmp_path / "pkg" / "onyx"
-        shutil.copytree(REPO_ROOT / "python" / "onyx", pkg)
-        shutil.copy(built[0], pkg / built[0].name)
-        path.append(str(pkg.parent))
-    path.append(str(Path(__file__).resolve().parent))
-    code = ("import sys; sys.path[:0] = %r; import onyx.genai as og, test_seq2seq as t; "
-            "t.python_api_checks(og); print('python api: ok')" % path)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert r.returncode == 0 and "python api: ok" in r.stdout, r.stdout + r.stderr
+def test_python(run_python_checks):
+    """onyx.genai on a pipeline folder, in a process of its own (conftest's run_python_checks)."""
+    run_python_checks("test_seq2seq", "python_api_checks", timeout=TIMEOUT_S)
 
 
 def python_api_checks(og):

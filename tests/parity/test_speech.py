@@ -150,22 +150,9 @@ def test_memory_report(run_onyx):
     assert "encoder weights" in out["memory_report"] and "decoder kv cache" in out["memory_report"]
 
 
-def test_python(onyx_bin, tmp_path):
-    """onyx.genai on the speech fixture, in a process of its own (as test_seq2seq.test_python)."""
-    import subprocess
-    import sys
-    path = []
-    built = sorted(Path(onyx_bin).parent.glob("_onyx*.so"))
-    if built:
-        pkg = tmp_path / "pkg" / "onyx"
-        shutil.copytree(REPO_ROOT / "python" / "onyx", pkg)
-        shutil.copy(built[0], pkg / built[0].name)
-        path.append(str(pkg.parent))
-    path.append(str(Path(__file__).resolve().parent))
-    code = ("import sys; sys.path[:0] = %r; import onyx.genai as og, test_speech as t; "
-            "t.python_api_checks(og); print('python api: ok')" % path)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and "python api: ok" in r.stdout, r.stdout + r.stderr
+def test_python(run_python_checks):
+    """onyx.genai on the speech fixture, in a process of its own (conftest's run_python_checks)."""
+    run_python_checks("test_speech", "python_api_checks")
 
 
 def python_api_checks(og):
