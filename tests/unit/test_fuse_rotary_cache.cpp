@@ -236,7 +236,9 @@ TEST(FuseRotaryCache, CacheRewriteMakesTheIndexedFormThatWritesInPlace) {
       EXPECT_EQ(count(plain, "CacheUpdate"), 2);
       EXPECT_EQ(count(fused, "CacheUpdate"), 0);
       for (const auto& n : fused.nodes)
-        if (n.op_type == "RotaryCache") EXPECT_EQ(n.inputs.size(), 8u);
+        if (n.op_type == "RotaryCache") {
+          EXPECT_EQ(n.inputs.size(), 8u);
+        }
       for (const Tensor& index : {Tensor::from_vector<int64_t>({4}, Shape{}),
                                   Tensor::from_vector<int64_t>({8, 2}, Shape{2})}) {
         SCOPED_TRACE(cat(name_of(l, capacity), " index ", index.shape().str()));

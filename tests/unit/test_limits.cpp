@@ -147,7 +147,9 @@ TEST(Limits, StringIdentityConcatChainInEveryMemoryMode) {
     }
     // The planner never places a string in the arena.
     for (const auto& v : s->plan({{"x", {3}}}).values)
-      if (v.type.rfind("string", 0) == 0) EXPECT_NE(v.kind, "arena") << v.name;
+      if (v.type.rfind("string", 0) == 0) {
+        EXPECT_NE(v.kind, "arena") << v.name;
+      }
   }
 }
 
