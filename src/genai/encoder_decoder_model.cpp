@@ -157,7 +157,9 @@ EncoderDecoderModel::EncoderDecoderModel(const std::string& dir, const SessionOp
     auto load = [&](const std::string& path, bool sampler) {
       return with_context(std::filesystem::path(path).filename().string(), [&] {
         onyx::Model m = load_model(path);
-        optimize_graph(*m.graph, options, device);
+        // The encoder runs once a request, as a session does: its attention fuses on every device
+        // (the decoders keep generation's default, fused on CUDA only).
+        optimize_graph(*m.graph, options, device, OptimizeDefaults{.fuse_attention_on_cpu = !sampler});
         if (sampler) append_sampler(*m.graph, folder_.decoder.logits, logit_bias_.defined());
         return m;
       });

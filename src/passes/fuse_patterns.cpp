@@ -228,11 +228,13 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
     }
     // The scores, with the mask added or not: try each Add operand as the scores.
     int mask = -1, q = -1, kr = -1;
+    int key_transpose = -1;  // a Transpose to [b, h, d, s] kept and made the one to [b, h, s, d]
     double scale = 1.0;
     std::vector<int> score_chain;
     auto scores = [&](int id) {
       score_chain.clear();
       scale = 1.0;
+      key_transpose = -1;
       int inner = id;
       if (Node* mul = m.sole(id, "Mul"); mul && mul->inputs.size() == 2) {
         for (int j = 0; j < 2; ++j)
@@ -252,13 +254,41 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
       }
       Node* qk = m.sole(inner, "MatMul");
       if (!qk || qk->inputs.size() != 2) return false;
-      Node* tr = m.sole(qk->inputs[1], "Transpose");
+      // torch's decomposition of scaled_dot_product_attention scales each operand by the root of
+      // the scale instead: MatMul(Mul(q, s1), Mul(Transpose(k), s2)).
+      int qa = qk->inputs[0], kb = qk->inputs[1];
+      std::vector<int> operand_chain;
+      auto unscale = [&](int& id) {
+        Node* mul = m.sole(id, "Mul");
+        if (!mul || mul->inputs.size() != 2) return true;
+        for (int j = 0; j < 2; ++j)
+          if (auto c = m.scalar(mul->inputs[j])) {
+            scale *= *c;
+            operand_chain.push_back(producer(id));
+            id = mul->inputs[1 - j];
+            return true;
+          }
+        return id != qk->inputs[1];  // a Mul by a non-constant before the transposed keys: not this pattern
+      };
+      if (!unscale(qa) || !unscale(kb)) return false;
+      Node* tr = m.sole(kb, "Transpose");
       const Attribute* perm = tr ? tr->find_attribute("perm") : nullptr;
-      if (!perm || perm->ints != std::vector<int64_t>{0, 1, 3, 2}) return false;
+      // K^T from K [batch, heads, positions, size], or straight from the heads split out of the
+      // projection, [batch, positions, heads, size] (then that Transpose is kept, as the one to
+      // [batch, heads, positions, size]).
+      const bool from_bhsd = perm && perm->ints == std::vector<int64_t>{0, 1, 3, 2};
+      const bool from_bshd = perm && perm->ints == std::vector<int64_t>{0, 2, 3, 1};
+      if (!from_bhsd && !from_bshd) return false;
       score_chain.push_back(producer(inner));
-      score_chain.push_back(producer(qk->inputs[1]));
-      q = qk->inputs[0];
-      kr = tr->inputs[0];
+      score_chain.insert(score_chain.end(), operand_chain.begin(), operand_chain.end());
+      if (from_bhsd) {
+        score_chain.push_back(producer(kb));
+        kr = tr->inputs[0];
+      } else {
+        key_transpose = producer(kb);
+        kr = kb;
+      }
+      q = qa;
       return true;
     };
     bool found = false;
@@ -279,9 +309,22 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
     if (m.rank(q) != 4 || m.rank(key) != 4 || m.rank(value) != 4) continue;
     std::vector<int> inputs{q, key, value};
     if (mask >= 0) inputs.push_back(mask);
+    if (key_transpose >= 0 && m.rank(g.nodes[key_transpose].inputs[0]) != 4) continue;
     Node fused = make_node(pv.name + "/fused_attention", "", "Attention", 23, std::move(inputs), {pv.outputs[0]},
                             {make_float_attr("scale", static_cast<float>(scale))});
-    if (commit(k, chain, std::move(fused))) ++r.attentions;
+    if (commit(k, chain, std::move(fused))) {
+      ++r.attentions;
+      if (key_transpose >= 0) {
+        // The keys' Transpose now gives [batch, heads, positions, size]; its output's declared
+        // type (if any) was the other layout's.
+        Node& t = g.nodes[key_transpose];
+        for (Attribute& a : t.attributes)
+          if (a.name == "perm") a.ints = {0, 2, 1, 3};
+        g.values[t.outputs[0]].declared.rank_known = false;
+        g.values[t.outputs[0]].declared.dims.clear();
+        g.values[t.outputs[0]].declared.dim_params.clear();
+      }
+    }
   }
   replace_nodes(g, removed, replace);
 

@@ -327,3 +327,47 @@ def test_transposed_product_not_fused(run_onyx, tmp_path, kind):
     m = model(nodes, [h.make_tensor_value_info("q", dt, list(feeds["q"].shape)),
                       h.make_tensor_value_info("k", dt, kshape)], outs, inits)
     run_and_compare(run_onyx, tmp_path, m, feeds, ["Transpose", "MatMul"], ["com.microsoft::FusedMatMul"])
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("mask", [False, True])
+def test_attention_sdpa_decomposition(run_onyx, tmp_path, layout, mask):
+    """torch's decomposition of scaled_dot_product_attention, as Whisper's export has it: each
+    operand scaled by the root of the scale, the keys transposed to [b, h, d, s] straight from
+    the projection's [b, s, h, d] (or from [b, h, s, d]) -> ONNX Attention."""
+    rng, _ = fresh_rng()
+    b, s, t, hh, d = 2, 5, 9, 3, 8
+    root = float((1 / np.sqrt(d)) ** 0.5)
+    inits = [numpy_helper.from_array(np.array([b, s, hh, d], np.int64), "qshape"),
+             numpy_helper.from_array(np.array([b, t, hh, d], np.int64), "kshape"),
+             numpy_helper.from_array(np.array([b, s, hh * d], np.int64), "oshape"),
+             const("r1", root), const("r2", root)]
+    nodes = [h.make_node("Reshape", ["qi", "qshape"], ["q4"]),
+             h.make_node("Transpose", ["q4"], ["qh"], perm=[0, 2, 1, 3]),
+             h.make_node("Mul", ["qh", "r1"], ["qs"]),
+             h.make_node("Reshape", ["ki", "kshape"], ["k4"])]
+    if layout == "bshd":
+        nodes.append(h.make_node("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]))
+    else:
+        nodes += [h.make_node("Transpose", ["k4"], ["kh"], perm=[0, 2, 1, 3]),
+                  h.make_node("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2])]
+    nodes += [h.make_node("Mul", ["kt", "r2"], ["ks"]),
+              h.make_node("MatMul", ["qs", "ks"], ["sc"])]
+    ins = [h.make_tensor_value_info("qi", F, [b, s, hh * d]), h.make_tensor_value_info("ki", F, [b, t, hh * d]),
+           h.make_tensor_value_info("vi", F, [b, t, hh * d])]
+    feeds = {n: rng.standard_normal((b, s if n == "qi" else t, hh * d)).astype(np.float32) for n in ("qi", "ki", "vi")}
+    scores = "sc"
+    if mask:
+        ins.append(h.make_tensor_value_info("m", F, [b, 1, s, t]))
+        feeds["m"] = np.where(rng.random((b, 1, s, t)) < 0.3, -1e9, 0).astype(np.float32)
+        feeds["m"][..., 0] = 0
+        nodes.append(h.make_node("Add", ["sc", "m"], ["scm"]))
+        scores = "scm"
+    nodes += [h.make_node("Softmax", [scores], ["p"], axis=-1),
+              h.make_node("Reshape", ["vi", "kshape"], ["v4"]),
+              h.make_node("Transpose", ["v4"], ["vh"], perm=[0, 2, 1, 3]),
+              h.make_node("MatMul", ["p", "vh"], ["o"]),
+              h.make_node("Transpose", ["o"], ["o2"], perm=[0, 2, 1, 3]),
+              h.make_node("Reshape", ["o2", "oshape"], ["y"])]
+    m = model(nodes, ins, [h.make_tensor_value_info("y", F, None)], inits)
+    run_and_compare(run_onyx, tmp_path, m, feeds, ["Attention"], ["Softmax"])
