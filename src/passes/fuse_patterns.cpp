@@ -303,6 +303,16 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
       found = scores(s);
     }
     if (!found) continue;
+    if (const Tensor* mt = mask >= 0 ? m.constant(mask) : nullptr) {
+      // A constant mask: all zeros adds nothing (BERT-style graphs add a [1, 1, 1, 1] zero "no
+      // mask"), so it goes; otherwise Attention takes a mask whose last two axes are the scores'
+      // own, not broadcast along them.
+      bool zeros = mt->on_host() && mt->dtype() == DType::kFloat32;
+      for (int64_t i = 0; zeros && i < mt->numel(); ++i) zeros = mt->data<float>()[i] == 0.f;
+      const int64_t r = static_cast<int64_t>(mt->rank());
+      if (zeros) mask = -1;
+      else if (r < 2 || mt->shape()[r - 1] == 1 || mt->shape()[r - 2] == 1) continue;
+    }
     chain.insert(chain.end(), score_chain.begin(), score_chain.end());
     const int key = unrepeat(kr, chain);
     const int value = unrepeat(pv.inputs[1], chain);

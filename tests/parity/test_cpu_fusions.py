@@ -330,11 +330,13 @@ def test_transposed_product_not_fused(run_onyx, tmp_path, kind):
 
 
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
-@pytest.mark.parametrize("mask", [False, True])
+@pytest.mark.parametrize("mask", ["none", "input", "zero_constant", "broadcast_constant"])
 def test_attention_sdpa_decomposition(run_onyx, tmp_path, layout, mask):
     """torch's decomposition of scaled_dot_product_attention, as Whisper's export has it: each
     operand scaled by the root of the scale, the keys transposed to [b, h, d, s] straight from
-    the projection's [b, s, h, d] (or from [b, h, s, d]) -> ONNX Attention."""
+    the projection's [b, s, h, d] (or from [b, h, s, d]) -> ONNX Attention. A constant [1, 1, 1, 1]
+    mask of zeros (BERT-style graphs' "no mask") is dropped; one of other values, broadcast along
+    the scores' last axes, which Attention does not take, leaves the graph unfused."""
     rng, _ = fresh_rng()
     b, s, t, hh, d = 2, 5, 9, 3, 8
     root = float((1 / np.sqrt(d)) ** 0.5)
@@ -357,10 +359,13 @@ def test_attention_sdpa_decomposition(run_onyx, tmp_path, layout, mask):
            h.make_tensor_value_info("vi", F, [b, t, hh * d])]
     feeds = {n: rng.standard_normal((b, s if n == "qi" else t, hh * d)).astype(np.float32) for n in ("qi", "ki", "vi")}
     scores = "sc"
-    if mask:
+    if mask == "input":
         ins.append(h.make_tensor_value_info("m", F, [b, 1, s, t]))
         feeds["m"] = np.where(rng.random((b, 1, s, t)) < 0.3, -1e9, 0).astype(np.float32)
         feeds["m"][..., 0] = 0
+    elif mask != "none":
+        inits.append(const("m", np.full((1, 1, 1, 1), 0.0 if mask == "zero_constant" else 0.75)))
+    if mask != "none":
         nodes.append(h.make_node("Add", ["sc", "m"], ["scm"]))
         scores = "scm"
     nodes += [h.make_node("Softmax", [scores], ["p"], axis=-1),
@@ -370,4 +375,7 @@ def test_attention_sdpa_decomposition(run_onyx, tmp_path, layout, mask):
               h.make_node("Transpose", ["o"], ["o2"], perm=[0, 2, 1, 3]),
               h.make_node("Reshape", ["o2", "oshape"], ["y"])]
     m = model(nodes, ins, [h.make_tensor_value_info("y", F, None)], inits)
-    run_and_compare(run_onyx, tmp_path, m, feeds, ["Attention"], ["Softmax"])
+    if mask == "broadcast_constant":
+        run_and_compare(run_onyx, tmp_path, m, feeds, ["Softmax"], ["Attention"])
+    else:
+        run_and_compare(run_onyx, tmp_path, m, feeds, ["Attention"], ["Softmax"])
