@@ -284,8 +284,7 @@ std::vector<int64_t> EncoderDecoderModel::detect_languages() {
   batch_ = std::make_unique<Batch>();
   Batch& bt = *batch_;
   bt.rows = static_cast<int64_t>(audio_.size());
-  bt.size = 1;
-  while (bt.size < bt.rows) bt.size *= 2;
+  bt.size = bucket_for(bt.rows);
   run_encoder({}, bt.size);
   Draw draw;
   draw.options.assign(static_cast<size_t>(bt.rows), {0.f, 0.f, 1.f, 0.f, 1.f, 0.f, 0.f});
@@ -340,8 +339,7 @@ Next EncoderDecoderModel::start(const std::vector<std::vector<int64_t>>& prompts
   batch_ = std::make_unique<Batch>();
   Batch& bt = *batch_;
   bt.rows = static_cast<int64_t>(prompts.size());
-  bt.size = 1;
-  while (bt.size < bt.rows) bt.size *= 2;
+  bt.size = bucket_for(bt.rows);
   const int64_t B = bt.size;
   if (folder_.audio && audio_hidden_.defined() && audio_hidden_.shape()[0] == B) {
     bt.hidden = audio_hidden_;  // detect_languages() ran the encoder on this audio

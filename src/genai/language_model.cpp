@@ -304,8 +304,7 @@ Next LanguageModel::start(const std::vector<std::vector<int64_t>>& prompts, int6
   batch_ = std::make_unique<Batch>();
   Batch& bt = *batch_;
   bt.rows = static_cast<int64_t>(prompts.size());
-  bt.size = 1;
-  while (bt.size < bt.rows) bt.size *= 2;
+  bt.size = bucket_for(bt.rows);
   bt.prompt = longest;
   const int64_t want = std::max(capacity, longest + 1);
   bt.capacity = std::min((want + kCacheBlock - 1) / kCacheBlock * kCacheBlock, folder_.context_length);

@@ -154,9 +154,7 @@ std::vector<int64_t> LanguageModel::decode(const std::vector<int64_t>& tokens, c
   ONYX_CHECK(n >= 1 && n <= sl.count, "a decode step takes 1 to ", sl.count, " sequences, got ", n);
   ONYX_CHECK(static_cast<int64_t>(draw.options.size()) == n && static_cast<int64_t>(draw.seeds.size()) == n,
              "the draw needs options and a seed per sequence");
-  int64_t B = 1;
-  while (B < n) B *= 2;
-  B = std::min(B, sl.count);
+  const int64_t B = std::min(bucket_for(n), sl.count);
   auto active = [&](int64_t r) { return r < n && tokens[r] >= 0; };
   for (int64_t r = 0; r < n; ++r)
     ONYX_CHECK(!active(r) || sl.filled[r] < sl.capacity, "slot ", r, " is full (", sl.capacity, " positions)");

@@ -39,6 +39,14 @@ struct Next {
   Tensor logits;                // [sequences, vocab] float32, when asked
 };
 
+// The rows a batch of `rows` sequences runs in: the next power of two (the buckets steps are
+// planned and captured for).
+inline int64_t bucket_for(int64_t rows) {
+  int64_t size = 1;
+  while (size < rows) size *= 2;
+  return size;
+}
+
 // The rows a model's batch keeps for TokenModel::keep: `keep` checked (ascending indexes below
 // `rows`), then padded to the next power of two by repeating the first (the bucket the smaller
 // batch runs in).
@@ -47,10 +55,8 @@ inline std::vector<size_t> kept_rows(const std::vector<size_t>& keep, int64_t ro
   for (size_t i = 0; i < keep.size(); ++i)
     ONYX_CHECK(static_cast<int64_t>(keep[i]) < rows && (i == 0 || keep[i] > keep[i - 1]),
                "keep takes ascending sequence indexes");
-  size_t size = 1;
-  while (size < keep.size()) size *= 2;
   std::vector<size_t> out(keep.begin(), keep.end());
-  out.resize(size, keep[0]);
+  out.resize(static_cast<size_t>(bucket_for(static_cast<int64_t>(keep.size()))), keep[0]);
   return out;
 }
 
