@@ -68,11 +68,11 @@ note "- onyx generate on the genai fixtures (greedy, 40 new tokens), cuda:0 capt
 sed 's/^/    /' "$out/generate.log" | tee -a "$res"
 [ $rc -eq 0 ] || fails=$((fails+1))
 
-part "encoder-decoder pipelines on cuda:0"
+part "pipelines on cuda:0"
 timeout 400 python3 "$here/gpu_pipeline_check.py" "$bin/onyx" "$here/../tests/fixtures/seq2seq" \
-  "$here/../tests/fixtures/speech" > "$out/pipeline.log" 2>&1
+  "$here/../tests/fixtures/speech" "$here/../tests/fixtures/vision" > "$out/pipeline.log" 2>&1
 rc=$?
-note "- onyx generate on the seq2seq fixtures (T5 split and merged, BART; greedy) and the speech fixture (Whisper: its clips, languages given and detected, translation) on cuda:0 against transformers' tokens, every component on cuda:0 by the memory report, a budget below the weights refused at load: exit $rc"
+note "- onyx generate on the seq2seq fixtures (T5 split and merged, BART; greedy), the speech fixture (Whisper: its clips, languages given and detected, translation) and the vision fixture (LLaVA: one image, two, none) on cuda:0 against transformers' tokens, every component on cuda:0 by the memory report, a budget below the weights refused at load: exit $rc"
 sed 's/^/    /' "$out/pipeline.log" | tee -a "$res"
 [ $rc -eq 0 ] || fails=$((fails+1))
 

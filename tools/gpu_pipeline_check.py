@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""Encoder-decoder pipelines on cuda:0, for the GPU suite (scripts/gpu_run.sh).
+"""Pipelines on cuda:0, for the GPU suite (scripts/gpu_run.sh).
 
-For every fixture under each DIR (tests/fixtures/seq2seq and tests/fixtures/speech, staged with
-the checkout):
+For every fixture under each DIR (tests/fixtures/seq2seq, tests/fixtures/speech and
+tests/fixtures/vision, staged with the checkout):
 
   - `onyx generate DIR --device cuda:0 --greedy --json --memory-report` on each prompt (or, for
-    a speech fixture, each clip with its language and task) of its reference.json: the tokens
-    (and a speech model's decoder prompt) equal transformers' (as on the CPU), and the memory report is
-    cuda:0's governor with every component's holders in it (encoder weights, decoder weights,
-    decoder kv cache non-zero): each component was placed on cuda:0, as the report says, not
-    by trust;
+    a speech fixture, each clip with its language and task; for a vision-language fixture, each
+    prompt with its images) of its reference.json: the tokens (and a speech or vision model's
+    prompt ids) equal transformers' (as on the CPU), and the memory report is cuda:0's governor
+    with every component's holders in it (encoder weights, decoder weights, decoder kv cache; or
+    weights, kv cache, vision weights, vision values: non-zero): each component was placed on
+    cuda:0, as the report says, not by trust;
   - a budget that holds what the backend itself leases but not the pipeline's weights is
     refused at load, naming the components, with nothing placed.
 
@@ -40,8 +41,15 @@ def main():
     for folder in folders:
         ref = json.loads((folder / "reference.json").read_text())
         speech = "audio" in ref["cases"][0]
+        vision = "images" in ref["cases"][0]
+        new_tokens = ref.get("new_tokens", ref.get("max_new_tokens"))
 
         def request(case):
+            if vision:
+                args = ["--prompt", case["prompt"]]
+                for image in case["images"]:
+                    args += ["--image", folder / "images" / image]
+                return args
             if not speech:
                 return ["--prompt-ids", " ".join(map(str, case["prompt_ids"]))]
             args = ["--audio", folder / case["audio"]]
@@ -53,21 +61,26 @@ def main():
         wrong, report = [], ""
         for case in ref["cases"]:
             r = run([onyx, "generate", folder, *request(case), "--greedy",
-                     "--max-new-tokens", ref["new_tokens"], "--device", "cuda:0", "--json", "--memory-report"])
+                     "--max-new-tokens", new_tokens, "--device", "cuda:0", "--json", "--memory-report"])
             if r.returncode != 0:
                 print(f"FAIL {folder.name} {case['name']}: exit {r.returncode}: {r.stderr.strip()[-600:]}")
                 fails += 1
                 break
             out = json.loads(r.stdout)
             report = out["memory_report"]
-            if out["generated_ids"] != case["generated_ids"] or (speech and out["prompt_ids"] != case["decoder_prompt"]):
+            if out["generated_ids"] != case["generated_ids"] or (speech and out["prompt_ids"] != case["decoder_prompt"]) \
+                    or (vision and out["prompt_ids"] != case["prompt_ids"]):
                 wrong.append(case["name"])
             if out["stats"]["device"] != "cuda:0":
                 wrong.append(f"{case['name']} (device {out['stats']['device']})")
         else:
             h = holders(report)
-            placed = report.startswith("holders of cuda:0's governor") and all(
-                h.get(k, 0) > 0 for k in ("encoder weights", "decoder weights", "decoder kv cache"))
+            if vision:
+                placed = report.startswith("cuda:0 governor:") and all(
+                    h.get(k, 0) > 0 for k in ("weights", "kv cache", "vision weights", "vision values"))
+            else:
+                placed = report.startswith("holders of cuda:0's governor") and all(
+                    h.get(k, 0) > 0 for k in ("encoder weights", "decoder weights", "decoder kv cache"))
             ok = not wrong and placed
             fails += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {folder.name}: {len(ref['cases']) - len(wrong)}/{len(ref['cases'])} "
@@ -76,13 +89,20 @@ def main():
             if not placed:
                 print(report)
             # The budget: the backend's own holders fit, the pipeline's weights do not.
-            own = sum(b for k, b in h.items() if not k.startswith(("encoder ", "decoder ")))
-            weights = h.get("encoder weights", 0) + h.get("decoder weights", 0)
-            budget = own + weights // 2
+            if vision:
+                # At admission the backend holds its workspace; the two components' weights need a
+                # 64 MiB pool block each.
+                own = h.get("library workspace", 0)
+                budget = own + (64 << 20)
+            else:
+                own = sum(b for k, b in h.items() if not k.startswith(("encoder ", "decoder ")))
+                weights = h.get("encoder weights", 0) + h.get("decoder weights", 0)
+                budget = own + weights // 2
             r = run([onyx, "generate", folder, *request(ref["cases"][0]), "--device", "cuda:0",
                      "--memory-budget", budget])
             refused = (r.returncode != 0 and "does not fit the memory budget of cuda:0" in r.stderr
-                       and "encoder weights:" in r.stderr and "nothing was placed" in r.stderr)
+                       and ("vision weights:" if vision else "encoder weights:") in r.stderr
+                       and "nothing was placed" in r.stderr)
             fails += not refused
             print(f"{'ok  ' if refused else 'FAIL'} {folder.name}: a budget of {budget} B (the backend's "
                   f"{own} B and half the weights) refused at load: {refused}"

@@ -132,8 +132,21 @@ class Model:
         audio (generate(audio=...))."""
         return self._m.speech()
 
+    @property
+    def is_vision(self):
+        """True for a vision-language model (genai_config.json names vision and embedding
+        models: LLaVA-style); its prompts take images (generate(prompt, images=[...]))."""
+        return self._m.vision()
+
+    def preprocess_image(self, image):
+        """The pixels a vision-language model's vision model reads for `image` (a file path, or an
+        RGB uint8 array [height, width, 3]): float32 [3, height, width], preprocessed as its
+        preprocessor_config.json says (resize, center crop, rescale, normalize)."""
+        import os
+        return self._m.image_pixels(os.fspath(image) if isinstance(image, (str, os.PathLike)) else image)
+
     def generate(self, prompt=None, max_new_tokens=128, add_special_tokens=True, audio=None, language=None,
-                 task=None, **search):
+                 task=None, images=None, **search):
         """Streams the text generated from `prompt` (a str, or token ids), or for a speech model
         from `audio` (a file path, or 1-D float32 samples at the model's rate) with `language`
         ("en" or "<|en|>"; None: detected where the model knows languages) and `task`
@@ -141,7 +154,20 @@ class Model:
         the ids and the stop reason and .stats the figures (and .language the detected
         language). Search options: do_sample, temperature, top_k, top_p, min_p,
         repetition_penalty, presence_penalty, frequency_penalty (OpenAI's, in [-2, 2], over the
-        generated tokens), seed, stop (a list of strings), kv_capacity."""
+        generated tokens), seed, stop (a list of strings), kv_capacity.
+
+        A vision-language model takes `images` (file paths, or RGB uint8 arrays [height, width,
+        3]), one per image token of the prompt (LLaVA's "<image>"), in order."""
+        if images is not None or self.is_vision:
+            if images is not None and not self.is_vision:
+                raise ValueError(f"'{self.path}' is not a vision-language model: it takes no images")
+            if prompt is None:
+                raise ValueError("a vision-language model needs a prompt (with an image token per image)")
+            import os
+            ids = (list(Tokenizer(self).encode(prompt, add_special_tokens=add_special_tokens))
+                   if isinstance(prompt, str) else [int(t) for t in prompt])
+            items = [os.fspath(i) if isinstance(i, (str, os.PathLike)) else i for i in (images or [])]
+            return Generation(self, self._m.image_prompt(ids, items), max_new_tokens, add_special_tokens, search)
         if audio is not None or self.is_speech:
             if audio is None:
                 raise ValueError(f"'{self.path}' is a speech model: give it audio=")

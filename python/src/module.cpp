@@ -29,6 +29,7 @@
 #include "genai/chat_template.h"
 #include "genai/encoder_decoder_model.h"
 #include "genai/generator.h"
+#include "genai/image.h"
 #include "genai/language_model.h"
 #include "genai/token_stream.h"
 #include "genai/tokenizer.h"
@@ -470,6 +471,33 @@ struct PyModel {
   std::mutex mu;
 };
 
+// A vision-language model's LanguageModel, or an error naming the folder.
+genai::LanguageModel& vision_model(const std::shared_ptr<PyModel>& pm) {
+  auto* lm = dynamic_cast<genai::LanguageModel*>(pm->lm.get());
+  if (!lm || !lm->folder().has_vision)
+    throw Error(cat("'", pm->lm->folder().dir, "' is not a vision-language model (its genai_config.json names no "
+                    "vision and embedding models): it takes no images"));
+  return *lm;
+}
+
+// Image i from Python: a file path (decoded), or RGB uint8 [height, width, 3].
+RgbImage image_from_py(const nb::object& o, size_t i) {
+  if (nb::isinstance<nb::str>(o)) {
+    const std::string path = nb::cast<std::string>(o);
+    nb::gil_scoped_release nogil;
+    return genai::read_image(path);
+  }
+  nb::ndarray<const uint8_t, nb::ndim<3>, nb::c_contig, nb::device::cpu> a;
+  if (!nb::try_cast(o, a) || a.shape(2) != 3)
+    throw Error(cat("image ", i, ": expected a file path or an RGB uint8 array [height, width, 3]"));
+  RgbImage rgb;
+  rgb.h = static_cast<int64_t>(a.shape(0));
+  rgb.w = static_cast<int64_t>(a.shape(1));
+  rgb.px.assign(a.data(), a.data() + a.size());
+  return rgb;
+}
+
+
 genai::SearchOptions parse_search(const nb::dict& o) {
   genai::SearchOptions s;
   for (auto [k, v] : o) {
@@ -895,7 +923,36 @@ NB_MODULE(_onyx, m) {
           }
         }
         return nb::make_tuple(prompts, detected_names);
-      }, "audio"_a, "language"_a, "task"_a);
+      }, "audio"_a, "language"_a, "task"_a)
+      .def("vision", [](const std::shared_ptr<PyModel>& pm) { return pm->lm->folder().has_vision; })
+      .def("image_pixels", [](const std::shared_ptr<PyModel>& pm, const nb::object& image) {
+        // A file path or an RGB uint8 [height, width, 3] array, preprocessed as the folder says.
+        genai::LanguageModel& lm = vision_model(pm);
+        RgbImage rgb = image_from_py(image, 0);
+        Tensor t;
+        {
+          nb::gil_scoped_release nogil;
+          t = genai::preprocess_image(rgb, lm.image_processor());
+        }
+        return host_view(t, true);
+      }, "image"_a)
+      .def("image_prompt", [](const std::shared_ptr<PyModel>& pm, const std::vector<int64_t>& ids,
+                              const std::vector<nb::object>& images) {
+        // The images encoded and set for the next begin(); the prompt's image tokens expanded.
+        genai::LanguageModel& lm = vision_model(pm);
+        std::vector<RgbImage> rgb;
+        for (size_t i = 0; i < images.size(); ++i) rgb.push_back(image_from_py(images[i], i));
+        nb::gil_scoped_release nogil;
+        std::vector<Tensor> pixels;
+        for (size_t i = 0; i < rgb.size(); ++i)
+          pixels.push_back(with_context(cat("image ", i), [&] { return genai::preprocess_image(rgb[i], lm.image_processor()); }));
+        std::vector<Tensor> features = pixels.empty() ? std::vector<Tensor>{} : lm.encode_images(pixels);
+        std::vector<int64_t> rows;
+        for (const Tensor& t : features) rows.push_back(t.shape()[0]);
+        std::vector<int64_t> expanded = genai::expand_image_tokens(ids, lm.folder().vision.image_token_id, rows);
+        lm.set_image_features({std::move(features)});
+        return expanded;
+      }, "ids"_a, "images"_a);
 
   nb::class_<PyGenerator>(m, "Generator")
       .def(nb::init<std::shared_ptr<PyModel>>())

@@ -148,6 +148,7 @@ LanguageModel::LanguageModel(const std::string& dir, const SessionOptions& optio
     backend_ = make_backend(device_, options);
     kv_pool_ = backend_ ? backend_->make_pool("kv cache") : host_;
     model_ = load_model(folder_.decoder_path);
+    if (folder_.has_vision) load_vision(*model_.graph);
     optimize_graph(*model_.graph, options, device_);
     append_sampler(*model_.graph, folder_.logits);
     weights_ = std::make_shared<DeviceWeights>();
@@ -156,7 +157,8 @@ LanguageModel::LanguageModel(const std::string& dir, const SessionOptions& optio
     prompt_ = std::make_unique<Runner>(*model_.graph, prompt_options, backend_.get(), host_, weights_);
     for (const auto& [name, i] : prompt_->inputs) {
       const bool known = name == folder_.input_ids || name == folder_.attention_mask || name == folder_.position_ids ||
-                         name == folder_.use_cache_branch || name.rfind("onyx_draw_", 0) == 0;
+                         name == folder_.use_cache_branch || name.rfind("onyx_draw_", 0) == 0 ||
+                         (folder_.has_vision && name == folder_.vision.embedding_features);
       bool cache = false;
       for (const auto& l : folder_.layers) cache |= name == l.past_key || name == l.past_value;
       const Value& v = model_.graph->values[model_.graph->inputs[i]];
@@ -224,17 +226,21 @@ void LanguageModel::use_growing_cache(bool growing) {
 // A two-token prompt and one step, through the original graph and through the rewritten
 // one: the rewrite is kept only if both give the same logits.
 std::string LanguageModel::verify_static() {
-  const int64_t v = std::max<int64_t>(folder_.vocab_size, 4);
-  const std::vector<std::vector<int64_t>> prompt{{1 % v, 2 % v}};
+  const int64_t v = std::max<int64_t>(folder_.vocab_size, 6);
+  // Ids other than a vision-language model's image token (which would need an image).
+  auto id = [&](int64_t i) {
+    return folder_.has_vision && i % v == folder_.vision.image_token_id ? (i + 3) % v : i % v;
+  };
+  const std::vector<std::vector<int64_t>> prompt{{id(1), id(2)}};
   const Draw draw = greedy(1);
   Tensor a, b;
   try {
     mode_ = CacheMode::kGrowing;
     start(prompt, 2 * kCacheBlock, draw);
-    a = step({3 % v}, draw).logits;
+    a = step({id(3)}, draw).logits;
     mode_ = CacheMode::kStatic;
     start(prompt, 2 * kCacheBlock, draw);
-    b = step({3 % v}, draw).logits;
+    b = step({id(3)}, draw).logits;
   } catch (const Error& e) {
     mode_ = CacheMode::kStatic;
     batch_.reset();
@@ -320,6 +326,7 @@ Next LanguageModel::start(const std::vector<std::vector<int64_t>>& prompts, int6
     bt.length.push_back(right ? n : longest);
     bt.offset.push_back(right ? 0 : longest - n);
   }
+  take_image_features(rows, prompts.size());
   if (mode_ != CacheMode::kGrowing) bt.cache = cache_set(bt.size, bt.capacity);
   return run(*prompt_, prompt_feeds(rows), true, draw);
 }

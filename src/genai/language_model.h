@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "exec/executor.h"
+#include "genai/image.h"
 #include "genai/model_folder.h"
 #include "genai/token_model.h"
 #include "genai/tokenizer.h"
@@ -88,6 +89,19 @@ class LanguageModel : public TokenModel {
   // Forgets what slot s holds from position `keep` on.
   void truncate_slot(int64_t slot, int64_t keep);
 
+  // ---- Vision-language folders (ModelFolder::has_vision) ----
+  // The images' preprocessing (preprocessor_config.json).
+  const ImageProcessor& image_processor() const;
+  // Each image's features ([tokens, hidden], on the host): the vision model run over the
+  // images, preprocessed by preprocess_image (each [3, height, width]). The run's memory is
+  // planned (its live set) and given back after it.
+  std::vector<Tensor> encode_images(const std::vector<Tensor>& pixels);
+  // The features the next start() puts in place of its prompts' image tokens: per sequence,
+  // its images' features in the order of its image tokens (each token expanded first to as
+  // many as its image has feature rows: expand_image_tokens). A sequence without images gets
+  // an empty list. start() checks the counts and consumes them.
+  void set_image_features(std::vector<std::vector<Tensor>> per_sequence);
+
   size_t cache_bytes() const override;
   // Times the cache of the generation in flight grew.
   int64_t cache_grows() const override;
@@ -120,6 +134,10 @@ class LanguageModel : public TokenModel {
   Tensor take_rows(const Tensor& t, const std::vector<size_t>& rows);
   void copy_rows(const Tensor& t, const std::vector<size_t>& rows, Tensor& out);
   void grow(int64_t need);
+  void load_vision(Graph& decoder);
+  void add_image_feeds(std::vector<std::pair<std::string, Tensor>>& feeds, bool prompt);
+  void take_image_features(const std::vector<std::vector<int64_t>>& rows, size_t sequences);
+  std::string vision_report() const;
 
   SessionOptions options_;
   Device device_;
@@ -142,6 +160,16 @@ class LanguageModel : public TokenModel {
   // Cache sets of finished generations by (bucket, capacity), most recent first (at most
   // kSpareCacheSets): kept in the "kv cache" lease for the next generation of that geometry.
   std::vector<std::pair<std::pair<int64_t, int64_t>, std::vector<Tensor>>> spare_caches_;
+  // Vision-language folders: the vision model's executor (on its own pools of the one
+  // governor on a GPU), what it has used, and the features waiting for start().
+  struct Vision;
+  std::unique_ptr<Vision> vision_;
 };
+
+// `prompt` with its image tokens expanded: the k-th occurrence of `image_token` becomes
+// tokens_per_image[k] copies of it. An error when the prompt holds a different number of image
+// tokens than there are images.
+std::vector<int64_t> expand_image_tokens(const std::vector<int64_t>& prompt, int64_t image_token,
+                                         const std::vector<int64_t>& tokens_per_image);
 
 }  // namespace onyx::genai

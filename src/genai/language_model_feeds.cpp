@@ -153,6 +153,7 @@ void LanguageModel::fill_cache(const std::vector<Tensor>& cache, const std::vect
 Next LanguageModel::execute(Runner& r, Feeds feeds, const Batch& bt, bool prompt, const Draw& draw,
                             const std::vector<Tensor>* in_place, std::vector<Tensor>* presents) {
   add_draw_feeds(feeds, bt, prompt, draw);
+  add_image_feeds(feeds, prompt);
   const Graph& g = *r.graph;
   std::vector<Tensor> inputs(g.inputs.size());
   for (const auto& [name, t] : feeds) {
@@ -199,6 +200,8 @@ CaptureReport LanguageModel::capture_report() const {
 
 size_t LanguageModel::peak_device_bytes() const { return backend_ ? backend_->governor().peak_leased() : 0; }
 
-std::string LanguageModel::memory_report() const { return backend_ ? backend_->memory_report() : ""; }
+std::string LanguageModel::memory_report() const {
+  return (backend_ ? backend_->memory_report() : "") + vision_report();
+}
 
 }  // namespace onyx::genai

@@ -46,6 +46,20 @@ struct LanguageModel::Slots {
   std::vector<int64_t> filled;  // per slot: positions holding its sequence's entries
 };
 
+// A vision-language folder's vision model and what the next prompt run feeds the embedding.
+struct LanguageModel::Vision {
+  ImageProcessor processor;
+  onyx::Model model;                 // the vision model
+  std::unique_ptr<Backend> backend;  // its pools of the decoder's device (null on the CPU)
+  std::unique_ptr<GraphExecutor> exec;
+  size_t pixel_input = 0, features_output = 0;
+  int64_t hidden = 0;                // the features' width (the embedding model's input)
+  DType dtype = DType::kFloat32;     // and their element type
+  size_t weight_bytes = 0, arena_bytes = 0, arena_lower_bound = 0, arena_no_reuse = 0;
+  std::vector<std::vector<Tensor>> pending;  // per sequence, for the next start()
+  Tensor batch;                              // the prompt run's features, [tokens, hidden]
+};
+
 // The names of what onyx appends to the decoder to draw tokens on its device.
 inline constexpr const char* kDrawOptions = "onyx_draw_options";
 inline constexpr const char* kDrawRng = "onyx_draw_rng";

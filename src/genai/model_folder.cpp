@@ -128,6 +128,24 @@ void read_genai_config(ModelFolder& f, const fs::path& path) {
   f.bos_id = int_or(model, "bos_token_id", -1);
   f.pad_id = int_or(model, "pad_token_id", -1);
   f.eos_ids = json_ids(model.get("eos_token_id"));
+  if (model.has("vision") || model.has("embedding")) {
+    // A vision-language pipeline: both components, the decoder reading embeddings.
+    f.has_vision = true;
+    VisionFolder& v = f.vision;
+    JsonNode vision = model.at("vision"), embedding = model.at("embedding");
+    v.vision_path = (fs::path(f.dir) / vision.at("filename").as_string()).string();
+    v.embedding_path = (fs::path(f.dir) / embedding.at("filename").as_string()).string();
+    JsonNode vin = vision.get("inputs"), vout = vision.get("outputs");
+    JsonNode ein = embedding.get("inputs"), eout = embedding.get("outputs");
+    v.pixel_values = name(vin, "pixel_values", "pixel_values");
+    v.vision_features = name(vout, "image_features", "image_features");
+    v.embedding_ids = name(ein, "input_ids", "input_ids");
+    v.embedding_features = name(ein, "image_features", "image_features");
+    v.embedding_output = name(eout, "inputs_embeds", "inputs_embeds");
+    v.decoder_embeds = name(inputs, "inputs_embeds", "inputs_embeds");
+    v.image_token_id = int_or(model, "image_token_id", -1);
+    f.input_ids = v.embedding_ids;
+  }
   JsonNode search = root.get("search");
   if (!search.is_null()) {
     f.search.do_sample = search.has("do_sample") && search.at("do_sample").as_bool();
@@ -157,6 +175,18 @@ void read_hf_configs(ModelFolder& f, int64_t& num_heads, int64_t& hidden) {
     if (f.bos_id < 0) f.bos_id = int_or(c, "bos_token_id", -1);
     if (f.pad_id < 0) f.pad_id = int_or(c, "pad_token_id", -1);
     if (f.eos_ids.empty()) f.eos_ids = json_ids(c.get("eos_token_id"));
+    if (f.has_vision && f.vision.image_token_id < 0)
+      f.vision.image_token_id = int_or(c, "image_token_index", int_or(c, "image_token_id", -1));
+    // A vision-language model's config.json keeps the decoder's facts under text_config.
+    JsonNode text = c.get("text_config");
+    if (!text.is_null() && text.is_object()) {
+      if (!f.kv_heads) f.kv_heads = int_or(text, "num_key_value_heads", int_or(text, "num_attention_heads", 0));
+      if (!num_heads) num_heads = int_or(text, "num_attention_heads", 0);
+      if (!hidden) hidden = int_or(text, "hidden_size", 0);
+      if (!f.head_size) f.head_size = int_or(text, "head_dim", 0);
+      if (!f.vocab_size) f.vocab_size = int_or(text, "vocab_size", 0);
+      if (!f.context_length) f.context_length = int_or(text, "max_position_embeddings", 0);
+    }
   }
   if (fs::exists(dir / "generation_config.json")) {
     Json doc = read_json_file(dir / "generation_config.json");
@@ -177,8 +207,12 @@ namespace {
 // Every role the folder names must be in the decoder, and the cache geometry known.
 void check_against_decoder(ModelFolder& f, const ModelInfo& info, int64_t num_heads, int64_t hidden) {
   const std::string where = cat("decoder '", fs::path(f.decoder_path).filename().string(), "'");
-  ONYX_CHECK(find_io(info.inputs, f.input_ids), where, " has no input '", f.input_ids,
-             "' (the token ids); its inputs are the roles onyx feeds");
+  if (f.has_vision)
+    ONYX_CHECK(find_io(info.inputs, f.vision.decoder_embeds), where, " has no input '", f.vision.decoder_embeds,
+               "' (the embeddings the embedding model makes)");
+  else
+    ONYX_CHECK(find_io(info.inputs, f.input_ids), where, " has no input '", f.input_ids,
+               "' (the token ids); its inputs are the roles onyx feeds");
   ONYX_CHECK(find_io(info.outputs, f.logits), where, " has no output '", f.logits, "'");
   if (!find_io(info.inputs, f.attention_mask)) f.attention_mask.clear();
   if (!find_io(info.inputs, f.position_ids)) f.position_ids.clear();
@@ -203,6 +237,32 @@ void check_against_decoder(ModelFolder& f, const ModelInfo& info, int64_t num_he
              "declared shapes, genai_config.json or config.json");
   const ValueDesc& logits = *find_io(info.outputs, f.logits);
   if (logits.rank_known && !logits.dims.empty() && logits.dims.back() > 0) f.vocab_size = logits.dims.back();
+}
+
+// The vision and embedding models have the roles the folder names, and the images their
+// preprocessing and token.
+void check_vision(ModelFolder& f) {
+  VisionFolder& v = f.vision;
+  const ModelInfo vision = with_context(cat("vision model '", v.vision_path, "'"), [&] { return inspect_model(v.vision_path); });
+  const std::string vw = cat("vision model '", fs::path(v.vision_path).filename().string(), "'");
+  ONYX_CHECK(find_io(vision.inputs, v.pixel_values), vw, " has no input '", v.pixel_values, "'");
+  ONYX_CHECK(find_io(vision.outputs, v.vision_features), vw, " has no output '", v.vision_features, "'");
+  for (const auto& in : vision.inputs)
+    ONYX_CHECK(in.name == v.pixel_values, vw, " has an input '", in.name, "' onyx does not know how to feed (it feeds "
+               "the preprocessed images, '", v.pixel_values, "')");
+  const ModelInfo embedding =
+      with_context(cat("embedding model '", v.embedding_path, "'"), [&] { return inspect_model(v.embedding_path); });
+  const std::string ew = cat("embedding model '", fs::path(v.embedding_path).filename().string(), "'");
+  ONYX_CHECK(find_io(embedding.inputs, v.embedding_ids), ew, " has no input '", v.embedding_ids, "'");
+  ONYX_CHECK(find_io(embedding.inputs, v.embedding_features), ew, " has no input '", v.embedding_features, "'");
+  ONYX_CHECK(find_io(embedding.outputs, v.embedding_output), ew, " has no output '", v.embedding_output, "'");
+  ONYX_CHECK(v.image_token_id >= 0, "the image token's id is not in genai_config.json (model.image_token_id) or "
+             "config.json (image_token_index)");
+  ONYX_CHECK(f.vocab_size <= 0 || v.image_token_id < f.vocab_size, "the image token's id ", v.image_token_id,
+             " is outside the vocabulary of ", f.vocab_size);
+  v.processor_path = (fs::path(f.dir) / "preprocessor_config.json").string();
+  ONYX_CHECK(fs::exists(v.processor_path), "no preprocessor_config.json (the images' preprocessing, as Hugging "
+             "Face's image processors save it)");
 }
 
 }  // namespace
@@ -232,6 +292,7 @@ ModelFolder load_model_folder(const std::string& dir) {
     int64_t num_heads = 0, hidden = 0;
     read_hf_configs(f, num_heads, hidden);
     check_against_decoder(f, info, num_heads, hidden);
+    if (f.has_vision) check_vision(f);
     if (!f.context_length) f.context_length = 2048;
     return f;
   });

@@ -30,6 +30,23 @@ struct SearchDefaults {
   int64_t max_length = 0;  // prompt + new tokens; 0: the context length
 };
 
+// A vision-language folder (onnxruntime-genai's multi-model genai_config.json with "vision"
+// and "embedding" components): the vision model turns preprocessed images into features, the
+// embedding model turns token ids into the embeddings the decoder reads, each image's
+// features in place of its image tokens. onyx joins the embedding model to the front of the
+// decoder at load (one graph: planned and captured as one), so the decoder's token input is
+// the embedding model's.
+struct VisionFolder {
+  std::string vision_path, embedding_path, processor_path;
+  std::string pixel_values;            // the vision model's input
+  std::string vision_features;         // its output: [images, tokens, hidden] or [images * tokens, hidden]
+  std::string embedding_ids;           // the embedding model's inputs: token ids ...
+  std::string embedding_features;      // ... and image features [tokens, hidden]
+  std::string embedding_output;        // its output ...
+  std::string decoder_embeds;          // ... which the decoder reads as this input
+  int64_t image_token_id = -1;         // the token each image's features take the place of
+};
+
 struct ModelFolder {
   std::string dir;
   std::string decoder_path;
@@ -52,6 +69,8 @@ struct ModelFolder {
   std::vector<int64_t> eos_ids;
   int64_t bos_id = -1, pad_id = -1;
   SearchDefaults search;
+  bool has_vision = false;
+  VisionFolder vision;
 };
 
 // Reads `dir`. A folder it cannot use is an error that names what is missing or ambiguous.

@@ -77,6 +77,10 @@ class ComponentBackend final : public Backend {
 
 }  // namespace
 
+std::unique_ptr<Backend> component_backend(Backend& inner, const std::string& name) {
+  return std::make_unique<ComponentBackend>(inner, name);
+}
+
 PipelineMemory::PipelineMemory(Device device, const SessionOptions& options) : device_(device) {
   backend_ = make_backend(device_, options);
   if (backend_) {
@@ -96,20 +100,25 @@ PipelineMemory::~PipelineMemory() {
 // default block): a component's weights take their size rounded up to it.
 constexpr size_t kDevicePoolBlockBytes = 64ull << 20;
 
-void PipelineMemory::admit(const std::vector<std::pair<std::string, size_t>>& weights) const {
+void admit_weights(const MemoryGovernor& governor, const Device& device, bool device_pools,
+                   const std::vector<std::pair<std::string, size_t>>& weights) {
   size_t need = 0;
   for (const auto& [name, bytes] : weights)
-    need += backend_ ? (bytes + kDevicePoolBlockBytes - 1) / kDevicePoolBlockBytes * kDevicePoolBlockBytes : bytes;
-  const size_t budget = governor_->budget(), held = governor_->leased();
+    need += device_pools ? (bytes + kDevicePoolBlockBytes - 1) / kDevicePoolBlockBytes * kDevicePoolBlockBytes : bytes;
+  const size_t budget = governor.budget(), held = governor.leased();
   if (held + need <= budget) return;
   std::string table;
   for (const auto& [name, bytes] : weights)
-    table += cat("  ", name, " weights: ", format_bytes(bytes), " (", bytes, " B", backend_ ? ", leased in 64 MiB blocks" : "",
-                 ")\n");
-  throw Error(cat("the pipeline does not fit the memory budget of ", device_.str(), ": its weights need ",
+    table += cat("  ", name, " weights: ", format_bytes(bytes), " (", bytes, " B",
+                 device_pools ? ", leased in 64 MiB blocks" : "", ")\n");
+  throw Error(cat("the pipeline does not fit the memory budget of ", device.str(), ": its weights need ",
                   format_bytes(need), " and ", format_bytes(budget > held ? budget - held : 0),
-                  " is left; nothing was placed. The components:\n", table, "held on ", device_.str(), " already:\n",
-                  governor_->report()));
+                  " is left; nothing was placed. The components:\n", table, "held on ", device.str(), " already:\n",
+                  governor.report()));
+}
+
+void PipelineMemory::admit(const std::vector<std::pair<std::string, size_t>>& weights) const {
+  admit_weights(*governor_, device_, backend_ != nullptr, weights);
 }
 
 PipelineMemory::Component& PipelineMemory::add(const std::string& name, size_t weight_bytes) {

@@ -22,6 +22,16 @@
 
 namespace onyx::genai {
 
+// The backend `inner` as component `name` sees it: the same device, stream and kernels, its
+// values and weights in pools of their own ("<name> values", "<name> weights").
+std::unique_ptr<Backend> component_backend(Backend& inner, const std::string& name);
+
+// Refuses a set of components (an Error with the table of their weights, the holders of
+// `governor` already and its budget) unless all their weights fit what is left; `device_pools`:
+// the weights are leased in a device pool's whole blocks.
+void admit_weights(const MemoryGovernor& governor, const Device& device, bool device_pools,
+                   const std::vector<std::pair<std::string, size_t>>& weights);
+
 class PipelineMemory {
  public:
   // What one component runs with: the host allocator of its executors and, on a GPU, the

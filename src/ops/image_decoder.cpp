@@ -18,6 +18,7 @@
 #include <webp/decode.h>
 
 #include "ops/common.h"
+#include "ops/image_decode.h"
 
 namespace onyx {
 
@@ -32,11 +33,7 @@ void check_pixels(uint64_t w, uint64_t h, const char* format) {
              " image declares ", w, "x", h, " pixels (at most ", kMaxPixels, " are decoded)");
 }
 
-// An RGB image, 8 bits a channel, rows top to bottom.
-struct Rgb {
-  int64_t h = 0, w = 0;
-  std::vector<uint8_t> px;
-};
+using Rgb = RgbImage;
 
 // ---- JPEG ----
 
@@ -300,7 +297,9 @@ Rgb decode_pnm(const uint8_t* data, size_t size) {
   return img;
 }
 
-Rgb decode(const uint8_t* d, size_t n) {
+}  // namespace
+
+RgbImage decode_image(const uint8_t* d, size_t n) {
   auto starts = [&](const char* sig, size_t len) { return n >= len && std::memcmp(d, sig, len) == 0; };
   if (starts("\xff\xd8\xff", 3)) return decode_jpeg(d, n);
   if (starts("\x89PNG\r\n\x1a\n", 8)) return decode_png(d, n);
@@ -312,6 +311,8 @@ Rgb decode(const uint8_t* d, size_t n) {
   if (starts("P5", 2) || starts("P6", 2)) return decode_pnm(d, n);
   throw Error("the data is not an image in a format onyx decodes (JPEG, PNG, TIFF, WebP, JPEG 2000, BMP, binary PNM)");
 }
+
+namespace {
 
 void infer_image_decoder(InferContext& ctx) {
   ONYX_CHECK(ctx.input_dtype(0) == DType::kUInt8, "encoded_stream must be uint8, got ", dtype_name(ctx.input_dtype(0)));
@@ -326,7 +327,7 @@ void infer_image_decoder(InferContext& ctx) {
 void image_decoder_kernel(KernelContext& ctx) {
   const Tensor& in = ctx.input(0);
   ONYX_CHECK(in.rank() == 1, "encoded_stream must be 1-D, got ", in.type_str());
-  Rgb img = decode(static_cast<const uint8_t*>(in.raw()), static_cast<size_t>(in.numel()));
+  Rgb img = decode_image(static_cast<const uint8_t*>(in.raw()), static_cast<size_t>(in.numel()));
   const std::string format = ctx.attr_string("pixel_format", "RGB");
   const int64_t n = img.h * img.w;
   if (format == "Grayscale") {

@@ -14,6 +14,7 @@
 #include "onyx/npy.h"
 #include "genai/encoder_decoder_model.h"
 #include "genai/generator.h"
+#include "genai/image.h"
 
 namespace onyx::cli {
 
@@ -35,6 +36,9 @@ prompt (one of):
   --language L                  the audio's language ("en" or "<|en|>"; default: detected, as
                                 transformers does, when the model knows languages)
   --task transcribe|translate   a speech model's task (default: the model's, or transcribe)
+  --image FILE                  a vision-language model's image (JPEG, PNG, TIFF, WebP, BMP, ...),
+                                placed at the prompt's next image token (LLaVA's "<image>"); repeat
+                                for more images in the one prompt
 
 options:
   --max-new-tokens N            tokens to generate at most (default: the folder's max_length
@@ -103,6 +107,7 @@ struct GenerateArgs {
   int64_t verify_steps = -1;
   std::string logits_out;
   std::vector<std::string> audio;
+  std::vector<std::string> images;
   std::string language, task;
   SessionOptions session;
 };
@@ -171,6 +176,7 @@ GenerateArgs parse(const std::vector<std::string>& args) {
       if (g.search.kv_capacity <= 0) throw UsageError("--kv-capacity must be positive");
     }
     else if (opt == "--audio") g.audio.push_back(a.value());
+    else if (opt == "--image") g.images.push_back(a.value());
     else if (opt == "--language") g.language = a.value();
     else if (opt == "--task") g.task = a.value();
     else if (opt == "--device") g.session.device = a.value();
@@ -212,6 +218,8 @@ GenerateArgs parse(const std::vector<std::string>& args) {
     throw UsageError("--audio is a speech model's whole input: give it without a text prompt");
   if (g.audio.empty() && (!g.language.empty() || !g.task.empty()))
     throw UsageError("--language and --task go with --audio (a speech model)");
+  if (!g.images.empty() && g.order.size() != 1)
+    throw UsageError("--image goes with one prompt (--prompt, --prompt-file or --prompt-ids) that holds its image tokens");
   if (g.search.max_new_tokens < 0) throw UsageError("--max-new-tokens must be >= 0");
   if (g.session.device == "cpu" && g.session.capture == CaptureMode::kAuto) g.session.capture = CaptureMode::kOff;
   return g;
@@ -311,6 +319,33 @@ int cmd_generate(const std::vector<std::string>& args) {
       prompts.emplace_back(ids.begin(), ids.end());
     }
   }
+  auto* decoder_only = dynamic_cast<genai::LanguageModel*>(model.get());
+  const bool vision = decoder_only && f.has_vision;
+  if (!g.images.empty() && !vision)
+    throw Error(cat("'", g.dir, "' is not a vision-language model (its genai_config.json names no vision and embedding "
+                    "models): --image does not apply"));
+  if (vision) {
+    // Each image preprocessed and encoded; each image token of the prompt then expanded to its
+    // image's rows of features, which the prompt run places there.
+    std::vector<Tensor> pixels;
+    for (const auto& file : g.images)
+      pixels.push_back(with_context("--image", [&] {
+        return genai::preprocess_image(genai::read_image(file), decoder_only->image_processor());
+      }));
+    std::vector<Tensor> features = pixels.empty() ? std::vector<Tensor>{} : decoder_only->encode_images(pixels);
+    std::vector<int64_t> rows;
+    for (const Tensor& t : features) rows.push_back(t.shape()[0]);
+    const int64_t token = f.vision.image_token_id;
+    const std::string name = std::filesystem::exists(std::filesystem::path(f.dir) / "tokenizer.json")
+                                 ? lm.tokenizer().id_to_token(static_cast<int32_t>(token)).value_or("")
+                                 : "";
+    for (auto& p : prompts)
+      p = with_context(cat("the prompt's image tokens", name.empty() ? "" : cat(" ('", name, "')")),
+                       [&] { return genai::expand_image_tokens(p, token, prompts.size() == 1 ? rows : std::vector<int64_t>{}); });
+    std::vector<std::vector<Tensor>> per_sequence;
+    if (prompts.size() == 1) per_sequence.push_back(std::move(features));
+    decoder_only->set_image_features(std::move(per_sequence));
+  }
   if (!g.max_new_given) {
     size_t longest = 0;
     for (const auto& p : prompts) longest = std::max(longest, p.size());
@@ -328,7 +363,6 @@ int cmd_generate(const std::vector<std::string>& args) {
     };
   if (g.verify_steps >= 0) {
     ONYX_CHECK(prompts.size() == 1, "--verify-cache takes one prompt");
-    auto* decoder_only = dynamic_cast<genai::LanguageModel*>(model.get());
     ONYX_CHECK(decoder_only, "--verify-cache compares a decoder-only model's cache forms; an encoder-decoder "
                "pipeline has only the growing one");
     std::vector<double> diff = genai::compare_with_growing_cache(*decoder_only, prompts[0], g.verify_steps);

@@ -1,0 +1,190 @@
+"""Vision-language generation on the committed fixture (tests/fixtures/vision/llava-genai, made by
+tools/make_vision_fixture.py): a tiny random-weight LLaVA in onnxruntime-genai's multi-model folder
+form (vision.onnx, embedding.onnx, decoder.onnx), against what transformers computed on the model
+before export (reference.json, reference_logits.npy; the preprocessing and a batch of every case
+are checked by tests/unit/test_image.cpp).
+
+  test_greedy_tokens   `onyx generate DIR --prompt TEXT --image FILE ... --json`: the prompt's ids
+                       as LlavaProcessor expands them, and LlavaForConditionalGeneration.generate's
+                       greedy tokens (one image, another image, two images, no image)
+  test_logits          `--logits-out`: the first generated token's logits within 1e-4 of the largest
+  test_memory_report   the vision model's weights and planned arena are reported
+  test_python          onyx.genai.Model(...).generate(prompt, images=[...]) (paths and arrays) and
+                       preprocess_image against CLIPImageProcessor's pixels
+  test_errors          misuse named: images to a text model, a prompt without image tokens, more
+                       images than tokens, an unreadable image, --image with a batch
+"""
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = REPO_ROOT / "tests" / "fixtures" / "vision" / "llava-genai"
+TEXT_MODEL = REPO_ROOT / "tests" / "fixtures" / "genai" / "llama-optimum"
+
+
+@lru_cache(maxsize=None)
+def reference():
+    return json.loads((FIXTURE / "reference.json").read_text())
+
+
+def case_args(case):
+    args = ["--prompt", case["prompt"]]
+    for image in case["images"]:
+        args += ["--image", FIXTURE / "images" / image]
+    return args + ["--max-new-tokens", reference()["max_new_tokens"], "--greedy"]
+
+
+def generate_json(run_onyx, *args):
+    r = run_onyx("generate", FIXTURE, *args, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout), r.stderr
+
+
+def test_greedy_tokens(run_onyx):
+    ref = reference()
+    wrong = []
+    for case in ref["cases"]:
+        out, _ = generate_json(run_onyx, *case_args(case))
+        if (out["prompt_ids"], out["generated_ids"]) != (case["prompt_ids"], case["generated_ids"]):
+            wrong.append(f"{case['name']}: onyx {out['prompt_ids']} -> {out['generated_ids']}\n"
+                         f"   transformers {case['prompt_ids']} -> {case['generated_ids']}")
+    assert not wrong, "\n".join(wrong)
+    # The images steer the text: the same words with two different pictures go different ways.
+    by = {c["name"]: c for c in ref["cases"]}
+    assert by["one_image"]["generated_ids"] != by["other_image"]["generated_ids"]
+    assert by["two_images"]["prompt_ids"].count(ref["image_token_id"]) == 2 * ref["tokens_per_image"]
+
+
+def test_logits(run_onyx, tmp_path):
+    ref = reference()
+    want = np.load(FIXTURE / "reference_logits.npy")
+    for k, case in enumerate(ref["cases"]):
+        out = tmp_path / f"{case['name']}.npy"
+        generate_json(run_onyx, *case_args(case), "--logits-out", out)
+        got = np.load(out)[0]
+        scale = np.abs(want[k]).max()
+        assert np.abs(got - want[k]).max() <= 1e-4 * scale, (case["name"], np.abs(got - want[k]).max(), scale)
+
+
+def test_memory_report(run_onyx):
+    case = reference()["cases"][2]
+    r = run_onyx("generate", FIXTURE, *case_args(case), "--memory-report")
+    assert r.returncode == 0, r.stderr
+    line = next((l for l in r.stderr.splitlines() if l.startswith("vision model: weights")), None)
+    assert line is not None, r.stderr
+    # Two images of 32 x 32 through a 3-layer tower: an arena was planned, within its live set's bound.
+    assert "arena 0 B" not in line, line
+
+
+def python_api_checks(og):
+    ref = reference()
+    m = og.Model(str(FIXTURE))
+    assert m.is_vision and not og.Model(str(TEXT_MODEL)).is_vision
+    pixels = np.load(FIXTURE / "reference_pixels.npy")
+    for k, name in enumerate(ref["images"]):
+        got = m.preprocess_image(FIXTURE / "images" / name)
+        assert got.shape == (3, 32, 32) and np.abs(got - pixels[k]).max() <= 1e-6, name
+    by = {c["name"]: c for c in ref["cases"]}
+    case = by["two_images"]
+    g = m.generate(case["prompt"], max_new_tokens=ref["max_new_tokens"],
+                   images=[FIXTURE / "images" / i for i in case["images"]])
+    text = "".join(g)
+    assert g.result["generated_ids"] == case["generated_ids"] and g.result["prompt_ids"] == case["prompt_ids"], g.result
+    assert text == g.result["text"]
+    # An image as an RGB array: the PNG's pixels, decoded here by the test's own reader.
+    rgb = read_png_rgb(FIXTURE / "images" / by["one_image"]["images"][0])
+    g = m.generate(by["one_image"]["prompt"], max_new_tokens=ref["max_new_tokens"], images=[rgb])
+    list(g)
+    assert g.result["generated_ids"] == by["one_image"]["generated_ids"]
+    g = m.generate(by["text_only"]["prompt"], max_new_tokens=ref["max_new_tokens"])
+    list(g)
+    assert g.result["generated_ids"] == by["text_only"]["generated_ids"]
+    for bad, words in ((lambda: m.generate("USER: <image> hi", images=[]), "image token"),
+                       (lambda: og.Model(str(TEXT_MODEL)).generate("hi", images=[rgb]), "not a vision-language"),
+                       (lambda: m.preprocess_image(np.zeros((4, 4), np.uint8)), "RGB uint8")):
+        try:
+            bad()
+        except Exception as e:  # noqa: BLE001
+            assert words in str(e), str(e)
+        else:
+            raise AssertionError(f"no error for {words}")
+
+
+def read_png_rgb(path):
+    """An 8-bit RGB PNG's pixels (zlib and the filters of the PNG specification; enough for the
+    fixture's images, which PIL wrote)."""
+    import struct
+    import zlib
+    data = Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    at, idat, w = 8, b"", 0
+    while at < len(data):
+        n, kind = struct.unpack(">I4s", data[at:at + 8])
+        body = data[at + 8:at + 8 + n]
+        if kind == b"IHDR":
+            w, h, depth, color = struct.unpack(">IIBB", body[:10])
+            assert depth == 8 and color == 2, (depth, color)
+        elif kind == b"IDAT":
+            idat += body
+        at += 12 + n
+    raw = zlib.decompress(idat)
+    stride = w * 3
+    out = np.zeros((h, stride), np.int32)
+    for y in range(h):
+        f = raw[y * (stride + 1)]
+        line = np.frombuffer(raw, np.uint8, stride, y * (stride + 1) + 1).astype(np.int32)
+        prev = out[y - 1] if y else np.zeros(stride, np.int32)
+        row = np.zeros(stride, np.int32)
+        for x in range(stride):
+            a = row[x - 3] if x >= 3 else 0
+            b = prev[x]
+            c = prev[x - 3] if x >= 3 else 0
+            if f == 0:
+                p = 0
+            elif f == 1:
+                p = a
+            elif f == 2:
+                p = b
+            elif f == 3:
+                p = (a + b) // 2
+            else:
+                pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
+                p = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+            row[x] = (line[x] + p) & 255
+        out[y] = row
+    return out.astype(np.uint8).reshape(h, w, 3)
+
+
+def test_python(run_python_checks):
+    """onyx.genai on the vision fixture, in a process of its own (conftest's run_python_checks)."""
+    run_python_checks("test_vision", "python_api_checks")
+
+
+def test_errors(run_onyx, tmp_path):
+    ref = reference()
+    image = FIXTURE / "images" / ref["images"][0]
+
+    def fails(folder, *args, words):
+        r = run_onyx("generate", folder, *args)
+        assert r.returncode != 0, r.stdout
+        assert all(w in r.stderr for w in words), r.stderr
+
+    fails(TEXT_MODEL, "--prompt", "hi", "--image", image, words=["not a vision-language model", "--image"])
+    fails(FIXTURE, "--prompt", "USER: what is this?", "--image", image,
+          words=["image tokens ('<image>')", "0 image tokens", "for 1 image"])
+    fails(FIXTURE, "--prompt", "USER: <image>", "--image", image, "--image", image,
+          words=["1 image token", "for 2 images"])
+    missing = tmp_path / "missing.png"
+    fails(FIXTURE, "--prompt", "USER: <image>", "--image", missing, words=[f"--image: image '{missing}': does not exist"])
+    not_image = tmp_path / "note.png"
+    not_image.write_text("hello")
+    fails(FIXTURE, "--prompt", "USER: <image>", "--image", not_image, words=["not an image"])
+    batch = tmp_path / "prompts.jsonl"
+    batch.write_text('{"prompt": "USER: <image>"}\n{"prompt": "USER: <image>"}\n')
+    fails(FIXTURE, "--prompts-file", batch, "--image", image, words=["--image goes with one prompt"])
+    # A prompt with image tokens and no image: the prompt run would read features that are not there.
+    fails(FIXTURE, "--prompt", "USER: <image> hi", words=["1 image token", "for 0 images"])
