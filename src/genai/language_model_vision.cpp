@@ -99,7 +99,8 @@ std::vector<Tensor> LanguageModel::encode_images(const std::vector<Tensor>& pixe
     in[v.pixel_input] = batch;
     Tensor features = with_context(cat("vision model '", std::filesystem::path(folder_.vision.vision_path).filename().string(),
                                        "' on ", n, " image", n == 1 ? "" : "s", " of ", s[2], "x", s[1]), [&] {
-      const ArenaPlan& arena = v.exec->plan_for(in)->main_arena();
+      const std::shared_ptr<const ExecutionPlan> plan = v.exec->plan_for(in);
+      const ArenaPlan& arena = plan->main_arena();
       if (arena.bytes >= v.arena_bytes) {
         v.arena_bytes = arena.bytes;
         v.arena_lower_bound = arena.lower_bound_bytes;
