@@ -23,6 +23,35 @@ size_t weight_bytes(const Graph& g) {
   return n;
 }
 
+// `t` (float32, float16 or bfloat16, on the host) as `want`, one of the three.
+Tensor as_float_type(const Tensor& t, DType want) {
+  if (t.dtype() == want) return t;
+  auto get = [&](int64_t i) -> float {
+    switch (t.dtype()) {
+      case DType::kFloat32: return t.data<float>()[i];
+      case DType::kFloat16: return Float16::to_float(t.data<uint16_t>()[i]);
+      case DType::kBFloat16: {
+        BFloat16 b;
+        b.bits = t.data<uint16_t>()[i];
+        return static_cast<float>(b);
+      }
+      default: throw Error(cat("image data is ", dtype_name(t.dtype()), "; onyx converts float32, float16 and bfloat16"));
+    }
+  };
+  Tensor out(want, t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const float v = get(i);
+    switch (want) {
+      case DType::kFloat32: out.data<float>()[i] = v; break;
+      case DType::kFloat16: out.data<uint16_t>()[i] = Float16::from_float(v); break;
+      case DType::kBFloat16: out.data<uint16_t>()[i] = BFloat16(v).bits; break;
+      default: throw Error(cat("a vision-language model's image data as ", dtype_name(want), ": onyx feeds float32, float16 "
+                               "or bfloat16"));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void LanguageModel::load_vision(Graph& decoder) {
@@ -77,9 +106,10 @@ std::vector<Tensor> LanguageModel::encode_images(const std::vector<Tensor>& pixe
   ONYX_CHECK(vision_, "model folder '", folder_.dir, "' has no vision model: it takes no images");
   Vision& v = *vision_;
   const Graph& g = *v.model.graph;
-  const DType want = g.values[g.inputs[v.pixel_input]].declared.dtype;
-  ONYX_CHECK(want == DType::kFloat32 || want == DType::kUndefined, "the vision model's '", folder_.vision.pixel_values,
-             "' is ", dtype_name(want), "; onyx feeds float32 pixels");
+  DType want = g.values[g.inputs[v.pixel_input]].declared.dtype;
+  if (want == DType::kUndefined) want = DType::kFloat32;
+  ONYX_CHECK(want == DType::kFloat32 || want == DType::kFloat16 || want == DType::kBFloat16, "the vision model's '",
+             folder_.vision.pixel_values, "' is ", dtype_name(want), "; onyx feeds float32, float16 or bfloat16 pixels");
   std::vector<Tensor> out;
   size_t at = 0;
   while (at < pixels.size()) {
@@ -96,7 +126,7 @@ std::vector<Tensor> LanguageModel::encode_images(const std::vector<Tensor>& pixe
     for (size_t i = at; i < end; ++i)
       std::memcpy(static_cast<char*>(batch.raw()) + (i - at) * image_bytes, pixels[i].raw(), image_bytes);
     std::vector<Tensor> in(g.inputs.size());
-    in[v.pixel_input] = batch;
+    in[v.pixel_input] = as_float_type(batch, want);
     Tensor features = with_context(cat("vision model '", std::filesystem::path(folder_.vision.vision_path).filename().string(),
                                        "' on ", n, " image", n == 1 ? "" : "s", " of ", s[2], "x", s[1]), [&] {
       const std::shared_ptr<const ExecutionPlan> plan = v.exec->plan_for(in);
@@ -110,7 +140,8 @@ std::vector<Tensor> LanguageModel::encode_images(const std::vector<Tensor>& pixe
       places[v.features_output] = OutputPlace::kHost;
       Tensor f = v.exec->run(in, nullptr, &places)[v.features_output];
       v.exec->release_plans();  // the arena goes back: the next request plans again
-      return f;
+      // In the embedding model's type (a float16 vision model before a float32 decoder).
+      return dtype_is_float(f.dtype()) && f.dtype() != DType::kFloat64 ? as_float_type(f, v.dtype) : f;
     });
     // [images, tokens, hidden], or the tokens of all images as rows of [images * tokens, hidden].
     const Shape& fs = features.shape();

@@ -9,6 +9,8 @@ are checked by tests/unit/test_image.cpp).
                        greedy tokens (one image, another image, two images, no image)
   test_logits          `--logits-out`: the first generated token's logits within 1e-4 of the largest
   test_memory_report   the vision model's weights and planned arena are reported
+  test_float16_vision  the vision model in float16 before the float32 decoder: pixels and
+                       features converted, the logits within 2e-3 of the largest, the tokens equal
   test_python          onyx.genai.Model(...).generate(prompt, images=[...]) (paths and arrays) and
                        preprocess_image against CLIPImageProcessor's pixels
   test_errors          misuse named: images to a text model, a prompt without image tokens, more
@@ -78,6 +80,45 @@ def test_memory_report(run_onyx):
     assert line is not None, r.stderr
     # Two images of 32 x 32 through a 3-layer tower: an arena was planned, within its live set's bound.
     assert "arena 0 B" not in line, line
+
+
+def float16_copy(folder, dst):
+    """The folder with its vision model in float16 (initializers, constants, inputs and outputs)."""
+    import shutil
+
+    import onnx
+    from onnx import TensorProto, numpy_helper
+    shutil.copytree(folder, dst)
+    m = onnx.load(str(folder / "vision.onnx"))
+    for init in m.graph.initializer:
+        if init.data_type == TensorProto.FLOAT:
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16), init.name))
+    for v in list(m.graph.input) + list(m.graph.output):
+        if v.type.tensor_type.elem_type == TensorProto.FLOAT:
+            v.type.tensor_type.elem_type = TensorProto.FLOAT16
+    for n in m.graph.node:
+        for a in n.attribute:
+            if a.name == "value" and a.t.data_type == TensorProto.FLOAT:
+                a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float16), a.t.name))
+            if n.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT:
+                a.i = TensorProto.FLOAT16
+    del m.graph.value_info[:]
+    onnx.save(m, str(dst / "vision.onnx"))
+    return dst
+
+
+def test_float16_vision(run_onyx, tmp_path):
+    ref = reference()
+    folder = float16_copy(FIXTURE, tmp_path / "llava16")
+    want = np.load(FIXTURE / "reference_logits.npy")
+    for k, case in enumerate(ref["cases"]):
+        logits = tmp_path / f"{case['name']}.npy"
+        r = run_onyx("generate", folder, *case_args(case), "--logits-out", logits, "--json")
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["generated_ids"] == case["generated_ids"], case["name"]
+        got = np.load(logits)[0]
+        assert np.abs(got - want[k]).max() <= 2e-3 * np.abs(want[k]).max(), case["name"]
 
 
 def python_api_checks(og):
