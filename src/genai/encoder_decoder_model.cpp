@@ -24,12 +24,6 @@ Tensor int64_tensor(Shape shape, int64_t fill) {
   return t;
 }
 
-size_t graph_weight_bytes(const Graph& g) {
-  size_t n = 0;
-  for (const auto& [id, t] : g.initializers) n += t.bytes();
-  return n;
-}
-
 // The split decoder's two files carry the same weights (under names of their own). The steps'
 // graph takes the first run's tensor of each weight they share (same type, shape and bytes): one copy on the host, and
 // one upload to the device (uploads are shared by host address). What is its own it clones, so that nothing borrows

@@ -17,12 +17,6 @@ namespace onyx::genai {
 
 namespace {
 
-size_t weight_bytes(const Graph& g) {
-  size_t n = 0;
-  for (const auto& [id, t] : g.initializers) n += t.bytes();
-  return n;
-}
-
 // `t` (float32, float16 or bfloat16, on the host) as `want`, one of the three.
 Tensor as_float_type(const Tensor& t, DType want) {
   if (t.dtype() == want) return t;
@@ -78,11 +72,11 @@ void LanguageModel::load_vision(Graph& decoder) {
     v.model = load_model(vf.vision_path);
     // It runs once a request, as an encoder does: its attention fuses on every device.
     optimize_graph(*v.model.graph, options_, device_, OptimizeDefaults{.fuse_attention_on_cpu = true});
-    v.weight_bytes = weight_bytes(*v.model.graph);
+    v.weight_bytes = graph_weight_bytes(*v.model.graph);
     if (backend_) {
       // Both components' weights must fit before either is placed (one budget, L9).
       admit_weights(backend_->governor(), device_, true,
-                    {{"decoder", weight_bytes(decoder)}, {"vision", v.weight_bytes}});
+                    {{"decoder", graph_weight_bytes(decoder)}, {"vision", v.weight_bytes}});
       v.backend = component_backend(*backend_, "vision");
     }
     SessionOptions o = options_;

@@ -77,6 +77,12 @@ class ComponentBackend final : public Backend {
 
 }  // namespace
 
+size_t graph_weight_bytes(const Graph& g) {
+  size_t n = 0;
+  for (const auto& [id, t] : g.initializers) n += t.bytes();
+  return n;
+}
+
 std::unique_ptr<Backend> component_backend(Backend& inner, const std::string& name) {
   return std::make_unique<ComponentBackend>(inner, name);
 }

@@ -17,10 +17,14 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "model/ir.h"
 #include "onyx/governor.h"
 #include "onyx/options.h"
 
 namespace onyx::genai {
+
+// The bytes of a graph's initializers (a component's weights).
+size_t graph_weight_bytes(const Graph& g);
 
 // The backend `inner` as component `name` sees it: the same device, stream and kernels, its
 // values and weights in pools of their own ("<name> values", "<name> weights").
