@@ -65,6 +65,8 @@ CASES = [
     ("two_images", "USER: <image> and <image>: which is brighter? ASSISTANT:", ["tall.png", "large.png"]),
     ("text_only", "USER: Tell me about the river. ASSISTANT:", []),
 ]
+# LLaVA 1.5's conversation form ("USER: <image>\n... ASSISTANT:"), an image part as its token.
+CHAT_TEMPLATE = "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}{{ m['content'] }}\n{% elif m['role'] == 'user' %}USER: {% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}<image>{% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %} {% else %}ASSISTANT: {{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
 RESIZE_SOURCE = (37, 23)  # width, height of the random picture
 RESIZE_TO = [(16, 11), (80, 45), (37, 9), (5, 50)]  # width, height
 FILTERS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
@@ -105,6 +107,10 @@ def make_tokenizer(out: Path):
                                  model_max_length=256, clean_up_tokenization_spaces=False)
     hf.save_pretrained(str(out))
     raw.unlink()
+    # The template in tokenizer_config.json, where most folders carry it.
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    config["chat_template"] = CHAT_TEMPLATE
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
     return hf
 
 

@@ -101,6 +101,9 @@ class LanguageModel : public TokenModel {
   // many as its image has feature rows: expand_image_tokens). A sequence without images gets
   // an empty list. start() checks the counts and consumes them.
   void set_image_features(std::vector<std::vector<Tensor>> per_sequence);
+  // Serving: the feature rows of the image tokens of the next prefill's ids ([tokens, hidden],
+  // in order); prefill() checks the count and consumes them.
+  void set_image_rows(Tensor rows);
 
   size_t cache_bytes() const override;
   // Times the cache of the generation in flight grew.
@@ -137,6 +140,7 @@ class LanguageModel : public TokenModel {
   void load_vision(Graph& decoder);
   void add_image_feeds(std::vector<std::pair<std::string, Tensor>>& feeds, bool prompt);
   void take_image_features(const std::vector<std::vector<int64_t>>& rows, size_t sequences);
+  void check_prefill_images(const std::vector<int64_t>& ids);
   std::string vision_report() const;
 
   SessionOptions options_;

@@ -104,6 +104,7 @@ int64_t LanguageModel::prefill(int64_t slot, const std::vector<int64_t>& ids, in
     ONYX_CHECK(id >= 0 && (folder_.vocab_size <= 0 || id < folder_.vocab_size), "token id ", id,
                " is outside the vocabulary of ", folder_.vocab_size);
   ONYX_CHECK(draw.options.size() == 1 && draw.seeds.size() == 1, "a prefill draws for one sequence");
+  check_prefill_images(ids);
   sl.filled[slot] = from;  // positions past `from` are rewritten now
   const bool shared = mode_ == CacheMode::kShared;
   Tensor tokens(DType::kInt64, Shape{1, c}), mask = int64_tensor(Shape{1, total}, 1), pos(DType::kInt64, Shape{1, c});

@@ -173,6 +173,25 @@ void LanguageModel::add_image_feeds(Feeds& feeds, bool prompt) {
   feeds.emplace_back(folder_.vision.embedding_features, std::move(t));
 }
 
+void LanguageModel::set_image_rows(Tensor rows) {
+  ONYX_CHECK(vision_, "model folder '", folder_.dir, "' has no vision model: it takes no images");
+  ONYX_CHECK(rows.dtype() == vision_->dtype && rows.rank() == 2 && rows.shape()[1] == vision_->hidden,
+             "image features are ", dtype_name(vision_->dtype), " [tokens, ", vision_->hidden, "], got ", rows.type_str());
+  vision_->batch = std::move(rows);
+}
+
+void LanguageModel::check_prefill_images(const std::vector<int64_t>& ids) {
+  if (!vision_) return;
+  int64_t want = 0;
+  for (int64_t id : ids) want += id == folder_.vision.image_token_id;
+  const int64_t have = vision_->batch.defined() ? vision_->batch.shape()[0] : 0;
+  if (want != have) {
+    vision_->batch = Tensor();
+    throw Error(cat("the prefill's ids hold ", want, " image tokens (id ", folder_.vision.image_token_id, ") and ", have,
+                    " rows of image features were set"));
+  }
+}
+
 // The image features of the prompt run of `rows` (the bucket's rows; those past `sequences`
 // pad it, repeating the first): each row's image tokens take its images' feature rows in order.
 void LanguageModel::take_image_features(const std::vector<std::vector<int64_t>>& rows, size_t sequences) {

@@ -1,6 +1,7 @@
 #include "serve/engine.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "genai/token_stream.h"
 #include "genai/tokenizer.h"
@@ -77,6 +78,7 @@ struct Engine::Sequence {
   std::string text;          // the generated text so far
   size_t emitted = 0;        // bytes of text the ticket has had
   Clock::time_point arrived, last_token;
+  Tensor image_rows;         // a vision-language prompt's image features, [its image tokens, hidden]
   bool decoding() const { return last >= 0; }
 };
 
@@ -240,12 +242,18 @@ void Engine::admit() {
       queue_.pop_front();
       metrics_.set("onyx_requests_waiting", static_cast<double>(queue_.size()));
     }
+    if (!attach_images(*s)) continue;
     const auto& p = s->ids;
+    // A prefix is shared up to the first image token at most: the same ids there may stand
+    // for another image.
+    int64_t shareable = static_cast<int64_t>(p.size());
+    if (model_.folder().has_vision)
+      shareable = std::find(p.begin(), p.end(), model_.folder().vision.image_token_id) - p.begin();
     int64_t best = busy_, best_len = -1;
     for (int64_t f = busy_; f < slots_; ++f) {
       const int64_t kept = std::min<int64_t>(model_.slot_filled(f), static_cast<int64_t>(held_[f].size()));
       // At least the prompt's last token runs: its logits draw the first new token.
-      const int64_t limit = std::min<int64_t>(kept, static_cast<int64_t>(p.size()) - 1);
+      const int64_t limit = std::min<int64_t>({kept, static_cast<int64_t>(p.size()) - 1, shareable});
       int64_t n = 0;
       while (n < limit && held_[f][n] == p[n]) ++n;
       if (n > best_len) best = f, best_len = n;
@@ -263,6 +271,40 @@ void Engine::admit() {
     metrics_.add("onyx_prompt_tokens_cached_total", static_cast<double>(s->fed));
     metrics_.observe("onyx_queue_wait_seconds", seconds(s->arrived, Clock::now()));
     seq_[slot] = std::move(s);
+  }
+}
+
+// A vision-language request, as it takes a slot (on the engine's thread, which owns the
+// model): its images through the vision model, each image token of its prompt expanded to its
+// image's rows. False when the request failed here (its ticket has ended with the error).
+bool Engine::attach_images(Sequence& s) {
+  if (!model_.folder().has_vision) return true;
+  try {
+    std::vector<Tensor> features = s.req.pixels.empty() ? std::vector<Tensor>{} : model_.encode_images(s.req.pixels);
+    s.req.pixels.clear();
+    std::vector<int64_t> rows;
+    int64_t total = 0;
+    for (const Tensor& t : features) total += rows.emplace_back(t.shape()[0]);
+    std::vector<int64_t> ids = genai::expand_image_tokens(s.req.prompt, model_.folder().vision.image_token_id, rows);
+    const int64_t n = static_cast<int64_t>(ids.size());
+    ONYX_CHECK(n < capacity_, "the prompt has ", n, " tokens with its images' and the server's context is ", capacity_,
+               " positions (--max-context), so no token could be generated");
+    s.req.search.max_new_tokens = std::min<int64_t>(s.req.search.max_new_tokens, capacity_ - n);
+    if (total) {
+      s.image_rows = Tensor(features[0].dtype(), Shape{total, features[0].shape()[1]});
+      size_t at = 0;
+      for (const Tensor& t : features) {
+        std::memcpy(static_cast<char*>(s.image_rows.raw()) + at, t.raw(), t.bytes());
+        at += t.bytes();
+      }
+    }
+    s.req.prompt = ids;
+    s.ids = std::move(ids);
+    s.ticket->prompt_tokens = n;
+    return true;
+  } catch (const Error& e) {
+    s.ticket->end(Finish::kError, e.what());
+    return false;
   }
 }
 
@@ -290,6 +332,19 @@ bool Engine::prefill_one() {
     genai::Draw d = draw_for({&s});
     s.history = {s.ids};
     if (penalized(s.req.search)) d.history = &s.history;
+    if (s.image_rows.defined()) {
+      // The rows of the image tokens in this chunk: after those of the tokens before it.
+      const int64_t token_id = model_.folder().vision.image_token_id;
+      const int64_t before = std::count(s.ids.begin(), s.ids.begin() + s.fed, token_id);
+      const int64_t here = std::count(chunk.begin(), chunk.end(), token_id);
+      if (here > 0) {
+        const int64_t hidden = s.image_rows.shape()[1];
+        const size_t row_bytes = s.image_rows.bytes() / static_cast<size_t>(s.image_rows.shape()[0]);
+        Tensor rows(s.image_rows.dtype(), Shape{here, hidden});
+        std::memcpy(rows.raw(), static_cast<const char*>(s.image_rows.raw()) + before * row_bytes, here * row_bytes);
+        model_.set_image_rows(std::move(rows));
+      }
+    }
     const int64_t token = model_.prefill(slot, chunk, s.fed, d);
     metrics_.add("onyx_prefill_runs_total");
     held_[slot].insert(held_[slot].end(), chunk.begin(), chunk.end());

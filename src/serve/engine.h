@@ -42,6 +42,10 @@ struct Completion {
   std::vector<int64_t> prompt;  // token ids
   genai::SearchOptions search;  // max_new_tokens, sampling, seed, stop strings
   bool ignore_eos = false;      // go on past end-of-sequence tokens (load tests: fixed lengths)
+  // A vision-language model's images, preprocessed ([3, height, width] each), one per image
+  // token of the prompt in order: the engine runs the vision model when the request takes a
+  // slot and expands each image token to its image's rows of features.
+  std::vector<Tensor> pixels;
 };
 
 // Why a sequence ended: OpenAI's finish_reason where one applies.
@@ -111,6 +115,7 @@ class Engine {
   void finish(int64_t slot, Finish f, std::string error = "", bool at_stop_string = false);
   void release_finished();
   void fail_all(const std::string& what);
+  bool attach_images(Sequence& s);
   genai::Draw draw_for(const std::vector<Sequence*>& rows) const;
 
   genai::LanguageModel& model_;

@@ -1,5 +1,7 @@
 #include "serve/openai.h"
 
+#include <openssl/evp.h>
+
 #include <cmath>
 #include <random>
 #include <set>
@@ -22,6 +24,30 @@ std::string kind(const json& v) {
   if (v.is_string()) return "a string";
   if (v.is_array()) return "an array";
   return "an object";
+}
+
+// The bytes of a data URL ("data:image/png;base64,...": RFC 2397, base64 by OpenSSL's decoder).
+std::string data_url_bytes(const std::string& url, const std::string& at) {
+  const size_t comma = url.find(',');
+  if (url.rfind("data:", 0) != 0 || comma == std::string::npos)
+    throw bad(at, cat(at, ": onyx takes images as data URLs (data:image/png;base64,...); it fetches nothing"));
+  const std::string head = url.substr(5, comma - 5);
+  if (head.size() < 7 || head.compare(head.size() - 7, 7, ";base64") != 0)
+    throw bad(at, cat(at, ": the data URL is not base64 (data:<type>;base64,...)"));
+  const std::string b64 = url.substr(comma + 1);
+  std::string out(b64.size() / 4 * 3 + 3, '\0');
+  EVP_ENCODE_CTX* ctx = EVP_ENCODE_CTX_new();
+  if (!ctx) throw Error("out of memory decoding base64");
+  EVP_DecodeInit(ctx);
+  int n = 0, tail = 0;
+  const int ok = EVP_DecodeUpdate(ctx, reinterpret_cast<unsigned char*>(out.data()), &n,
+                                  reinterpret_cast<const unsigned char*>(b64.data()), static_cast<int>(b64.size()));
+  const int fin = ok >= 0 ? EVP_DecodeFinal(ctx, reinterpret_cast<unsigned char*>(out.data()) + n, &tail) : -1;
+  EVP_ENCODE_CTX_free(ctx);
+  if (ok < 0 || fin < 0) throw bad(at, cat(at, ": the data URL's base64 does not decode"));
+  out.resize(static_cast<size_t>(n + tail));
+  if (out.empty()) throw bad(at, cat(at, ": the data URL holds no bytes"));
+  return out;
 }
 
 // A field's value, when present and not null.
@@ -189,7 +215,7 @@ Parsed parse_completion(const json& body) {
   return p;
 }
 
-Parsed parse_chat(const json& body, const ChatFormatter& chat) {
+Parsed parse_chat(const json& body, const ChatFormatter& chat, bool images_allowed) {
   check_fields(body, {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
                       "min_p", "n", "stream", "stream_options", "stop", "seed", "presence_penalty",
                       "frequency_penalty", "repetition_penalty", "logprobs", "top_logprobs", "logit_bias", "user",
@@ -228,18 +254,38 @@ Parsed parse_chat(const json& body, const ChatFormatter& chat) {
                                   "' is not one of system, developer, user, assistant, tool"));
     json out = m;
     const json* content = field(m, "content");
-    if (content && content->is_array()) {  // content parts: text only
+    if (content && content->is_array()) {  // content parts: text, and images as data URLs
       std::string text;
+      json parts = json::array();
+      bool images = false;
       for (size_t k = 0; k < content->size(); ++k) {
         const json& part = (*content)[k];
         const std::string pat = cat(at, ".content[", k, "]");
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-          throw bad(pat, cat(pat, ": onyx takes text parts ({\"type\": \"text\", \"text\": ...})"));
+        const std::string type = part.is_object() ? part.value("type", "") : "";
+        if (type == "image_url") {
+          if (!images_allowed)
+            throw bad(pat, cat(pat, ": this model takes no images (its folder names no vision model): send text parts "
+                               "only"));
+          const json* iu = field(part, "image_url");
+          const json* url = iu && iu->is_object() ? field(*iu, "url") : iu;
+          if (!url || !url->is_string())
+            throw bad(pat, cat(pat, ": an image_url part is {\"type\": \"image_url\", \"image_url\": {\"url\": ...}}"));
+          p.images.push_back(data_url_bytes(url->get<std::string>(), pat + ".image_url.url"));
+          parts.push_back({{"type", "image"}});
+          images = true;
+          continue;
+        }
+        if (type != "text" || !part.contains("text") || !part["text"].is_string())
+          throw bad(pat, cat(pat, ": onyx takes text parts ({\"type\": \"text\", \"text\": ...}) and image_url parts"));
         text += part["text"].get<std::string>();
+        parts.push_back({{"type", "text"}, {"text", part["text"]}});
       }
-      out["content"] = text;
+      // A message with images keeps its parts for the template (which places the model's image
+      // token); one of text only is its text, as a string.
+      out["content"] = images ? parts : json(text);
     } else if (content && !content->is_string()) {
-      throw bad(at + ".content", cat(at, ".content must be a string or an array of text parts, got ", kind(*content)));
+      throw bad(at + ".content", cat(at, ".content must be a string or an array of text and image_url parts, got ",
+                                     kind(*content)));
     } else if (!content && !m.contains("tool_calls")) {
       throw bad(at + ".content", cat(at, " has no content"));
     }

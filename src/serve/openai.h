@@ -32,6 +32,9 @@ struct Parsed {
   std::string max_tokens_field = "max_tokens";
   bool stream = false, include_usage = false;
   bool ignore_eos = false;
+  // Chat: the images of the messages' image_url parts (data URLs), decoded from base64, in the
+  // order they appear; the template sees each as a part {"type": "image"} where it stood.
+  std::vector<std::string> images;
 };
 
 // Renders chat messages to a prompt with the folder's chat template (tokenizer_config.json).
@@ -52,6 +55,7 @@ class ChatFormatter {
 
 // Bodies are read keeping their key order (tool schemas render as the client wrote them).
 Parsed parse_completion(const nlohmann::ordered_json& body);
-Parsed parse_chat(const nlohmann::ordered_json& body, const ChatFormatter& chat);
+// `images`: whether the model takes image_url parts (a vision-language folder).
+Parsed parse_chat(const nlohmann::ordered_json& body, const ChatFormatter& chat, bool images = false);
 
 }  // namespace onyx::serve

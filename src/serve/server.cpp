@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "genai/image.h"
 #include "genai/tokenizer.h"
 #include "serve/openai.h"
 
@@ -145,13 +147,25 @@ struct Server::Impl {
     } catch (const std::exception& e) {
       throw ApiError(400, cat("the request body is not JSON: ", e.what()), "", "invalid_request_error");
     }
-    Parsed p = is_chat ? parse_chat(body, *chat) : parse_completion(body);
+    Parsed p = is_chat ? parse_chat(body, *chat, model.folder().has_vision) : parse_completion(body);
     if (p.model != options.model_name)
       throw ApiError(404, cat("the model '", p.model, "' does not exist; this server serves '", options.model_name, "'"),
                      "model", "invalid_request_error", "model_not_found");
     Completion c;
     c.search = p.search;
     c.ignore_eos = p.ignore_eos;
+    if (!p.images.empty()) {
+      // Decoded and preprocessed here; the engine's thread runs the vision model.
+      for (size_t i = 0; i < p.images.size(); ++i) {
+        const std::string& b = p.images[i];
+        try {
+          c.pixels.push_back(genai::preprocess_image(
+              decode_image(reinterpret_cast<const uint8_t*>(b.data()), b.size()), model.image_processor()));
+        } catch (const Error& e) {
+          throw ApiError(400, cat("image ", i, " of the messages: ", e.what()), "messages", "invalid_request_error");
+        }
+      }
+    }
     if (!p.prompt_ids.empty()) {
       c.prompt = p.prompt_ids;
     } else {
@@ -160,6 +174,18 @@ struct Server::Impl {
     }
     const int64_t n = static_cast<int64_t>(c.prompt.size());
     const std::string field = is_chat ? "messages" : "prompt";
+    if (model.folder().has_vision) {
+      // One image per image token of the prompt (the engine expands each to its image's rows).
+      const int64_t token = model.folder().vision.image_token_id;
+      const auto found = std::count(c.prompt.begin(), c.prompt.end(), token);
+      if (found != static_cast<int64_t>(c.pixels.size()))
+        throw ApiError(400,
+                       cat("the ", field, " holds ", found, " image token", found == 1 ? "" : "s", " ('",
+                           model.tokenizer().id_to_token(static_cast<int32_t>(token)).value_or("?"), "') for ",
+                           c.pixels.size(), " image", c.pixels.size() == 1 ? "" : "s",
+                           ": one image_url part per image token"),
+                       field, "invalid_request_error");
+    }
     if (n == 0) throw ApiError(400, cat("the ", field, " encodes to no tokens"), field, "invalid_request_error");
     if (n >= engine.context())
       throw ApiError(400,

@@ -15,6 +15,10 @@ are checked by tests/unit/test_image.cpp).
                        preprocess_image against CLIPImageProcessor's pixels
   test_errors          misuse named: images to a text model, a prompt without image tokens, more
                        images than tokens, an unreadable image, --image with a batch
+  test_serve_chat_with_images  `onyx serve`: chat messages with image_url data URLs give what
+                       `onyx generate --image` gives, alone, concurrently and one after another
+  test_serve_image_errors      a URL onyx would have to fetch, bad base64, bytes that are no image,
+                       images without their tokens, images to a text model: 400s naming them
 """
 
 import json
@@ -22,6 +26,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+
+from test_serve import chat_folder, serve  # noqa: F401  (`serve` starts `onyx serve`)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "vision" / "llava-genai"
@@ -229,3 +235,85 @@ def test_errors(run_onyx, tmp_path):
     fails(FIXTURE, "--prompts-file", batch, "--image", image, words=["--image goes with one prompt"])
     # A prompt with image tokens and no image: the prompt run would read features that are not there.
     fails(FIXTURE, "--prompt", "USER: <image> hi", words=["1 image token", "for 0 images"])
+
+
+def data_url(path):
+    import base64
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode()
+
+
+def chat_messages(case):
+    """The case's prompt as a chat message: its text around an image_url part per image, which the
+    fixture's template renders back to the case's prompt."""
+    body = case["prompt"][len("USER: "):-len(" ASSISTANT:")]
+    parts, images = [], iter(case["images"])
+    for k, piece in enumerate(body.split("<image>")):
+        if k:
+            parts.append({"type": "image_url", "image_url": {"url": data_url(FIXTURE / "images" / next(images))}})
+        if piece:
+            parts.append({"type": "text", "text": piece})
+    return [{"role": "user", "content": parts}]
+
+
+def test_serve_chat_with_images(serve, run_onyx):
+    """`onyx serve` on the vision fixture: chat messages with image_url parts (data URLs) give
+    the text `onyx generate --image` gives (whose tokens test_greedy_tokens checks against
+    transformers'), alone, two at once with different images, and one after another with the same
+    text and another image (the prefix cache stops at the first image token); prompts are read in
+    chunks of 7 tokens, so the image tokens straddle chunks."""
+    import concurrent.futures
+    ref = reference()
+    by = {c["name"]: c for c in ref["cases"]}
+    want = {name: generate_json(run_onyx, *case_args(c))[0] for name, c in by.items()}
+    s = serve(FIXTURE, "--max-batch", 2, "--prefill-chunk", 7)
+
+    def ask(name):
+        return s.client.chat.completions.create(model=s.model, messages=chat_messages(by[name]),
+                                                max_tokens=ref["max_new_tokens"], temperature=0)
+
+    for name in ("one_image", "two_images", "text_only"):
+        r = ask(name)
+        assert r.choices[0].message.content == want[name]["text"], name
+        assert r.usage.prompt_tokens == len(by[name]["prompt_ids"]), (name, r.usage)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(ask, ["one_image", "other_image"]))
+    assert [g.choices[0].message.content for g in got] == [want["one_image"]["text"], want["other_image"]["text"]]
+    first_image = by["other_image"]["prompt_ids"].index(ref["image_token_id"])
+    for name in ("one_image", "other_image"):
+        r = ask(name)
+        assert r.choices[0].message.content == want[name]["text"], name
+        assert r.usage.prompt_tokens_details.cached_tokens <= first_image, r.usage
+
+
+def test_serve_image_errors(serve, tmp_path):
+    s = serve(FIXTURE)
+    png = data_url(FIXTURE / "images" / reference()["images"][0])
+
+    json_type = {"Content-Type": "application/json"}
+
+    def post(parts, model=None):
+        return s.post("/v1/chat/completions", {"model": model or s.model, "max_tokens": 2,
+                                               "messages": [{"role": "user", "content": parts}]}, json_type)
+
+    def image(url):
+        return {"type": "image_url", "image_url": {"url": url}}
+
+    text = {"type": "text", "text": " hi"}
+    for parts, words in (([image("https://example.com/cat.png"), text], "data URLs"),
+                         ([image("data:image/png,abc"), text], "not base64"),
+                         ([image("data:image/png;base64,@@@@"), text], "does not decode"),
+                         ([image("data:image/png;base64,aGVsbG8="), text], "image 0 of the messages"),
+                         ([{"type": "image_url"}, text], "image_url part"),
+                         ([image(png), {"type": "text", "text": "<image> hi"}], "2 image tokens ('<image>') for 1 image")):
+        code, body = post(parts)
+        assert code == 400 and words in body, (words, code, body)
+    # The server is still usable.
+    code, body = post([image(png), {"type": "text", "text": "\nWhat is in the picture?"}])
+    assert code == 200, body
+    code, body = s.post("/v1/completions", {"model": s.model, "max_tokens": 2, "prompt": "USER: <image> hi"}, json_type)
+    assert code == 400 and "1 image token ('<image>') for 0 images" in body, body
+    # A text model refuses images.
+    t = serve(chat_folder(tmp_path))
+    code, body = t.post("/v1/chat/completions", {"model": t.model, "max_tokens": 2, "messages": [
+        {"role": "user", "content": [image(png), text]}]}, json_type)
+    assert code == 400 and "takes no images" in body, body
