@@ -78,10 +78,11 @@ sed 's/^/    /' "$out/pipeline.log" | tee -a "$res"
 
 part "onyx serve on cuda:0"
 timeout 400 python3 "$here/gpu_serve_check.py" --onyx "$bin/onyx" --folder "$ONYX_GENAI_FIXTURES/llama-optimum" \
-  --folder "$ONYX_GENAI_FIXTURES/qwen2-builder-fp32" --rounds 3 > "$out/serve.log" 2>&1
+  --folder "$ONYX_GENAI_FIXTURES/qwen2-builder-fp32" --rounds 3 --vision "$here/../tests/fixtures/vision/llava-genai" \
+  > "$out/serve.log" 2>&1
 rc=$?
-note "- onyx serve, --capture require: 64 concurrent streams (greedy, seeded sampling, stop strings), 3 rounds, each against its answer alone: exit $rc"
-grep -E "rounds of|differ|FAIL" "$out/serve.log" | sed 's/^/    /' | tee -a "$res"
+note "- onyx serve, --capture require: 64 concurrent streams (greedy, seeded sampling, stop strings), 3 rounds, each against its answer alone; chats with images on the vision fixture against onyx generate --image: exit $rc"
+grep -E "rounds of|differ|FAIL|vision" "$out/serve.log" | sed 's/^/    /' | tee -a "$res"
 [ $rc -eq 0 ] || fails=$((fails+1))
 
 part "the Python package on cuda:0"

@@ -7,8 +7,14 @@ rounds: a bounded soak), and compare each streamed answer with the one it got al
 the metrics: decode steps replayed from CUDA graphs, every sequence finished, no slot in use.
 Exits 1 on any difference. Plain http.client (the GPU machine has no openai package).
 
-  python3 gpu_serve_check.py --onyx bin/onyx --folder DIR [--folder DIR2] --rounds 3
+With --vision DIR (a vision-language fixture with reference.json and images/, such as
+tests/fixtures/vision/llava-genai): each case's prompt as a chat message with its images as
+image_url data URLs, alone and then all at once (twice each), against `onyx generate --image
+--device cuda:0`'s text for the case; prompt chunks of 7 tokens, so the image tokens straddle them.
+
+  python3 gpu_serve_check.py --onyx bin/onyx --folder DIR [--folder DIR2] --rounds 3 [--vision DIR]
 """
+import base64
 import argparse
 import concurrent.futures as cf
 import http.client
@@ -90,6 +96,61 @@ class Server:
         return self.proc.wait(timeout=120)
 
 
+def vision_check(onyx, folder):
+    """The vision fixture served on cuda:0 against onyx generate --image on cuda:0. True when all equal."""
+    from pathlib import Path
+    folder = Path(folder)
+    ref = json.loads((folder / "reference.json").read_text())
+
+    def message(case):
+        body = case["prompt"][len("USER: "):-len(" ASSISTANT:")]
+        parts, images = [], iter(case["images"])
+        for k, piece in enumerate(body.split("<image>")):
+            if k:
+                data = base64.b64encode((folder / "images" / next(images)).read_bytes()).decode()
+                parts.append({"type": "image_url", "image_url": {"url": "data:image/png;base64," + data}})
+            if piece:
+                parts.append({"type": "text", "text": piece})
+        return [{"role": "user", "content": parts}]
+
+    want = {}
+    for case in ref["cases"]:
+        args = [onyx, "generate", str(folder), "--prompt", case["prompt"], "--greedy", "--json", "--device", "cuda:0",
+                "--max-new-tokens", str(ref["max_new_tokens"])]
+        for image in case["images"]:
+            args += ["--image", str(folder / "images" / image)]
+        r = subprocess.run(args, capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"FAIL vision: onyx generate {case['name']}: {r.stderr.strip()[-400:]}")
+            return False
+        out = json.loads(r.stdout)
+        if out["generated_ids"] != case["generated_ids"]:
+            print(f"FAIL vision: onyx generate {case['name']} on cuda:0 differs from transformers' tokens")
+            return False
+        want[case["name"]] = out["text"]
+    s = Server(onyx, str(folder), ["--device", "cuda:0", "--capture", "require", "--max-batch", "4",
+                                   "--prefill-chunk", "7"])
+
+    def ask(case):
+        code, text = s.call("POST", "/v1/chat/completions", {"model": s.model, "messages": message(case),
+                                                             "max_tokens": ref["max_new_tokens"], "temperature": 0})
+        return json.loads(text)["choices"][0]["message"]["content"] if code == 200 else f"HTTP {code}: {text}"
+
+    alone = {c["name"]: ask(c) for c in ref["cases"]}
+    with cf.ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(ask, ref["cases"] * 2))
+    replays = s.metric("onyx_decode_replays_total")
+    rc = s.stop()
+    wrong = [n for n in want if alone[n] != want[n]] + \
+        [c["name"] + " (concurrent)" for c, t in zip(ref["cases"] * 2, together) if t != want[c["name"]]]
+    ok = not wrong and replays > 0 and rc == 0
+    print(f"{'ok  ' if ok else 'FAIL'} vision {folder.name}: {len(ref['cases'])} chats with images served on cuda:0, "
+          f"alone and {len(together)} at once, against onyx generate --image on cuda:0 (which equals "
+          f"transformers' tokens); replays {replays:.0f}; exit {rc}" + (f"; differ: {wrong}" if wrong else ""),
+          flush=True)
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--onyx", default="bin/onyx")
@@ -99,9 +160,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--vocab", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--vision", help="a vision-language fixture to serve with images")
     a = ap.parse_args()
     print(f"seed {a.seed}")
     failures = 0
+    if a.vision:
+        failures += not vision_check(a.onyx, a.vision)
     for folder in a.folder:
         s = Server(a.onyx, folder, ["--device", "cuda:0", "--capture", "require", "--max-batch", "16",
                                     "--prefill-chunk", "16"])
