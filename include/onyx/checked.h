@@ -60,6 +60,15 @@ inline size_t checked_bytes(int64_t numel, DType dtype, std::string_view what = 
   return checked_mul_bytes(static_cast<size_t>(numel), dtype_size(dtype), what);
 }
 
+// checked_bytes with the description made by what() only when the check fails: for hot paths
+// (every tensor made, every value planned), where building the string would cost more than the rest.
+template <class What>
+inline size_t checked_bytes_lazy(int64_t numel, DType dtype, What&& what) {
+  const size_t per = dtype_size(dtype);
+  if (numel >= 0 && (per == 0 || static_cast<uint64_t>(numel) <= SIZE_MAX / per)) return static_cast<size_t>(numel) * per;
+  return checked_bytes(numel, dtype, what());
+}
+
 // Rounds bytes up to a multiple of alignment (> 0), checked.
 inline size_t checked_align_up(size_t bytes, size_t alignment, std::string_view what = "aligned size") {
   size_t r = checked_add_bytes(bytes, alignment - 1, what);

@@ -40,7 +40,7 @@ Tensor::Tensor(DType dtype, Shape shape, Allocator& alloc) : dtype_(dtype), shap
   ONYX_CHECK(dtype_supported(dtype), "cannot create a tensor of ", dtype_name(dtype));
   for (int64_t d : shape_.dims()) ONYX_CHECK(d >= 0, "cannot create a tensor of negative shape ", shape_.str());
   const int64_t n = shape_.numel();
-  const size_t bytes = checked_bytes(n, dtype, cat("a tensor of ", dtype_name(dtype), shape_.str()));
+  const size_t bytes = checked_bytes_lazy(n, dtype, [&] { return cat("a tensor of ", dtype_name(dtype), shape_.str()); });
   storage_ = std::make_shared<Storage>(alloc, bytes, dtype, static_cast<size_t>(n));
 }
 

@@ -104,9 +104,8 @@ void InferContext::set_output(size_t i, DType dtype, PartialShape shape) {
                  " (shape ", shape.str(), ")");
       if (d >= 0) known.push_back(d);
     }
-    with_context(cat("output ", i, " of shape ", shape.str()), [&] {
-      checked_bytes(checked_product(known), dtype, "its byte size");
-    });
+    with_lazy_context([&] { return cat("output ", i, " of shape ", shape.str()); },
+                      [&] { checked_bytes(checked_product(known), dtype, "its byte size"); });
   }
   outputs_[i] = ValueType{dtype, std::move(shape)};
 }

@@ -214,8 +214,8 @@ void place_arenas(Planning& P) {
     // Every offset a placement gives lies below the sum of all sizes: if that fits, no offset wraps.
     size_t total = 0;
     for (size_t k = 0; k < lives.size(); ++k)
-      total = with_context(cat("placing value '", P.g.values[roots[k]].name, "' in the arena"),
-                           [&] { return checked_add_bytes(total, lives[k].bytes, "the arena"); });
+      total = with_lazy_context([&] { return cat("placing value '", P.g.values[roots[k]].name, "' in the arena"); },
+                                [&] { return checked_add_bytes(total, lives[k].bytes, "the arena"); });
     Placement placement = place_best(lives);
     ArenaPlan& a = accel ? p.accel_arena : p.host_arena;
     a.bytes = placement.arena_bytes;

@@ -9,7 +9,8 @@ namespace onyx::planning {
 
 size_t value_bytes(const ValueType& t) {
   if (!t.shape.fully_known()) return 0;
-  return checked_bytes(t.shape.to_shape().numel(), t.dtype, cat("a value of ", dtype_name(t.dtype), t.shape.str()));
+  return checked_bytes_lazy(t.shape.to_shape().numel(), t.dtype,
+                            [&] { return cat("a value of ", dtype_name(t.dtype), t.shape.str()); });
 }
 
 bool has_subgraphs(const Node& n) {
@@ -162,7 +163,7 @@ void propagate_shapes(Planning& P) {
   P.node_inputs.assign(P.nn(), {});
   P.dynamic.assign(P.nn(), false);
   for (int s = 0; s < P.nn(); ++s)
-    with_context(cat("planning ", P.g.nodes[s].describe()), [&] { propagate_node(P, s); });
+    with_lazy_context([&] { return cat("planning ", P.g.nodes[s].describe()); }, [&] { propagate_node(P, s); });
 }
 
 }  // namespace onyx::planning
