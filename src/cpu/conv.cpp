@@ -73,17 +73,43 @@ void DepthwiseImpl(const DepthwiseConv2d* ap) {
   const int64_t row_floats = a.sw * stride;
   parallel_for(a.channels, std::max<int64_t>(1, 4096 / std::max<int64_t>(a.oh * a.ow * a.kh * a.kw, 1)),
                [&](int64_t c0, int64_t c1) {
-    thread_local std::vector<float> image;  // the channel's padded, phase-split rows
-    thread_local std::vector<const float*> rows;
-    image.assign(static_cast<size_t>(a.ih * row_floats), 0.f);
-    rows.resize(static_cast<size_t>(4 * a.kh));
+    thread_local std::vector<float> image_buf;  // the channel's padded, phase-split rows
+    thread_local std::vector<const float*> rows_buf;
+    image_buf.assign(static_cast<size_t>(a.ih * row_floats), 0.f);
+    rows_buf.resize(static_cast<size_t>(4 * a.kh));
+    // Plain pointers: the loops below would otherwise reload the thread-local vectors' data.
+    float* const image = image_buf.data();
+    const float** const rows = rows_buf.data();
+    const DF d;
     for (int64_t c = c0; c < c1; ++c) {
       const float* xc = a.x + c * a.ih * a.iw;
       for (int64_t r = 0; r < a.ih; ++r) {
-        float* dst = image.data() + r * row_floats;
+        float* dst = image + r * row_floats;
         const float* src = xc + r * a.iw;
         if (a.sw == 1) {
           std::copy_n(src, a.iw, dst + a.pw);
+          continue;
+        }
+        if (a.sw == 2) {
+          // Input column q lands in padded column q + pw: phase (q + pw) % 2, at (q + pw) / 2.
+          // From the first q with q + pw even, pairs of vectors split into both phases at once;
+          // the columns before and after it one at a time. Padding columns are never written
+          // (zero since the buffer was filled).
+          float* ph0 = dst;
+          float* ph1 = dst + stride;
+          int64_t q = 0;
+          if (a.pw % 2) {  // column 0 is odd in the padded row: phase 1 at (0 + pw) / 2
+            ph1[a.pw / 2] = src[0];
+            q = 1;
+          }
+          for (; q + 2 * kL <= a.iw; q += 2 * kL) {
+            VF even, odd;
+            hn::LoadInterleaved2(d, src + q, even, odd);
+            const int64_t at = (q + a.pw) / 2;
+            hn::StoreU(even, d, ph0 + at);
+            hn::StoreU(odd, d, ph1 + at);
+          }
+          for (; q < a.iw; ++q) ((q + a.pw) % 2 ? ph1 : ph0)[(q + a.pw) / 2] = src[q];
           continue;
         }
         // Input column q lands in padded column q + pw: phase (q + pw) % sw, at (q + pw) / sw.
@@ -105,9 +131,9 @@ void DepthwiseImpl(const DepthwiseConv2d* ap) {
         for (int64_t r = 0; r < g; ++r)
           for (int64_t i = 0; i < a.kh; ++i) {
             const int64_t ir = (orow + r) * a.sh - a.ph + i * a.dh;
-            rows[r * a.kh + i] = ir < 0 || ir >= a.ih ? nullptr : image.data() + ir * row_floats;
+            rows[r * a.kh + i] = ir < 0 || ir >= a.ih ? nullptr : image + ir * row_floats;
           }
-        const float* const* use = rows.data();
+        const float* const* use = rows;
         for (int64_t o0 = 0; o0 < a.ow; o0 += 8 * kL) {
           const int64_t count = std::min<int64_t>(8 * kL, a.ow - o0);
           float* out = yc + orow * a.ow + o0;

@@ -330,8 +330,11 @@ TEST(CpuConv, DepthwiseMatchesFloat64AcrossStridesPadsAndDilations) {
   struct Case {
     int64_t ih, iw, k, s, p, dil;
   };
-  const Case cases[] = {{7, 9, 3, 1, 1, 1}, {8, 8, 3, 2, 1, 1}, {13, 21, 5, 2, 2, 1},
-                        {6, 37, 3, 1, 0, 2}, {5, 5, 5, 1, 2, 1}, {9, 10, 3, 3, 1, 1}};
+  // Wide rows with stride 2 take the vector phase split (odd and even pads, odd widths).
+  const Case cases[] = {{7, 9, 3, 1, 1, 1},    {8, 8, 3, 2, 1, 1},   {13, 21, 5, 2, 2, 1}, {6, 37, 3, 1, 0, 2},
+                        {5, 5, 5, 1, 2, 1},    {9, 10, 3, 3, 1, 1},  {6, 112, 3, 2, 1, 1}, {5, 71, 5, 2, 2, 1},
+                        {4, 67, 3, 2, 0, 1},   {7, 7, 5, 1, 2, 1},   {14, 14, 3, 1, 1, 1}, {9, 50, 3, 2, 2, 2},
+                        {6, 45, 3, 2, 3, 1},   {3, 130, 3, 1, 1, 1}};
   for (int64_t target : targets()) {
     ForceTarget force(target);
     SCOPED_TRACE(simd_target());
@@ -346,8 +349,9 @@ TEST(CpuConv, DepthwiseMatchesFloat64AcrossStridesPadsAndDilations) {
       a.x = x.data(), a.w = w.data(), a.bias = bias.data(), a.y = y.data();
       a.channels = ch, a.ih = c.ih, a.iw = c.iw, a.oh = oh, a.ow = ow;
       a.kh = a.kw = c.k, a.sh = a.sw = c.s, a.ph = a.pw = c.p, a.dh = a.dw = c.dil;
-      // HardSwish is applied in registers, GELU by the span pass after the store.
-      a.act = Activation{(&c - cases) % 2 == 0 ? Act::kHardSwish : Act::kGelu};
+      // HardSwish and ReLU are applied in registers, GELU by the span pass after the store.
+      const Act acts[] = {Act::kHardSwish, Act::kGelu, Act::kRelu, Act::kNone};
+      a.act = Activation{acts[(&c - cases) % 4]};
       depthwise_conv2d(a);
       for (int64_t q = 0; q < ch; ++q)
         for (int64_t i = 0; i < oh; ++i)
