@@ -230,6 +230,66 @@ void im2col_packed_2d(const float* x, int64_t channels, const Im2ColGeometry& g,
       std::fill_n(packed + (ncols / cpu::kPanel) * pstride + r * cpu::kPanel + tail, cpu::kPanel - tail, 0.f);
 }
 
+// A 2-D convolution of stride 1 as one product per group without im2col (cpu::gemm_indirect):
+// the group's image is copied once into zero-padded planes of width wp = ow + (kw - 1) dw, and
+// the product computes every position q = oy wp + x of those planes' first oh rows, x < wp, so
+// that B's row (c, ki, kj) is plane c read contiguously from ki dh wp + kj dw. The columns
+// x >= ow (the kernel's overhang) are computed and dropped as the result is copied out.
+void conv_stride1_direct(const float* x, const float* w, const float* bias, float* y, const ConvShapes& s,
+                         const Im2ColGeometry& g, const cpu::Activation& act) {
+  const int64_t ih = g.image[0], iw = g.image[1], oh = g.grid[0], ow = g.grid[1];
+  const int64_t kh = g.kernel[0], kw = g.kernel[1], dh = g.dilations[0], dw = g.dilations[1];
+  const int64_t ph = g.pad_begin[0], pw = g.pad_begin[1];
+  const int64_t cg = s.c / s.group, mg = s.m / s.group, K = kh * kw;
+  const int64_t hp = oh + (kh - 1) * dh, wp = ow + (kw - 1) * dw, plane = hp * wp, q = oh * wp;
+  // Reads reach (cg - 1) plane + (kh - 1) dh wp + (kw - 1) dw + q rounded up to 16: past the
+  // last plane by (kw - 1) dw + 15 floats at most, zeros.
+  const int64_t slack = (kw - 1) * dw + cpu::kPanel;
+  thread_local std::vector<float> padded_buf, out_buf;
+  thread_local std::vector<int64_t> koff_buf;
+  if (padded_buf.size() < static_cast<size_t>(cg * plane + slack)) padded_buf.resize(cg * plane + slack);
+  if (out_buf.size() < static_cast<size_t>(mg * q)) out_buf.resize(mg * q);
+  koff_buf.resize(cg * K);
+  // Plain pointers for the pool's workers (a thread_local named in a task is the worker's own).
+  float* const padded = padded_buf.data();
+  float* const out = out_buf.data();
+  int64_t* const koff = koff_buf.data();
+  for (int64_t c = 0; c < cg; ++c)
+    for (int64_t ki = 0; ki < kh; ++ki)
+      for (int64_t kj = 0; kj < kw; ++kj) koff[(c * kh + ki) * kw + kj] = c * plane + ki * dh * wp + kj * dw;
+  std::fill_n(padded + cg * plane, slack, 0.f);
+  const int64_t in_size = ih * iw, out_size = oh * ow;
+  // Input row r lands in padded row r + ph (kept while < hp), column j in column j + pw (< wp).
+  const int64_t rows_in = std::max<int64_t>(0, std::min(ih, hp - ph));
+  const int64_t cols_in = std::max<int64_t>(0, std::min(iw, wp - pw));
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t gi = 0; gi < s.group; ++gi) {
+      const float* xg = x + (n * s.c + gi * cg) * in_size;
+      cpu::parallel_for(cg, std::max<int64_t>(1, 16384 / plane), [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
+          float* pc = padded + c * plane;
+          std::fill_n(pc, ph * wp, 0.f);
+          for (int64_t r = 0; r < rows_in; ++r) {
+            float* row = pc + (r + ph) * wp;
+            std::fill_n(row, pw, 0.f);
+            std::copy_n(xg + c * in_size + r * iw, cols_in, row + pw);
+            std::fill_n(row + pw + cols_in, wp - pw - cols_in, 0.f);
+          }
+          std::fill_n(pc + (ph + rows_in) * wp, (hp - ph - rows_in) * wp, 0.f);
+        }
+      });
+      cpu::Epilogue ep;
+      ep.row_bias = bias ? bias + gi * mg : nullptr;
+      ep.act = act;
+      cpu::gemm_indirect(mg, q, cg * K, w + gi * mg * cg * K, cg * K, padded, koff, out, q, ep);
+      float* yg = y + (n * s.m + gi * mg) * out_size;
+      cpu::parallel_for(mg, std::max<int64_t>(1, 16384 / q), [&](int64_t m0, int64_t m1) {
+        for (int64_t m = m0; m < m1; ++m)
+          for (int64_t oy = 0; oy < oh; ++oy) std::copy_n(out + m * q + oy * wp, ow, yg + m * out_size + oy * ow);
+      });
+    }
+}
+
 // The float32 convolution: a depthwise 2-D one by its direct kernel, the others as matrix
 // products (the weights the left operand, im2col's columns, or the image itself for a pointwise
 // convolution, the right), with bias and activation applied as each product stores its tile.
@@ -256,6 +316,10 @@ void conv_forward_float(const float* x, const float* w, const float* bias, const
   bool pointwise = K == 1;
   for (size_t d = 0; d < g.grid.size(); ++d)
     pointwise = pointwise && g.strides[d] == 1 && g.pad_begin[d] == 0 && g.grid[d] == g.image[d];
+  if (!pointwise && !z && g.grid.size() == 2 && g.strides[0] == 1 && g.strides[1] == 1) {
+    conv_stride1_direct(x, w, bias, y, s, g, act);
+    return;
+  }
   // Grid rows in chunks whose packed right-hand operand (~1 MiB) stays in L2 from being written
   // to being read by the product.
   const int64_t row_elems = std::max<int64_t>(1, cg * K * cols);
