@@ -109,7 +109,16 @@ void DepthwiseImpl(const DepthwiseConv2d* ap) {
             hn::StoreU(even, d, ph0 + at);
             hn::StoreU(odd, d, ph1 + at);
           }
-          for (; q < a.iw; ++q) ((q + a.pw) % 2 ? ph1 : ph0)[(q + a.pw) / 2] = src[q];
+          if (q < a.iw) {  // the last columns (fewer than two vectors) through a zeroed copy
+            HWY_ALIGN float tail[2 * kL] = {};
+            const int64_t rem = a.iw - q;
+            std::copy_n(src + q, rem, tail);
+            VF even, odd;
+            hn::LoadInterleaved2(d, tail, even, odd);
+            const int64_t at = (q + a.pw) / 2;
+            hn::BlendedStore(even, hn::FirstN(d, static_cast<size_t>((rem + 1) / 2)), d, ph0 + at);
+            hn::BlendedStore(odd, hn::FirstN(d, static_cast<size_t>(rem / 2)), d, ph1 + at);
+          }
           continue;
         }
         // Input column q lands in padded column q + pw: phase (q + pw) % sw, at (q + pw) / sw.
