@@ -334,6 +334,20 @@ TEST(OpsConv, AveragePoolCountIncludePadMatchesReference) {
     }
 }
 
+TEST(OpsConv, GlobalAveragePoolMatchesFloat64AtEveryPlaneSize) {
+  // Planes shorter than, equal to and past the eight partial sums, with a remainder.
+  for (int64_t hw : {1, 7, 8, 49, 199}) {
+    Tensor x = test::random_tensor<float>(Shape{2, 3, hw, 1});
+    auto out = test::run_op("GlobalAveragePool", {x});
+    ASSERT_EQ(out[0].shape(), (Shape{2, 3, 1, 1}));
+    for (int64_t p = 0; p < 6; ++p) {
+      double sum = 0;
+      for (int64_t i = 0; i < hw; ++i) sum += at(x, p * hw + i);
+      ASSERT_NEAR(at(out[0], p), sum / hw, 1e-6) << "plane size " << hw;
+    }
+  }
+}
+
 TEST(OpsConv, ResizeLinearHalfPixelMatchesBilinearReference) {
   Tensor x = test::random_tensor<float>(Shape{2, 3, 5, 7});
   const std::vector<float> scales{1.f, 1.f, 1.8f, 0.6f};
