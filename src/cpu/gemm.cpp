@@ -43,6 +43,7 @@ struct TileArgs {
   const float* b;     // packed B at (the tile's first panel, this pass's first row)
   int64_t pstride;    // floats between panels (16 K packed; 16 for B read in place, row-major)
   int64_t kstride;    // floats between B's rows within a panel (16 packed; ldb in place)
+  const int64_t* koff;  // Indirect tiles: B's row p at b + koff[p] (this pass's offsets)
   float* c;           // C at the tile's first element
   int64_t ldc;
   int64_t ncols;      // valid columns of the tile (<= NP * 16)
@@ -55,7 +56,8 @@ struct TileArgs {
   const Activation* act;
 };
 
-template <int MR, int NP>
+// Indirect: B's rows are found through t.koff (gemm_indirect) instead of a fixed stride.
+template <int MR, int NP, bool Indirect>
 HWY_NOINLINE void Tile(const TileArgs& t) {
   constexpr int NV = NP * kVPP;
   const DF d;
@@ -66,14 +68,24 @@ HWY_NOINLINE void Tile(const TileArgs& t) {
     for (int v = 0; v < NV; ++v) acc[r][v] = hn::Zero(d);
   const float* HWY_RESTRICT a = t.a;
   const float* HWY_RESTRICT b = t.b;
+  const int64_t* HWY_RESTRICT koff = t.koff;
   for (int64_t p = 0; p < t.kb; ++p) {
-    // B streams from memory when it is an activation packed per call (a convolution's im2col):
-    // ask for each panel's line 8 steps ahead.
-    HWY_UNROLL(8)
-    for (int q = 0; q < NP; ++q) hwy::Prefetch(b + q * t.pstride + (p + 8) * t.kstride);
     VF bv[NV];
-    HWY_UNROLL(16)
-    for (int v = 0; v < NV; ++v) bv[v] = hn::LoadU(d, b + (v / kVPP) * t.pstride + p * t.kstride + (v % kVPP) * kL);
+    if constexpr (Indirect) {
+      // B read where koff says (a convolution's image, each row a tap's shifted view): the
+      // next rows' lines asked for a few steps ahead.
+      const float* row = b + koff[p];
+      if (p + 4 < t.kb) hwy::Prefetch(b + koff[p + 4]);
+      HWY_UNROLL(16)
+      for (int v = 0; v < NV; ++v) bv[v] = hn::LoadU(d, row + v * kL);
+    } else {
+      // B streams from memory when it is an activation packed per call (a convolution's
+      // im2col): ask for each panel's line 8 steps ahead.
+      HWY_UNROLL(8)
+      for (int q = 0; q < NP; ++q) hwy::Prefetch(b + q * t.pstride + (p + 8) * t.kstride);
+      HWY_UNROLL(16)
+      for (int v = 0; v < NV; ++v) bv[v] = hn::LoadU(d, b + (v / kVPP) * t.pstride + p * t.kstride + (v % kVPP) * kL);
+    }
     HWY_UNROLL(16)
     for (int r = 0; r < MR; ++r) {
       const VF ar = hn::Set(d, a[r * t.lda + p]);
@@ -131,38 +143,43 @@ using TileFn = void (*)(const TileArgs&);
 
 // Tiles by (rows, panels): rows 1..kBigMR with 1..kBigNP panels, and rows 1..4 with up to
 // SmallNP(rows) panels.
-template <int MR, int NP>
+// (Indirect tiles: the same shapes.)
+template <int MR, int NP, bool Indirect>
 constexpr TileFn tile_at() {
-  if constexpr ((MR <= kBigMR && NP <= kBigNP) || (MR <= 4 && NP <= SmallNP(MR))) return &Tile<MR, NP>;
+  if constexpr ((MR <= kBigMR && NP <= kBigNP) || (MR <= 4 && NP <= SmallNP(MR))) return &Tile<MR, NP, Indirect>;
   else return nullptr;
 }
-template <int MR, int... NPs>
+template <int MR, bool Indirect, int... NPs>
 constexpr void fill_row(TileFn* row, std::integer_sequence<int, NPs...>) {
-  ((row[NPs] = tile_at<MR, NPs + 1>()), ...);
+  ((row[NPs] = tile_at<MR, NPs + 1, Indirect>()), ...);
 }
+template <bool Indirect>
 struct TileTable {
   TileFn fn[12][8] = {};
   constexpr TileTable() {
-    fill_row<1>(fn[0], std::make_integer_sequence<int, 8>());
-    fill_row<2>(fn[1], std::make_integer_sequence<int, 8>());
-    fill_row<3>(fn[2], std::make_integer_sequence<int, 8>());
-    fill_row<4>(fn[3], std::make_integer_sequence<int, 8>());
-    if constexpr (kBigMR >= 5) fill_row<5>(fn[4], std::make_integer_sequence<int, 8>());
-    if constexpr (kBigMR >= 6) fill_row<6>(fn[5], std::make_integer_sequence<int, 8>());
-    if constexpr (kBigMR >= 7) fill_row<7>(fn[6], std::make_integer_sequence<int, 8>());
-    if constexpr (kBigMR >= 8) fill_row<8>(fn[7], std::make_integer_sequence<int, 8>());
-    if constexpr (kBigMR >= 9) fill_row<9>(fn[8], std::make_integer_sequence<int, 8>());
-    if constexpr (kBigMR >= 10) fill_row<10>(fn[9], std::make_integer_sequence<int, 8>());
-    if constexpr (kBigMR >= 11) fill_row<11>(fn[10], std::make_integer_sequence<int, 8>());
-    if constexpr (kBigMR >= 12) fill_row<12>(fn[11], std::make_integer_sequence<int, 8>());
+    using S = std::make_integer_sequence<int, 8>;
+    fill_row<1, Indirect>(fn[0], S());
+    fill_row<2, Indirect>(fn[1], S());
+    fill_row<3, Indirect>(fn[2], S());
+    fill_row<4, Indirect>(fn[3], S());
+    if constexpr (kBigMR >= 5) fill_row<5, Indirect>(fn[4], S());
+    if constexpr (kBigMR >= 6) fill_row<6, Indirect>(fn[5], S());
+    if constexpr (kBigMR >= 7) fill_row<7, Indirect>(fn[6], S());
+    if constexpr (kBigMR >= 8) fill_row<8, Indirect>(fn[7], S());
+    if constexpr (kBigMR >= 9) fill_row<9, Indirect>(fn[8], S());
+    if constexpr (kBigMR >= 10) fill_row<10, Indirect>(fn[9], S());
+    if constexpr (kBigMR >= 11) fill_row<11, Indirect>(fn[10], S());
+    if constexpr (kBigMR >= 12) fill_row<12, Indirect>(fn[11], S());
   }
 };
-constexpr TileTable kTiles;
+constexpr TileTable<false> kTiles;
+constexpr TileTable<true> kIndirectTiles;
 
 // B as the product reads it: packed panels (ldb 0), or row-major in place (row stride ldb) with
-// its last, partial panel packed apart (`tail`, K rows of 16), so no load passes column n.
+// its last, partial panel packed apart (`tail`, K rows of 16), so no load passes column n; or,
+// with `koff`, row p at b + koff[p] (read up to column n rounded up to 16).
 void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-              const float* tail, float* c, int64_t ldc, const Epilogue* ep) {
+              const float* tail, const int64_t* koff, float* c, int64_t ldc, const Epilogue* ep) {
   struct {
     const float* b;
     int64_t ldb;
@@ -177,7 +194,7 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
   if (k == 0) {  // an empty sum: C is 0 (or kept), then the epilogue
     std::vector<float> zero_a(static_cast<size_t>(m), 0.f);
     std::vector<float> zero_b(static_cast<size_t>(panels * kPanel), 0.f);
-    GemmImpl(m, n, 1, zero_a.data(), 1, zero_b.data(), 0, nullptr, c, ldc, ep);
+    GemmImpl(m, n, 1, zero_a.data(), 1, zero_b.data(), 0, nullptr, nullptr, c, ldc, ep);
     return;
   }
   // A tile of mr rows by np panels over B's rows [k0, k0 + kb).
@@ -186,7 +203,13 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
     t.kb = kb;
     t.a = a + row * lda + k0;
     t.lda = lda;
-    if (!in_place) {
+    t.koff = nullptr;
+    if (koff) {
+      t.b = src.b + panel * kPanel;
+      t.koff = koff + k0;
+      t.pstride = kPanel;
+      t.kstride = 0;
+    } else if (!in_place) {
       t.b = src.b + panel * pstride + k0 * kPanel;
       t.pstride = pstride;
       t.kstride = kPanel;
@@ -209,7 +232,7 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
     t.residual = ep->residual ? ep->residual + row * ep->ldr + panel * kPanel : nullptr;
     t.ldr = ep->ldr;
     t.act = act;
-    kTiles.fn[mr - 1][np - 1](t);
+    (koff ? kIndirectTiles.fn : kTiles.fn)[mr - 1][np - 1](t);
   };
   // Panels read in place never share a tile with the packed tail.
   auto run_tile = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb) {
@@ -371,7 +394,12 @@ void pack_b(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, float
 
 void gemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed_b, float* c,
                  int64_t ldc, const Epilogue& ep) {
-  HWY_DYNAMIC_DISPATCH(GemmImpl)(m, n, k, a, lda, packed_b, 0, nullptr, c, ldc, &ep);
+  HWY_DYNAMIC_DISPATCH(GemmImpl)(m, n, k, a, lda, packed_b, 0, nullptr, nullptr, c, ldc, &ep);
+}
+
+void gemm_indirect(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, const int64_t* koff,
+                   float* c, int64_t ldc, const Epilogue& ep) {
+  HWY_DYNAMIC_DISPATCH(GemmImpl)(m, n, k, a, lda, b, 0, nullptr, koff, c, ldc, &ep);
 }
 
 namespace {
@@ -439,7 +467,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const flo
       }
       tail = t;
     }
-    HWY_DYNAMIC_DISPATCH(GemmImpl)(m, n, k, a, lda, b, ldb, tail, c, ldc, &ep);
+    HWY_DYNAMIC_DISPATCH(GemmImpl)(m, n, k, a, lda, b, ldb, tail, nullptr, c, ldc, &ep);
     return;
   }
   float* pb = scratch(t_packed, packed_size(k, n));

@@ -37,6 +37,13 @@ struct Epilogue {
 void gemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed_b, float* c,
                  int64_t ldc, const Epilogue& ep = {});
 
+// C[m x n] = epilogue(A[m x k] x B) with B's row p read at b + koff[p]: element (p, j) is
+// b[koff[p] + j]. Each row is read up to column n rounded up to kPanel (those extra values are
+// not used, but must be readable). A stride-1 convolution reads its zero-padded image this
+// way, row (c, ki, kj) at c's plane shifted by the tap, instead of an im2col copy.
+void gemm_indirect(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, const int64_t* koff,
+                   float* c, int64_t ldc, const Epilogue& ep = {});
+
 // C = epilogue(op(A) op(B)), op a transposition or not, row-major operands, with no packed
 // form: one-row products read B in place, others pack B per call.
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,

@@ -230,6 +230,138 @@ void im2col_packed_2d(const float* x, int64_t channels, const Im2ColGeometry& g,
       std::fill_n(packed + (ncols / cpu::kPanel) * pstride + r * cpu::kPanel + tail, cpu::kPanel - tail, 0.f);
 }
 
+// dst[i] = src[2 i] for i < count.
+void split_even(const float* src, int64_t count, float* dst) {
+  int64_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    dst[i] = src[2 * i];
+    dst[i + 1] = src[2 * i + 2];
+    dst[i + 2] = src[2 * i + 4];
+    dst[i + 3] = src[2 * i + 6];
+  }
+  for (; i < count; ++i) dst[i] = src[2 * i];
+}
+
+// A 2-D convolution as one product per group without im2col (cpu::gemm_indirect). The group's
+// image is copied once, zero-padded and split into its sh x sw phases (phase (a, b) holds
+// padded[a + sh y][b + sw x]), each phase a plane of hq x wq; output (oy, ox) reads, for tap
+// (ki, kj), phase ((ki dh) % sh, (kj dw) % sw) at row oy + (ki dh) / sh, column ox + (kj dw) / sw.
+// So the product computes every position q = oy wq + x, x < wq, and B's row (c, ki, kj) is that
+// phase plane read contiguously from its shift: a stride-1 convolution reads shifted views of
+// its padded image, a stride-2 one of its four phases. The columns x >= ow (the kernel's
+// overhang) are computed and dropped as the result is copied out, where a residual is added
+// and the activation applied (without a residual both are applied in the product's registers).
+void conv_direct_2d(const float* x, const float* w, const float* bias, const float* z, float* y,
+                    const ConvShapes& s, const Im2ColGeometry& g, const cpu::Activation& act) {
+  const int64_t ih = g.image[0], iw = g.image[1], oh = g.grid[0], ow = g.grid[1];
+  const int64_t kh = g.kernel[0], kw = g.kernel[1], dh = g.dilations[0], dw = g.dilations[1];
+  const int64_t sh = g.strides[0], sw = g.strides[1], ph = g.pad_begin[0], pw = g.pad_begin[1];
+  const int64_t cg = s.c / s.group, mg = s.m / s.group, K = kh * kw;
+  // The padded rows and columns any output reads, and the phase planes' sizes.
+  const int64_t hp = sh * (oh - 1) + (kh - 1) * dh + 1, wp = sw * (ow - 1) + (kw - 1) * dw + 1;
+  // Only the phases some tap reads are kept (a strided 1 x 1 convolution reads one of four):
+  // phase (a, b) at plane slot[a * sw + b] of its channel.
+  std::vector<int64_t> slot(static_cast<size_t>(sh * sw), -1);
+  int64_t phases = 0;
+  for (int64_t ki = 0; ki < kh; ++ki)
+    for (int64_t kj = 0; kj < kw; ++kj) {
+      int64_t& sl = slot[(ki * dh % sh) * sw + kj * dw % sw];
+      if (sl < 0) sl = phases++;
+    }
+  const int64_t hq = (hp + sh - 1) / sh, wq = (wp + sw - 1) / sw, pplane = hq * wq, cplane = phases * pplane;
+  const int64_t q = oh * wq;
+  // Reads reach a phase plane's start + (kh - 1) dh / sh wq + (kw - 1) dw / sw + q rounded up
+  // to 16, and oh + (kh - 1) dh / sh <= hq: past the last plane by (kw - 1) dw / sw + 15 floats
+  // at most, zeros.
+  const int64_t slack = (kw - 1) * dw / sw + cpu::kPanel;
+  thread_local std::vector<float> padded_buf, out_buf;
+  thread_local std::vector<int64_t> koff_buf;
+  if (padded_buf.size() < static_cast<size_t>(cg * cplane + slack)) padded_buf.resize(cg * cplane + slack);
+  if (out_buf.size() < static_cast<size_t>(mg * q)) out_buf.resize(mg * q);
+  koff_buf.resize(cg * K);
+  // Plain pointers for the pool's workers (a thread_local named in a task is the worker's own).
+  float* const padded = padded_buf.data();
+  float* const out = out_buf.data();
+  int64_t* const koff = koff_buf.data();
+  for (int64_t c = 0; c < cg; ++c)
+    for (int64_t ki = 0; ki < kh; ++ki)
+      for (int64_t kj = 0; kj < kw; ++kj) {
+        const int64_t r = ki * dh, col = kj * dw;
+        koff[(c * kh + ki) * kw + kj] = c * cplane + slot[(r % sh) * sw + col % sw] * pplane + r / sh * wq + col / sw;
+      }
+  std::fill_n(padded + cg * cplane, slack, 0.f);
+  const int64_t in_size = ih * iw, out_size = oh * ow;
+  // Padded (row, column) (u, v) holds input (u - ph, v - pw) where that is inside the image.
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t gi = 0; gi < s.group; ++gi) {
+      const float* xg = x + (n * s.c + gi * cg) * in_size;
+      cpu::parallel_for(cg, std::max<int64_t>(1, 16384 / cplane), [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
+          float* pc = padded + c * cplane;
+          const float* xc = xg + c * in_size;
+          if (sh == 1 && sw == 1) {  // one plane: rows copied, the borders zeroed
+            for (int64_t u = 0; u < hp; ++u) {
+              float* row = pc + u * wq;
+              const int64_t r = u - ph;
+              if (r < 0 || r >= ih) {
+                std::fill_n(row, wp, 0.f);
+                continue;
+              }
+              const int64_t v0 = std::min(pw, wp), v1 = std::clamp<int64_t>(pw + iw, v0, wp);
+              std::fill_n(row, v0, 0.f);
+              std::copy_n(xc + r * iw + (v0 - pw), v1 - v0, row + v0);
+              std::fill_n(row + v1, wp - v1, 0.f);
+            }
+            continue;
+          }
+          std::fill_n(pc, cplane, 0.f);
+          // Input column j lands at padded column v = j + pw: phase v % sw, at v / sw. Columns
+          // [j0, j1) land inside the padded width; a phase no tap reads is not written.
+          const int64_t j0 = std::max<int64_t>(0, -pw), j1 = std::min(iw, wp - pw);
+          for (int64_t u = 0; u < hp; ++u) {
+            const int64_t r = u - ph;
+            if (r < 0 || r >= ih || j0 >= j1) continue;
+            const int64_t* row_slots = slot.data() + (u % sh) * sw;
+            const float* src = xc + r * iw;
+            const int64_t at = (u / sh) * wq;
+            if (sw == 2) {
+              float* even = row_slots[(j0 + pw) % 2] >= 0 ? pc + row_slots[(j0 + pw) % 2] * pplane + at : nullptr;
+              float* odd = row_slots[(j0 + pw + 1) % 2] >= 0 ? pc + row_slots[(j0 + pw + 1) % 2] * pplane + at : nullptr;
+              // Columns j0, j0 + 2, ... to one phase from (j0 + pw) / 2 on, the others to the
+              // other phase from (j0 + 1 + pw) / 2 on.
+              if (even) split_even(src + j0, (j1 - j0 + 1) / 2, even + (j0 + pw) / 2);
+              if (odd) split_even(src + j0 + 1, (j1 - j0) / 2, odd + (j0 + 1 + pw) / 2);
+              continue;
+            }
+            for (int64_t b = 0; b < sw; ++b) {
+              if (row_slots[b] < 0) continue;
+              float* dst = pc + row_slots[b] * pplane + at;
+              // The first column of phase b: the smallest j >= j0 with (j + pw) % sw == b.
+              int64_t j = j0 + (((b - j0 - pw) % sw) + sw) % sw;
+              for (int64_t v = (j + pw) / sw; j < j1; j += sw, ++v) dst[v] = src[j];
+            }
+          }
+        }
+      });
+      cpu::Epilogue ep;
+      ep.row_bias = bias ? bias + gi * mg : nullptr;
+      if (!z) ep.act = act;
+      cpu::gemm_indirect(mg, q, cg * K, w + gi * mg * cg * K, cg * K, padded, koff, out, q, ep);
+      float* yg = y + (n * s.m + gi * mg) * out_size;
+      const float* zg = z ? z + (n * s.m + gi * mg) * out_size : nullptr;
+      cpu::parallel_for(mg, std::max<int64_t>(1, 16384 / q), [&](int64_t m0, int64_t m1) {
+        for (int64_t m = m0; m < m1; ++m) {
+          float* ym = yg + m * out_size;
+          for (int64_t oy = 0; oy < oh; ++oy) std::copy_n(out + m * q + oy * wq, ow, ym + oy * ow);
+          if (!zg) continue;
+          const float* zm = zg + m * out_size;
+          for (int64_t i = 0; i < out_size; ++i) ym[i] += zm[i];
+          if (act.kind != cpu::Act::kNone) cpu::activate(ym, ym, out_size, act);
+        }
+      });
+    }
+}
+
 // The float32 convolution: a depthwise 2-D one by its direct kernel, the others as matrix
 // products (the weights the left operand, im2col's columns, or the image itself for a pointwise
 // convolution, the right), with bias and activation applied as each product stores its tile.
@@ -256,6 +388,12 @@ void conv_forward_float(const float* x, const float* w, const float* bias, const
   bool pointwise = K == 1;
   for (size_t d = 0; d < g.grid.size(); ++d)
     pointwise = pointwise && g.strides[d] == 1 && g.pad_begin[d] == 0 && g.grid[d] == g.image[d];
+  // (A strided 1 x 1 convolution stays with im2col, a subsampling copy into the packed layout:
+  // measured faster than reading one phase of four through offsets.)
+  if (!pointwise && K > 1 && g.grid.size() == 2) {
+    conv_direct_2d(x, w, bias, z, y, s, g, act);
+    return;
+  }
   // Grid rows in chunks whose packed right-hand operand (~1 MiB) stays in L2 from being written
   // to being read by the product.
   const int64_t row_elems = std::max<int64_t>(1, cg * K * cols);

@@ -296,7 +296,14 @@ void global_pool_kernel(KernelContext& ctx, PoolKind kind) {
         if (std::isnan(v)) break;
       }
     } else if (kind == PoolKind::kAverage) {
-      for (int64_t j = 0; j < size; ++j) r += static_cast<C>(s[j]);
+      // Eight partial sums in double: independent chains instead of one add's latency per
+      // element (squeeze-and-excitation pools whole feature maps).
+      double part[8] = {};
+      int64_t j = 0;
+      for (; j + 8 <= size; j += 8)
+        for (int u = 0; u < 8; ++u) part[u] += static_cast<C>(s[j + u]);
+      for (; j < size; ++j) part[0] += static_cast<C>(s[j]);
+      r = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
       r = size ? r / static_cast<double>(size) : 0.0;
     } else {
       for (int64_t j = 0; j < size; ++j) r += std::pow(std::abs(static_cast<double>(static_cast<C>(s[j]))), lp);

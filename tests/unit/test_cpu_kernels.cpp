@@ -103,6 +103,47 @@ TEST(CpuGemm, PackedMatchesFloat64OnEveryTargetAndTail) {
   }
 }
 
+TEST(CpuGemm, IndirectRowsMatchFloat64) {
+  // B's rows found through offsets into one buffer (a stride-1 convolution's shifted views of
+  // its padded image, here also random and overlapping), read up to n rounded up to 16.
+  std::mt19937 rng(17);
+  const Activation acts[] = {{Act::kNone}, {Act::kRelu}, {Act::kHardSwish}, {Act::kGelu}};
+  for (int64_t target : targets()) {
+    ForceTarget force(target);
+    SCOPED_TRACE(simd_target());
+    int case_no = 0;
+    for (int64_t m : {1, 3, 5, 12, 13, 29})
+      for (int64_t k : {1, 9, 27, 300})
+        for (int64_t n : {1, 16, 17, 45, 100}) {
+          const Activation act = acts[case_no % 4];
+          const bool with_row_bias = case_no % 3 != 1;
+          ++case_no;
+          const int64_t span = 3 * n + 40, readable = (n + 15) / 16 * 16;
+          auto buf = random_floats(span + readable, rng);
+          std::vector<int64_t> koff(k);
+          for (int64_t p = 0; p < k; ++p) koff[p] = std::uniform_int_distribution<int64_t>(0, span)(rng);
+          std::vector<float> b(k * n);  // the same rows, gathered, for the reference
+          for (int64_t p = 0; p < k; ++p)
+            for (int64_t j = 0; j < n; ++j) b[p * n + j] = buf[koff[p] + j];
+          auto a = random_floats(m * k, rng), row_bias = random_floats(m, rng);
+          const int64_t ldc = n + 3;
+          std::vector<float> c(m * ldc, -7.f);
+          Epilogue ep;
+          ep.act = act;
+          ep.row_bias = with_row_bias ? row_bias.data() : nullptr;
+          gemm_indirect(m, n, k, a.data(), k, buf.data(), koff.data(), c.data(), ldc, ep);
+          std::vector<double> mag;
+          auto want = reference_gemm(m, n, k, a, b, nullptr, nullptr, act, &mag, ep.row_bias);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j)
+              ASSERT_NEAR(c[i * ldc + j], want[i * n + j], 1e-6 * mag[i * n + j] + 1e-6)
+                  << "m " << m << " k " << k << " n " << n << " act " << act_name(act.kind) << " at " << i << "," << j;
+            for (int64_t j = n; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], -7.f) << "wrote past column n";
+          }
+        }
+  }
+}
+
 TEST(CpuGemm, UnpackedOperandsAndTranspositions) {
   std::mt19937 rng(8);
   for (int64_t target : targets()) {
@@ -330,8 +371,11 @@ TEST(CpuConv, DepthwiseMatchesFloat64AcrossStridesPadsAndDilations) {
   struct Case {
     int64_t ih, iw, k, s, p, dil;
   };
-  const Case cases[] = {{7, 9, 3, 1, 1, 1}, {8, 8, 3, 2, 1, 1}, {13, 21, 5, 2, 2, 1},
-                        {6, 37, 3, 1, 0, 2}, {5, 5, 5, 1, 2, 1}, {9, 10, 3, 3, 1, 1}};
+  // Wide rows with stride 2 take the vector phase split (odd and even pads, odd widths).
+  const Case cases[] = {{7, 9, 3, 1, 1, 1},    {8, 8, 3, 2, 1, 1},   {13, 21, 5, 2, 2, 1}, {6, 37, 3, 1, 0, 2},
+                        {5, 5, 5, 1, 2, 1},    {9, 10, 3, 3, 1, 1},  {6, 112, 3, 2, 1, 1}, {5, 71, 5, 2, 2, 1},
+                        {4, 67, 3, 2, 0, 1},   {7, 7, 5, 1, 2, 1},   {14, 14, 3, 1, 1, 1}, {9, 50, 3, 2, 2, 2},
+                        {6, 45, 3, 2, 3, 1},   {3, 130, 3, 1, 1, 1}};
   for (int64_t target : targets()) {
     ForceTarget force(target);
     SCOPED_TRACE(simd_target());
@@ -346,8 +390,9 @@ TEST(CpuConv, DepthwiseMatchesFloat64AcrossStridesPadsAndDilations) {
       a.x = x.data(), a.w = w.data(), a.bias = bias.data(), a.y = y.data();
       a.channels = ch, a.ih = c.ih, a.iw = c.iw, a.oh = oh, a.ow = ow;
       a.kh = a.kw = c.k, a.sh = a.sw = c.s, a.ph = a.pw = c.p, a.dh = a.dw = c.dil;
-      // HardSwish is applied in registers, GELU by the span pass after the store.
-      a.act = Activation{(&c - cases) % 2 == 0 ? Act::kHardSwish : Act::kGelu};
+      // HardSwish and ReLU are applied in registers, GELU by the span pass after the store.
+      const Act acts[] = {Act::kHardSwish, Act::kGelu, Act::kRelu, Act::kNone};
+      a.act = Activation{acts[(&c - cases) % 4]};
       depthwise_conv2d(a);
       for (int64_t q = 0; q < ch; ++q)
         for (int64_t i = 0; i < oh; ++i)

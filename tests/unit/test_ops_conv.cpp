@@ -1,6 +1,7 @@
 // Convolution, pooling and resize ops against direct float64 loop references.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -77,6 +78,59 @@ TEST(OpsConv, Conv2dStridePadDilationGroupMatchesReference) {
   auto out = test::run_op("Conv", {x, w, b}, conv_attrs(p));
   ASSERT_EQ(out[0].shape(), shape);
   expect_close(out[0], want, 1e-4);
+}
+
+TEST(OpsConv, Conv2dGeometriesOfTheDirectPathMatchReference) {
+  // Every 2-D float32 convolution that is not depthwise or pointwise reads its padded image's
+  // phases through offsets (conv_direct_2d): strides 1 to 3 per axis, pads larger than the
+  // kernel's reach and uneven, dilations, groups, odd and one-column widths, a batch, and
+  // onyx::FusedConv's residual and activation added as the result is copied out.
+  struct Case {
+    int64_t n, c, m, group, h, w, kh, kw;
+    Conv2dParams p;
+  };
+  auto params = [](std::vector<int64_t> s, std::vector<int64_t> d, std::vector<int64_t> pads) {
+    Conv2dParams p;
+    p.strides = s, p.dilations = d, p.pads = pads;
+    return p;
+  };
+  const Case cases[] = {
+      {1, 3, 16, 1, 23, 23, 3, 3, params({2, 2}, {1, 1}, {1, 1, 1, 1})},   // a stem, odd size
+      {1, 3, 8, 1, 20, 21, 7, 7, params({2, 2}, {1, 1}, {3, 3, 3, 3})},    // resnet's stem
+      {1, 8, 12, 1, 9, 9, 1, 1, params({2, 2}, {1, 1}, {0, 0, 0, 0})},     // a strided 1x1
+      {2, 6, 13, 1, 10, 17, 3, 3, params({1, 1}, {1, 1}, {1, 1, 1, 1})},   // batch 2
+      {1, 5, 7, 1, 8, 11, 3, 5, params({1, 2}, {2, 1}, {2, 0, 1, 3})},     // mixed, uneven pads
+      {1, 4, 6, 2, 12, 13, 3, 3, params({3, 2}, {1, 2}, {0, 2, 2, 1})},    // groups, stride 3
+      {1, 2, 3, 1, 6, 1, 3, 1, params({1, 1}, {1, 1}, {1, 0, 1, 0})},      // one column
+      {1, 3, 5, 1, 5, 6, 3, 3, params({1, 1}, {1, 1}, {4, 4, 4, 4})},      // pads past the kernel
+      {1, 40, 33, 1, 14, 14, 3, 3, params({1, 1}, {1, 1}, {1, 1, 1, 1})},  // K past one block
+  };
+  int case_no = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(case_no);
+    Conv2dParams p = c.p;
+    p.group = c.group;
+    Tensor x = test::random_tensor<float>(Shape{c.n, c.c, c.h, c.w});
+    Tensor w = test::random_tensor<float>(Shape{c.m, c.c / c.group, c.kh, c.kw});
+    Tensor b = test::random_tensor<float>(Shape{c.m});
+    Shape shape;
+    std::vector<double> want = conv2d_reference(x, w, &b, p, shape);
+    auto out = test::run_op("Conv", {x, w, b}, conv_attrs(p));
+    ASSERT_EQ(out[0].shape(), shape);
+    expect_close(out[0], want, 1e-4);
+    // The same with a residual and an activation (onyx::FusedConv).
+    Tensor z = test::random_tensor<float>(shape);
+    auto attrs = conv_attrs(p);
+    attrs.push_back(test::attr_string("activation", case_no % 2 ? "relu" : "hard_swish"));
+    auto fused = test::run_op("FusedConv", {x, w, b, z}, attrs, 1, 1, "onyx");
+    std::vector<double> want_fused(want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double v = want[i] + z.get_as_double(static_cast<int64_t>(i));
+      want_fused[i] = case_no % 2 ? std::max(v, 0.0) : v * std::clamp(v / 6 + 0.5, 0.0, 1.0);
+    }
+    expect_close(fused[0], want_fused, 1e-4);
+    ++case_no;
+  }
 }
 
 TEST(OpsConv, Conv2dFloat64AndFloat16MatchReference) {
@@ -278,6 +332,20 @@ TEST(OpsConv, AveragePoolCountIncludePadMatchesReference) {
       ASSERT_EQ(out[0].shape(), ref.shape);
       expect_close(out[0], ref.y, 1e-5);
     }
+}
+
+TEST(OpsConv, GlobalAveragePoolMatchesFloat64AtEveryPlaneSize) {
+  // Planes shorter than, equal to and past the eight partial sums, with a remainder.
+  for (int64_t hw : {1, 7, 8, 49, 199}) {
+    Tensor x = test::random_tensor<float>(Shape{2, 3, hw, 1});
+    auto out = test::run_op("GlobalAveragePool", {x});
+    ASSERT_EQ(out[0].shape(), (Shape{2, 3, 1, 1}));
+    for (int64_t p = 0; p < 6; ++p) {
+      double sum = 0;
+      for (int64_t i = 0; i < hw; ++i) sum += at(x, p * hw + i);
+      ASSERT_NEAR(at(out[0], p), sum / hw, 1e-6) << "plane size " << hw;
+    }
+  }
 }
 
 TEST(OpsConv, ResizeLinearHalfPixelMatchesBilinearReference) {
