@@ -305,18 +305,19 @@ Next LanguageModel::start(const std::vector<std::vector<int64_t>>& prompts, int6
              folder_.context_length);
   ONYX_CHECK(draw.options.size() == prompts.size() && draw.seeds.size() == prompts.size(),
              "the draw needs options and a seed per sequence");
+  // Rows past the sequences pad the bucket with the first prompt; their tokens go unread.
+  std::vector<std::vector<int64_t>> rows(prompts.begin(), prompts.end());
+  rows.resize(bucket_for(static_cast<int64_t>(prompts.size())), prompts[0]);
+  take_image_features(rows, prompts.size());  // (checked before anything of the last generation goes)
   retire_cache();
   slots_.reset();
   batch_ = std::make_unique<Batch>();
   Batch& bt = *batch_;
   bt.rows = static_cast<int64_t>(prompts.size());
-  bt.size = bucket_for(bt.rows);
+  bt.size = static_cast<int64_t>(rows.size());
   bt.prompt = longest;
   const int64_t want = std::max(capacity, longest + 1);
   bt.capacity = std::min((want + kCacheBlock - 1) / kCacheBlock * kCacheBlock, folder_.context_length);
-  // Rows past the sequences pad the bucket with the first prompt; their tokens go unread.
-  std::vector<std::vector<int64_t>> rows(prompts.begin(), prompts.end());
-  rows.resize(bt.size, prompts[0]);
   // GroupQueryAttention models read each row's length from the mask: rows padded on the right.
   const bool right = chosen_ == CacheMode::kShared;
   ONYX_CHECK(!right || mode_ == CacheMode::kShared || bt.size == 1,
@@ -326,7 +327,6 @@ Next LanguageModel::start(const std::vector<std::vector<int64_t>>& prompts, int6
     bt.length.push_back(right ? n : longest);
     bt.offset.push_back(right ? 0 : longest - n);
   }
-  take_image_features(rows, prompts.size());
   if (mode_ != CacheMode::kGrowing) bt.cache = cache_set(bt.size, bt.capacity);
   return run(*prompt_, prompt_feeds(rows), true, draw);
 }
