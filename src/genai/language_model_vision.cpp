@@ -14,7 +14,6 @@
 
 namespace onyx::genai {
 
-
 namespace {
 
 // `t` (float32, float16 or bfloat16, on the host) as `want`, one of the three.
