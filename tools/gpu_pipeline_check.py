@@ -12,7 +12,9 @@ tests/fixtures/vision, staged with the checkout):
     weights, kv cache, vision weights non-zero and the vision model's planned arena): each
     component was placed on cuda:0, as the report says, not by trust;
   - a budget that holds what the backend itself leases but not the pipeline's weights is
-    refused at load, naming the components, with nothing placed.
+    refused at load, naming the components, with nothing placed;
+  - an encoder-decoder's steps use the fixed-capacity cache and replay a captured graph: every
+    request of more than two steps replays (one eager warm-up step, one capture).
 
 Prints one line per check and exits 1 on any failure.
 
@@ -58,7 +60,7 @@ def main():
                     args += [f"--{key}", case[key]]
             return args
 
-        wrong, report = [], ""
+        wrong, report, uncaptured = [], "", []
         for case in ref["cases"]:
             r = run([onyx, "generate", folder, *request(case), "--greedy",
                      "--max-new-tokens", new_tokens, "--device", "cuda:0", "--json", "--memory-report"])
@@ -74,6 +76,10 @@ def main():
                 wrong.append(case["name"])
             if out["stats"]["device"] != "cuda:0":
                 wrong.append(f"{case['name']} (device {out['stats']['device']})")
+            st = out["stats"]
+            if not vision and (st["kv_cache"] != "static" or (st["decode_steps"] > 2 and st["replays"] == 0)):
+                uncaptured.append(f"{case['name']} ({st['kv_cache']}: {st['kv_cache_note']}; "
+                                  f"{st['captures']} captures, {st['replays']} replays)")
         else:
             h = holders(report)
             if vision:
@@ -88,6 +94,10 @@ def main():
                     h.get(k, 0) > 0 for k in ("encoder weights", "decoder weights", "decoder kv cache"))
             ok = not wrong and placed
             fails += not ok
+            if not vision:
+                fails += bool(uncaptured)
+                print(f"{'ok  ' if not uncaptured else 'FAIL'} {folder.name}: steps from the fixed-capacity cache, "
+                      f"replayed from a captured graph" + (f"; not: {uncaptured}" if uncaptured else ""))
             print(f"{'ok  ' if ok else 'FAIL'} {folder.name}: {len(ref['cases']) - len(wrong)}/{len(ref['cases'])} "
                   f"prompts equal transformers' on cuda:0; components placed on cuda:0 by the report: {placed}"
                   + (f"; differ: {wrong}" if wrong else ""))

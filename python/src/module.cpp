@@ -849,8 +849,7 @@ NB_MODULE(_onyx, m) {
       })
       .def("device", [](const std::shared_ptr<PyModel>& pm) { return pm->lm->device().str(); })
       .def("cache_mode", [](const std::shared_ptr<PyModel>& pm) {
-        auto* lm = dynamic_cast<genai::LanguageModel*>(pm->lm.get());
-        return std::string(lm ? genai::cache_mode_name(lm->cache_mode()) : "growing");
+        return std::string(genai::cache_mode_name(pm->lm->cache_mode()));
       })
       .def("capture_report", [](const std::shared_ptr<PyModel>& pm) { return capture_dict(pm->lm->capture_report()); })
       .def("memory_report", [](const std::shared_ptr<PyModel>& pm) { return pm->lm->memory_report(); })

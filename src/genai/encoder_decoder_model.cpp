@@ -1,6 +1,7 @@
 #include "genai/encoder_decoder_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -10,6 +11,8 @@
 #include "genai/language_model_parts.h"
 #include "model/loader.h"
 #include "onyx/session.h"
+#include "passes/compose.h"
+#include "passes/kv_cache.h"
 #include "passes/optimize.h"
 
 namespace onyx::genai {
@@ -17,6 +20,7 @@ namespace onyx::genai {
 namespace {
 
 constexpr int64_t kHistoryBlock = 64;  // the penalties' id window grows by this many ids
+constexpr int64_t kCacheBlock = 64;    // fixed-capacity caches hold a multiple of this many positions
 
 Tensor int64_tensor(Shape shape, int64_t fill) {
   Tensor t(DType::kInt64, std::move(shape));
@@ -82,7 +86,7 @@ struct EncoderDecoderModel::Runner {
   // Runs with the named feeds (any input of the graph not fed must have a default); the outputs
   // stay on the device but for those in `to_host`. Outputs in `bound` are written into those
   // tensors: by the step that makes them where the plan knows their shape, else copied there
-  // after the run (a merged decoder's If). Records the arena of the run's plan.
+  // after the run (where the plan does not know their shape). Records the arena of the run's plan.
   std::vector<Tensor> run(const Feeds& feeds, const std::vector<std::string>& to_host, const Feeds& bound,
                           Backend* backend) {
     std::vector<Tensor> in(graph->inputs.size());
@@ -126,9 +130,12 @@ struct EncoderDecoderModel::Batch {
   int64_t encoder_length = 0;    // the encoder output's positions (the cross-attention cache's)
   int64_t decoder_prompt = 1;    // the decoder's first run's ids per row
   Tensor encoder_mask;           // [size, prompt] int64, on the host (text encoders)
-  Tensor hidden;                 // the encoder's output (the merged decoder reads it every run)
+  Tensor hidden;                 // the encoder's output (the first run reads it; the steps do not)
   std::vector<Tensor> cross;     // per layer: key, value (computed by the first run, kept)
-  std::vector<Tensor> past;      // per layer: key, value (the last run's presents)
+  std::vector<Tensor> past;      // per layer: key, value (the last run's presents; growing)
+  std::vector<Tensor> cache;     // per layer: key, value, [size, heads, capacity, head size] (static)
+  int64_t capacity = 0;          // static: the cache's positions (0: none made; language detection)
+  int64_t grows = 0;             // static: times the cache grew during this request
 };
 
 EncoderDecoderModel::EncoderDecoderModel(const std::string& dir, const SessionOptions& options) : options_(options) {
@@ -148,27 +155,50 @@ EncoderDecoderModel::EncoderDecoderModel(const std::string& dir, const SessionOp
       first_logit_bias_ = logit_bias_.clone();
       for (int64_t id : folder_.begin_suppress_ids) first_logit_bias_.data<float>()[id] = -INFINITY;
     }
+    auto prepare = [&](onyx::Model& m, bool sampler) {
+      // The encoder runs once a request, as a session does: its attention fuses on every device
+      // (the decoders keep generation's default, fused on CUDA only).
+      optimize_graph(*m.graph, options, device, OptimizeDefaults{.fuse_attention_on_cpu = !sampler});
+      if (sampler) append_sampler(*m.graph, folder_.decoder.logits, logit_bias_.defined());
+    };
     auto load = [&](const std::string& path, bool sampler) {
       return with_context(std::filesystem::path(path).filename().string(), [&] {
         onyx::Model m = load_model(path);
-        // The encoder runs once a request, as a session does: its attention fuses on every device
-        // (the decoders keep generation's default, fused on CUDA only).
-        optimize_graph(*m.graph, options, device, OptimizeDefaults{.fuse_attention_on_cpu = !sampler});
-        if (sampler) append_sampler(*m.graph, folder_.decoder.logits, logit_bias_.defined());
+        prepare(m, sampler);
         return m;
       });
     };
     // Every graph is read (on the host) and the weights the split decoder's two files share
     // are found, before anything is placed: the budget is checked against what will be held.
     encoder_model_ = load(folder_.encoder_path, false);
-    first_model_ = load(folder_.first_path, true);
-    encoder_use_ = {"encoder", graph_weight_bytes(*encoder_model_.graph)};
-    decoder_use_ = {"decoder", graph_weight_bytes(*first_model_.graph)};
-    if (!folder_.merged) {
+    if (folder_.merged) {
+      // The merged decoder's two branches (one If on use_cache_branch) become two graphs without
+      // control flow, as a split export has them: the first run's and the steps'. Both read the
+      // one file's weights. The steps do not return the cross-attention cache they are given.
+      with_context(std::filesystem::path(folder_.first_path).filename().string(), [&] {
+        const onyx::Model merged = load_model(folder_.first_path);
+        for (bool steps : {false, true}) {
+          onyx::Model m = merged;
+          m.graph = std::make_shared<Graph>(*merged.graph);
+          with_context(steps ? "its then_branch (the steps)" : "its else_branch (the first run)", [&] {
+            inline_branch(*m.graph, folder_.decoder.use_cache_branch, steps);
+            if (steps) {
+              std::vector<std::string> cross;
+              for (const auto& l : folder_.cross) cross.insert(cross.end(), {l.present_key, l.present_value});
+              drop_outputs(*m.graph, cross);
+            }
+            prepare(m, true);
+          });
+          (steps ? step_model_ : first_model_) = std::move(m);
+        }
+      });
+    } else {
+      first_model_ = load(folder_.first_path, true);
       step_model_ = load(folder_.step_path, true);
-      decoder_use_.weight_bytes +=
-          graph_weight_bytes(*step_model_.graph) - share_weights(*first_model_.graph, *step_model_.graph);
     }
+    encoder_use_ = {"encoder", graph_weight_bytes(*encoder_model_.graph)};
+    decoder_use_ = {"decoder", graph_weight_bytes(*first_model_.graph) + graph_weight_bytes(*step_model_.graph) -
+                                   share_weights(*first_model_.graph, *step_model_.graph)};
     memory_ = std::make_unique<PipelineMemory>(device, options);
     memory_->admit({{"encoder", encoder_use_.weight_bytes}, {"decoder", decoder_use_.weight_bytes}});
     // Each component runs eagerly (a step's shapes grow with the cache); the encoder's plan and
@@ -188,17 +218,169 @@ EncoderDecoderModel::EncoderDecoderModel(const std::string& dir, const SessionOp
     with_context(std::filesystem::path(folder_.first_path).filename().string(), [&] {
       first_ = std::make_unique<Runner>(*first_model_.graph, dec, dc, &decoder_use_, weights);
     });
-    if (!folder_.merged)
-      with_context(std::filesystem::path(folder_.step_path).filename().string(), [&] {
-        step_ = std::make_unique<Runner>(*step_model_.graph, dec, dc, &decoder_use_, weights);
-      });
+    with_context(std::filesystem::path(folder_.step_path).filename().string(), [&] {
+      step_ = std::make_unique<Runner>(*step_model_.graph, dec, dc, &decoder_use_, weights);
+    });
+    choose_cache_mode(dc, weights);
   });
+}
+
+void EncoderDecoderModel::choose_cache_mode(const PipelineMemory::Component& dc, std::shared_ptr<DeviceWeights> weights) {
+  const ModelFolder& d = folder_.decoder;
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const auto& l : d.layers) {
+    pairs.emplace_back(l.past_key, l.present_key);
+    pairs.emplace_back(l.past_value, l.present_value);
+  }
+  static_graph_ = *step_model_.graph;
+  const CacheRewrite r = rewrite_concat_cache(static_graph_, pairs, d.input_ids, "onyx_cache_index", true);
+  if (!r.applied) {
+    note_ = cat("the step graph's cache cannot be rewritten to a fixed capacity: ", r.why_not);
+    static_graph_ = Graph();
+    return;
+  }
+  index_input_ = r.index_input;
+  fill_graph_ = make_fill_graph(pairs.size());
+  // The steps capture as the options say (one signature a request); writing the first run's
+  // presents into the cache runs eagerly.
+  SessionOptions steps = options_, fill = options_;
+  steps.plan_cache_capacity = 2;
+  fill.capture = CaptureMode::kOff;
+  fill.plan_cache_capacity = 2;
+  try {
+    static_ = std::make_unique<Runner>(static_graph_, steps, dc, &decoder_use_, weights);
+    fill_ = std::make_unique<Runner>(fill_graph_, fill, dc, &decoder_use_, weights);
+  } catch (const Error& e) {
+    note_ = cat("the step graph rewritten to a fixed-capacity cache does not load: ", e.what());
+    static_.reset();
+    fill_.reset();
+    return;
+  }
+  mode_ = CacheMode::kStatic;
+  if (std::string why = verify_static(); !why.empty()) {
+    mode_ = CacheMode::kGrowing;
+    note_ = std::move(why);
+    static_.reset();
+    fill_.reset();
+  }
+  chosen_ = mode_;
+}
+
+std::string EncoderDecoderModel::verify_static() {
+  const ModelFolder& d = folder_.decoder;
+  const Graph& g = *first_model_.graph;
+  const int hs = g.find_value(folder_.decoder_hidden_states);
+  const TypeInfo* t = hs >= 0 ? &g.values[hs].declared : nullptr;
+  if (!t || !t->rank_known || t->dims.size() != 3 || t->dims[2] <= 0 ||
+      !(t->dtype == DType::kFloat32 || t->dtype == DType::kFloat16 || t->dtype == DType::kBFloat16))
+    return cat("the decoder's input '", folder_.decoder_hidden_states, "' does not declare a float type and width, so "
+               "its cache rewritten to a fixed capacity could not be checked");
+  // A made-up encoder output of three positions; two prompt ids, then one step.
+  const int64_t E = 3;
+  Tensor hidden(DType::kFloat32, Shape{1, E, t->dims[2]});
+  for (int64_t i = 0; i < hidden.numel(); ++i) hidden.data<float>()[i] = static_cast<float>(std::sin(0.7 * i + 0.3));
+  hidden = as_float_type(hidden, t->dtype);
+  const int64_t V = std::max<int64_t>(d.vocab_size, 8);
+  const Tensor first_ids = Tensor::from_vector<int64_t>({folder_.decoder_start_id, 5 % V}, Shape{1, 2});
+  const Tensor step_ids = Tensor::from_vector<int64_t>({7 % V}, Shape{1, 1});
+  Draw draw;
+  draw.options.assign(1, {0.f, 0.f, 1.f, 0.f, 1.f, 0.f, 0.f});
+  draw.seeds.assign(1, 0);
+  draw.logits = true;
+  auto logits = [&](CacheMode m) {
+    mode_ = m;
+    batch_ = std::make_unique<Batch>();
+    Batch& bt = *batch_;
+    bt.size = bt.rows = 1;
+    bt.hidden = hidden;
+    bt.encoder_length = E;
+    bt.decoder_prompt = 2;
+    bt.capacity = kCacheBlock;
+    if (!folder_.decoder_encoder_mask.empty()) bt.encoder_mask = int64_tensor(Shape{1, E}, 1);
+    run_decoder(*first_, true, first_ids, draw, false);
+    return run_decoder(m == CacheMode::kStatic ? *static_ : *step_, false, step_ids, draw, false).logits;
+  };
+  Tensor a, b;
+  try {
+    a = logits(CacheMode::kGrowing);
+    b = logits(CacheMode::kStatic);
+  } catch (const Error& e) {
+    batch_.reset();
+    return cat("the step graph rewritten to a fixed-capacity cache does not run: ", e.what());
+  }
+  batch_.reset();
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    diff = std::max(diff, std::abs(double(a.data<float>()[i]) - double(b.data<float>()[i])));
+    scale = std::max(scale, std::abs(double(a.data<float>()[i])));
+  }
+  const double tol = d.kv_dtype == DType::kFloat32 ? 1e-4 : 2e-2;
+  if (!(diff <= tol * std::max(scale, 1.0)))
+    return cat("the step graph rewritten to a fixed-capacity cache gives other logits than the original (max "
+               "difference ", diff, " of ", scale, ")");
+  return "";
+}
+
+void EncoderDecoderModel::use_growing_cache(bool growing) {
+  mode_ = growing ? CacheMode::kGrowing : chosen_;
+  batch_.reset();
+}
+
+void EncoderDecoderModel::begin_static_cache(const std::vector<Tensor>& presents, int64_t capacity) {
+  Batch& bt = *batch_;
+  const ModelFolder& d = folder_.decoder;
+  Backend* backend = memory_->backend();
+  bt.cache.clear();
+  Feeds f, bound;
+  for (size_t k = 0; k < presents.size(); ++k) {
+    ONYX_CHECK(presents[k].shape().rank() == 4 && presents[k].shape()[2] <= capacity, "the first run's present ",
+               presents[k].type_str(), " does not fit a cache of ", capacity, " positions");
+    Tensor c(d.kv_dtype, Shape{bt.size, d.kv_heads, capacity, d.head_size}, *kv_pool_);
+    // Unfilled positions are masked, but 0 * NaN is NaN: the cache starts as zeros.
+    if (backend) backend->zero(c.raw(), c.bytes());
+    else std::memset(c.raw(), 0, c.bytes());
+    f.emplace_back(cat("cache_", k), c);
+    f.emplace_back(cat("new_", k), presents[k]);
+    bound.emplace_back(cat("out_", k), c);
+    bt.cache.push_back(std::move(c));
+  }
+  f.emplace_back("index", Tensor::scalar<int64_t>(0));
+  fill_->run(f, {}, bound, backend);
+  bt.capacity = capacity;
+}
+
+void EncoderDecoderModel::grow_static_cache(int64_t need) {
+  Batch& bt = *batch_;
+  const ModelFolder& d = folder_.decoder;
+  int64_t cap = (need + kCacheBlock - 1) / kCacheBlock * kCacheBlock;
+  if (d.context_length > 0) cap = std::min(cap, d.context_length);
+  ONYX_CHECK(cap >= need && cap > bt.capacity, "the cache cannot grow past the decoder's context of ",
+             d.context_length, " positions");
+  Backend* backend = memory_->backend();
+  const size_t pos_bytes = static_cast<size_t>(d.head_size) * dtype_size(d.kv_dtype);
+  const size_t old_row = static_cast<size_t>(bt.capacity) * pos_bytes, new_row = static_cast<size_t>(cap) * pos_bytes;
+  for (Tensor& t : bt.cache) {
+    Tensor bigger(d.kv_dtype, Shape{bt.size, d.kv_heads, cap, d.head_size}, *kv_pool_);
+    if (backend) backend->zero(bigger.raw(), bigger.bytes());
+    else std::memset(bigger.raw(), 0, bigger.bytes());
+    for (int64_t r = 0; r < bt.size * d.kv_heads; ++r) {
+      char* dst = static_cast<char*>(bigger.raw()) + r * new_row;
+      const char* src = static_cast<const char*>(t.raw()) + r * old_row;
+      if (backend) backend->copy_on_device(dst, src, old_row);
+      else std::memcpy(dst, src, old_row);
+    }
+    t = std::move(bigger);
+  }
+  bt.capacity = cap;
+  ++bt.grows;
 }
 
 EncoderDecoderModel::~EncoderDecoderModel() {
   // Every tensor of the components' pools goes before the pools and the backend.
   batch_.reset();
   kv_pool_.reset();
+  static_.reset();
+  fill_.reset();
   encoder_.reset();
   first_.reset();
   step_.reset();
@@ -302,7 +484,7 @@ std::vector<int64_t> EncoderDecoderModel::detect_languages() {
   return langs;
 }
 
-Next EncoderDecoderModel::start(const std::vector<std::vector<int64_t>>& prompts, int64_t, const Draw& draw) {
+Next EncoderDecoderModel::start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity, const Draw& draw) {
   ONYX_CHECK(!prompts.empty(), "no prompt to generate from");
   ONYX_CHECK(draw.options.size() == prompts.size() && draw.seeds.size() == prompts.size(),
              "the draw needs options and a seed per sequence");
@@ -350,6 +532,15 @@ Next EncoderDecoderModel::start(const std::vector<std::vector<int64_t>>& prompts
       std::copy(prompts[b < bt.rows ? b : 0].begin(), prompts[b < bt.rows ? b : 0].end(),
                 first_ids.data<int64_t>() + b * longest);
   bt.decoder_prompt = first_ids.shape()[1];
+  if (mode_ == CacheMode::kStatic) {
+    // Room for the decoder's prompt and the new tokens asked for (`capacity` counts the prompt
+    // the caller gave, which for a text model is the encoder's), by whole blocks, within the
+    // decoder's context; a request that needs more grows the cache.
+    const int64_t fresh = std::max<int64_t>(capacity - longest, 1);
+    int64_t cap = (bt.decoder_prompt + fresh + kCacheBlock - 1) / kCacheBlock * kCacheBlock;
+    if (dec.context_length > 0) cap = std::min(cap, dec.context_length);
+    bt.capacity = std::max(cap, bt.decoder_prompt);
+  }
   Next next = with_context("the decoder's first run", [&] { return run_decoder(*first_, true, first_ids, draw); });
   if (folder_.forced_bos_id >= 0) std::fill(next.tokens.begin(), next.tokens.end(), folder_.forced_bos_id);
   return next;
@@ -361,11 +552,14 @@ Next EncoderDecoderModel::step(const std::vector<int64_t>& tokens, const Draw& d
   ONYX_CHECK(static_cast<int64_t>(tokens.size()) == bt.rows, "a step takes one token per sequence (", bt.rows,
              "), got ", tokens.size());
   ONYX_CHECK(static_cast<int64_t>(draw.options.size()) == bt.rows, "the draw needs options per sequence");
-  ONYX_CHECK(bt.steps + 1 < folder_.decoder.context_length, "the decoder's context of ",
+  const int64_t position = bt.decoder_prompt + bt.steps;  // the one this step's token takes
+  ONYX_CHECK(folder_.decoder.context_length <= 0 || position < folder_.decoder.context_length, "the decoder's context of ",
              folder_.decoder.context_length, " positions is full");
   Tensor ids(DType::kInt64, Shape{bt.size, 1});
   for (int64_t b = 0; b < bt.size; ++b) ids.data<int64_t>()[b] = tokens[b < bt.rows ? b : 0];
-  Runner& r = step_ ? *step_ : *first_;
+  const bool fixed = mode_ == CacheMode::kStatic;
+  if (fixed && position >= bt.capacity) grow_static_cache(position + 1);
+  Runner& r = fixed ? *static_ : step_ ? *step_ : *first_;
   Next next = with_context("a decoder step", [&] { return run_decoder(r, false, ids, draw); });
   ++bt.steps;
   return next;
@@ -382,10 +576,14 @@ Next EncoderDecoderModel::run_decoder(Runner& r, bool first, const Tensor& ids, 
     f.emplace_back(dec.use_cache_branch, Tensor::from_vector<bool>({!first}, Shape{1}));
   const Tensor no_self(dec.kv_dtype, Shape{B, dec.kv_heads, 0, dec.head_size});
   const Tensor no_cross(dec.kv_dtype, Shape{B, folder_.cross_heads, 0, folder_.cross_head_size});
+  // A static step reads and writes the fixed-capacity cache in place, from the filled length on.
+  const bool fixed = mode_ == CacheMode::kStatic && !first;
+  const std::vector<Tensor>& self = fixed ? bt.cache : bt.past;
+  if (fixed) f.emplace_back(index_input_, Tensor::scalar<int64_t>(bt.decoder_prompt + bt.steps));
   for (size_t l = 0; l < dec.layers.size(); ++l) {
     if (!r.has_input(dec.layers[l].past_key)) continue;  // decoder_model.onnx: no past at all
-    f.emplace_back(dec.layers[l].past_key, first ? no_self : bt.past[2 * l]);
-    f.emplace_back(dec.layers[l].past_value, first ? no_self : bt.past[2 * l + 1]);
+    f.emplace_back(dec.layers[l].past_key, first ? no_self : self[2 * l]);
+    f.emplace_back(dec.layers[l].past_value, first ? no_self : self[2 * l + 1]);
     f.emplace_back(folder_.cross[l].past_key, first ? no_cross : bt.cross[2 * l]);
     f.emplace_back(folder_.cross[l].past_value, first ? no_cross : bt.cross[2 * l + 1]);
   }
@@ -407,22 +605,33 @@ Next EncoderDecoderModel::run_decoder(Runner& r, bool first, const Tensor& ids, 
   // The caches are written into the KV pool: self-attention one position longer than the past,
   // cross-attention (the first run) over the prompt.
   Feeds into;
-  const int64_t positions = (first ? 0 : bt.past[0].shape()[2]) + new_ids;
-  for (const auto& l : dec.layers)
-    for (const std::string* n : {&l.present_key, &l.present_value})
-      into.emplace_back(*n, Tensor(dec.kv_dtype, Shape{B, dec.kv_heads, positions, dec.head_size}, *kv_pool_));
+  if (fixed) {
+    for (size_t l = 0; l < dec.layers.size(); ++l) {
+      into.emplace_back(dec.layers[l].present_key, bt.cache[2 * l]);
+      into.emplace_back(dec.layers[l].present_value, bt.cache[2 * l + 1]);
+    }
+  } else {
+    const int64_t positions = (first ? 0 : bt.past[0].shape()[2]) + new_ids;
+    for (const auto& l : dec.layers)
+      for (const std::string* n : {&l.present_key, &l.present_value})
+        into.emplace_back(*n, Tensor(dec.kv_dtype, Shape{B, dec.kv_heads, positions, dec.head_size}, *kv_pool_));
+  }
   if (first)
     for (const auto& l : folder_.cross)
       for (const std::string* n : {&l.present_key, &l.present_value})
         into.emplace_back(*n, Tensor(dec.kv_dtype, Shape{B, folder_.cross_heads, bt.encoder_length,
                                                          folder_.cross_head_size}, *kv_pool_));
   std::vector<Tensor> out = r.run(f, to_host, into, memory_->backend());
-  std::vector<Tensor> past;
-  for (const auto& l : dec.layers) {
-    past.push_back(out[r.output(l.present_key)]);
-    past.push_back(out[r.output(l.present_value)]);
+  if (!fixed) {
+    std::vector<Tensor> past;
+    for (const auto& l : dec.layers) {
+      past.push_back(out[r.output(l.present_key)]);
+      past.push_back(out[r.output(l.present_value)]);
+    }
+    // The first run of a static request: its presents into the fixed-capacity cache.
+    if (mode_ == CacheMode::kStatic && bt.capacity > 0) begin_static_cache(past, bt.capacity);
+    else bt.past = std::move(past);
   }
-  bt.past = std::move(past);
   if (first) {
     bt.cross.clear();
     for (const auto& l : folder_.cross) {
@@ -468,9 +677,10 @@ void EncoderDecoderModel::keep(const std::vector<size_t>& keep) {
   const std::vector<size_t> rows = kept_rows(keep, bt.rows);
   const int64_t size = static_cast<int64_t>(rows.size());
   bt.encoder_mask = take_rows(bt.encoder_mask, rows);  // the host's: fed as a feed
-  bt.hidden = take_rows(bt.hidden, rows, decoder_values_);  // read by the merged decoder's steps
+  bt.hidden = take_rows(bt.hidden, rows, decoder_values_);  // (kept only where steps read it)
   for (Tensor& t : bt.cross) t = take_rows(t, rows, kv_pool_.get());
   for (Tensor& t : bt.past) t = take_rows(t, rows, kv_pool_.get());
+  for (Tensor& t : bt.cache) t = take_rows(t, rows, kv_pool_.get());
   bt.size = size;
   bt.rows = static_cast<int64_t>(keep.size());
 }
@@ -481,15 +691,18 @@ size_t EncoderDecoderModel::cache_bytes() const {
   size_t n = 0;
   if (batch_) {
     for (const auto& t : batch_->past) n += t.bytes();
+    for (const auto& t : batch_->cache) n += t.bytes();
     for (const auto& t : batch_->cross) n += t.bytes();
   }
   return n;
 }
 
-int64_t EncoderDecoderModel::cache_grows() const { return batch_ ? batch_->steps : 0; }
+int64_t EncoderDecoderModel::cache_grows() const {
+  return !batch_ ? 0 : mode_ == CacheMode::kStatic ? batch_->grows : batch_->steps;
+}
 
 CaptureReport EncoderDecoderModel::capture_report() const {
-  return (step_ ? step_ : first_)->exec->capture_report();
+  return (mode_ == CacheMode::kStatic ? static_ : step_ ? step_ : first_)->exec->capture_report();
 }
 
 size_t EncoderDecoderModel::peak_device_bytes() const {

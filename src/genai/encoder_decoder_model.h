@@ -1,10 +1,18 @@
-// An encoder-decoder pipeline loaded to generate (T5, BART, as Optimum exports them). A
+// An encoder-decoder pipeline loaded to generate (T5, BART, Whisper, as Optimum exports them). A
 // request runs the encoder once over its prompt (planned memory: one arena at fixed offsets,
-// sized to the live set, given back once the encoder has run), then the decoder from its start token: the first run computes every
-// layer's cross-attention keys and values from the encoder's output, which the request keeps
-// and feeds to each step beside the self-attention cache, which grows by one position a step
-// (the exported decoders compute positions from the past's length, so the cache is the
-// "growing" form of docs/genai.md, never captured).
+// sized to the live set, given back once the encoder has run), then the decoder from its start
+// token: the first run computes every layer's cross-attention keys and values from the encoder's
+// output, which the request keeps and feeds to each step beside the self-attention cache.
+//
+// The self-attention cache, as for a decoder-only model (language_model.h):
+//   static   the split decoder's step graph is rewritten to write each step's keys and values in
+//            place into a buffer of fixed capacity (onyx.genai::CacheUpdate), the positions the
+//            exported decoder derives from the past's length rewritten to start at the filled
+//            length (passes/kv_cache.h); kept only when a first run and a step through the
+//            rewrite give the original's logits. Every step then has one input signature: one
+//            plan, and on a GPU one captured graph replayed.
+//   growing  each step's present is the next step's past, one shape a step (a merged decoder,
+//            whose steps run inside an If, or a rewrite that failed; `cache_note` says why).
 //
 // Both components run on the one device the options resolve to, and lease their memory from
 // that device's one governor under their own names (genai/pipeline_memory.h).
@@ -61,6 +69,9 @@ class EncoderDecoderModel : public TokenModel {
   void keep(const std::vector<size_t>& keep) override;
   int64_t bucket() const override;
 
+  CacheMode cache_mode() const override { return mode_; }
+  const std::string& cache_note() const override { return note_; }
+  void use_growing_cache(bool growing) override;
   size_t cache_bytes() const override;
   int64_t cache_grows() const override;
   CaptureReport capture_report() const override;
@@ -76,6 +87,16 @@ class EncoderDecoderModel : public TokenModel {
   struct Batch;
   // One decoder run over `ids` ([size, new ids]); `bias`: with the folder's suppressed ids.
   Next run_decoder(Runner& r, bool first, const Tensor& ids, const Draw& draw, bool bias = true);
+  // Rewrites the step graph to a fixed-capacity cache and keeps it if verify_static agrees.
+  void choose_cache_mode(const PipelineMemory::Component& dc, std::shared_ptr<DeviceWeights> weights);
+  // A first run and one step on a made-up encoder output, through the original step graph and
+  // through the rewrite: "" when their logits agree, else why not.
+  std::string verify_static();
+  // The batch's fixed-capacity cache: `capacity` positions, zeros, then the first run's presents
+  // at position 0.
+  void begin_static_cache(const std::vector<Tensor>& presents, int64_t capacity);
+  // The cache grown to hold `need` positions (contents kept; a new step signature).
+  void grow_static_cache(int64_t need);
   // Runs the encoder over the prompts (text) or the audio set (speech) in a batch of `size`
   // rows, keeping its output (and, for text, the mask) in the batch.
   void run_encoder(const std::vector<std::vector<int64_t>>& prompts, int64_t size);
@@ -90,6 +111,11 @@ class EncoderDecoderModel : public TokenModel {
   std::unique_ptr<Tokenizer> tokenizer_;
   onyx::Model encoder_model_, first_model_, step_model_;
   std::unique_ptr<Runner> encoder_, first_, step_;
+  Graph static_graph_, fill_graph_;        // the rewritten step graph; the first run's presents into the cache
+  std::unique_ptr<Runner> static_, fill_;
+  std::string index_input_;                // the rewritten graph's cache position input
+  CacheMode mode_ = CacheMode::kGrowing, chosen_ = CacheMode::kGrowing;
+  std::string note_;
   std::unique_ptr<Batch> batch_;
   std::vector<Tensor> audio_;        // set_audio's, until start() takes it
   Tensor audio_hidden_;              // the encoder's output for audio_, when detect_languages ran it

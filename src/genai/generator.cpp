@@ -245,8 +245,8 @@ std::vector<SequenceResult> Generator::generate(const std::vector<std::vector<in
   return st_->out;
 }
 
-std::vector<double> compare_with_growing_cache(LanguageModel& model, const std::vector<int64_t>& prompt,
-                                               int64_t steps) {
+std::vector<double> compare_with_growing_cache(TokenModel& model, const std::vector<int64_t>& prompt, int64_t steps,
+                                               const std::function<void()>& before_start) {
   const int64_t capacity = static_cast<int64_t>(prompt.size()) + steps + 1;
   Draw greedy;
   greedy.options = {draw_options(SearchOptions{})};
@@ -255,6 +255,7 @@ std::vector<double> compare_with_growing_cache(LanguageModel& model, const std::
   std::vector<Tensor> want;
   std::vector<int64_t> tokens;
   model.use_growing_cache(false);
+  if (before_start) before_start();
   Next next = model.start({prompt}, capacity, greedy);
   for (int64_t t = 0;; ++t) {
     want.push_back(next.logits);
@@ -265,6 +266,7 @@ std::vector<double> compare_with_growing_cache(LanguageModel& model, const std::
   std::vector<double> diff;
   model.use_growing_cache(true);
   try {
+    if (before_start) before_start();
     next = model.start({prompt}, capacity, greedy);
     for (int64_t t = 0;; ++t) {
       double d = 0, scale = 0;

@@ -69,8 +69,9 @@ class Generator {
 // The model's cache form against the growing cache (the decoder as exported), teacher
 // forced: the greedy tokens of `steps` steps from `prompt`, then the same tokens through the
 // growing cache. Returns per step (the prompt first) the largest logit difference divided by
-// the largest logit magnitude.
-std::vector<double> compare_with_growing_cache(LanguageModel& model, const std::vector<int64_t>& prompt,
-                                               int64_t steps);
+// the largest logit magnitude. `before_start`, when given, runs before each of the two starts
+// (a speech model's audio is given again there: a start takes it).
+std::vector<double> compare_with_growing_cache(TokenModel& model, const std::vector<int64_t>& prompt, int64_t steps,
+                                               const std::function<void()>& before_start = {});
 
 }  // namespace onyx::genai

@@ -17,42 +17,6 @@ namespace {
 constexpr int64_t kCacheBlock = 64;  // cache capacities are multiples of this many positions
 constexpr size_t kSpareCacheSets = 8;  // retired cache sets kept for reuse (buckets 1-8 at two capacities)
 
-// The graph that writes a prompt's presents into a static cache: CacheUpdate per tensor.
-Graph make_fill_graph(size_t tensors) {
-  Graph g;
-  g.name = "kv_fill";
-  const int index = g.value_id("index");
-  std::vector<int> caches, fresh;
-  for (size_t i = 0; i < tensors; ++i) {
-    caches.push_back(g.value_id(cat("cache_", i)));
-    fresh.push_back(g.value_id(cat("new_", i)));
-  }
-  for (size_t i = 0; i < tensors; ++i) {
-    g.values[caches[i]].is_input = true;
-    g.inputs.push_back(caches[i]);
-  }
-  for (size_t i = 0; i < tensors; ++i) {
-    g.values[fresh[i]].is_input = true;
-    g.inputs.push_back(fresh[i]);
-  }
-  g.values[index].is_input = true;
-  g.inputs.push_back(index);
-  for (size_t i = 0; i < tensors; ++i) {
-    Node n;
-    n.name = cat("fill_", i);
-    n.op_type = "CacheUpdate";
-    n.domain = "onyx.genai";
-    n.opset = 1;
-    n.inputs = {caches[i], fresh[i], index};
-    const int out = g.value_id(cat("out_", i));
-    g.values[out].producer = static_cast<int>(g.nodes.size());
-    n.outputs = {out};
-    g.nodes.push_back(std::move(n));
-    g.outputs.push_back(out);
-  }
-  return g;
-}
-
 Draw greedy(size_t sequences) {
   Draw d;
   d.options.assign(sequences, {0.f, 0.f, 1.f, 0.f, 1.f});
@@ -129,6 +93,41 @@ void append_sampler(Graph& g, const std::string& logits_name, bool logit_bias) {
     g.outputs.push_back(id);
   }
   g.nodes.push_back(std::move(n));
+}
+
+Graph make_fill_graph(size_t tensors) {
+  Graph g;
+  g.name = "kv_fill";
+  const int index = g.value_id("index");
+  std::vector<int> caches, fresh;
+  for (size_t i = 0; i < tensors; ++i) {
+    caches.push_back(g.value_id(cat("cache_", i)));
+    fresh.push_back(g.value_id(cat("new_", i)));
+  }
+  for (size_t i = 0; i < tensors; ++i) {
+    g.values[caches[i]].is_input = true;
+    g.inputs.push_back(caches[i]);
+  }
+  for (size_t i = 0; i < tensors; ++i) {
+    g.values[fresh[i]].is_input = true;
+    g.inputs.push_back(fresh[i]);
+  }
+  g.values[index].is_input = true;
+  g.inputs.push_back(index);
+  for (size_t i = 0; i < tensors; ++i) {
+    Node n;
+    n.name = cat("fill_", i);
+    n.op_type = "CacheUpdate";
+    n.domain = "onyx.genai";
+    n.opset = 1;
+    n.inputs = {caches[i], fresh[i], index};
+    const int out = g.value_id(cat("out_", i));
+    g.values[out].producer = static_cast<int>(g.nodes.size());
+    n.outputs = {out};
+    g.nodes.push_back(std::move(n));
+    g.outputs.push_back(out);
+  }
+  return g;
 }
 
 std::string_view cache_mode_name(CacheMode m) {

@@ -29,9 +29,6 @@
 
 namespace onyx::genai {
 
-enum class CacheMode { kShared, kStatic, kGrowing };
-std::string_view cache_mode_name(CacheMode m);
-
 class LanguageModel : public TokenModel {
  public:
   LanguageModel(const std::string& dir, const SessionOptions& options);
@@ -42,11 +39,9 @@ class LanguageModel : public TokenModel {
   const ModelFolder& folder() const override { return folder_; }
   // The folder's tokenizer, read on first use (an error names the file it lacks).
   const Tokenizer& tokenizer() override;
-  CacheMode cache_mode() const { return mode_; }
-  // Runs the next generations with the growing cache (always possible), or back in the form
-  // chosen at load; for comparing the two.
-  void use_growing_cache(bool growing);
-  const std::string& cache_note() const { return note_; }
+  CacheMode cache_mode() const override { return mode_; }
+  void use_growing_cache(bool growing) override;
+  const std::string& cache_note() const override { return note_; }
   Device device() const override { return device_; }
 
   // Runs the prompts (token ids per sequence) and makes a cache for `capacity` positions

@@ -72,6 +72,14 @@ inline constexpr const char* kNextLogits = "onyx_next_logits";
 
 using Feeds = std::vector<std::pair<std::string, Tensor>>;
 
+// `t` (float32, float16 or bfloat16, on the host) as `want`, one of the three.
+Tensor as_float_type(const Tensor& t, DType want);
+
+// The graph that writes a prompt's presents into a static cache: per tensor i, inputs
+// "cache_i" (the cache, written in place: bind output "out_i" to it) and "new_i", and one
+// "index" (the first position written), by onyx.genai::CacheUpdate.
+Graph make_fill_graph(size_t tensors);
+
 // Appends onyx.genai::Sample to a decoder graph: the next token (and the logits it was drawn
 // from) become the outputs; the full logits stay inside, in the plan's arena. With
 // `logit_bias`, the logits (as float32) plus the input kDrawLogitBias ([vocab]: 0, or -inf for

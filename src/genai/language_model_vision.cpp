@@ -14,9 +14,7 @@
 
 namespace onyx::genai {
 
-namespace {
 
-// `t` (float32, float16 or bfloat16, on the host) as `want`, one of the three.
 Tensor as_float_type(const Tensor& t, DType want) {
   if (t.dtype() == want) return t;
   auto get = [&](int64_t i) -> float {
@@ -28,7 +26,7 @@ Tensor as_float_type(const Tensor& t, DType want) {
         b.bits = t.data<uint16_t>()[i];
         return static_cast<float>(b);
       }
-      default: throw Error(cat("image data is ", dtype_name(t.dtype()), "; onyx converts float32, float16 and bfloat16"));
+      default: throw Error(cat("data is ", dtype_name(t.dtype()), "; onyx converts float32, float16 and bfloat16"));
     }
   };
   Tensor out(want, t.shape());
@@ -38,14 +36,11 @@ Tensor as_float_type(const Tensor& t, DType want) {
       case DType::kFloat32: out.data<float>()[i] = v; break;
       case DType::kFloat16: out.data<uint16_t>()[i] = Float16::from_float(v); break;
       case DType::kBFloat16: out.data<uint16_t>()[i] = BFloat16(v).bits; break;
-      default: throw Error(cat("a vision-language model's image data as ", dtype_name(want), ": onyx feeds float32, float16 "
-                               "or bfloat16"));
+      default: throw Error(cat("data as ", dtype_name(want), ": onyx converts to float32, float16 or bfloat16"));
     }
   }
   return out;
 }
-
-}  // namespace
 
 void LanguageModel::load_vision(Graph& decoder) {
   const VisionFolder& vf = folder_.vision;

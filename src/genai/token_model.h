@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "exec/capture.h"
@@ -60,6 +61,10 @@ inline std::vector<size_t> kept_rows(const std::vector<size_t>& keep, int64_t ro
   return out;
 }
 
+// How a decoder's KV cache is kept between runs (language_model.h describes the forms).
+enum class CacheMode { kShared, kStatic, kGrowing };
+std::string_view cache_mode_name(CacheMode m);
+
 class TokenModel {
  public:
   virtual ~TokenModel() = default;
@@ -85,6 +90,13 @@ class TokenModel {
   // The rows the batch in flight runs in.
   virtual int64_t bucket() const = 0;
 
+  // The cache's form, and why it is growing when it is (the decoder could not be rewritten to a
+  // fixed capacity, or the rewrite's logits differed from the decoder's).
+  virtual CacheMode cache_mode() const = 0;
+  virtual const std::string& cache_note() const = 0;
+  // Runs the next generations with the growing cache (always possible), or back in the form
+  // chosen at load; for comparing the two.
+  virtual void use_growing_cache(bool growing) = 0;
   virtual size_t cache_bytes() const = 0;
   virtual int64_t cache_grows() const = 0;
   virtual CaptureReport capture_report() const = 0;

@@ -32,10 +32,16 @@ int int64_initializer(Graph& g, const std::string& name, std::vector<int64_t> v)
   return id;
 }
 
+void set_producers(Graph& g) {
+  for (size_t k = 0; k < g.nodes.size(); ++k)
+    for (int o : g.nodes[k].outputs)
+      if (o >= 0) g.values[o].producer = static_cast<int>(k);
+}
+
 // Shape(past) -> Shape(past) - [.., new positions at the sequence axis, ..], nodes inserted
-// after the Shape node; returns how many Shape nodes were rewritten.
-int rewrite_past_shapes(Graph& g, const std::vector<int>& pasts, int ids) {
-  int rewritten = 0;
+// after the Shape node; returns the values that now hold the rewritten shapes.
+std::vector<int> rewrite_past_shapes(Graph& g, const std::vector<int>& pasts, int ids) {
+  std::vector<int> rewritten;
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     Node& n = g.nodes[k];
     if (n.op_type != "Shape" || !n.domain.empty() || n.inputs.empty() ||
@@ -65,18 +71,59 @@ int rewrite_past_shapes(Graph& g, const std::vector<int>& pasts, int ids) {
     added.push_back(plain_node(like, base + "/Sub", "Sub", {true_shape, delta}, out));
     g.nodes.insert(g.nodes.begin() + static_cast<long>(k) + 1, added.begin(), added.end());
     k += added.size();
+    rewritten.push_back(out);
+  }
+  set_producers(g);
+  return rewritten;
+}
+
+// Whether `v` is computed from one of `lengths` through ops that pass an element along.
+bool from_past_length(const Graph& g, int v, const std::vector<int>& lengths) {
+  for (int depth = 0; depth < 16 && v >= 0; ++depth) {
+    if (std::find(lengths.begin(), lengths.end(), v) != lengths.end()) return true;
+    const int p = g.values[v].producer;
+    if (p < 0) return false;
+    const Node& n = g.nodes[p];
+    static const char* kPass[] = {"Cast", "Gather", "Squeeze", "Unsqueeze", "Identity", "Reshape", "Slice"};
+    if (!n.domain.empty() || n.inputs.empty() ||
+        std::none_of(std::begin(kPass), std::end(kPass), [&](const char* op) { return n.op_type == op; }))
+      return false;
+    v = n.inputs[0];
+  }
+  return false;
+}
+
+// Range(start, end, delta) with start from a past's length -> Range(index, index + (end - start), delta).
+int rewrite_position_ranges(Graph& g, const std::vector<int>& lengths, int index) {
+  int rewritten = 0;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    if (g.nodes[k].op_type != "Range" || !g.nodes[k].domain.empty() || g.nodes[k].inputs.size() != 3 ||
+        !from_past_length(g, g.nodes[k].inputs[0], lengths))
+      continue;
+    const Node like = g.nodes[k];
+    const std::string base = cat(like.name.empty() ? "positions" : like.name, "/onyx_index");
+    const int start = g.value_id(base + "/start"), count = g.value_id(base + "/count"), end = g.value_id(base + "/end");
+    std::vector<Node> added;
+    Node cast = plain_node(like, base + "/CastLike", "CastLike", {index, like.inputs[0]}, start);
+    cast.opset = std::max(like.opset, 15);
+    added.push_back(std::move(cast));
+    added.push_back(plain_node(like, base + "/Sub", "Sub", {like.inputs[1], like.inputs[0]}, count));
+    added.push_back(plain_node(like, base + "/Add", "Add", {start, count}, end));
+    g.nodes[k].inputs[0] = start;
+    g.nodes[k].inputs[1] = end;
+    g.nodes.insert(g.nodes.begin() + static_cast<long>(k), added.begin(), added.end());
+    k += added.size();
     ++rewritten;
   }
-  for (size_t k = 0; k < g.nodes.size(); ++k)
-    for (int o : g.nodes[k].outputs)
-      if (o >= 0) g.values[o].producer = static_cast<int>(k);
+  set_producers(g);
   return rewritten;
 }
 
 }  // namespace
 
 CacheRewrite rewrite_concat_cache(Graph& g, const std::vector<std::pair<std::string, std::string>>& pairs,
-                                  const std::string& ids_input, const std::string& index_name) {
+                                  const std::string& ids_input, const std::string& index_name,
+                                  bool positions_from_past) {
   CacheRewrite r;
   const int ids = g.find_value(ids_input);
   if (ids < 0 || !g.values[ids].is_input) {
@@ -146,7 +193,8 @@ CacheRewrite rewrite_concat_cache(Graph& g, const std::vector<std::pair<std::str
     g.nodes[id].inputs.push_back(index);
     g.nodes[id].def = nullptr;
   }
-  rewrite_past_shapes(g, pasts, ids);
+  const std::vector<int> lengths = rewrite_past_shapes(g, pasts, ids);
+  if (positions_from_past) r.position_ranges = rewrite_position_ranges(g, lengths, index);
   r.applied = true;
   r.index_input = index_name;
   return r;

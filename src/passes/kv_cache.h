@@ -18,6 +18,7 @@ struct CacheRewrite {
   bool applied = false;
   std::string why_not;      // when not applied: which pair did not have the form, and how
   std::string index_input;  // the added input: int64, the first cache position a step writes (a scalar, or one per row)
+  int position_ranges = 0;  // Range nodes rewritten to start at the index (positions_from_past)
 };
 
 // Rewrites every (past input, present output) pair of `pairs`, or none: each present must be
@@ -31,7 +32,16 @@ struct CacheRewrite {
 // the key length one more than the cache holds, so every Shape of a past input is rewritten to
 // read the capacity less the new positions (the length of `ids_input`'s axis 1): what the
 // original decoder's past length is when its cache is full. The caller verifies the result.
+//
+// With `positions_from_past` (decoders with no position input: Whisper, BART and T5 as Optimum
+// exports them), the positions the new tokens take come from the past's length too, as a
+// Range(past length, past length + new); every Range whose start is computed from a past's shape
+// (through Cast, Gather, Squeeze, Unsqueeze, Identity, Reshape, Slice) is rewritten to
+// Range(index, index + (end - start)), so that the queries sit at the filled length while the
+// keys span the capacity (a causal mask over those positions then hides the unfilled ones). The
+// index must then be a scalar.
 CacheRewrite rewrite_concat_cache(Graph& g, const std::vector<std::pair<std::string, std::string>>& pairs,
-                                  const std::string& ids_input, const std::string& index_name = "onyx_cache_index");
+                                  const std::string& ids_input, const std::string& index_name = "onyx_cache_index",
+                                  bool positions_from_past = false);
 
 }  // namespace onyx

@@ -22,6 +22,10 @@ reference_logits.npy).
                               components, and onnxruntime-genai's Generator loop
   test_folder_errors          folders onyx cannot use, and ids outside the vocabulary, are errors naming them
   test_forced_bos             forced_bos_token_id: the first token forced, the next as onnxruntime makes it
+  test_static_cache           the decoders' steps (a merged decoder's then_branch too) are rewritten
+                              to a fixed-capacity cache (kept only when its logits match the exported
+                              step's); --verify-cache agrees step by step; a cache that grows
+                              mid-request gives the same tokens
 """
 
 import json
@@ -164,12 +168,14 @@ def test_memory_report(run_onyx):
     print(f"encoder arena {enc['arena_bytes']} B, live set {enc['arena_lower_bound']} B, all intermediates "
           f"{enc['arena_no_reuse']} B")
     assert enc["arena_bytes"] <= enc["arena_no_reuse"] / 2, enc
-    # The KV cache held at the end: per layer, self-attention over the decoder's positions so far
-    # (start token and 8 generated, the last not yet fed) and cross-attention over the prompt.
+    # The KV cache held at the end: per layer, self-attention over the fixed capacity (the start
+    # token and the 8 new tokens asked for, by blocks of 64 positions) and cross-attention over
+    # the prompt.
+    assert out["stats"]["kv_cache"] == "static", out["stats"]["kv_cache_note"]
     cfg = json.loads((folder / "config.json").read_text())
     layers, heads, d_kv = cfg["num_decoder_layers"], cfg["num_heads"], cfg["d_kv"]
-    steps = len(out["generated_ids"])
-    want = layers * 2 * heads * d_kv * 4 * (steps + len(ref["cases"][-1]["prompt_ids"]))
+    capacity = 64
+    want = layers * 2 * heads * d_kv * 4 * (capacity + len(ref["cases"][-1]["prompt_ids"]))
     assert comps["decoder"]["kv_bytes"] == want, (comps["decoder"], want)
 
 
@@ -315,3 +321,20 @@ def test_forced_bos(run_onyx, tmp_path):
     logits = dec.run(["logits"], {"input_ids": np.array([[start, forced]], np.int64),
                                   "encoder_attention_mask": mask, "encoder_hidden_states": hidden})[0]
     assert out["generated_ids"][1] == int(logits[0, -1].argmax())
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_static_cache(run_onyx, name):
+    prompt = ("--prompt", "hello world")  # a prompt these fixtures do not end before 100 tokens
+    out = generate_json(run_onyx, name, *prompt, "--greedy", "--max-new-tokens", "100")
+    assert out["stats"]["kv_cache"] == "static", out["stats"]["kv_cache_note"]
+    # Teacher-forced against the growing cache (the exported step graph), 70 steps.
+    r = run_onyx("generate", FIXTURES_DIR / name, *prompt, "--verify-cache", "70")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "kv cache: static" in r.stdout, r.stdout
+    # A cache of one block (64 positions) grows by a block past its capacity: same tokens.
+    small = generate_json(run_onyx, name, *prompt, "--greedy", "--max-new-tokens", "100",
+                          "--kv-capacity", "1")
+    assert len(out["generated_ids"]) == 100
+    assert small["stats"]["kv_cache_grows"] == 1 and out["stats"]["kv_cache_grows"] == 0
+    assert small["generated_ids"] == out["generated_ids"]

@@ -69,6 +69,9 @@ options:
   --json                        print one JSON object instead of streaming
   --logits-out FILE             write the logits each token of the (first) sequence was drawn
                                 from as .npy, float32 [tokens, vocabulary]
+  --growing-cache               keep the KV cache as the decoder was exported (each step's present
+                                is the next step's past: one shape a step, never captured), for
+                                comparison with the fixed-capacity form onyx chooses
   --verify-cache STEPS          instead of generating: run STEPS greedy steps with the cache as
                                 onyx keeps it and again as the decoder was exported, and print
                                 the largest logit difference per step (exit 1 above 1e-4)
@@ -105,6 +108,7 @@ struct GenerateArgs {
   bool max_new_given = false, sampling_given = false, greedy = false;
   bool special = true, json = false, memory_report = false;
   int64_t verify_steps = -1;
+  bool growing_cache = false;
   std::string logits_out;
   std::vector<std::string> audio;
   std::vector<std::string> images;
@@ -201,6 +205,7 @@ GenerateArgs parse(const std::vector<std::string>& args) {
     else if (opt == "--json") g.json = true;
     else if (opt == "--logits-out") g.logits_out = a.value(), g.search.return_logits = true;
     else if (opt == "--verify-cache") g.verify_steps = to_int(a.value());
+    else if (opt == "--growing-cache") g.growing_cache = true;
     else if (opt == "--capture") {
       std::string m = a.value();
       if (m == "off") g.session.capture = CaptureMode::kOff;
@@ -225,16 +230,14 @@ GenerateArgs parse(const std::vector<std::string>& args) {
   return g;
 }
 
-// The cache's form: a language model's (shared, static, growing), or a pipeline's.
-std::string cache_form(genai::TokenModel& m) {
-  if (auto* lm = dynamic_cast<genai::LanguageModel*>(&m)) return std::string(genai::cache_mode_name(lm->cache_mode()));
-  return "growing";
-}
+// The cache's form (shared, static, growing).
+std::string cache_form(genai::TokenModel& m) { return std::string(genai::cache_mode_name(m.cache_mode())); }
 
 std::string cache_note(genai::TokenModel& m) {
-  if (auto* lm = dynamic_cast<genai::LanguageModel*>(&m)) return lm->cache_note();
-  return "encoder-decoder: the self-attention cache grows by a position a step; the cross-attention cache is "
-         "computed once per request";
+  std::string note = m.cache_note();
+  if (dynamic_cast<genai::EncoderDecoderModel*>(&m))
+    note += cat(note.empty() ? "" : "; ", "encoder-decoder: the cross-attention cache is computed once per request");
+  return note;
 }
 
 void print_figures(const genai::GenerationStats& s, genai::TokenModel& lm, bool memory_report) {
@@ -291,6 +294,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   if (!speech && !g.audio.empty())
     throw Error(cat("'", g.dir, "' is not a speech model (its encoder reads no input_features): --audio does not "
                     "apply"));
+  std::vector<Tensor> features_given;  // a speech model's features, for --verify-cache
   if (speech) {
     // Each file's log-mel features, then each sequence's decoder prompt (its language detected
     // first when none is given and the model knows languages).
@@ -302,6 +306,7 @@ int cmd_generate(const std::vector<std::string>& args) {
                                           pf.audio_features);
       }));
     pipeline->set_audio(features);
+    features_given = features;
     std::vector<int64_t> detected(g.audio.size(), -1);
     if (genai::speech_needs_language(pf, g.language)) {
       detected = pipeline->detect_languages();
@@ -363,9 +368,9 @@ int cmd_generate(const std::vector<std::string>& args) {
     };
   if (g.verify_steps >= 0) {
     ONYX_CHECK(prompts.size() == 1, "--verify-cache takes one prompt");
-    ONYX_CHECK(decoder_only, "--verify-cache compares a decoder-only model's cache forms; an encoder-decoder "
-               "pipeline has only the growing one");
-    std::vector<double> diff = genai::compare_with_growing_cache(*decoder_only, prompts[0], g.verify_steps);
+    std::function<void()> again;  // a speech model's start takes its audio: given again before each
+    if (speech) again = [&] { pipeline->set_audio(features_given); };
+    std::vector<double> diff = genai::compare_with_growing_cache(lm, prompts[0], g.verify_steps, again);
     double worst = 0;
     for (size_t t = 0; t < diff.size(); ++t) {
       std::printf("step %zu: max relative logit difference %.3g\n", t, diff[t]);
@@ -377,6 +382,7 @@ int cmd_generate(const std::vector<std::string>& args) {
     return worst <= tol ? 0 : 1;
   }
   std::signal(SIGINT, on_sigint);
+  if (g.growing_cache) lm.use_growing_cache(true);
   genai::Generator gen(lm);
   std::vector<genai::SequenceResult> results = gen.generate(prompts, s, on_text, &g_interrupt);
   std::signal(SIGINT, SIG_DFL);
