@@ -77,6 +77,15 @@ struct EncoderDecoderModel::Runner {
     for (size_t i = 0; i < g.outputs.size(); ++i) outputs[g.values[g.outputs[i]].name] = i;
   }
   bool has_input(const std::string& n) const { return inputs.count(n) > 0; }
+  // The feeds in the graph's input order (inputs not fed stay undefined).
+  std::vector<Tensor> ordered(const Feeds& feeds) const {
+    std::vector<Tensor> in(graph->inputs.size());
+    for (const auto& [name, t] : feeds) {
+      auto it = inputs.find(name);
+      if (it != inputs.end()) in[it->second] = t;
+    }
+    return in;
+  }
   size_t output(const std::string& n) const {
     auto it = outputs.find(n);
     ONYX_ASSERT(it != outputs.end(), "graph '", graph->name, "' has no output '", n, "'");
@@ -89,11 +98,7 @@ struct EncoderDecoderModel::Runner {
   // after the run (where the plan does not know their shape). Records the arena of the run's plan.
   std::vector<Tensor> run(const Feeds& feeds, const std::vector<std::string>& to_host, const Feeds& bound,
                           Backend* backend) {
-    std::vector<Tensor> in(graph->inputs.size());
-    for (const auto& [name, t] : feeds) {
-      auto it = inputs.find(name);
-      if (it != inputs.end()) in[it->second] = t;
-    }
+    std::vector<Tensor> in = ordered(feeds);
     std::vector<OutputPlace> places(graph->outputs.size(), OutputPlace::kDevice);
     for (const auto& n : to_host) places[output(n)] = OutputPlace::kHost;
     const std::shared_ptr<const ExecutionPlan> plan = exec->plan_for(in);
@@ -136,6 +141,7 @@ struct EncoderDecoderModel::Batch {
   std::vector<Tensor> cache;     // per layer: key, value, [size, heads, capacity, head size] (static)
   int64_t capacity = 0;          // static: the cache's positions (0: none made; language detection)
   int64_t grows = 0;             // static: times the cache grew during this request
+  bool cross_in_slots = false;   // `cross` lies in the captured step's input slots (read there, never copied)
 };
 
 EncoderDecoderModel::EncoderDecoderModel(const std::string& dir, const SessionOptions& options) : options_(options) {
@@ -600,6 +606,24 @@ Next EncoderDecoderModel::run_decoder(Runner& r, bool first, const Tensor& ids, 
     }
     f.emplace_back(kDrawLogitBias, !bias ? none : first ? first_logit_bias_ : logit_bias_);
   }
+  if (fixed && !bt.cross_in_slots && memory_->backend() && options_.capture != CaptureMode::kOff) {
+    // A captured step reads its inputs from slots of its own, each written before a replay. The
+    // cross-attention cache is the same at every step of a request: it moves into its slots once
+    // and is fed from there (a feed that is its slot is not copied).
+    bt.cross_in_slots = true;
+    const std::vector<Tensor> slots = r.exec->input_slots(r.ordered(f));
+    for (size_t l = 0; l < folder_.cross.size(); ++l)
+      for (int kv = 0; kv < 2; ++kv) {
+        const std::string& name = kv ? folder_.cross[l].past_value : folder_.cross[l].past_key;
+        Tensor& t = bt.cross[2 * l + kv];
+        const Tensor& slot = slots[r.inputs.at(name)];
+        if (!slot.defined() || slot.raw() == t.raw() || slot.bytes() != t.bytes() || t.on_host()) continue;
+        memory_->backend()->copy_on_device(slot.raw(), t.raw(), t.bytes());
+        t = slot;
+        for (auto& [n, v] : f)
+          if (n == name) v = slot;
+      }
+  }
   std::vector<std::string> to_host{kNextToken};
   if (draw.logits) to_host.push_back(kNextLogits);
   // The caches are written into the KV pool: self-attention one position longer than the past,
@@ -679,6 +703,7 @@ void EncoderDecoderModel::keep(const std::vector<size_t>& keep) {
   bt.encoder_mask = take_rows(bt.encoder_mask, rows);  // the host's: fed as a feed
   bt.hidden = take_rows(bt.hidden, rows, decoder_values_);  // (kept only where steps read it)
   for (Tensor& t : bt.cross) t = take_rows(t, rows, kv_pool_.get());
+  bt.cross_in_slots = false;
   for (Tensor& t : bt.past) t = take_rows(t, rows, kv_pool_.get());
   for (Tensor& t : bt.cache) t = take_rows(t, rows, kv_pool_.get());
   bt.size = size;

@@ -93,7 +93,9 @@ bool from_past_length(const Graph& g, int v, const std::vector<int>& lengths) {
   return false;
 }
 
-// Range(start, end, delta) with start from a past's length -> Range(index, index + (end - start), delta).
+// Range(start, end, delta) with start from a past's length -> Range(0, end - start, delta) +
+// index: the same positions from the index on, in a tensor whose length the plan knows (its
+// bounds come from shapes alone), so that the step stays capturable.
 int rewrite_position_ranges(Graph& g, const std::vector<int>& lengths, int index) {
   int rewritten = 0;
   for (size_t k = 0; k < g.nodes.size(); ++k) {
@@ -102,17 +104,21 @@ int rewrite_position_ranges(Graph& g, const std::vector<int>& lengths, int index
       continue;
     const Node like = g.nodes[k];
     const std::string base = cat(like.name.empty() ? "positions" : like.name, "/onyx_index");
-    const int start = g.value_id(base + "/start"), count = g.value_id(base + "/count"), end = g.value_id(base + "/end");
-    std::vector<Node> added;
+    const int zero = g.value_id(base + "/zero"), count = g.value_id(base + "/count"),
+              start = g.value_id(base + "/start"), from_zero = g.value_id(base + "/from_zero");
+    std::vector<Node> before;
+    before.push_back(plain_node(like, base + "/Zero", "Sub", {like.inputs[0], like.inputs[0]}, zero));
+    before.push_back(plain_node(like, base + "/Count", "Sub", {like.inputs[1], like.inputs[0]}, count));
     Node cast = plain_node(like, base + "/CastLike", "CastLike", {index, like.inputs[0]}, start);
     cast.opset = std::max(like.opset, 15);
-    added.push_back(std::move(cast));
-    added.push_back(plain_node(like, base + "/Sub", "Sub", {like.inputs[1], like.inputs[0]}, count));
-    added.push_back(plain_node(like, base + "/Add", "Add", {start, count}, end));
-    g.nodes[k].inputs[0] = start;
-    g.nodes[k].inputs[1] = end;
-    g.nodes.insert(g.nodes.begin() + static_cast<long>(k), added.begin(), added.end());
-    k += added.size();
+    before.push_back(std::move(cast));
+    const Node after = plain_node(like, base + "/Add", "Add", {from_zero, start}, like.outputs[0]);
+    g.nodes[k].inputs[0] = zero;
+    g.nodes[k].inputs[1] = count;
+    g.nodes[k].outputs[0] = from_zero;
+    g.nodes.insert(g.nodes.begin() + static_cast<long>(k) + 1, after);
+    g.nodes.insert(g.nodes.begin() + static_cast<long>(k), before.begin(), before.end());
+    k += before.size() + 1;
     ++rewritten;
   }
   set_producers(g);

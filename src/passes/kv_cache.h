@@ -37,9 +37,10 @@ struct CacheRewrite {
 // exports them), the positions the new tokens take come from the past's length too, as a
 // Range(past length, past length + new); every Range whose start is computed from a past's shape
 // (through Cast, Gather, Squeeze, Unsqueeze, Identity, Reshape, Slice) is rewritten to
-// Range(index, index + (end - start)), so that the queries sit at the filled length while the
-// keys span the capacity (a causal mask over those positions then hides the unfilled ones). The
-// index must then be a scalar.
+// Range(0, end - start) + index (a length the plan knows from shapes: the step stays
+// capturable), so that the queries sit at the filled length while the keys span the capacity
+// (a causal mask over those positions then hides the unfilled ones). The index must then be a
+// scalar.
 CacheRewrite rewrite_concat_cache(Graph& g, const std::vector<std::pair<std::string, std::string>>& pairs,
                                   const std::string& ids_input, const std::string& index_name = "onyx_cache_index",
                                   bool positions_from_past = false);

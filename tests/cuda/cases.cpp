@@ -225,6 +225,8 @@ void data(std::vector<Case>& v) {
   v.push_back({"neg_steps", "Slice", kAll,
                {X({6, 8, 5}), I64({-1, 0}), I64({-100, 5}), I64({0, 2}), I64({-2, 2})}, {}, 1, 13});
   v.push_back({"neg_axes", "Slice", kAll, {X({4, 6, 8}), I64({1, -3}), I64({100, -1}), I64({-2, -1})}, {}, 1, 13});
+  v.push_back({"2d", "Tile", kAll, {X({2, 3}), I64({2, 2})}, {}, 1, 13});
+  v.push_back({"3d_ones", "Tile", kAll, {X({1, 4, 1}), I64({3, 1, 5})}, {}, 1, 13});
   v.push_back({"perm0213", "Transpose", kAll, {X({2, 3, 4, 5})}, {attr_ints("perm", {0, 2, 1, 3})}});
   v.push_back({"perm10", "Transpose", kAll, {X({64, 33})}, {attr_ints("perm", {1, 0})}});
   v.push_back({"perm3102", "Transpose", kAll, {X({2, 3, 4, 5})}, {attr_ints("perm", {3, 1, 0, 2})}});
@@ -716,6 +718,21 @@ void matmul(std::vector<Case>& v) {
       ab.push_back(attr_float("beta", -1.5f));
       v.push_back({t + "_full_c_alpha_beta", "Gemm", kFloats, {X(a), X(b), X({24, 36})}, ab, 1, 13});
     }
+  // Conv (im2col + cuBLASLt): Whisper's 1-D front end, a ViT/CLIP patch embedding, groups with
+  // dilation and asymmetric pads, SAME_UPPER, 3-D, and one whose columns span several workspace chunks.
+  v.push_back({"1d_whisper", "Conv", kFloats, {X({2, 6, 20}), X({8, 6, 3}), X({8})},
+               {attr_ints("pads", {1, 1}), attr_ints("strides", {2})}, 1, 11});
+  v.push_back({"1d_nobias", "Conv", kFloats, {X({1, 5, 17}), X({4, 5, 3})}, {attr_ints("pads", {1, 1})}, 1, 11});
+  v.push_back({"2d_patch", "Conv", kFloats, {X({1, 3, 16, 16}), X({8, 3, 4, 4}), X({8})},
+               {attr_ints("strides", {4, 4})}, 1, 11});
+  v.push_back({"2d_group_dilated", "Conv", kFloats, {X({2, 6, 9, 11}), X({9, 2, 3, 3}), X({9})},
+               {attr_int("group", 3), attr_ints("dilations", {2, 1}), attr_ints("pads", {2, 1, 1, 0})}, 1, 11});
+  v.push_back({"2d_same_upper", "Conv", kFloats, {X({1, 4, 7, 8}), X({5, 4, 3, 2})},
+               {attr_string("auto_pad", "SAME_UPPER"), attr_ints("strides", {2, 2})}, 1, 11});
+  v.push_back({"3d", "Conv", kFloats, {X({1, 2, 5, 6, 7}), X({3, 2, 2, 3, 2})},
+               {attr_ints("pads", {1, 0, 1, 1, 0, 1})}, 1, 11});
+  v.push_back({"1d_chunked", "Conv", {D::kFloat32}, {X({1, 1024, 8192}), X({16, 1024, 3}), X({16})},
+               {attr_ints("pads", {1, 1})}, 1, 11});
   v.push_back(
       {"row_c_1n_alpha", "Gemm", kFloats, {X({24, 40}), X({40, 36}), X({1, 36})}, {attr_float("alpha", 2.f)}, 1, 13});
   v.push_back({"big_row_c", "Gemm", kFloats, {X({256, 512}), X({384, 512}), X({384})}, {attr_int("transB", 1)}, 1, 13});

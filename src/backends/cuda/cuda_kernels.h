@@ -98,6 +98,25 @@ void check_cuda(cudaError_t status, const char* what);
 void write_scaled_broadcast(const Tensor& c, int64_t c0, int64_t c1, int64_t m, int64_t n, float beta, void* d,
                             cudaStream_t stream);
 
+// Conv's sliding window (gemm_c.cu), up to 3 spatial dimensions, in the last `nd` entries
+// (the entries before are 1, with stride 1 and no padding): the image's and the output's spatial sizes, the kernel's, strides,
+// dilations and the padding at each dimension's start.
+struct ConvWindow {
+  int nd = 0;
+  int64_t image[3] = {1, 1, 1}, out[3] = {1, 1, 1}, kernel[3] = {1, 1, 1};
+  int64_t stride[3] = {1, 1, 1}, dilation[3] = {1, 1, 1}, pad[3] = {0, 0, 0};
+};
+
+// col[r][j] for rows r = c * kernel positions + kernel position (channels [0, channels)) and
+// columns j in [0, cols): the image (channels x image positions, of `dtype`) at output position
+// p0 + j under that kernel position, 0 outside the image. col is [channels * kernel, cols].
+void conv_im2col(const void* image, DType dtype, int64_t channels, const ConvWindow& w, int64_t p0, int64_t cols,
+                 void* col, cudaStream_t stream);
+
+// y[n][c][i] += bias[c] for y [n, channels, inner] of `dtype`.
+void add_channel_bias(void* y, const void* bias, DType dtype, int64_t n, int64_t channels, int64_t inner,
+                      cudaStream_t stream);
+
 // Family registration: each kernel file registers its own kernels.
 void register_binary_kernels(CudaKernelRegistry& r);      // elementwise.cu: arithmetic, comparisons, Max/Min/Sum
 void register_unary_kernels(CudaKernelRegistry& r);       // elementwise_unary.cu: math, activations, Not, Cast
@@ -107,7 +126,7 @@ void register_norm_kernels(CudaKernelRegistry& r);        // norm.cu: Softmax, L
 void register_data_kernels(CudaKernelRegistry& r);        // data.cu: Gather, Concat, Split, Slice, Transpose
 void register_rotary_kernels(CudaKernelRegistry& r);      // rotary.cu: RotaryEmbedding
 void register_rotary_cache_kernels(CudaKernelRegistry& r);  // rotary_cache.cu: onyx RotaryCache
-void register_matmul_kernels(CudaKernelRegistry& r);      // matmul.cpp: MatMul, Gemm (cuBLASLt)
+void register_matmul_kernels(CudaKernelRegistry& r);      // matmul.cpp: MatMul, Gemm, Conv (cuBLASLt)
 void register_genai_kernels(CudaKernelRegistry& r);       // genai.cu: onyx.genai CacheUpdate, Sample
 void register_attention_kernels(CudaKernelRegistry& r);   // attention.cu: ONNX Attention
 void register_linear_kernels(CudaKernelRegistry& r);      // linear.cu: onyx Linear, SiluGateLinear

@@ -16,6 +16,7 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/gemm.h"
 #include "onyx/error.h"
+#include "ops/conv_util.h"
 
 namespace onyx::cuda {
 
@@ -405,12 +406,97 @@ std::string gemm_supports(const Node& node, const std::vector<ValueType>& in) {
   return "";
 }
 
+// ---- Conv: im2col into the workspace (past the part cuBLASLt may use), then one product per
+// column chunk, batched over the groups: y[n, g] = W[g] [Mg, Cg*K] . col[g] [Cg*K, cols] ----
+
+constexpr size_t kConvLtWorkspace = 8ull << 20;  // of the workspace: cuBLASLt's; the rest holds col
+
+void conv_run(KernelContext& ctx, CudaContext& cu) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& w = ctx.input(1);
+  Tensor& y = ctx.output(0);
+  if (y.numel() == 0) return;
+  const auto& xd = x.shape().dims();
+  const auto& wd = w.shape().dims();
+  const size_t nd = xd.size() - 2;
+  ONYX_CHECK(xd.size() >= 3 && xd.size() <= 5 && wd.size() == xd.size(), "Conv on CUDA: input ", x.shape().str(),
+             " and weights ", w.shape().str(), " (1 to 3 spatial dimensions)");
+  Window win = read_window(ctx, nd, std::vector<int64_t>(wd.begin() + 2, wd.end()));
+  const std::vector<int64_t> out = window_output_dims(win, std::vector<int64_t>(xd.begin() + 2, xd.end()));
+  const int64_t group = ctx.attr_int("group", 1), N = xd[0], C = xd[1], M = wd[0];
+  ONYX_CHECK(group >= 1 && C % group == 0 && M % group == 0 && wd[1] * group == C, "Conv: ", C,
+             " input channels, weights ", w.shape().str(), " and group ", group, " do not agree");
+  const int64_t Cg = C / group, Mg = M / group;
+  ConvWindow cw;
+  cw.nd = static_cast<int>(nd);
+  int64_t kpos = 1, P = 1, image = 1;
+  for (size_t d = 0; d < nd; ++d) {
+    const size_t at = 3 - nd + d;
+    cw.image[at] = xd[2 + d];
+    cw.out[at] = out[d];
+    cw.kernel[at] = win.kernel[d];
+    cw.stride[at] = win.strides[d];
+    cw.dilation[at] = win.dilations[d];
+    cw.pad[at] = win.pads[d];
+    kpos *= win.kernel[d];
+    P *= out[d];
+    image *= xd[2 + d];
+  }
+  ONYX_CHECK(y.shape().dims()[0] == N && y.shape().dims()[1] == M && y.numel() == N * M * P, "Conv: output ",
+             y.shape().str(), " for input ", x.shape().str(), " and weights ", w.shape().str());
+  const int64_t K = Cg * kpos;
+  const size_t es = dtype_size(x.dtype());
+  ONYX_CHECK(cu.workspace_bytes > kConvLtWorkspace, "Conv on CUDA needs a workspace beyond cuBLASLt's");
+  // Columns per chunk: every group's col at once in the room left.
+  const int64_t cols = std::min<int64_t>(
+      P, static_cast<int64_t>((cu.workspace_bytes - kConvLtWorkspace) / (static_cast<size_t>(group * K) * es)));
+  ONYX_CHECK(cols >= 1, "Conv on CUDA: one output position's window of ", group * K,
+             " values does not fit the workspace");
+  void* col = static_cast<char*>(cu.workspace) + kConvLtWorkspace;
+  CudaContext lt = cu;
+  lt.workspace_bytes = kConvLtWorkspace;
+  const std::string where = cat("Conv ", x.shape().str(), " * ", w.shape().str(), " -> ", y.shape().str());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t p0 = 0; p0 < P; p0 += cols) {
+      const int64_t c = std::min(cols, P - p0);
+      conv_im2col(static_cast<const char*>(x.raw()) + static_cast<size_t>(n * C * image) * es, x.dtype(), C, cw, p0,
+                  c, col, cu.stream);
+      GemmCall g;
+      g.dtype = x.dtype();
+      g.m = Mg;
+      g.n = c;
+      g.k = K;
+      g.lda = K;
+      g.ldb = c;
+      g.ldd = P;
+      g.batch = group;
+      g.stride_a = Mg * K;
+      g.stride_b = K * c;
+      g.stride_d = Mg * P;
+      g.a = w.raw();
+      g.b = col;
+      g.d = static_cast<char*>(y.raw()) + static_cast<size_t>(n * M * P + p0) * es;
+      run_gemm(g, lt, where);
+    }
+  if (ctx.has_input(2)) add_channel_bias(y.raw(), ctx.input(2).raw(), y.dtype(), N, M, P, cu.stream);
+}
+
+std::string conv_supports(const Node& node, const std::vector<ValueType>& in) {
+  if (std::string why = float_types_reason("Conv", in, 2); !why.empty()) return why;
+  if (in.size() > 2 && NodeView(node).has_input(2) && in[2].dtype != in[0].dtype)
+    return "Conv on CUDA needs the bias of the input's type";
+  if (in[0].shape.rank_known && (in[0].shape.dims.size() < 3 || in[0].shape.dims.size() > 5))
+    return "Conv on CUDA takes 1 to 3 spatial dimensions";
+  return "";
+}
+
 }  // namespace
 
 void register_matmul_kernels(CudaKernelRegistry& r) {
   r.add(onnx_kernel("MatMul", 1, matmul_run,
                       [](const Node&, const std::vector<ValueType>& in) { return float_types_reason("MatMul", in, 2); }));
   r.add(onnx_kernel("Gemm", 1, gemm_run, gemm_supports));
+  r.add(onnx_kernel("Conv", 1, conv_run, conv_supports));
 }
 
 }  // namespace onyx::cuda

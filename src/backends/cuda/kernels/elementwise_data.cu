@@ -1,6 +1,6 @@
-// Elementwise data kernels: Where (3-way broadcast), Expand, ConstantOfShape, Range, Trilu, and
+// Elementwise data kernels: Where (3-way broadcast), Expand, Tile, ConstantOfShape, Range, Trilu, and
 // the running sum CumSum (which reads its axis on the device: any line length, one launch).
-// Where, Expand and ConstantOfShape only move elements, so they are instantiated per
+// Where, Expand, Tile and ConstantOfShape only move elements, so they are instantiated per
 // element size (1, 2, 4, 8 bytes) rather than per type, and take any such type.
 #include <cstring>
 
@@ -205,6 +205,53 @@ void run_expand(const Tensor& in, Tensor& out, CudaContext& cu) {
     ONYX_CUDA_CHECK_LAUNCH("Expand");
   });
   ONYX_CHECK(ok, "Expand on CUDA: element type ", dtype_name(in.dtype()), " is not supported");
+}
+
+// ---- Tile: out[i] = in[i mod in's dims], coordinate by coordinate ----------------
+
+struct TileDims {
+  int rank = 0;
+  int64_t out[kMaxRank] = {}, in[kMaxRank] = {};
+};
+
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    tile_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t n, TileDims t) {
+  ONYX_KERNEL_PROLOGUE();
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rem = e, off = 0, stride = 1;
+    for (int d = t.rank - 1; d >= 0; --d) {
+      off += (rem % t.out[d]) % t.in[d] * stride;
+      rem /= t.out[d];
+      stride *= t.in[d];
+    }
+    out[e] = in[off];
+  }
+}
+
+void run_tile(const Tensor& in, Tensor& out, CudaContext& cu) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const auto& id = in.shape().dims();
+  const auto& od = out.shape().dims();
+  ONYX_CHECK(in.dtype() == out.dtype() && id.size() == od.size() && id.size() <= static_cast<size_t>(kMaxRank),
+             "Tile on CUDA: input ", in.type_str(), ", output ", out.type_str());
+  TileDims t;
+  t.rank = static_cast<int>(id.size());
+  for (size_t d = 0; d < id.size(); ++d) {
+    ONYX_CHECK(id[d] > 0 && od[d] % id[d] == 0, "Tile: output ", out.shape().str(), " is not a tiling of ",
+               in.shape().str());
+    t.in[d] = id[d];
+    t.out[d] = od[d];
+  }
+  const bool ok = dispatch_size(in.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    launch_kernel(tile_kernel<T>, resident_blocks_for(n, cu.device), kThreads, 0, cu, static_cast<const T*>(in.raw()),
+                  static_cast<T*>(out.raw()), n, t);
+    ONYX_CUDA_CHECK_LAUNCH("Tile");
+  });
+  ONYX_CHECK(ok, "Tile on CUDA: element type ", dtype_name(in.dtype()), " is not supported");
 }
 
 // ---- ConstantOfShape ------------------------------------------------------------
@@ -430,6 +477,15 @@ void register_where_expand_range_kernels(CudaKernelRegistry& r) {
         if (!size_dispatchable(input_dtype(in, 0))) return "Expand on CUDA supports numeric and bool tensors";
         if (!in.empty() && in[0].shape.rank_known && in[0].shape.dims.size() > static_cast<size_t>(kMaxRank))
           return cat("Expand on CUDA supports tensors of rank at most ", kMaxRank);
+        return "";
+      }));
+
+  r.add(onnx_kernel(
+      "Tile", 6, [](KernelContext& ctx, CudaContext& cu) { run_tile(ctx.input(0), ctx.output(0), cu); },
+      [](const Node&, const std::vector<ValueType>& in) -> std::string {
+        if (!size_dispatchable(input_dtype(in, 0))) return "Tile on CUDA supports numeric and bool tensors";
+        if (!in.empty() && in[0].shape.rank_known && in[0].shape.dims.size() > static_cast<size_t>(kMaxRank))
+          return cat("Tile on CUDA supports tensors of rank at most ", kMaxRank);
         return "";
       }));
 
