@@ -73,6 +73,41 @@ AudioFeatureConfig AudioFeatureConfig::from_folder(const std::string& dir) {
   });
 }
 
+AudioFeatureConfig AudioFeatureConfig::from_genai_folder(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "audio_processor_config.json").string();
+  return with_context(cat("'", path, "'"), [&] {
+    ONYX_CHECK(std::filesystem::exists(path),
+               "is missing (and so is preprocessor_config.json): a speech model's folder needs its feature "
+               "extractor's settings (the log-mel spectrogram's bins, window and hop)");
+    Json doc = read_json_file(path);
+    JsonNode root(doc, "audio_processor_config.json");
+    root.expect_object();
+    JsonNode seq = root.at("feature_extraction").at("sequence");
+    seq.expect_array();
+    AudioFeatureConfig a;
+    bool found = false;
+    for (size_t i = 0; i < seq.size(); ++i) {
+      JsonNode op = seq.at(i).at("operation");
+      if (op.string_or("type", "") != "LogMelSpectrum") continue;
+      JsonNode attrs = op.at("attrs");
+      a.feature_size = attrs.int_or("n_mel", a.feature_size);
+      a.n_fft = attrs.int_or("n_fft", a.n_fft);
+      a.hop_length = attrs.int_or("hop_length", a.hop_length);
+      a.chunk_length = attrs.int_or("chunk_size", a.chunk_length);
+      found = true;
+    }
+    ONYX_CHECK(found, "feature_extraction has no LogMelSpectrum operation: onyx computes Whisper's log-mel features");
+    ONYX_CHECK(a.feature_size > 0 && a.feature_size <= 1024, "n_mel ", a.feature_size, " is out of range");
+    ONYX_CHECK(a.n_fft >= 16 && a.n_fft % 2 == 0 && a.n_fft <= 65536, "n_fft ", a.n_fft,
+               " must be even and between 16 and 65536");
+    ONYX_CHECK(a.hop_length > 0 && a.hop_length <= a.n_fft, "hop_length ", a.hop_length, " must be in 1..n_fft");
+    ONYX_CHECK(a.chunk_length > 0 && a.chunk_length <= 3600, "chunk_size ", a.chunk_length, " is out of range");
+    a.n_samples = a.chunk_length * a.sampling_rate;
+    a.nb_max_frames = a.n_samples / a.hop_length;
+    return a;
+  });
+}
+
 std::vector<float> resample_audio(const std::vector<float>& samples, int64_t from, int64_t to) {
   ONYX_CHECK(from > 0 && to > 0, "sample rates must be positive, got ", from, " and ", to);
   if (from == to || samples.empty()) return samples;

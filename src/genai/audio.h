@@ -29,6 +29,10 @@ struct AudioFeatureConfig {
   // preprocessor_config.json in `dir`; an error names the file and the field when the
   // extractor is not Whisper's or a field is out of range.
   static AudioFeatureConfig from_folder(const std::string& dir);
+  // audio_processor_config.json in `dir` (onnxruntime-genai's Whisper folders): its
+  // LogMelSpectrum operation's n_mel, n_fft, hop_length and chunk_size (16 kHz audio, as
+  // Whisper's); an error names the file and what it lacks.
+  static AudioFeatureConfig from_genai_folder(const std::string& dir);
 };
 
 // Mono float samples in [-1, 1] at `rate` Hz: the file's channels averaged, its rate converted

@@ -57,7 +57,235 @@ void need_input(const ModelInfo& info, const std::string& where, const std::stri
 
 }  // namespace
 
-bool is_encoder_decoder_folder(const std::string& dir) { return fs::exists(fs::path(dir) / "encoder_model.onnx"); }
+namespace {
+
+// Whether `dir` has onnxruntime-genai's genai_config.json naming an encoder (its Whisper form).
+bool is_genai_encoder_decoder(const fs::path& d) {
+  if (!fs::exists(d / "genai_config.json")) return false;
+  Json doc = read_json_file((d / "genai_config.json").string());
+  JsonNode root(doc, "genai_config.json");
+  if (!root.is_object() || !root.has("model")) return false;
+  JsonNode model = root.at("model");
+  return model.is_object() && model.has("encoder");
+}
+
+}  // namespace
+
+bool is_encoder_decoder_folder(const std::string& dir) {
+  return fs::exists(fs::path(dir) / "encoder_model.onnx") || is_genai_encoder_decoder(fs::path(dir));
+}
+
+namespace {
+
+// Optimum's files: encoder_model.onnx, and decoder_model.onnx with decoder_with_past_model.onnx
+// or decoder_model_merged.onnx.
+void read_optimum_components(EncoderDecoderFolder& f, const fs::path& d, const std::string& dir) {
+  ModelFolder& dec = f.decoder;
+  dec.source = "an encoder-decoder export (encoder_model.onnx)";
+  f.encoder_path = (d / "encoder_model.onnx").string();
+  ONYX_CHECK(fs::exists(f.encoder_path), "has no encoder_model.onnx");
+  // The split form first; a merged decoder (one If node) is split into the same two graphs at
+  // load (passes/compose.h).
+  if (fs::exists(d / "decoder_model.onnx") && fs::exists(d / "decoder_with_past_model.onnx")) {
+    f.first_path = (d / "decoder_model.onnx").string();
+    f.step_path = (d / "decoder_with_past_model.onnx").string();
+  } else {
+    ONYX_CHECK(fs::exists(d / "decoder_model_merged.onnx"),
+               "has encoder_model.onnx but neither decoder_model_merged.onnx nor both decoder_model.onnx and "
+               "decoder_with_past_model.onnx (onyx decodes with a KV cache: export with "
+               "--task text2text-generation-with-past)");
+    f.first_path = f.step_path = (d / "decoder_model_merged.onnx").string();
+    f.merged = true;
+  }
+  dec.decoder_path = f.step_path;
+
+  // The encoder: token ids (and their mask) in, hidden states out.
+  const ModelInfo enc = inspect_model(f.encoder_path);
+  const std::string ew = "encoder 'encoder_model.onnx'";
+  if (const ValueDesc* features = find_io(enc.inputs, "input_features")) {
+    // A speech encoder: the log-mel spectrogram of preprocessor_config.json's front end.
+    f.audio = true;
+    f.encoder_input = "input_features";
+    f.audio_features = AudioFeatureConfig::from_folder(dir);
+    const AudioFeatureConfig& a = f.audio_features;
+    ONYX_CHECK(features->dtype == DType::kFloat32 || features->dtype == DType::kFloat16, ew,
+               ": input_features is ", features->type_str(), ", expected float32 or float16");
+    if (features->rank_known) {
+      ONYX_CHECK(features->dims.size() == 3, ew, ": input_features is ", features->type_str(),
+                 ", expected [batch, mels, frames]");
+      ONYX_CHECK(features->dims[1] <= 0 || features->dims[1] == a.feature_size, ew, ": input_features has ",
+                 features->dims[1], " mel bins, preprocessor_config.json's feature_size is ", a.feature_size);
+      ONYX_CHECK(features->dims[2] <= 0 || features->dims[2] == a.nb_max_frames, ew, ": input_features has ",
+                 features->dims[2], " frames, preprocessor_config.json's nb_max_frames is ", a.nb_max_frames);
+    }
+  } else {
+    need_input(enc, ew, "input_ids", "the prompt's token ids");
+    f.encoder_input = "input_ids";
+  }
+  if (find_io(enc.inputs, "attention_mask")) f.encoder_mask = "attention_mask";
+  for (const auto& in : enc.inputs)
+    ONYX_CHECK(in.name == f.encoder_input || in.name == f.encoder_mask || in.has_default, ew, ": input '", in.name,
+               "' has no role onyx knows how to feed (input_ids or input_features, attention_mask)");
+  ONYX_CHECK(!enc.outputs.empty(), ew, " has no outputs");
+  f.encoder_output = find_io(enc.outputs, "last_hidden_state") ? "last_hidden_state" : enc.outputs[0].name;
+
+  // The decoder's first run and its steps.
+  const ModelInfo first = inspect_model(f.first_path);
+  const ModelInfo step = f.merged ? first : inspect_model(f.step_path);
+  const std::string fw = cat("decoder '", fs::path(f.first_path).filename().string(), "'");
+  const std::string sw = cat("decoder '", fs::path(f.step_path).filename().string(), "'");
+  need_input(first, fw, "input_ids", "the decoder's token ids");
+  need_input(first, fw, "encoder_hidden_states", "the encoder's output");
+  ONYX_CHECK(find_io(first.outputs, "logits"), fw, " has no output 'logits'");
+  dec.input_ids = "input_ids";
+  dec.logits = "logits";
+  f.decoder_hidden_states = "encoder_hidden_states";
+  if (find_io(first.inputs, "encoder_attention_mask")) f.decoder_encoder_mask = "encoder_attention_mask";
+  if (f.merged) {
+    need_input(first, fw, "use_cache_branch", "the merged decoder's switch between its first run and its steps");
+    dec.use_cache_branch = "use_cache_branch";
+  }
+  std::vector<CacheNames> first_self, first_cross;
+  cache_names(first, fw, first_self, first_cross, f.merged);
+  cache_names(step, sw, dec.layers, f.cross, true);
+  ONYX_CHECK(first_cross.size() == first_self.size(), fw, " returns the cross-attention cache of ",
+             first_cross.size(), " layers for ", first_self.size(), " decoder layers");
+  ONYX_CHECK(first_self.size() == dec.layers.size(), fw, " has ", first_self.size(), " layers, ", sw, " ",
+             dec.layers.size());
+  for (size_t i = 0; i < f.cross.size(); ++i) {
+    // The first run's encoder presents are the steps' encoder pasts.
+    f.cross[i].present_key = first_cross[i].present_key;
+    f.cross[i].present_value = first_cross[i].present_value;
+    ONYX_CHECK(!f.cross[i].past_key.empty() && !f.cross[i].past_value.empty(), sw, ": layer ", i,
+               " has no cross-attention past input past_key_values.", i, ".encoder.key/value");
+  }
+  ONYX_CHECK(f.cross.size() == dec.layers.size(), sw, " has the cross-attention cache of ", f.cross.size(),
+             " layers for ", dec.layers.size(), " decoder layers");
+  for (const auto* info : {&first, &step})
+    for (const auto& in : info->inputs) {
+      bool known = in.name == dec.input_ids || in.name == f.decoder_encoder_mask ||
+                   in.name == f.decoder_hidden_states || in.name == dec.use_cache_branch || in.has_default;
+      for (size_t i = 0; i < dec.layers.size(); ++i)
+        known |= in.name == dec.layers[i].past_key || in.name == dec.layers[i].past_value ||
+                 in.name == f.cross[i].past_key || in.name == f.cross[i].past_value;
+      ONYX_CHECK(known, info == &first ? fw : sw, ": input '", in.name,
+                 "' has no role onyx knows how to feed (input_ids, encoder_attention_mask, "
+                 "encoder_hidden_states, past_key_values.N.decoder/encoder.key/value, use_cache_branch)");
+    }
+  auto geometry = [&](const std::string& name, int64_t& heads, int64_t& size, DType* dtype) {
+    const ValueDesc& past = *find_io(step.inputs, name);
+    if (dtype) *dtype = past.dtype;
+    if (past.rank_known && past.dims.size() == 4) {
+      heads = past.dims[1];
+      size = past.dims[3];
+    }
+    ONYX_CHECK(heads > 0 && size > 0, sw, ": input '", name, "' does not declare its heads and head size (",
+               past.type_str(), ")");
+  };
+  geometry(dec.layers[0].past_key, dec.kv_heads, dec.head_size, &dec.kv_dtype);
+  geometry(f.cross[0].past_key, f.cross_heads, f.cross_head_size, nullptr);
+  const ValueDesc& logits = *find_io(first.outputs, "logits");
+  if (logits.rank_known && !logits.dims.empty() && logits.dims.back() > 0) dec.vocab_size = logits.dims.back();
+}
+
+// onnxruntime-genai's Whisper form (its model builder's): genai_config.json names an encoder,
+// which reads audio_features and returns every layer's cross-attention keys and values, and one
+// decoder, which runs the first run (an empty self-attention past) and the steps; the log-mel
+// front end's settings come from preprocessor_config.json or audio_processor_config.json.
+void read_genai_components(EncoderDecoderFolder& f, const fs::path& d, const std::string& dir) {
+  ModelFolder& dec = f.decoder;
+  dec.source = "onnxruntime-genai's encoder-decoder form (genai_config.json with model.encoder)";
+  const fs::path config = d / "genai_config.json";
+  with_context("genai_config.json", [&] { read_genai_config(dec, config); });
+  Json doc = read_json_file(config.string());
+  JsonNode root(doc, "genai_config.json");
+  JsonNode model = root.at("model");
+  const std::string type = model.string_or("type", "");
+  ONYX_CHECK(type == "whisper", "genai_config.json: model.type is '", type,
+             "'; onyx reads onnxruntime-genai encoder-decoder folders of type 'whisper'");
+  f.genai = true;
+  f.audio = true;
+  f.first_path = f.step_path = dec.decoder_path;
+  JsonNode e = model.at("encoder"), dj = model.at("decoder");
+  f.encoder_path = (d / e.at("filename").as_string()).string();
+  auto name = [](const JsonNode& n, const char* key, const char* fallback) {
+    if (n.is_null() || !n.has(key) || n.at(key).is_null()) return std::string(fallback);
+    return n.at(key).as_string();
+  };
+  JsonNode ein = e.get("inputs"), eout = e.get("outputs"), din = dj.get("inputs");
+  f.encoder_input = name(ein, "audio_features", "audio_features");
+  f.encoder_output = name(eout, "encoder_hidden_states", "");
+  const std::string ck = name(eout, "cross_present_key_names", "present_key_cross_%d");
+  const std::string cv = name(eout, "cross_present_value_names", "present_value_cross_%d");
+  const std::string pk = name(din, "cross_past_key_names", "past_key_cross_%d");
+  const std::string pv = name(din, "cross_past_value_names", "past_value_cross_%d");
+  for (int i = 0; i < static_cast<int>(dec.layers.size()); ++i)
+    f.cross.push_back({format_name(pk, i), format_name(pv, i), format_name(ck, i), format_name(cv, i)});
+  ONYX_CHECK(fs::exists(d / "generation_config.json"),
+             "has no generation_config.json, which a Whisper folder needs for the decoder's prompt (its languages "
+             "and tasks) and the suppressed tokens; onnxruntime-genai's builder does not copy it: put the Hugging "
+             "Face model's generation_config.json beside genai_config.json");
+  f.audio_features = fs::exists(d / "preprocessor_config.json") ? AudioFeatureConfig::from_folder(dir)
+                                                                : AudioFeatureConfig::from_genai_folder(dir);
+
+  const std::string ew = cat("encoder '", fs::path(f.encoder_path).filename().string(), "'");
+  const std::string dw = cat("decoder '", fs::path(f.first_path).filename().string(), "'");
+  ONYX_CHECK(fs::exists(f.encoder_path), "genai_config.json names the encoder '", f.encoder_path,
+             "', which does not exist");
+  ONYX_CHECK(fs::exists(f.first_path), "genai_config.json names the decoder '", f.first_path,
+             "', which does not exist");
+  const ModelInfo enc = inspect_model(f.encoder_path);
+  const ModelInfo dm = inspect_model(f.first_path);
+  const ValueDesc* features = find_io(enc.inputs, f.encoder_input);
+  ONYX_CHECK(features, ew, " has no input '", f.encoder_input, "' (the audio's log-mel features)");
+  ONYX_CHECK(features->dtype == DType::kFloat32 || features->dtype == DType::kFloat16, ew, ": ", f.encoder_input,
+             " is ", features->type_str(), ", expected float32 or float16");
+  for (const auto& in : enc.inputs)
+    ONYX_CHECK(in.name == f.encoder_input || in.has_default, ew, ": input '", in.name,
+               "' has no role onyx knows how to feed (", f.encoder_input, ")");
+  if (!f.encoder_output.empty() && !find_io(enc.outputs, f.encoder_output)) f.encoder_output.clear();
+  for (const auto& c : f.cross)
+    for (const std::string* n : {&c.present_key, &c.present_value})
+      ONYX_CHECK(find_io(enc.outputs, *n), ew, " has no output '", *n, "' (a layer's cross-attention cache)");
+  need_input(dm, dw, dec.input_ids, "the decoder's token ids");
+  ONYX_CHECK(find_io(dm.outputs, dec.logits), dw, " has no output '", dec.logits, "'");
+  // The decoder reads no mask and no positions: those genai_config.json defaults do not apply.
+  if (!find_io(dm.inputs, dec.attention_mask)) dec.attention_mask.clear();
+  if (!find_io(dm.inputs, dec.position_ids)) dec.position_ids.clear();
+  for (size_t i = 0; i < dec.layers.size(); ++i) {
+    for (const std::string* n : {&dec.layers[i].past_key, &dec.layers[i].past_value, &f.cross[i].past_key,
+                                 &f.cross[i].past_value})
+      need_input(dm, dw, *n, "a layer's cache");
+    for (const std::string* n : {&dec.layers[i].present_key, &dec.layers[i].present_value})
+      ONYX_CHECK(find_io(dm.outputs, *n), dw, " has no output '", *n, "' (a layer's self-attention cache)");
+  }
+  for (const auto& in : dm.inputs) {
+    bool known = in.name == dec.input_ids || in.name == dec.attention_mask || in.name == dec.position_ids ||
+                 in.has_default;
+    for (size_t i = 0; i < dec.layers.size(); ++i)
+      known |= in.name == dec.layers[i].past_key || in.name == dec.layers[i].past_value ||
+               in.name == f.cross[i].past_key || in.name == f.cross[i].past_value;
+    ONYX_CHECK(known, dw, ": input '", in.name, "' has no role onyx knows how to feed");
+  }
+  auto geometry = [&](const std::string& n, int64_t& heads, int64_t& size, DType* dtype) {
+    const ValueDesc& past = *find_io(dm.inputs, n);
+    if (dtype) *dtype = past.dtype;
+    if (past.rank_known && past.dims.size() == 4) {
+      if (past.dims[1] > 0) heads = past.dims[1];
+      if (past.dims[3] > 0) size = past.dims[3];
+    }
+    ONYX_CHECK(heads > 0 && size > 0, dw, ": input '", n, "' does not declare its heads and head size (",
+               past.type_str(), ")");
+  };
+  geometry(dec.layers[0].past_key, dec.kv_heads, dec.head_size, &dec.kv_dtype);
+  f.cross_heads = dec.kv_heads;
+  f.cross_head_size = dec.head_size;
+  geometry(f.cross[0].past_key, f.cross_heads, f.cross_head_size, nullptr);
+  const ValueDesc& logits = *find_io(dm.outputs, dec.logits);
+  if (logits.rank_known && !logits.dims.empty() && logits.dims.back() > 0) dec.vocab_size = logits.dims.back();
+}
+
+}  // namespace
 
 EncoderDecoderFolder load_encoder_decoder_folder(const std::string& dir) {
   return with_context(cat("model folder '", dir, "'"), [&] {
@@ -66,111 +294,8 @@ EncoderDecoderFolder load_encoder_decoder_folder(const std::string& dir) {
     EncoderDecoderFolder f;
     ModelFolder& dec = f.decoder;
     dec.dir = dir;
-    dec.source = "an encoder-decoder export (encoder_model.onnx)";
-    f.encoder_path = (d / "encoder_model.onnx").string();
-    ONYX_CHECK(fs::exists(f.encoder_path), "has no encoder_model.onnx");
-    // The split form first: a merged decoder is one If node, whose branches onyx runs as
-    // subgraphs (on the CPU), where the split graphs are planned and placed whole.
-    if (fs::exists(d / "decoder_model.onnx") && fs::exists(d / "decoder_with_past_model.onnx")) {
-      f.first_path = (d / "decoder_model.onnx").string();
-      f.step_path = (d / "decoder_with_past_model.onnx").string();
-    } else {
-      ONYX_CHECK(fs::exists(d / "decoder_model_merged.onnx"),
-                 "has encoder_model.onnx but neither decoder_model_merged.onnx nor both decoder_model.onnx and "
-                 "decoder_with_past_model.onnx (onyx decodes with a KV cache: export with "
-                 "--task text2text-generation-with-past)");
-      f.first_path = f.step_path = (d / "decoder_model_merged.onnx").string();
-      f.merged = true;
-    }
-    dec.decoder_path = f.step_path;
-
-    // The encoder: token ids (and their mask) in, hidden states out.
-    const ModelInfo enc = inspect_model(f.encoder_path);
-    const std::string ew = "encoder 'encoder_model.onnx'";
-    if (const ValueDesc* features = find_io(enc.inputs, "input_features")) {
-      // A speech encoder: the log-mel spectrogram of preprocessor_config.json's front end.
-      f.audio = true;
-      f.encoder_input = "input_features";
-      f.audio_features = AudioFeatureConfig::from_folder(dir);
-      const AudioFeatureConfig& a = f.audio_features;
-      ONYX_CHECK(features->dtype == DType::kFloat32 || features->dtype == DType::kFloat16, ew,
-                 ": input_features is ", features->type_str(), ", expected float32 or float16");
-      if (features->rank_known) {
-        ONYX_CHECK(features->dims.size() == 3, ew, ": input_features is ", features->type_str(),
-                   ", expected [batch, mels, frames]");
-        ONYX_CHECK(features->dims[1] <= 0 || features->dims[1] == a.feature_size, ew, ": input_features has ",
-                   features->dims[1], " mel bins, preprocessor_config.json's feature_size is ", a.feature_size);
-        ONYX_CHECK(features->dims[2] <= 0 || features->dims[2] == a.nb_max_frames, ew, ": input_features has ",
-                   features->dims[2], " frames, preprocessor_config.json's nb_max_frames is ", a.nb_max_frames);
-      }
-    } else {
-      need_input(enc, ew, "input_ids", "the prompt's token ids");
-      f.encoder_input = "input_ids";
-    }
-    if (find_io(enc.inputs, "attention_mask")) f.encoder_mask = "attention_mask";
-    for (const auto& in : enc.inputs)
-      ONYX_CHECK(in.name == f.encoder_input || in.name == f.encoder_mask || in.has_default, ew, ": input '", in.name,
-                 "' has no role onyx knows how to feed (input_ids or input_features, attention_mask)");
-    ONYX_CHECK(!enc.outputs.empty(), ew, " has no outputs");
-    f.encoder_output = find_io(enc.outputs, "last_hidden_state") ? "last_hidden_state" : enc.outputs[0].name;
-
-    // The decoder's first run and its steps.
-    const ModelInfo first = inspect_model(f.first_path);
-    const ModelInfo step = f.merged ? first : inspect_model(f.step_path);
-    const std::string fw = cat("decoder '", fs::path(f.first_path).filename().string(), "'");
-    const std::string sw = cat("decoder '", fs::path(f.step_path).filename().string(), "'");
-    need_input(first, fw, "input_ids", "the decoder's token ids");
-    need_input(first, fw, "encoder_hidden_states", "the encoder's output");
-    ONYX_CHECK(find_io(first.outputs, "logits"), fw, " has no output 'logits'");
-    dec.input_ids = "input_ids";
-    dec.logits = "logits";
-    f.decoder_hidden_states = "encoder_hidden_states";
-    if (find_io(first.inputs, "encoder_attention_mask")) f.decoder_encoder_mask = "encoder_attention_mask";
-    if (f.merged) {
-      need_input(first, fw, "use_cache_branch", "the merged decoder's switch between its first run and its steps");
-      dec.use_cache_branch = "use_cache_branch";
-    }
-    std::vector<CacheNames> first_self, first_cross;
-    cache_names(first, fw, first_self, first_cross, f.merged);
-    cache_names(step, sw, dec.layers, f.cross, true);
-    ONYX_CHECK(first_cross.size() == first_self.size(), fw, " returns the cross-attention cache of ",
-               first_cross.size(), " layers for ", first_self.size(), " decoder layers");
-    ONYX_CHECK(first_self.size() == dec.layers.size(), fw, " has ", first_self.size(), " layers, ", sw, " ",
-               dec.layers.size());
-    for (size_t i = 0; i < f.cross.size(); ++i) {
-      // The first run's encoder presents are the steps' encoder pasts.
-      f.cross[i].present_key = first_cross[i].present_key;
-      f.cross[i].present_value = first_cross[i].present_value;
-      ONYX_CHECK(!f.cross[i].past_key.empty() && !f.cross[i].past_value.empty(), sw, ": layer ", i,
-                 " has no cross-attention past input past_key_values.", i, ".encoder.key/value");
-    }
-    ONYX_CHECK(f.cross.size() == dec.layers.size(), sw, " has the cross-attention cache of ", f.cross.size(),
-               " layers for ", dec.layers.size(), " decoder layers");
-    for (const auto* info : {&first, &step})
-      for (const auto& in : info->inputs) {
-        bool known = in.name == dec.input_ids || in.name == f.decoder_encoder_mask ||
-                     in.name == f.decoder_hidden_states || in.name == dec.use_cache_branch || in.has_default;
-        for (size_t i = 0; i < dec.layers.size(); ++i)
-          known |= in.name == dec.layers[i].past_key || in.name == dec.layers[i].past_value ||
-                   in.name == f.cross[i].past_key || in.name == f.cross[i].past_value;
-        ONYX_CHECK(known, info == &first ? fw : sw, ": input '", in.name,
-                   "' has no role onyx knows how to feed (input_ids, encoder_attention_mask, "
-                   "encoder_hidden_states, past_key_values.N.decoder/encoder.key/value, use_cache_branch)");
-      }
-    auto geometry = [&](const std::string& name, int64_t& heads, int64_t& size, DType* dtype) {
-      const ValueDesc& past = *find_io(step.inputs, name);
-      if (dtype) *dtype = past.dtype;
-      if (past.rank_known && past.dims.size() == 4) {
-        heads = past.dims[1];
-        size = past.dims[3];
-      }
-      ONYX_CHECK(heads > 0 && size > 0, sw, ": input '", name, "' does not declare its heads and head size (",
-                 past.type_str(), ")");
-    };
-    geometry(dec.layers[0].past_key, dec.kv_heads, dec.head_size, &dec.kv_dtype);
-    geometry(f.cross[0].past_key, f.cross_heads, f.cross_head_size, nullptr);
-    const ValueDesc& logits = *find_io(first.outputs, "logits");
-    if (logits.rank_known && !logits.dims.empty() && logits.dims.back() > 0) dec.vocab_size = logits.dims.back();
+    if (fs::exists(d / "encoder_model.onnx")) read_optimum_components(f, d, dir);
+    else read_genai_components(f, d, dir);
 
     // config.json / generation_config.json: ids, context, search defaults, the start token.
     int64_t num_heads = 0, hidden = 0;
@@ -240,6 +365,7 @@ EncoderDecoderFolder load_encoder_decoder_folder(const std::string& dir) {
                " is outside the vocabulary of ", dec.vocab_size);
     f.decoder_start_id = start;
     if (!dec.context_length) dec.context_length = 2048;
+    if (f.genai) f.encoder_context = 0;
     if (f.audio && fs::exists(d / "config.json")) {
       // A speech decoder's positions: config.json's max_target_positions (Whisper's 448).
       Json doc = read_json_file((d / "config.json").string());

@@ -1,8 +1,10 @@
-// An encoder-decoder folder as Optimum exports it (T5, BART, ...): encoder_model.onnx, and
+// An encoder-decoder folder as Optimum exports it (T5, BART, Whisper): encoder_model.onnx, and
 // the decoder as decoder_model.onnx (the first run) with decoder_with_past_model.onnx (the
 // steps), or as decoder_model_merged.onnx (one graph, use_cache_branch choosing the first run
-// or the steps; used when the split pair is absent); config.json, generation_config.json and the tokenizer files. The roles of the
-// inputs and outputs are found by their names.
+// or the steps; used when the split pair is absent); config.json, generation_config.json and the
+// tokenizer files. The roles of the inputs and outputs are found by their names. Or
+// onnxruntime-genai's Whisper folder: genai_config.json naming the encoder and the decoder and
+// their inputs and outputs by role, beside the same Hugging Face files.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +36,11 @@ struct EncoderDecoderFolder {
   // file when merged (then `use_cache_branch` names the switch).
   std::string first_path, step_path;
   bool merged = false;
+  // onnxruntime-genai's Whisper form (genai_config.json naming an encoder): the encoder returns
+  // every layer's cross-attention keys and values itself (`cross[i].present_*` name its
+  // outputs), and one decoder graph (first_path == step_path) runs the first run, with an empty
+  // self-attention past, and the steps.
+  bool genai = false;
   std::string decoder_encoder_mask;    // encoder_attention_mask ("" when the decoder has none)
   std::string decoder_hidden_states;   // encoder_hidden_states (the first run's; the merged graph's every run)
   std::vector<CacheNames> cross;       // per layer: past_key_values.N.encoder.*, present.N.encoder.*
@@ -68,7 +75,8 @@ std::vector<int64_t> speech_prompt(const EncoderDecoderFolder& f, const std::str
 // caller nor the forced ids choose one.
 bool speech_needs_language(const EncoderDecoderFolder& f, const std::string& language);
 
-// Whether `dir` holds an encoder-decoder export (an encoder_model.onnx).
+// Whether `dir` holds an encoder-decoder export (an encoder_model.onnx, or a genai_config.json
+// naming an encoder).
 bool is_encoder_decoder_folder(const std::string& dir);
 
 // Reads `dir`. A folder it cannot use is an error naming what is missing.

@@ -77,6 +77,11 @@ struct EncoderDecoderModel::Runner {
     for (size_t i = 0; i < g.outputs.size(); ++i) outputs[g.values[g.outputs[i]].name] = i;
   }
   bool has_input(const std::string& n) const { return inputs.count(n) > 0; }
+  // The element type the graph declares for input `n` (undefined when it does not say).
+  DType input_dtype(const std::string& n) const {
+    auto it = inputs.find(n);
+    return it == inputs.end() ? DType::kUndefined : graph->values[graph->inputs[it->second]].declared.dtype;
+  }
   // The feeds in the graph's input order (inputs not fed stay undefined).
   std::vector<Tensor> ordered(const Feeds& feeds) const {
     std::vector<Tensor> in(graph->inputs.size());
@@ -198,13 +203,17 @@ EncoderDecoderModel::EncoderDecoderModel(const std::string& dir, const SessionOp
           (steps ? step_model_ : first_model_) = std::move(m);
         }
       });
+    } else if (folder_.genai) {
+      first_model_ = load(folder_.first_path, true);  // one graph: the first run and the steps
     } else {
       first_model_ = load(folder_.first_path, true);
       step_model_ = load(folder_.step_path, true);
     }
     encoder_use_ = {"encoder", graph_weight_bytes(*encoder_model_.graph)};
-    decoder_use_ = {"decoder", graph_weight_bytes(*first_model_.graph) + graph_weight_bytes(*step_model_.graph) -
-                                   share_weights(*first_model_.graph, *step_model_.graph)};
+    decoder_use_ = {"decoder", graph_weight_bytes(*first_model_.graph)};
+    if (step_model_.graph)
+      decoder_use_.weight_bytes +=
+          graph_weight_bytes(*step_model_.graph) - share_weights(*first_model_.graph, *step_model_.graph);
     memory_ = std::make_unique<PipelineMemory>(device, options);
     memory_->admit({{"encoder", encoder_use_.weight_bytes}, {"decoder", decoder_use_.weight_bytes}});
     // Each component runs eagerly (a step's shapes grow with the cache); the encoder's plan and
@@ -224,9 +233,10 @@ EncoderDecoderModel::EncoderDecoderModel(const std::string& dir, const SessionOp
     with_context(std::filesystem::path(folder_.first_path).filename().string(), [&] {
       first_ = std::make_unique<Runner>(*first_model_.graph, dec, dc, &decoder_use_, weights);
     });
-    with_context(std::filesystem::path(folder_.step_path).filename().string(), [&] {
-      step_ = std::make_unique<Runner>(*step_model_.graph, dec, dc, &decoder_use_, weights);
-    });
+    if (step_model_.graph)
+      with_context(std::filesystem::path(folder_.step_path).filename().string(), [&] {
+        step_ = std::make_unique<Runner>(*step_model_.graph, dec, dc, &decoder_use_, weights);
+      });
     choose_cache_mode(dc, weights);
   });
 }
@@ -238,7 +248,7 @@ void EncoderDecoderModel::choose_cache_mode(const PipelineMemory::Component& dc,
     pairs.emplace_back(l.past_key, l.present_key);
     pairs.emplace_back(l.past_value, l.present_value);
   }
-  static_graph_ = *step_model_.graph;
+  static_graph_ = step_model_.graph ? *step_model_.graph : *first_model_.graph;
   const CacheRewrite r = rewrite_concat_cache(static_graph_, pairs, d.input_ids, "onyx_cache_index", true);
   if (!r.applied) {
     note_ = cat("the step graph's cache cannot be rewritten to a fixed capacity: ", r.why_not);
@@ -304,7 +314,8 @@ std::string EncoderDecoderModel::verify_static() {
     bt.capacity = kCacheBlock;
     if (!folder_.decoder_encoder_mask.empty()) bt.encoder_mask = int64_tensor(Shape{1, E}, 1);
     run_decoder(*first_, true, first_ids, draw, false);
-    return run_decoder(m == CacheMode::kStatic ? *static_ : *step_, false, step_ids, draw, false).logits;
+    return run_decoder(m == CacheMode::kStatic ? *static_ : step_ ? *step_ : *first_, false, step_ids, draw, false)
+        .logits;
   };
   Tensor a, b;
   try {
@@ -447,10 +458,31 @@ void EncoderDecoderModel::run_encoder(const std::vector<std::vector<int64_t>>& p
     if (!folder_.encoder_mask.empty()) f.emplace_back(folder_.encoder_mask, bt.encoder_mask);
   }
   with_context("the encoder", [&] {
-    bt.hidden = encoder_->run(f, {}, {}, memory_->backend())[encoder_->output(folder_.encoder_output)];
+    std::vector<Tensor> out = encoder_->run(f, {}, {}, memory_->backend());
+    if (folder_.genai) {
+      // The encoder's cross-attention caches go to the KV pool; its other outputs are dropped.
+      std::vector<size_t> all(static_cast<size_t>(B));
+      for (size_t b = 0; b < all.size(); ++b) all[b] = b;
+      bt.cross.clear();
+      for (const auto& l : folder_.cross)
+        for (const std::string* n : {&l.present_key, &l.present_value}) {
+          const Tensor& t = out[encoder_->output(*n)];
+          ONYX_CHECK(t.shape().rank() == 4 && t.shape()[0] == B && t.shape()[1] == folder_.cross_heads &&
+                         t.shape()[3] == folder_.cross_head_size,
+                     "the encoder's output '", *n, "' is ", t.type_str(), ", expected [", B, ", ",
+                     folder_.cross_heads, ", positions, ", folder_.cross_head_size, "]");
+          bt.cross.push_back(take_rows(t, all, kv_pool_.get()));
+        }
+    } else {
+      bt.hidden = out[encoder_->output(folder_.encoder_output)];
+    }
     // The encoder runs once a request: its arena goes back now, before the decoder's steps.
     encoder_->exec->release_plans();
   });
+  if (folder_.genai) {
+    bt.encoder_length = bt.cross[0].shape()[2];
+    return;
+  }
   ONYX_CHECK(bt.hidden.shape().rank() == 3 && bt.hidden.shape()[0] == B, "the encoder's output '",
              folder_.encoder_output, "' is ", bt.hidden.type_str(), ", expected [", B, ", positions, hidden]");
   bt.encoder_length = bt.hidden.shape()[1];
@@ -485,8 +517,10 @@ std::vector<int64_t> EncoderDecoderModel::detect_languages() {
       if (id >= 0 && id < V && (best < 0 || l[id] > l[best])) best = id;
     langs.push_back(best);
   }
+  std::vector<Tensor> cross = folder_.genai ? bt.cross : std::vector<Tensor>{};
   batch_.reset();
   audio_hidden_ = hidden;
+  audio_cross_ = std::move(cross);
   return langs;
 }
 
@@ -526,11 +560,15 @@ Next EncoderDecoderModel::start(const std::vector<std::vector<int64_t>>& prompts
   if (folder_.audio && audio_hidden_.defined() && audio_hidden_.shape()[0] == B) {
     bt.hidden = audio_hidden_;  // detect_languages() ran the encoder on this audio
     bt.encoder_length = bt.hidden.shape()[1];
+  } else if (folder_.genai && !audio_cross_.empty() && audio_cross_[0].shape()[0] == B) {
+    bt.cross = audio_cross_;  // the same, in the form whose encoder returns the cross-attention cache
+    bt.encoder_length = bt.cross[0].shape()[2];
   } else {
     run_encoder(prompts, B);
   }
   audio_.clear();
   audio_hidden_ = Tensor();
+  audio_cross_.clear();
   // The decoder's first run: its start token (text), or each sequence's decoder prompt (speech).
   Tensor first_ids = int64_tensor(Shape{B, folder_.audio ? longest : 1}, folder_.decoder_start_id);
   if (folder_.audio)
@@ -573,6 +611,12 @@ Next EncoderDecoderModel::step(const std::vector<int64_t>& tokens, const Draw& d
 
 Next EncoderDecoderModel::run_decoder(Runner& r, bool first, const Tensor& ids, const Draw& draw, bool bias) {
   Feeds f{{folder_.decoder.input_ids, ids}};
+  if (r.input_dtype(folder_.decoder.input_ids) == DType::kInt32) {
+    // onnxruntime-genai's decoders take int32 ids.
+    Tensor narrow(DType::kInt32, ids.shape());
+    for (int64_t i = 0; i < ids.numel(); ++i) narrow.data<int32_t>()[i] = static_cast<int32_t>(ids.data<int64_t>()[i]);
+    f[0].second = narrow;
+  }
   Batch& bt = *batch_;
   const ModelFolder& dec = folder_.decoder;
   const int64_t B = bt.size;
@@ -590,8 +634,10 @@ Next EncoderDecoderModel::run_decoder(Runner& r, bool first, const Tensor& ids, 
     if (!r.has_input(dec.layers[l].past_key)) continue;  // decoder_model.onnx: no past at all
     f.emplace_back(dec.layers[l].past_key, first ? no_self : self[2 * l]);
     f.emplace_back(dec.layers[l].past_value, first ? no_self : self[2 * l + 1]);
-    f.emplace_back(folder_.cross[l].past_key, first ? no_cross : bt.cross[2 * l]);
-    f.emplace_back(folder_.cross[l].past_value, first ? no_cross : bt.cross[2 * l + 1]);
+    // (The encoder made the cross-attention cache in onnxruntime-genai's form; else the first run does.)
+    const bool cross = !first || folder_.genai;
+    f.emplace_back(folder_.cross[l].past_key, cross ? bt.cross[2 * l] : no_cross);
+    f.emplace_back(folder_.cross[l].past_value, cross ? bt.cross[2 * l + 1] : no_cross);
   }
   // A run's logits are read at its last new position. The penalties read the decoder's ids so
   // far (its prompt and what it generated).
@@ -640,7 +686,7 @@ Next EncoderDecoderModel::run_decoder(Runner& r, bool first, const Tensor& ids, 
       for (const std::string* n : {&l.present_key, &l.present_value})
         into.emplace_back(*n, Tensor(dec.kv_dtype, Shape{B, dec.kv_heads, positions, dec.head_size}, *kv_pool_));
   }
-  if (first)
+  if (first && !folder_.genai)
     for (const auto& l : folder_.cross)
       for (const std::string* n : {&l.present_key, &l.present_value})
         into.emplace_back(*n, Tensor(dec.kv_dtype, Shape{B, folder_.cross_heads, bt.encoder_length,
@@ -656,7 +702,7 @@ Next EncoderDecoderModel::run_decoder(Runner& r, bool first, const Tensor& ids, 
     if (mode_ == CacheMode::kStatic && bt.capacity > 0) begin_static_cache(past, bt.capacity);
     else bt.past = std::move(past);
   }
-  if (first) {
+  if (first && !folder_.genai) {
     bt.cross.clear();
     for (const auto& l : folder_.cross) {
       bt.cross.push_back(out[r.output(l.present_key)]);

@@ -119,6 +119,7 @@ class EncoderDecoderModel : public TokenModel {
   std::unique_ptr<Batch> batch_;
   std::vector<Tensor> audio_;        // set_audio's, until start() takes it
   Tensor audio_hidden_;              // the encoder's output for audio_, when detect_languages ran it
+  std::vector<Tensor> audio_cross_;  // the same, where the encoder returns the cross-attention cache
   Tensor logit_bias_, first_logit_bias_;  // [vocab] float32, when the folder suppresses ids
   ComponentUse encoder_use_, decoder_use_;
 };

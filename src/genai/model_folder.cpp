@@ -51,11 +51,15 @@ double number_or(const JsonNode& n, const char* key, double fallback) {
   return v.is_null() ? fallback : v.as_number();
 }
 
+}  // namespace
+
 std::string format_name(const std::string& pattern, int layer) {
   size_t at = pattern.find("%d");
   ONYX_CHECK(at != std::string::npos, "name template '", pattern, "' has no %d for the layer number");
   return pattern.substr(0, at) + std::to_string(layer) + pattern.substr(at + 2);
 }
+
+namespace {
 
 // The decoder file of a folder without genai_config.json.
 fs::path find_decoder(const fs::path& dir) {
@@ -97,6 +101,8 @@ const ValueDesc* find_io(const std::vector<ValueDesc>& list, const std::string& 
     if (d.name == name) return &d;
   return nullptr;
 }
+
+}  // namespace
 
 void read_genai_config(ModelFolder& f, const fs::path& path) {
   Json doc = read_json_file(path);
@@ -158,8 +164,6 @@ void read_genai_config(ModelFolder& f, const fs::path& path) {
     f.shared_buffer = search.has("past_present_share_buffer") && search.at("past_present_share_buffer").as_bool();
   }
 }
-
-}  // namespace
 
 void read_hf_configs(ModelFolder& f, int64_t& num_heads, int64_t& hidden) {
   fs::path dir(f.dir);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,12 @@ ModelFolder load_model_folder(const std::string& dir);
 // (ids, vocabulary, context, sampling defaults) where `f` does not say it already.
 Json read_json_file(const std::string& path);
 std::vector<int64_t> json_ids(const JsonNode& n);
+// `pattern` ("past_key_values.%d.key") for layer `layer`.
+std::string format_name(const std::string& pattern, int layer);
+// onnxruntime-genai's genai_config.json at `path` into `f` (whose dir is set): the decoder's file,
+// input and output names by role, layers, ids, context, vocabulary, search defaults, and a
+// vision-language folder's vision and embedding models.
+void read_genai_config(ModelFolder& f, const std::filesystem::path& path);
 void read_hf_configs(ModelFolder& f, int64_t& num_heads, int64_t& hidden);
 
 }  // namespace onyx::genai

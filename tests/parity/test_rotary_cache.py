@@ -89,10 +89,8 @@ def test_generator_keeps_static_cache_and_tokens(run_onyx, tmp_path):
     padding with float32's minimum, which float16 cannot hold."""
     rng, seed = fresh_rng()
     c = dict(config(64), max_pos=128)
-    m = gen_models.make_llama_layer(c, "llama_rc", seed=int(rng.integers(1 << 30)))
     folder = tmp_path / "folder"
     folder.mkdir()
-    onnx.save(m, str(folder / "model.onnx"))
     (folder / "config.json").write_text(json.dumps({
         "model_type": "llama", "num_hidden_layers": c["layers"], "num_attention_heads": c["heads"],
         "num_key_value_heads": c["kv_heads"], "hidden_size": c["hidden"], "head_dim": c["head_dim"],
@@ -100,15 +98,24 @@ def test_generator_keeps_static_cache_and_tokens(run_onyx, tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n".join(json.dumps({"prompt_ids": [int(t) for t in rng.integers(3, c["vocab"], n)]})
                                  for n in (7, 3)) + "\n")
-    runs = {}
-    for label in ("on", "off"):
+
+    def generate(label):
         proc = run_onyx("generate", folder, "--prompts-file", prompts, "--max-new-tokens", 20, "--greedy", "--json",
                         "--device", DEVICE, "--fuse-attention", "on", "--fuse-rotary-cache", label)
         assert proc.returncode == 0, proc.stderr
-        runs[label] = json.loads(proc.stdout)
-        assert runs[label]["stats"]["kv_cache"] == "static", runs[label]["stats"]
-    got = [s["generated_ids"] for s in runs["on"]["sequences"]]
-    want = [s["generated_ids"] for s in runs["off"]["sequences"]]
-    print(f"{DEVICE}: tokens {got} (seed {seed})")
+        out = json.loads(proc.stdout)
+        assert out["stats"]["kv_cache"] == "static", out["stats"]
+        return [s["generated_ids"] for s in out["sequences"]]
+
+    # Random weights can make a decoder whose first token is EOS: draw again until the unfused
+    # decoder says something in both rows (the comparison is only worth making then).
+    for _ in range(8):
+        m = gen_models.make_llama_layer(c, "llama_rc", seed=int(rng.integers(1 << 30)))
+        onnx.save(m, str(folder / "model.onnx"))
+        want = generate("off")
+        if all(len(set(t)) > 1 for t in want):
+            break
     assert all(len(set(t)) > 1 for t in want), want  # a decoder that says something
+    got = generate("on")
+    print(f"{DEVICE}: tokens {got} (seed {seed})")
     assert got == want, f"fused {got} vs unfused {want} (seed {seed})"

@@ -1,22 +1,28 @@
-"""Speech recognition on the committed fixture (tests/fixtures/speech/whisper-optimum, made by
-tools/make_whisper_fixture.py): a tiny random-weight Whisper exported by Optimum, two synthetic
-clips, against what transformers computed on the model before export (reference.json,
-reference_logits.npy; the features are checked by tests/unit/test_audio.cpp).
+"""Speech recognition on the committed fixtures (tests/fixtures/speech): whisper-optimum (made by
+tools/make_whisper_fixture.py), a tiny random-weight Whisper exported by Optimum, and
+whisper-genai (tools/make_whisper_genai_fixture.py), the same model in onnxruntime-genai's form
+made by its model builder (an encoder returning the cross-attention cache, one decoder with
+MultiHeadAttention and int32 ids); two synthetic clips, against what transformers computed on
+the model before export (reference.json, reference_logits.npy; the features are checked by
+tests/unit/test_audio.cpp). The tests marked "both" run on both folders.
 
-  test_greedy_tokens       `onyx generate DIR --audio FILE [--language L] [--task T] --json`: the
+  test_greedy_tokens       (both) `onyx generate DIR --audio FILE [--language L] [--task T] --json`: the
                            decoder prompt transformers' generate builds (language given,
                            detected, translation) and the greedy tokens under its logit
                            processors (suppress_tokens, begin_suppress_tokens)
   test_detection_is_named  a detected language is printed, named as the model names it
-  test_logits              `--logits-out`: the first steps' logits equal transformers' (within
+  test_logits              (both) `--logits-out`: the first steps' logits equal transformers' (within
                            1e-4 of the largest), -inf exactly where the processors put it
-  test_batch               two clips in one request: each row equals its own run
+  test_batch               (both) two clips in one request: each row equals its own run
   test_sampling            a seed reproduces a sampled transcription; top_k 1 equals greedy
-  test_memory_report       the encoder and decoder are leased under their names in one governor
+  test_memory_report       (both) the encoder and decoder are leased under their names in one governor
   test_python              onyx.genai.Model(...).generate(audio=...): a path or samples, the
                            language given or detected, the same tokens as the CLI
   test_errors              misuse named: audio to a text model, no audio to a speech model, an
                            unknown language or task, audio past the window, an unreadable file
+  test_genai_folder        onnxruntime-genai's form: its cache form named, and folders missing
+                           what onyx needs (generation_config.json, the audio settings, a model
+                           file genai_config.json names) refused naming it
 """
 
 import json
@@ -30,15 +36,17 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "speech" / "whisper-optimum"
+GENAI = REPO_ROOT / "tests" / "fixtures" / "speech" / "whisper-genai"
+BOTH = pytest.mark.parametrize("folder", [FIXTURE, GENAI], ids=["optimum", "genai"])
 
 
 @lru_cache(maxsize=None)
-def reference():
-    return json.loads((FIXTURE / "reference.json").read_text())
+def reference(folder=FIXTURE):
+    return json.loads((folder / "reference.json").read_text())
 
 
-def case_args(case):
-    args = ["--audio", FIXTURE / case["audio"]]
+def case_args(case, folder=FIXTURE):
+    args = ["--audio", folder / case["audio"]]
     if case["language"]:
         args += ["--language", case["language"]]
     if case["task"]:
@@ -46,17 +54,19 @@ def case_args(case):
     return args
 
 
-def generate_json(run_onyx, *args):
-    r = run_onyx("generate", FIXTURE, *args, "--json")
+def generate_json(run_onyx, *args, folder=FIXTURE):
+    r = run_onyx("generate", folder, *args, "--json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout), r.stderr
 
 
-def test_greedy_tokens(run_onyx):
-    ref = reference()
+@BOTH
+def test_greedy_tokens(run_onyx, folder):
+    ref = reference(folder)
     wrong = []
     for case in ref["cases"]:
-        out, _ = generate_json(run_onyx, *case_args(case), "--greedy", "--max-new-tokens", ref["new_tokens"])
+        out, _ = generate_json(run_onyx, *case_args(case, folder), "--greedy", "--max-new-tokens", ref["new_tokens"],
+                               folder=folder)
         got = (out["prompt_ids"], out["generated_ids"], out["stop_reason"])
         want = (case["decoder_prompt"], case["generated_ids"], case["stop_reason"])
         if got != want:
@@ -83,14 +93,15 @@ def test_detection_is_named(run_onyx):
         assert f"language detected: {names[case['decoder_prompt'][1]]}" in r.stderr, r.stderr
 
 
-def test_logits(run_onyx, tmp_path):
-    ref = reference()
-    want_all = np.load(FIXTURE / "reference_logits.npy")  # -inf saved as -1e30
+@BOTH
+def test_logits(run_onyx, tmp_path, folder):
+    ref = reference(folder)
+    want_all = np.load(folder / "reference_logits.npy")  # -inf saved as -1e30
     worst = 0.0
     for i, case in enumerate(ref["cases"]):
         path = tmp_path / f"{i}.npy"
-        out, _ = generate_json(run_onyx, *case_args(case), "--greedy", "--max-new-tokens", ref["logit_steps"],
-                               "--logits-out", path)
+        out, _ = generate_json(run_onyx, *case_args(case, folder), "--greedy", "--max-new-tokens", ref["logit_steps"],
+                               "--logits-out", path, folder=folder)
         got = np.load(path)
         n = len(out["generated_ids"])
         want = want_all[i, :n]
@@ -107,15 +118,16 @@ def test_logits(run_onyx, tmp_path):
     assert worst < 1e-4
 
 
-def test_batch(run_onyx):
-    ref = reference()
+@BOTH
+def test_batch(run_onyx, folder):
+    ref = reference(folder)
     by = {c["name"]: c for c in ref["cases"]}
     b = ref["batch"]
     args = []
     for a in b["audio"]:
-        args += ["--audio", FIXTURE / a]
+        args += ["--audio", folder / a]
     out, _ = generate_json(run_onyx, *args, "--language", b["language"], "--greedy", "--max-new-tokens",
-                           ref["new_tokens"])
+                           ref["new_tokens"], folder=folder)
     for row, name in zip(out["sequences"], b["cases"]):
         assert row["prompt_ids"] == by[name]["decoder_prompt"]
         assert row["generated_ids"] == by[name]["generated_ids"], name
@@ -137,9 +149,10 @@ def test_sampling(run_onyx):
     assert not set(ref["begin_suppress_tokens"]) & {r[0] for r in runs}
 
 
-def test_memory_report(run_onyx):
-    out, _ = generate_json(run_onyx, "--audio", FIXTURE / "tones.wav", "--language", "en", "--greedy",
-                           "--max-new-tokens", 3, "--memory-report")
+@BOTH
+def test_memory_report(run_onyx, folder):
+    out, _ = generate_json(run_onyx, "--audio", folder / "tones.wav", "--language", "en", "--greedy",
+                           "--max-new-tokens", 3, "--memory-report", folder=folder)
     comps = {c["name"]: c for c in out["components"]}
     assert set(comps) == {"encoder", "decoder"}
     assert comps["encoder"]["weight_bytes"] > 0 and comps["decoder"]["kv_bytes"] > 0
@@ -241,3 +254,36 @@ def test_errors(run_onyx, tmp_path):
     (d / "generation_config.json").write_text(json.dumps(g))
     err = fails("--audio", FIXTURE / "tones.wav", folder=d)
     assert "suppress_tokens holds id 100000" in err, err
+
+
+def test_genai_folder(run_onyx, tmp_path):
+    # The builder's decoder keeps its cache in MultiHeadAttention: the growing form, and why.
+    out, _ = generate_json(run_onyx, "--audio", GENAI / "tones.wav", "--language", "en", "--greedy",
+                           "--max-new-tokens", 3, folder=GENAI)
+    assert out["stats"]["kv_cache"] == "growing", out["stats"]
+    assert "MultiHeadAttention" in out["stats"]["kv_cache_note"], out["stats"]
+
+    def fails(folder):
+        r = run_onyx("generate", folder, "--audio", GENAI / "tones.wav", "--language", "en")
+        assert r.returncode != 0, r.stdout
+        return r.stderr
+
+    def without(name):
+        d = tmp_path / f"no_{name}"
+        shutil.copytree(GENAI, d)
+        (d / name).unlink()
+        return d
+
+    err = fails(without("generation_config.json"))
+    assert "has no generation_config.json" in err and "builder does not copy it" in err, err
+    err = fails(without("audio_processor_config.json"))
+    assert "audio_processor_config.json" in err and "is missing" in err, err
+    err = fails(without("decoder.onnx"))
+    assert "decoder.onnx" in err and "does not exist" in err, err
+    d = tmp_path / "not_whisper"
+    shutil.copytree(GENAI, d)
+    cfg = json.loads((d / "genai_config.json").read_text())
+    cfg["model"]["type"] = "t5"
+    (d / "genai_config.json").write_text(json.dumps(cfg))
+    err = fails(d)
+    assert "model.type is 't5'" in err, err
