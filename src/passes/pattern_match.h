@@ -4,6 +4,7 @@
 // rewrite that puts fused nodes in place of the chains they replace.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -88,6 +89,18 @@ struct Matcher {
         r = std::max(r, ri);
       }
       return r;
+    }
+    if (n.domain == "com.microsoft" && !n.inputs.empty()) {
+      // Contrib ops whose first output (a skip norm's sum, output 3, too) is shaped like their
+      // first input: onnxruntime-genai's and the quantizers' products, norms and attention.
+      const size_t k = static_cast<size_t>(std::find(n.outputs.begin(), n.outputs.end(), id) - n.outputs.begin());
+      const bool skip = op == "SkipSimplifiedLayerNormalization" || op == "SkipLayerNormalization";
+      if ((k == 0 && (op == "MatMulNBits" || op == "SimplifiedLayerNormalization" || op == "GroupQueryAttention" ||
+                      op == "MultiHeadAttention" || op == "RotaryEmbedding" || op == "FastGelu" ||
+                      op == "BiasGelu" || op == "Gelu" || op == "QuickGelu" || skip)) ||
+          (k == 3 && skip))
+        return rank(n.inputs[0], depth + 1);
+      return -1;
     }
     if (!n.domain.empty() && n.domain != "ai.onnx") return -1;
     if (op == "Transpose") {

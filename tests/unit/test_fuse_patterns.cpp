@@ -100,3 +100,53 @@ TEST(FusePatterns, NearMissesAreLeftAlone) {
 }
 
 }  // namespace onyx
+
+namespace onyx {
+
+// The residual add before an RMSNorm fuses when a contrib product feeds it: x[3,64] ->
+// MatMulNBits (4 bits, blocks of 32) -> h[3,16]; SimplifiedLayerNormalization(h + r, w) -> y, and
+// the sum h + r read on (the next layer's residual). Before the contrib ops had ranks in the
+// matcher, the Add's operands had no known rank and the fusion passed it by.
+TEST(FusePatterns, ResidualAddAfterAQuantizedProductFusesIntoTheNorm) {
+  auto make = [](const Tensor& packed, const Tensor& scales, const Tensor& w) {
+    Builder b;
+    const int x = b.input("x"), r = b.input("r");
+    const int pb = b.init("B", packed), ps = b.init("scales", scales), pw = b.init("w", w);
+    const int h = b.node("MatMulNBits", {x, pb, ps},
+                         {int_attr("K", 64), int_attr("N", 16), int_attr("bits", 4), int_attr("block_size", 32)});
+    b.g.nodes.back().domain = "com.microsoft";
+    b.g.nodes.back().opset = 1;
+    const int sum = b.node("Add", {h, r});
+    const int y = b.node("SimplifiedLayerNormalization", {sum, pw}, {int_attr("axis", -1)});
+    b.g.values[x].declared = TypeInfo{TypeInfo::Category::kTensor, DType::kFloat32, DType::kUndefined, true, {3, 64}, {}};
+    b.g.values[r].declared = TypeInfo{TypeInfo::Category::kTensor, DType::kFloat32, DType::kUndefined, true, {3, 16}, {}};
+    b.g.outputs = {y, sum};
+    return b.g;
+  };
+  const Tensor packed = test::random_tensor<uint8_t>(Shape{16, 2, 16}, 0, 255);
+  const Tensor scales = test::random_tensor<float>(Shape{16, 2}, 0.01, 0.1);
+  const Tensor w = test::random_tensor<float>(Shape{16}, 0.5, 1.5);
+  Graph plain = make(packed, scales, w), fused = make(packed, scales, w);
+  FuseReport rep = fuse_patterns(fused);
+  EXPECT_EQ(rep.skip_norms, 1);
+  int skips = 0, adds = 0;
+  for (const auto& n : fused.nodes) {
+    skips += n.op_type == "SkipSimplifiedLayerNormalization";
+    adds += n.op_type == "Add";
+  }
+  EXPECT_EQ(skips, 1);
+  EXPECT_EQ(adds, 0);
+  const Tensor x = test::random_tensor<float>(Shape{3, 64}), r = test::random_tensor<float>(Shape{3, 16});
+  auto alloc = make_cpu_allocator();
+  GraphExecutor ea(plain, OpRegistry::global(), alloc, SessionOptions{}), eb(fused, OpRegistry::global(), alloc,
+                                                                             SessionOptions{});
+  auto a = ea.run({x, r}), b = eb.run({x, r});
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t o = 0; o < 2; ++o)
+    for (int64_t i = 0; i < a[o].numel(); ++i)
+      EXPECT_NEAR(a[o].data<float>()[i], b[o].data<float>()[i], 1e-5 * (1 + std::abs(a[o].data<float>()[i])))
+          << "output " << o;
+}
+
+}  // namespace onyx
