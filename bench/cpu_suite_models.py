@@ -4,7 +4,12 @@
 Needs torch, torchvision and transformers, which onyx itself never needs: install them into a
 separate, bench-only environment (not .venv), e.g.
 
-    python3 -m venv ~/bench-venv && ~/bench-venv/bin/pip install torch torchvision transformers onnx onnxscript
+    python3 -m venv ~/bench-venv && ~/bench-venv/bin/pip install torch==2.6.0 torchvision==0.21.0 \
+        transformers==4.52.4 onnx onnxscript
+
+(the combination the fifth session's suite was exported with: transformers 4.56 and 4.57 build the
+causal masks with vmap, which the TorchScript exporter of torch 2.6 and 2.9 cannot trace, failing
+the gpt2 and llama exports with `RuntimeError: unordered_map::at`)
 
 and run ``~/bench-venv/bin/python bench/cpu_suite_models.py --out build-bench/cpu-suite``. No
 weights are downloaded: every model is built from its configuration class with randomly

@@ -246,14 +246,18 @@ std::string LanguageModel::verify_static() {
     return cat("the rewritten decoder does not run: ", e.what());
   }
   batch_.reset();
+  return compare_rewrite_logits(a, b, folder_.kv_dtype, "the rewritten decoder's logits differ from the original's");
+}
+
+std::string compare_rewrite_logits(const Tensor& want, const Tensor& got, DType kv_dtype, const std::string& what) {
+  if (want.numel() != got.numel()) return cat(what, " (", got.numel(), " logits for ", want.numel(), ")");
   double diff = 0, scale = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    diff = std::max(diff, std::abs(double(a.data<float>()[i]) - double(b.data<float>()[i])));
-    scale = std::max(scale, std::abs(double(a.data<float>()[i])));
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    diff = std::max(diff, std::abs(double(want.data<float>()[i]) - double(got.data<float>()[i])));
+    scale = std::max(scale, std::abs(double(want.data<float>()[i])));
   }
-  const double tol = folder_.kv_dtype == DType::kFloat32 ? 1e-4 : 2e-2;
-  if (!(diff <= tol * std::max(scale, 1.0)))
-    return cat("the rewritten decoder's logits differ from the original's (max difference ", diff, " of ", scale, ")");
+  const double tol = kv_dtype == DType::kFloat32 ? 1e-4 : 2e-2;
+  if (!(diff <= tol * std::max(scale, 1.0))) return cat(what, " (max difference ", diff, " of ", scale, ")");
   return "";
 }
 

@@ -72,6 +72,11 @@ inline constexpr const char* kNextLogits = "onyx_next_logits";
 
 using Feeds = std::vector<std::pair<std::string, Tensor>>;
 
+// The check that keeps a cache rewrite: "" when `got`'s logits (float32, on the host) are within
+// the tolerance of a cache of `kv_dtype` (1e-4 of the largest for float32, else 2e-2) of
+// `want`'s, else `what` and the largest difference.
+std::string compare_rewrite_logits(const Tensor& want, const Tensor& got, DType kv_dtype, const std::string& what);
+
 // `t` (float32, float16 or bfloat16, on the host) as `want`, one of the three.
 Tensor as_float_type(const Tensor& t, DType want);
 
