@@ -296,4 +296,124 @@ LinearReport norm_into_linear(Graph& g) {
   return r;
 }
 
+namespace {
+
+// `ts` concatenated along dimension 0 (their other dimensions equal): bytes in order.
+Tensor concat_rows(const std::vector<const Tensor*>& ts) {
+  Shape s = ts[0]->shape();
+  int64_t rows = 0;
+  for (const Tensor* t : ts) rows += t->shape()[0];
+  s[0] = rows;
+  Tensor out(ts[0]->dtype(), s);
+  char* dst = static_cast<char*>(out.raw());
+  for (const Tensor* t : ts) {
+    std::memcpy(dst, t->raw(), t->bytes());
+    dst += t->bytes();
+  }
+  return out;
+}
+
+struct NBitsMember {
+  size_t node;
+  int64_t n;
+};
+
+}  // namespace
+
+LinearReport group_nbits(Graph& g) {
+  LinearReport r;
+  // Candidates by A and the weights' layout: K, bits, block size, accuracy level, and the
+  // types and per-feature sizes of B, the scales and the zero points (everything but N).
+  std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t, std::string>, std::vector<NBitsMember>> by_layout;
+  auto attr = [](const Node& n, const char* name, int64_t fallback) {
+    const Attribute* a = n.find_attribute(name);
+    return a && a->kind == Attribute::Kind::kInt ? a->i : fallback;
+  };
+  auto per_feature = [](const Tensor& t, int64_t n) {
+    Shape s = t.shape();
+    s[0] = t.rank() >= 2 ? 1 : s[0] / n;
+    return cat(dtype_name(t.dtype()), t.rank(), s.str());
+  };
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const Node& n = g.nodes[k];
+    if (n.op_type != "MatMulNBits" || n.domain != "com.microsoft" || n.outputs.size() != 1 || n.outputs[0] < 0 ||
+        n.inputs.size() < 3 || n.inputs.size() > 4 || n.inputs[0] < 0)
+      continue;
+    const Tensor* b = constant_value(g, n.inputs[1]);
+    const Tensor* sc = constant_value(g, n.inputs[2]);
+    const bool zp = n.inputs.size() == 4 && n.inputs[3] >= 0;
+    const Tensor* z = zp ? constant_value(g, n.inputs[3]) : nullptr;
+    const int64_t N = attr(n, "N", -1);
+    if (!b || !sc || (zp && !z) || N <= 0 || b->rank() < 1 || b->shape()[0] != N || sc->rank() < 1 ||
+        sc->shape()[0] % N != 0 || (sc->rank() >= 2 && sc->shape()[0] != N) ||
+        (z && (z->rank() < 1 || z->shape()[0] % N != 0 || (z->rank() >= 2 && z->shape()[0] != N))))
+      continue;
+    std::string layout = per_feature(*b, N) + "/" + per_feature(*sc, N);
+    if (z) layout += "/" + per_feature(*z, N);
+    by_layout[{n.inputs[0], attr(n, "K", -1), attr(n, "bits", 4), attr(n, "block_size", -1),
+               attr(n, "accuracy_level", 0), layout}]
+        .push_back({k, N});
+  }
+  std::vector<bool> removed(g.nodes.size(), false);
+  std::map<size_t, std::vector<Node>> emit;  // at a first member's place: the stacked product, the Split
+  std::vector<int> replaced;
+  for (auto& [key, members] : by_layout) {
+    if (members.size() < 2) continue;
+    std::sort(members.begin(), members.end(), [](const NBitsMember& a, const NBitsMember& b) { return a.node < b.node; });
+    const Node& first = g.nodes[members[0].node];
+    std::vector<const Tensor*> bs, ss, zs;
+    std::vector<int64_t> splits;
+    std::vector<int> outs;
+    int64_t total = 0;
+    for (const NBitsMember& m : members) {
+      const Node& n = g.nodes[m.node];
+      bs.push_back(constant_value(g, n.inputs[1]));
+      ss.push_back(constant_value(g, n.inputs[2]));
+      if (n.inputs.size() == 4) zs.push_back(constant_value(g, n.inputs[3]));
+      splits.push_back(m.n);
+      outs.push_back(n.outputs[0]);
+      total += m.n;
+      for (int in : {1, 2, 3})
+        if (in < static_cast<int>(n.inputs.size())) replaced.push_back(n.inputs[in]);
+      removed[m.node] = true;
+    }
+    // Scales and zero points are [N, ...] or flat [N * ...]: either way stacked in feature order.
+    auto stack = [](const std::vector<const Tensor*>& ts) { return concat_rows(ts); };
+    const std::string base = first.name.empty() ? "nbits" : first.name;
+    Tensor b = concat_rows(bs);
+    r.weight_bytes += b.bytes();
+    std::vector<int> ins{first.inputs[0], add_initializer(g, base + "/stacked_B", std::move(b)),
+                         add_initializer(g, base + "/stacked_scales", stack(ss))};
+    if (!zs.empty()) ins.push_back(add_initializer(g, base + "/stacked_zero_points", stack(zs)));
+    std::vector<Attribute> attrs;
+    for (const Attribute& a : first.attributes)
+      if (a.name != "N") attrs.push_back(a);
+    attrs.push_back(make_int_attr("N", total));
+    const int y = g.value_id(base + "/stacked_Y");
+    Node stacked = make_node(base + "/stacked", "com.microsoft", "MatMulNBits", first.opset, ins, {y}, attrs);
+    const int sizes = add_initializer(g, base + "/splits", Tensor::from_vector<int64_t>(splits, Shape{static_cast<int64_t>(splits.size())}));
+    Node split = make_node(base + "/split", "", "Split", 18, {y, sizes}, outs, {make_int_attr("axis", -1)});
+    emit[members[0].node] = {std::move(stacked), std::move(split)};
+    ++r.groups;
+    r.grouped += static_cast<int>(members.size());
+  }
+  if (emit.empty()) return r;
+  std::vector<Node> nodes;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    auto it = emit.find(k);
+    if (it != emit.end()) {
+      for (Node& n : it->second) nodes.push_back(std::move(n));
+      continue;
+    }
+    if (!removed[k]) nodes.push_back(std::move(g.nodes[k]));
+  }
+  g.nodes = std::move(nodes);
+  for (auto& v : g.values) v.producer = -1;
+  for (size_t k = 0; k < g.nodes.size(); ++k)
+    for (int o : g.nodes[k].outputs)
+      if (o >= 0) g.values[o].producer = static_cast<int>(k);
+  drop_unread_initializers(g, replaced);
+  return r;
+}
+
 }  // namespace onyx

@@ -17,6 +17,12 @@
 //     by that product alone -> onyx::RmsNormLinear(x, skip, gamma, w) -> (sum, y...), at the
 //     norm's place: the rows are normalized where they are multiplied.
 //
+//   group_nbits: the 4-bit products of onnxruntime's quantizers and the builder,
+//     com.microsoft MatMulNBits nodes reading the same A with constant weights of one layout
+//     (K, bits, block size, accuracy level, zero points or none) -> one MatMulNBits over the
+//     weights, scales and zero points stacked by output feature, then a Split of its output:
+//     one stream of weights and one launch for a layer's Q, K and V (or gate and up).
+//
 // Both keep the values the rest of the graph reads; the weights they replace are dropped when
 // nothing else reads them.
 #pragma once
@@ -40,5 +46,7 @@ struct LinearReport {
 LinearReport linear_from_matmul(Graph& g);
 LinearReport group_linears(Graph& g);
 LinearReport norm_into_linear(Graph& g);
+// Returns the MatMulNBits groups made (`groups`) and the nodes they replaced (`grouped`).
+LinearReport group_nbits(Graph& g);
 
 }  // namespace onyx

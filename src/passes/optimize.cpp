@@ -27,6 +27,11 @@ OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Dev
     r.linear.gated = grouped.gated;
     r.linear.groups = grouped.groups;
     r.linear.grouped = grouped.grouped;
+    // The 4-bit products reading one input (a layer's Q, K, V; gate and up): one product, split.
+    const LinearReport nbits = group_nbits(g);
+    r.linear.groups += nbits.groups;
+    r.linear.grouped += nbits.grouped;
+    r.linear.weight_bytes += nbits.weight_bytes;
   }
   // On the fused graph: RotaryHalf and Attention are what it matches.
   if (options.fuse_patterns && options.fuse_rotary_cache.value_or(!device.is_cpu())) r.rotary_cache = fuse_rotary_cache(g);

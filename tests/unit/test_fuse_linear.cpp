@@ -231,3 +231,66 @@ TEST(LinearOps, BadShapesAreErrorsThatSayWhy) {
 }
 
 }  // namespace onyx
+
+namespace onyx {
+
+// group_nbits: three 4-bit products of one A (N 16, 8 and 8, uint8 zero points packed two to a
+// byte, scales flat) become one MatMulNBits and a Split that compute what the three did; a fourth
+// product of A with other block size, and a product of another input, stay apart.
+TEST(GroupNBits, ProductsOfOneInputStackAndComputeTheSame) {
+  const int64_t K = 64;
+  struct W {
+    Tensor b, s, z;
+  };
+  auto weights = [&](int64_t N, int64_t block) {
+    const int64_t kb = K / block;
+    return W{test::random_tensor<uint8_t>(Shape{N, kb, block / 2}, 0, 255), test::random_tensor<float>(Shape{N * kb}, 0.01, 0.1),
+             test::random_tensor<uint8_t>(Shape{N * ((kb + 1) / 2)}, 0, 255)};
+  };
+  const std::vector<std::pair<int64_t, int64_t>> shapes{{16, 32}, {8, 32}, {8, 32}, {8, 16}, {8, 32}};
+  std::vector<W> ws;
+  for (auto [n, block] : shapes) ws.push_back(weights(n, block));
+  auto make = [&]() {
+    test::GraphBuilder b;
+    const int a = b.input("a"), other = b.input("other");
+    std::vector<int> outs;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const auto [n, block] = shapes[i];
+      const int x = i == 4 ? other : a;
+      const int out = b.node("MatMulNBits",
+                             {x, b.init(cat("b", i), ws[i].b), b.init(cat("s", i), ws[i].s), b.init(cat("z", i), ws[i].z)},
+                             {test::attr_int("K", K), test::attr_int("N", n), test::attr_int("bits", 4),
+                              test::attr_int("block_size", block)});
+      b.g.nodes.back().domain = "com.microsoft";
+      b.g.nodes.back().opset = 1;
+      outs.push_back(out);
+    }
+    b.g.outputs = outs;
+    return b.g;
+  };
+  Graph plain = make(), grouped = make();
+  const LinearReport rep = group_nbits(grouped);
+  EXPECT_EQ(rep.groups, 1);
+  EXPECT_EQ(rep.grouped, 3);
+  int products = 0, splits = 0;
+  for (const Node& n : grouped.nodes) {
+    products += n.op_type == "MatMulNBits";
+    splits += n.op_type == "Split";
+  }
+  EXPECT_EQ(products, 3);  // the stacked one, the other block size, the other input
+  EXPECT_EQ(splits, 1);
+  const Tensor a = test::random_tensor<float>(Shape{3, K}), other = test::random_tensor<float>(Shape{3, K});
+  auto alloc = make_cpu_allocator();
+  GraphExecutor ea(plain, OpRegistry::global(), alloc, SessionOptions{});
+  GraphExecutor eb(grouped, OpRegistry::global(), alloc, SessionOptions{});
+  auto want = ea.run({a, other}), got = eb.run({a, other});
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t o = 0; o < want.size(); ++o) {
+    ASSERT_EQ(want[o].shape(), got[o].shape()) << "output " << o;
+    for (int64_t i = 0; i < want[o].numel(); ++i)
+      EXPECT_NEAR(want[o].data<float>()[i], got[o].data<float>()[i], 1e-5 * (1 + std::abs(want[o].data<float>()[i])))
+          << "output " << o;
+  }
+}
+
+}  // namespace onyx
