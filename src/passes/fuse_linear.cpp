@@ -378,20 +378,21 @@ LinearReport group_nbits(Graph& g) {
       removed[m.node] = true;
     }
     // Scales and zero points are [N, ...] or flat [N * ...]: either way stacked in feature order.
-    auto stack = [](const std::vector<const Tensor*>& ts) { return concat_rows(ts); };
-    const std::string base = first.name.empty() ? "nbits" : first.name;
+    // (The node's index keeps the names apart where nodes have none.)
+    const std::string base = cat(first.name.empty() ? "nbits" : first.name, "#", members[0].node);
     Tensor b = concat_rows(bs);
     r.weight_bytes += b.bytes();
     std::vector<int> ins{first.inputs[0], add_initializer(g, base + "/stacked_B", std::move(b)),
-                         add_initializer(g, base + "/stacked_scales", stack(ss))};
-    if (!zs.empty()) ins.push_back(add_initializer(g, base + "/stacked_zero_points", stack(zs)));
+                         add_initializer(g, base + "/stacked_scales", concat_rows(ss))};
+    if (!zs.empty()) ins.push_back(add_initializer(g, base + "/stacked_zero_points", concat_rows(zs)));
     std::vector<Attribute> attrs;
     for (const Attribute& a : first.attributes)
       if (a.name != "N") attrs.push_back(a);
     attrs.push_back(make_int_attr("N", total));
     const int y = g.value_id(base + "/stacked_Y");
     Node stacked = make_node(base + "/stacked", "com.microsoft", "MatMulNBits", first.opset, ins, {y}, attrs);
-    const int sizes = add_initializer(g, base + "/splits", Tensor::from_vector<int64_t>(splits, Shape{static_cast<int64_t>(splits.size())}));
+    const int sizes =
+        add_initializer(g, base + "/splits", Tensor::from_vector<int64_t>(splits, Shape{static_cast<int64_t>(splits.size())}));
     Node split = make_node(base + "/split", "", "Split", 18, {y, sizes}, outs, {make_int_attr("axis", -1)});
     emit[members[0].node] = {std::move(stacked), std::move(split)};
     ++r.groups;
