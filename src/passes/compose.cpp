@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "onyx/error.h"
+#include "passes/rewrite_util.h"
 
 namespace onyx {
 
@@ -37,10 +38,7 @@ void prune_unread(Graph& g) {
     else g.values[v].is_input = false;
   }
   g.inputs = std::move(inputs);
-  for (Value& v : g.values) v.producer = -1;
-  for (size_t k = 0; k < g.nodes.size(); ++k)
-    for (int o : g.nodes[k].outputs)
-      if (o >= 0) g.values[o].producer = static_cast<int>(k);
+  set_producers(g);
 }
 
 }  // namespace

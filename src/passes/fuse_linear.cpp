@@ -409,10 +409,7 @@ LinearReport group_nbits(Graph& g) {
     if (!removed[k]) nodes.push_back(std::move(g.nodes[k]));
   }
   g.nodes = std::move(nodes);
-  for (auto& v : g.values) v.producer = -1;
-  for (size_t k = 0; k < g.nodes.size(); ++k)
-    for (int o : g.nodes[k].outputs)
-      if (o >= 0) g.values[o].producer = static_cast<int>(k);
+  set_producers(g);
   drop_unread_initializers(g, replaced);
   return r;
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "passes/rewrite_util.h"
+
 namespace onyx {
 
 namespace {
@@ -30,12 +32,6 @@ int int64_initializer(Graph& g, const std::string& name, std::vector<int64_t> v)
   const int64_t n = static_cast<int64_t>(v.size());
   g.initializers[id] = Tensor::from_vector<int64_t>(v, Shape{n});
   return id;
-}
-
-void set_producers(Graph& g) {
-  for (size_t k = 0; k < g.nodes.size(); ++k)
-    for (int o : g.nodes[k].outputs)
-      if (o >= 0) g.values[o].producer = static_cast<int>(k);
 }
 
 // Shape(past) -> Shape(past) - [.., new positions at the sequence axis, ..], nodes inserted

@@ -64,6 +64,10 @@ void replace_nodes(Graph& g, const std::vector<bool>& removed, std::vector<std::
     if (!removed[k]) kept.push_back(std::move(g.nodes[k]));
   }
   g.nodes = std::move(kept);
+  set_producers(g);
+}
+
+void set_producers(Graph& g) {
   for (auto& v : g.values) v.producer = -1;
   for (size_t k = 0; k < g.nodes.size(); ++k)
     for (int o : g.nodes[k].outputs)

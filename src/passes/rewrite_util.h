@@ -18,6 +18,9 @@ Attribute make_string_attr(const char* name, std::string v);
 Node make_node(std::string name, std::string domain, std::string op, int opset, std::vector<int> inputs,
                std::vector<int> outputs, std::vector<Attribute> attributes = {});
 
+// Every value's producer from g.nodes (after nodes were inserted, removed or reordered).
+void set_producers(Graph& g);
+
 // Puts each new node at its position (the index of the node it replaces) and drops the nodes
 // marked removed; then recomputes every value's producer.
 void replace_nodes(Graph& g, const std::vector<bool>& removed, std::vector<std::pair<size_t, Node>>& replace);
