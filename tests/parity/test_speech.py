@@ -17,7 +17,8 @@ tests/unit/test_audio.cpp). The tests marked "both" run on both folders.
   test_sampling            a seed reproduces a sampled transcription; top_k 1 equals greedy
   test_memory_report       (both) the encoder and decoder are leased under their names in one governor
   test_python              onyx.genai.Model(...).generate(audio=...): a path or samples, the
-                           language given or detected, the same tokens as the CLI
+                           language given or detected, the same tokens as the CLI; both folder
+                           forms (their cache forms named)
   test_errors              misuse named: audio to a text model, no audio to a speech model, an
                            unknown language or task, audio past the window, an unreadable file
   test_genai_folder        onnxruntime-genai's form: its cache form named, and folders missing
@@ -201,6 +202,14 @@ def python_api_checks(og):
         assert "1-D float32 samples at 16000 Hz" in str(e), e
     else:
         raise AssertionError("no error for 2-D samples")
+    # onnxruntime-genai's form of the same model through the same API: the same tokens.
+    genai = og.Model(str(GENAI))
+    assert genai.is_speech and genai.is_encoder_decoder and genai.cache_mode == "growing"
+    g = genai.generate(audio=samples, max_new_tokens=ref["new_tokens"])
+    "".join(g)
+    assert g.result["prompt_ids"] == by["detect_short"]["decoder_prompt"]
+    assert g.result["generated_ids"] == by["detect_short"]["generated_ids"]
+    assert m.cache_mode == "static"
 
 
 def write_wav(path, seconds, rate=16000):
