@@ -37,6 +37,24 @@ struct FftrDeleter {
 
 }  // namespace
 
+namespace {
+
+// The settings both configuration files give, checked alike (`bins` names the mel bins' key).
+void check_ranges(const AudioFeatureConfig& a, const char* bins) {
+  ONYX_CHECK(a.feature_size > 0 && a.feature_size <= 1024, bins, " ", a.feature_size, " is out of range");
+  ONYX_CHECK(a.sampling_rate >= 1000 && a.sampling_rate <= 384000, "sampling_rate ", a.sampling_rate,
+             " is out of range");
+  ONYX_CHECK(a.n_fft >= 16 && a.n_fft % 2 == 0 && a.n_fft <= 65536, "n_fft ", a.n_fft,
+             " must be even and between 16 and 65536");
+  ONYX_CHECK(a.hop_length > 0 && a.hop_length <= a.n_fft, "hop_length ", a.hop_length, " must be in 1..n_fft");
+  ONYX_CHECK(a.n_samples >= a.n_fft && a.n_samples <= int64_t{1} << 28, "n_samples ", a.n_samples,
+             " is out of range");
+  ONYX_CHECK(a.nb_max_frames == a.n_samples / a.hop_length, "nb_max_frames ", a.nb_max_frames,
+             " is not n_samples / hop_length (", a.n_samples, " / ", a.hop_length, ")");
+}
+
+}  // namespace
+
 AudioFeatureConfig AudioFeatureConfig::from_folder(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "preprocessor_config.json").string();
   return with_context(cat("'", path, "'"), [&] {
@@ -59,16 +77,7 @@ AudioFeatureConfig AudioFeatureConfig::from_folder(const std::string& dir) {
     a.nb_max_frames = c.int_or("nb_max_frames", a.n_samples / std::max<int64_t>(a.hop_length, 1));
     if (c.has("padding_value") && !c.at("padding_value").is_null()) a.padding_value = c.at("padding_value").as_number();
     a.do_normalize = c.bool_or("do_normalize", false);
-    ONYX_CHECK(a.feature_size > 0 && a.feature_size <= 1024, "feature_size ", a.feature_size, " is out of range");
-    ONYX_CHECK(a.sampling_rate >= 1000 && a.sampling_rate <= 384000, "sampling_rate ", a.sampling_rate,
-               " is out of range");
-    ONYX_CHECK(a.n_fft >= 16 && a.n_fft % 2 == 0 && a.n_fft <= 65536, "n_fft ", a.n_fft,
-               " must be even and between 16 and 65536");
-    ONYX_CHECK(a.hop_length > 0 && a.hop_length <= a.n_fft, "hop_length ", a.hop_length, " must be in 1..n_fft");
-    ONYX_CHECK(a.n_samples >= a.n_fft && a.n_samples <= int64_t{1} << 28, "n_samples ", a.n_samples,
-               " is out of range");
-    ONYX_CHECK(a.nb_max_frames == a.n_samples / a.hop_length, "nb_max_frames ", a.nb_max_frames,
-               " is not n_samples / hop_length (", a.n_samples, " / ", a.hop_length, ")");
+    check_ranges(a, "feature_size");
     return a;
   });
 }
@@ -97,13 +106,11 @@ AudioFeatureConfig AudioFeatureConfig::from_genai_folder(const std::string& dir)
       found = true;
     }
     ONYX_CHECK(found, "feature_extraction has no LogMelSpectrum operation: onyx computes Whisper's log-mel features");
-    ONYX_CHECK(a.feature_size > 0 && a.feature_size <= 1024, "n_mel ", a.feature_size, " is out of range");
-    ONYX_CHECK(a.n_fft >= 16 && a.n_fft % 2 == 0 && a.n_fft <= 65536, "n_fft ", a.n_fft,
-               " must be even and between 16 and 65536");
-    ONYX_CHECK(a.hop_length > 0 && a.hop_length <= a.n_fft, "hop_length ", a.hop_length, " must be in 1..n_fft");
     ONYX_CHECK(a.chunk_length > 0 && a.chunk_length <= 3600, "chunk_size ", a.chunk_length, " is out of range");
+    ONYX_CHECK(a.hop_length > 0, "hop_length ", a.hop_length, " must be positive");
     a.n_samples = a.chunk_length * a.sampling_rate;
     a.nb_max_frames = a.n_samples / a.hop_length;
+    check_ranges(a, "n_mel");
     return a;
   });
 }
