@@ -247,8 +247,9 @@ void few_row_products(Gpu& g, double bw) {
 }
 
 // The same shapes with 4-bit weights (com.microsoft MatMulNBits, bfloat16 A and scales, blocks of
-// 32 and 128, no zero points), one row of A: time per launch in a graph over weight copies, and
-// the bandwidth over the packed weights and scales.
+// 32 and 128, no zero points), 1 and 8 rows of A: time per launch in a graph over weight copies,
+// and the bandwidth over the packed weights and scales, for each kernel the 4-bit product can take
+// (cuda::nbits4_variant_for_bench), side by side in one run.
 void four_bit_products(Gpu& g) {
   struct Case {
     const char* name;
@@ -256,36 +257,48 @@ void four_bit_products(Gpu& g) {
   };
   const std::vector<Case> cases = {{"q,k,v 3072x2048", 3072, 2048},
                                    {"o 2048x2048", 2048, 2048},
-                                   {"gate 8192x2048", 8192, 2048},
+                                   {"gate,up 16384x2048", 16384, 2048},
                                    {"down 2048x8192", 2048, 8192},
                                    {"lm head 128256x2048", 128256, 2048}};
-  std::printf("\n| 4-bit product | block | rows | MB | us | TB/s |\n|---|---:|---:|---:|---:|---:|\n");
+  const std::vector<std::pair<int, const char*>> variants = {
+      {1, "per-value float"}, {0, "tensor cores (default)"}, {6, "4 warps"}, {4, "8 warps"}, {7, "16 warps"}};
+  std::printf("\n4-bit products, us (TB/s of packed weights and scales) by kernel:\n\n| product | block | rows | MB |");
+  for (const auto& v : variants) std::printf(" %s |", v.second);
+  std::printf("\n|---|---:|---:|---:|");
+  for (size_t i = 0; i < variants.size(); ++i) std::printf("---:|");
+  std::printf("\n");
   for (int64_t block : {32, 128})
-    for (const Case& c : cases) {
-      const int64_t kb = c.k / block;
-      const double bytes = static_cast<double>(c.n * c.k / 2 + c.n * kb * 2);
-      const int copies = static_cast<int>(std::max(2.0, std::ceil(400e6 / bytes)));
-      std::vector<OpLaunch> ops;
-      Tensor x = device_tensor(DType::kBFloat16, Shape{1, c.k});
-      Tensor y = device_tensor(DType::kBFloat16, Shape{1, c.n}, false);
-      for (int i = 0; i < copies; ++i) {
-        Tensor b = device_tensor(DType::kBFloat16, Shape{c.n, kb, block / 4});  // random bytes: 2 bytes per bf16
-        Tensor packed = Tensor::borrow(DType::kUInt8, Shape{c.n, kb, block / 2}, b.raw(), b.storage(), b.device());
-        Tensor scales = device_tensor(DType::kBFloat16, Shape{c.n, kb});
-        ops.emplace_back("com.microsoft", "MatMulNBits", std::vector<Tensor>{x, packed, scales},
-                         std::vector<Tensor>{y},
-                         std::vector<Attribute>{int_attr("K", c.k), int_attr("N", c.n), int_attr("block_size", block),
-                                                int_attr("bits", 4)},
-                         1);
+    for (int64_t rows : {1, 8})
+      for (const Case& c : cases) {
+        const int64_t kb = c.k / block;
+        const double bytes = static_cast<double>(c.n * c.k / 2 + c.n * kb * 2);
+        const int copies = static_cast<int>(std::max(2.0, std::ceil(400e6 / bytes)));
+        std::vector<OpLaunch> ops;
+        Tensor x = device_tensor(DType::kBFloat16, Shape{rows, c.k});
+        Tensor y = device_tensor(DType::kBFloat16, Shape{rows, c.n}, false);
+        for (int i = 0; i < copies; ++i) {
+          Tensor b = device_tensor(DType::kBFloat16, Shape{c.n, kb, block / 4});  // random bytes: 2 bytes per bf16
+          Tensor packed = Tensor::borrow(DType::kUInt8, Shape{c.n, kb, block / 2}, b.raw(), b.storage(), b.device());
+          Tensor scales = device_tensor(DType::kBFloat16, Shape{c.n, kb});
+          ops.emplace_back("com.microsoft", "MatMulNBits", std::vector<Tensor>{x, packed, scales},
+                           std::vector<Tensor>{y},
+                           std::vector<Attribute>{int_attr("K", c.k), int_attr("N", c.n),
+                                                  int_attr("block_size", block), int_attr("bits", 4)},
+                           1);
+        }
+        std::printf("| %s | %lld | %lld | %.1f |", c.name, static_cast<long long>(block),
+                    static_cast<long long>(rows), bytes / 1e6);
+        for (const auto& v : variants) {
+          cuda::nbits4_variant_for_bench = v.first;
+          const double us = graph_ms(g, [&] {
+                              for (auto& op : ops) op.run(g, true);
+                            }) * 1e3 / copies;
+          std::printf(" %.2f (%.2f) |", us, bytes / (us * 1e-6) / 1e12);
+        }
+        cuda::nbits4_variant_for_bench = 0;
+        std::printf("\n");
       }
-      const double us = graph_ms(g, [&] {
-                          for (auto& op : ops) op.run(g, true);
-                        }) * 1e3 / copies;
-      std::printf("| %s | %lld | 1 | %.1f | %.2f | %.2f |\n", c.name, static_cast<long long>(block), bytes / 1e6, us,
-                  bytes / (us * 1e-6) / 1e12);
-    }
 }
-
 
 }  // namespace
 

@@ -11,6 +11,15 @@
 //
 // Up to kFusedRows rows of A (decode) each block of B is unpacked once into a small buffer and
 // dotted with every row; more rows, B is dequantized whole into float32 and multiplied by BLAS.
+//
+// onyx::LinearNBits(A, B, scales, zero_points?; K, N, bits, block_size, accuracy_level, splits,
+// gated) -> y_0, ..., y_{s-1}: the same product (no g_idx, no bias) with its N columns cut into
+// the outputs by `splits` (as onyx::Linear's), or with gated = 1 one output of N / 2 columns,
+// silu(Y[:, :N/2]) * Y[:, N/2:] rounded once (as onyx::SiluGateLinear's): what group_nbits
+// (passes/fuse_linear.h) makes of the 4-bit products that read one input, so that a layer's
+// Q, K and V (or gate and up) are one stream of weights and one launch with no Split after it.
+#include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "ops/tensor_util.h"
@@ -132,9 +141,9 @@ void infer_matmul_nbits(InferContext& ctx) {
   ctx.set_output(0, t, y);
 }
 
+// Y = A dequant(B)^T + bias as doubles [M, N] (bias: input kBias when `with_bias`).
 template <class T>
-void matmul_nbits_kernel(KernelContext& ctx) {
-  const NBits p = nbits_attrs(ctx);
+std::vector<double> nbits_product(KernelContext& ctx, const NBits& p, bool with_bias) {
   std::vector<const Shape*> in(ctx.num_inputs(), nullptr);
   std::vector<DType> dt(ctx.num_inputs(), DType::kUndefined);
   for (size_t i = 0; i < ctx.num_inputs(); ++i)
@@ -145,14 +154,14 @@ void matmul_nbits_kernel(KernelContext& ctx) {
   const Tensor& a = ctx.input(kA);
   check_inputs(p, a.dtype(), in, dt);
   const int64_t K = p.K, N = p.N, M = a.numel() / K;
-  T* y = ctx.output(0).data<T>();
+  std::vector<double> y(static_cast<size_t>(M * N));
   std::vector<double> bias(static_cast<size_t>(N), 0.0);
-  if (ctx.has_input(kBias))
+  if (with_bias && ctx.has_input(kBias))
     for (int64_t n = 0; n < N; ++n) bias[n] = ctx.input(kBias).get_as_double(n);
   if (is_omitted(ctx.input(kB).shape(), p)) {
     for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) y[m * N + n] = static_cast<T>(static_cast<compute_t<T>>(bias[n]));
-    return;
+      for (int64_t n = 0; n < N; ++n) y[m * N + n] = bias[n];
+    return y;
   }
   // g_idx (deprecated) maps each k to its block; only the identity map k / block_size is supported.
   if (ctx.has_input(kGIdx)) {
@@ -202,9 +211,9 @@ void matmul_nbits_kernel(KernelContext& ctx) {
         const int64_t k0 = blk * p.block_size, len = std::min(K, k0 + p.block_size) - k0;
         for (int64_t m = 0; m < M; ++m) acc[m] += dot8(&av[m * K + k0], w.data(), len);
       }
-      for (int64_t m = 0; m < M; ++m) y[m * N + n] = static_cast<T>(static_cast<compute_t<T>>(acc[m] + bias[n]));
+      for (int64_t m = 0; m < M; ++m) y[m * N + n] = acc[m] + bias[n];
     }
-    return;
+    return y;
   }
   // B whole, as float32 [N, K], then Y = A B^T by BLAS.
   std::vector<float> wb(static_cast<size_t>(N * K)), w(static_cast<size_t>(p.block_size)), yf(static_cast<size_t>(M * N));
@@ -216,8 +225,82 @@ void matmul_nbits_kernel(KernelContext& ctx) {
     }
   cpu::gemm_blas(false, true, M, N, K, 1.f, av.data(), K, wb.data(), K, 0.f, yf.data(), N);
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n)
-      y[m * N + n] = static_cast<T>(static_cast<compute_t<T>>(static_cast<double>(yf[m * N + n]) + bias[n]));
+    for (int64_t n = 0; n < N; ++n) y[m * N + n] = static_cast<double>(yf[m * N + n]) + bias[n];
+  return y;
+}
+
+template <class T>
+T rounded(double v) {
+  return static_cast<T>(static_cast<compute_t<T>>(v));
+}
+
+template <class T>
+void matmul_nbits_kernel(KernelContext& ctx) {
+  const NBits p = nbits_attrs(ctx);
+  const std::vector<double> y = nbits_product<T>(ctx, p, true);
+  T* out = ctx.output(0).data<T>();
+  for (size_t i = 0; i < y.size(); ++i) out[i] = rounded<T>(y[i]);
+}
+
+// LinearNBits' outputs: the splits (default [N]), or gated.
+std::vector<int64_t> nbits_splits(const NodeView& v, const NBits& p) {
+  if (v.attr_int("gated", 0) != 0) {
+    ONYX_CHECK(v.attr_int("gated", 0) == 1, "gated must be 0 or 1, got ", v.attr_int("gated", 0));
+    ONYX_CHECK(!v.has_attr("splits"), "a gated LinearNBits has one output: splits do not apply");
+    ONYX_CHECK(p.N % 2 == 0, "a gated LinearNBits needs an even N (gate rows, then up rows), got N = ", p.N);
+    return {p.N / 2};
+  }
+  std::vector<int64_t> s = v.attr_ints("splits", {});
+  if (s.empty()) return {p.N};
+  for (int64_t x : s) ONYX_CHECK(x > 0, "splits must be positive, got ", x);
+  const int64_t total = std::accumulate(s.begin(), s.end(), int64_t{0});
+  ONYX_CHECK(total == p.N, "splits add up to ", total, ", not N = ", p.N);
+  return s;
+}
+
+void infer_linear_nbits(InferContext& ctx) {
+  const NBits p = nbits_attrs(ctx);
+  ONYX_CHECK(ctx.num_inputs() >= 3 && ctx.num_inputs() <= 4 && ctx.has_input(kB) && ctx.has_input(kScales),
+             "LinearNBits takes A, B, scales and optionally zero_points");
+  const std::vector<int64_t> s = nbits_splits(ctx, p);
+  ONYX_CHECK(s.size() == ctx.num_outputs(), s.size(), " outputs by splits, the node has ", ctx.num_outputs());
+  const DType t = ctx.input_dtype(kA);
+  const PartialShape& a = ctx.input_shape(kA);
+  const PresentInputs present = present_inputs(ctx);
+  if (present.known) check_inputs(p, t, present.shape_ptrs, present.dtypes);
+  for (size_t i = 0; i < s.size(); ++i) {
+    PartialShape y = a;
+    if (a.rank_known) {
+      ONYX_CHECK(!a.dims.empty(), "input 'A' must have rank >= 1");
+      y.dims.back() = s[i];
+    }
+    ctx.set_output(i, t, y);
+  }
+}
+
+template <class T>
+void linear_nbits_kernel(KernelContext& ctx) {
+  const NBits p = nbits_attrs(ctx);
+  const std::vector<int64_t> s = nbits_splits(ctx, p);
+  const std::vector<double> y = nbits_product<T>(ctx, p, false);
+  const int64_t M = static_cast<int64_t>(y.size()) / p.N;
+  if (ctx.attr_int("gated", 0) == 1) {
+    const int64_t f = p.N / 2;
+    T* out = ctx.output(0).data<T>();
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t j = 0; j < f; ++j) {
+        const double g = y[m * p.N + j];
+        out[m * f + j] = rounded<T>(g / (1.0 + std::exp(-g)) * y[m * p.N + f + j]);
+      }
+    return;
+  }
+  int64_t first = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    T* out = ctx.output(i).data<T>();
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t j = 0; j < s[i]; ++j) out[m * s[i] + j] = rounded<T>(y[m * p.N + first + j]);
+    first += s[i];
+  }
 }
 
 }  // namespace
@@ -226,6 +309,10 @@ void register_matmul_nbits_ops(OpRegistry& r) {
   r.add(domain_op("com.microsoft", "MatMulNBits", 1, infer_matmul_nbits, [](KernelContext& ctx) {
     dispatch<FloatTypes>(ctx.input(kA).dtype(), "MatMulNBits",
                          [&](auto tag) { matmul_nbits_kernel<typename decltype(tag)::type>(ctx); });
+  }));
+  r.add(domain_op("onyx", "LinearNBits", 1, infer_linear_nbits, [](KernelContext& ctx) {
+    dispatch<FloatTypes>(ctx.input(kA).dtype(), "LinearNBits",
+                         [&](auto tag) { linear_nbits_kernel<typename decltype(tag)::type>(ctx); });
   }));
 }
 

@@ -322,9 +322,9 @@ struct NBitsMember {
 
 LinearReport group_nbits(Graph& g) {
   LinearReport r;
-  // Candidates by A and the weights' layout: K, bits, block size, accuracy level, and the
-  // types and per-feature sizes of B, the scales and the zero points (everything but N).
-  std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t, std::string>, std::vector<NBitsMember>> by_layout;
+  // A candidate's key: A and the weights' layout (K, bits, block size, accuracy level, and the
+  // types and per-feature sizes of B, the scales and the zero points: everything but N).
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, std::string>;
   auto attr = [](const Node& n, const char* name, int64_t fallback) {
     const Attribute* a = n.find_attribute(name);
     return a && a->kind == Attribute::Kind::kInt ? a->i : fallback;
@@ -334,11 +334,11 @@ LinearReport group_nbits(Graph& g) {
     s[0] = t.rank() >= 2 ? 1 : s[0] / n;
     return cat(dtype_name(t.dtype()), t.rank(), s.str());
   };
-  for (size_t k = 0; k < g.nodes.size(); ++k) {
+  auto key_of = [&](size_t k) -> std::optional<Key> {
     const Node& n = g.nodes[k];
     if (n.op_type != "MatMulNBits" || n.domain != "com.microsoft" || n.outputs.size() != 1 || n.outputs[0] < 0 ||
         n.inputs.size() < 3 || n.inputs.size() > 4 || n.inputs[0] < 0)
-      continue;
+      return std::nullopt;
     const Tensor* b = constant_value(g, n.inputs[1]);
     const Tensor* sc = constant_value(g, n.inputs[2]);
     const bool zp = n.inputs.size() == 4 && n.inputs[3] >= 0;
@@ -347,37 +347,31 @@ LinearReport group_nbits(Graph& g) {
     if (!b || !sc || (zp && !z) || N <= 0 || b->rank() < 1 || b->shape()[0] != N || sc->rank() < 1 ||
         sc->shape()[0] % N != 0 || (sc->rank() >= 2 && sc->shape()[0] != N) ||
         (z && (z->rank() < 1 || z->shape()[0] % N != 0 || (z->rank() >= 2 && z->shape()[0] != N))))
-      continue;
+      return std::nullopt;
     std::string layout = per_feature(*b, N) + "/" + per_feature(*sc, N);
     if (z) layout += "/" + per_feature(*z, N);
-    by_layout[{n.inputs[0], attr(n, "K", -1), attr(n, "bits", 4), attr(n, "block_size", -1),
-               attr(n, "accuracy_level", 0), layout}]
-        .push_back({k, N});
-  }
+    return Key{n.inputs[0], attr(n, "K", -1), attr(n, "bits", 4), attr(n, "block_size", -1),
+               attr(n, "accuracy_level", 0), layout};
+  };
   std::vector<bool> removed(g.nodes.size(), false);
-  std::map<size_t, std::vector<Node>> emit;  // at a first member's place: the stacked product, the Split
+  std::map<size_t, Node> emit;  // a node to put at an index (in place of what was there)
   std::vector<int> replaced;
-  for (auto& [key, members] : by_layout) {
-    if (members.size() < 2) continue;
-    std::sort(members.begin(), members.end(), [](const NBitsMember& a, const NBitsMember& b) { return a.node < b.node; });
+  // One LinearNBits over the members' weights, scales and zero points stacked by output feature
+  // (scales and zero points are [N, ...] or flat [N * ...]: either way in feature order).
+  auto stacked_node = [&](const std::vector<NBitsMember>& members, std::vector<int> outs, Attribute shape_attr) {
     const Node& first = g.nodes[members[0].node];
     std::vector<const Tensor*> bs, ss, zs;
-    std::vector<int64_t> splits;
-    std::vector<int> outs;
     int64_t total = 0;
     for (const NBitsMember& m : members) {
       const Node& n = g.nodes[m.node];
       bs.push_back(constant_value(g, n.inputs[1]));
       ss.push_back(constant_value(g, n.inputs[2]));
       if (n.inputs.size() == 4) zs.push_back(constant_value(g, n.inputs[3]));
-      splits.push_back(m.n);
-      outs.push_back(n.outputs[0]);
       total += m.n;
       for (int in : {1, 2, 3})
         if (in < static_cast<int>(n.inputs.size())) replaced.push_back(n.inputs[in]);
       removed[m.node] = true;
     }
-    // Scales and zero points are [N, ...] or flat [N * ...]: either way stacked in feature order.
     // (The node's index keeps the names apart where nodes have none.)
     const std::string base = cat(first.name.empty() ? "nbits" : first.name, "#", members[0].node);
     Tensor b = concat_rows(bs);
@@ -389,24 +383,51 @@ LinearReport group_nbits(Graph& g) {
     for (const Attribute& a : first.attributes)
       if (a.name != "N") attrs.push_back(a);
     attrs.push_back(make_int_attr("N", total));
-    const int y = g.value_id(base + "/stacked_Y");
-    Node stacked = make_node(base + "/stacked", "com.microsoft", "MatMulNBits", first.opset, ins, {y}, attrs);
-    const int sizes =
-        add_initializer(g, base + "/splits", Tensor::from_vector<int64_t>(splits, Shape{static_cast<int64_t>(splits.size())}));
-    Node split = make_node(base + "/split", "", "Split", 18, {y, sizes}, outs, {make_int_attr("axis", -1)});
-    emit[members[0].node] = {std::move(stacked), std::move(split)};
-    ++r.groups;
+    attrs.push_back(std::move(shape_attr));
     r.grouped += static_cast<int>(members.size());
+    ++r.groups;
+    return make_node(base + "/stacked", "onyx", "LinearNBits", 1, ins, std::move(outs), attrs);
+  };
+  // SiluMul(MatMulNBits(x, Bg), MatMulNBits(x, Bu)), each product read there alone, of one
+  // layout and N -> LinearNBits(x, [Bg; Bu]; gated = 1), at the SiluMul's place.
+  std::unordered_map<int, int> readers = count_readers(g);
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const Node& sm = g.nodes[k];
+    if (sm.op_type != "SiluMul" || sm.domain != "onyx" || sm.inputs.size() != 2 || sm.outputs.size() != 1) continue;
+    const int gp = sm.inputs[0] >= 0 ? g.values[sm.inputs[0]].producer : -1;
+    const int up = sm.inputs[1] >= 0 ? g.values[sm.inputs[1]].producer : -1;
+    if (gp < 0 || up < 0 || gp == up || removed[gp] || removed[up]) continue;
+    const auto kg = key_of(static_cast<size_t>(gp)), ku = key_of(static_cast<size_t>(up));
+    if (!kg || !ku || *kg != *ku || readers[sm.inputs[0]] != 1 || readers[sm.inputs[1]] != 1) continue;
+    const int64_t n = attr(g.nodes[gp], "N", -1);
+    if (attr(g.nodes[up], "N", -1) != n) continue;
+    emit[k] = stacked_node({{static_cast<size_t>(gp), n}, {static_cast<size_t>(up), n}}, {sm.outputs[0]},
+                           make_int_attr("gated", 1));
+    removed[k] = true;
+  }
+  // The other products reading one A with one layout -> LinearNBits(A, [B_0; ...]; splits), at
+  // the first member's place.
+  std::map<Key, std::vector<NBitsMember>> by_layout;
+  for (size_t k = 0; k < g.nodes.size(); ++k)
+    if (!removed[k])
+      if (auto key = key_of(k)) by_layout[*key].push_back({k, attr(g.nodes[k], "N", -1)});
+  for (auto& [key, members] : by_layout) {
+    if (members.size() < 2) continue;
+    std::sort(members.begin(), members.end(), [](const NBitsMember& a, const NBitsMember& b) { return a.node < b.node; });
+    std::vector<int64_t> splits;
+    std::vector<int> outs;
+    for (const NBitsMember& m : members) {
+      splits.push_back(m.n);
+      outs.push_back(g.nodes[m.node].outputs[0]);
+    }
+    const size_t at = members[0].node;
+    emit[at] = stacked_node(members, std::move(outs), make_ints_attr("splits", std::move(splits)));
   }
   if (emit.empty()) return r;
   std::vector<Node> nodes;
   for (size_t k = 0; k < g.nodes.size(); ++k) {
-    auto it = emit.find(k);
-    if (it != emit.end()) {
-      for (Node& n : it->second) nodes.push_back(std::move(n));
-      continue;
-    }
-    if (!removed[k]) nodes.push_back(std::move(g.nodes[k]));
+    if (auto it = emit.find(k); it != emit.end()) nodes.push_back(std::move(it->second));
+    else if (!removed[k]) nodes.push_back(std::move(g.nodes[k]));
   }
   g.nodes = std::move(nodes);
   set_producers(g);

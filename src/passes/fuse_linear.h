@@ -18,10 +18,13 @@
 //     norm's place: the rows are normalized where they are multiplied.
 //
 //   group_nbits: the 4-bit products of onnxruntime's quantizers and the builder,
-//     com.microsoft MatMulNBits nodes reading the same A with constant weights of one layout
-//     (K, bits, block size, accuracy level, zero points or none) -> one MatMulNBits over the
-//     weights, scales and zero points stacked by output feature, then a Split of its output:
-//     one stream of weights and one launch for a layer's Q, K and V (or gate and up).
+//     com.microsoft MatMulNBits nodes (no bias) reading the same A with constant weights of one
+//     layout (K, bits, block size, accuracy level, zero points or none): first
+//     SiluMul(MatMulNBits(x, Bg), MatMulNBits(x, Bu)) -> onyx::LinearNBits(x, [Bg; Bu];
+//     gated = 1) (the MLP's gate and up, the gating in the product's epilogue), then the
+//     other sets -> onyx::LinearNBits(x, [B_0; ...]; splits) (a layer's Q, K and V), the
+//     weights, scales and zero points stacked by output feature (ops/matmul_nbits.cpp): one
+//     stream of weights, one launch, no Split after it.
 //
 // Both keep the values the rest of the graph reads; the weights they replace are dropped when
 // nothing else reads them.
@@ -46,7 +49,7 @@ struct LinearReport {
 LinearReport linear_from_matmul(Graph& g);
 LinearReport group_linears(Graph& g);
 LinearReport norm_into_linear(Graph& g);
-// Returns the MatMulNBits groups made (`groups`) and the nodes they replaced (`grouped`).
+// Returns the LinearNBits nodes made (`groups`) and the products they replaced (`grouped`).
 LinearReport group_nbits(Graph& g);
 
 }  // namespace onyx

@@ -649,6 +649,40 @@ void contrib(std::vector<Case>& v) {
   nbits("gemv4_m2_block128_zp_typed", 1, 2, 512, 37, 128, 4, 2, true);
   nbits("gemv4_m5_block32", 5, 0, 4160, 9, 32, 4, 0, true);
   nbits("gemv4_m8_block256", 8, 0, 1024, 66, 256, 4, 1, false);
+  // The tensor-core 4-bit kernel: a last 128-value chunk of which one thread's part is live
+  // (K = 1056), features past N in the last 16, 7 rows of the MMA's 8; several chunk rounds per
+  // warp with a block of 128 (one scale per chunk).
+  nbits("gemv4_m7_k1056_block32_zp_bias", 7, 0, 1056, 35, 32, 4, 1, true);
+  nbits("gemv4_m1_k4096_block128", 1, 0, 4096, 48, 128, 4, 0, false);
+
+  // onyx::LinearNBits (group_nbits' stacked products): outputs cut by splits or SiLU-gated, by
+  // the tensor-core kernel (16-bit A, up to 8 rows) or per output / a chunk of rows at a time
+  // (float32 A, prompts, zero points of A's type).
+  auto lnb = [&](std::string name, int64_t M, int64_t K, std::vector<int64_t> splits, bool gated, int64_t block,
+                 int zp) {
+    int64_t N = 0;
+    for (int64_t x : splits) N += x;
+    if (gated) N *= 2;
+    const int64_t kb = (K + block - 1) / block;
+    std::vector<In> in = {X({M, K}), Ints({N, kb, block / 2}, 0, 255, D::kUInt8), Pos({N, kb}, 0.01, 0.2)};
+    if (zp == 1) in.push_back(Ints({N, (kb * 4 + 7) / 8}, 0, 255, D::kUInt8));
+    else if (zp == 2) in.push_back(Uni({N, kb}, 0, 15));
+    std::vector<Attribute> attrs = {attr_int("K", K), attr_int("N", N), attr_int("block_size", block),
+                                    attr_int("bits", 4)};
+    if (gated) attrs.push_back(attr_int("gated", 1));
+    else attrs.push_back(attr_ints("splits", splits));
+    Case c{std::move(name), "LinearNBits", kFloats, std::move(in), std::move(attrs),
+           gated ? 1 : static_cast<int>(splits.size()), 1, "onyx"};
+    c.f32_tol = 2e-5;
+    v.push_back(std::move(c));
+  };
+  lnb("splits_m1_zp", 1, 256, {32, 16, 16}, false, 32, 1);
+  lnb("splits_m5_k1056", 5, 1056, {24, 11}, false, 32, 0);
+  lnb("splits_m37_prompt", 37, 128, {16, 8}, false, 32, 1);
+  lnb("splits_m2_zp_typed", 2, 256, {8, 24}, false, 64, 2);
+  lnb("gated_m1_block128_zp", 1, 512, {40}, true, 128, 1);
+  lnb("gated_m8", 8, 96, {20}, true, 32, 0);
+  lnb("gated_m37_prompt", 37, 128, {24}, true, 32, 1);
 
   // GatherBlockQuantized: uint8 data [rows, (inner,) packed cols], scales of the output type.
   auto gbq = [&](std::string name, Shape data, Shape scales, In indices, bool zp, int64_t bits, int64_t block) {

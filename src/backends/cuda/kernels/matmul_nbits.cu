@@ -23,7 +23,11 @@
 
 namespace onyx::cuda {
 
+int nbits4_variant_for_bench = 0;
+
 namespace {
+
+constexpr int kNbitsMaxSplits = 8;
 
 struct NBitsArgs {
   const void* a;  // [M, K]
@@ -34,6 +38,12 @@ struct NBitsArgs {
   const void* bias;  // [N] or null
   void* y;           // [M, N]
   int64_t M, N, K, block, k_blocks, bits, zp_row;
+  // The tensor-core kernel's outputs (onyx::LinearNBits): Y's columns cut at split_end into
+  // out[] (MatMulNBits: one output, y), or with `gated` silu(Y[:, :N/2]) * Y[:, N/2:] into out[0].
+  int splits;
+  int64_t split_end[kNbitsMaxSplits];
+  void* out[kNbitsMaxSplits];
+  int gated;
 };
 
 template <class T>
@@ -260,6 +270,229 @@ __global__ void __launch_bounds__(kNb4Warps * 32) nbits4_gemv_kernel(NBitsArgs p
     }
 }
 
+// ---- 4 bits, up to 8 rows, on tensor cores ----
+//
+// The per-value float arithmetic above makes nbits4_gemv_kernel bound by instruction issue
+// (0.6-1.4 TB/s of packed weights on an H200). Here the values are dequantized two at a time in
+// 16-bit pairs and multiplied by mma.sync m16n8k16 (float accumulation): the 16 output features
+// of a block are the MMA's rows, the (up to 8) rows of A its columns. A pair is made by one
+// bit operation, (word >> 4j) & 0x000F000F | magic, which places nibbles j and j + 4 of a 32-bit
+// word in the mantissas of two 16-bit numbers equal to magic + q (bf16: 128 + q, fp16: 1024 + q),
+// then one subtraction of magic + z (exact: small integers) and one multiplication by the block's
+// scale (the value's one rounding, as the 16-bit dequantized weights of the many-row path have).
+// The order of k within the MMA's 16 does not matter to the sum as long as A's and B's fragments
+// agree: thread t of a row group takes the 32 values [32t, 32t + 32) of a 128-value chunk (one
+// quantization block, one 16-byte load per feature), pair (s, j) holding values 8s + j and
+// 8s + j + 4; its activations are loaded as they lie and paired the same way with byte permutes.
+// A block's W warps split K by chunks and add their partial sums through shared memory.
+template <class T>
+struct Nb4Magic;
+template <>
+struct Nb4Magic<__nv_bfloat16> {
+  static constexpr uint32_t kBits = 0x43004300u;  // 128.0 in both halves
+  static constexpr float kValue = 128.f;
+};
+template <>
+struct Nb4Magic<__half> {
+  static constexpr uint32_t kBits = 0x64006400u;  // 1024.0 in both halves
+  static constexpr float kValue = 1024.f;
+};
+
+template <class T>
+__device__ __forceinline__ uint32_t pair_bits(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// (m - z) * s on both halves, in T's 16-bit arithmetic.
+template <class T>
+__device__ __forceinline__ uint32_t pair_dequant(uint32_t m, uint32_t z, uint32_t s) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 r = __hmul2(__hsub2(*reinterpret_cast<const __nv_bfloat162*>(&m),
+                                             *reinterpret_cast<const __nv_bfloat162*>(&z)),
+                                     *reinterpret_cast<const __nv_bfloat162*>(&s));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  } else {
+    const __half2 r = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&m), *reinterpret_cast<const __half2*>(&z)),
+                              *reinterpret_cast<const __half2*>(&s));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+#endif
+}
+
+constexpr int kNb4MmaFeatures = 16;
+
+// Where output column `col` of a row goes (constant indices into the arguments, which a run-time
+// index would copy to local memory).
+template <class T>
+__device__ __forceinline__ T* nbits_output(const NBitsArgs& p, int64_t col, int64_t& start, int64_t& width) {
+  T* dst = nullptr;
+  ONYX_UNROLL
+  for (int s = 0; s < kNbitsMaxSplits; ++s) {
+    const int64_t lo = s == 0 ? 0 : p.split_end[s - 1];
+    if (s < p.splits && col >= lo && col < p.split_end[s]) {
+      dst = static_cast<T*>(p.out[s]);
+      start = lo;
+      width = p.split_end[s] - lo;
+    }
+  }
+  return dst;
+}
+
+// G (gated): a block's 16 MMA rows are 8 gate rows and the 8 up rows of the same outputs, so
+// each thread holds an output's gate and up sums and gates them in registers.
+template <class T, int W, int U, bool G>
+__global__ void __launch_bounds__(W * 32) nbits4_mma_kernel(NBitsArgs p) {
+  __shared__ float partial[W > 1 ? W - 1 : 1][32][4];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t F = p.N / 2;  // G: outputs
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * (G ? kNb4MmaFeatures / 2 : kNb4MmaFeatures);
+  const int64_t row_bytes = p.k_blocks * p.block / 2;
+  // Weight row of MMA row i (0..15), and whether it holds an output (else a repeat, never written).
+  auto weight_row = [&](int i, bool& live) -> int64_t {
+    if constexpr (G) {
+      const int64_t j = n0 + (i & 7);
+      live = j < F;
+      return (i >= 8 ? F : 0) + (live ? j : F - 1);
+    } else {
+      live = n0 + i < p.N;
+      return live ? n0 + i : p.N - 1;
+    }
+  };
+  bool live_a, live_b;
+  const int64_t na = weight_row(g, live_a), nb = weight_row(g + 8, live_b);
+  const uint8_t* row_a = p.b + na * row_bytes;
+  const uint8_t* row_b = p.b + nb * row_bytes;
+  if (warp == 0 && lane < kNb4MmaFeatures) {
+    bool live;
+    const int64_t r = weight_row(lane, live);
+    if (live) prefetch_l2(p.b + r * row_bytes, static_cast<uint32_t>(p.K / 2));
+  }
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  const int chunks = static_cast<int>((p.K + 127) / 128);
+  const int rows = static_cast<int>(p.M);
+  const T* A = static_cast<const T*>(p.a);
+  const T* scales = static_cast<const T*>(p.scales);
+  const uint32_t magic = Nb4Magic<T>::kBits;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f}, acc2[4] = {0.f, 0.f, 0.f, 0.f};  // two chains of MMAs
+  for (int base = warp; base < chunks; base += W * U) {
+    uint4 wa[U], wb[U];
+    ONYX_UNROLL
+    for (int u = 0; u < U; ++u) {
+      const int64_t k0 = static_cast<int64_t>(base + u * W) * 128 + 32 * t;
+      if (base + u * W < chunks && k0 < p.K) {
+        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(wa[u].x), "=r"(wa[u].y), "=r"(wa[u].z), "=r"(wa[u].w)
+            : "l"(row_a + k0 / 2));
+        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(wb[u].x), "=r"(wb[u].y), "=r"(wb[u].z), "=r"(wb[u].w)
+            : "l"(row_b + k0 / 2));
+      } else {
+        wa[u] = wb[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+    ONYX_UNROLL
+    for (int u = 0; u < U; ++u) {
+      const int c = base + u * W;
+      const int64_t k0 = static_cast<int64_t>(c) * 128 + 32 * t;
+      const bool live = c < chunks && k0 < p.K;  // else this thread's part of the MMA is zeros
+      uint32_t za = 0, zb = 0, sa = 0, sb = 0;
+      if (live) {
+        const int64_t blk = k0 / p.block;
+        za = pair_bits<T>(Nb4Magic<T>::kValue + nbits_zero<T>(p, na, blk), Nb4Magic<T>::kValue + nbits_zero<T>(p, na, blk));
+        zb = pair_bits<T>(Nb4Magic<T>::kValue + nbits_zero<T>(p, nb, blk), Nb4Magic<T>::kValue + nbits_zero<T>(p, nb, blk));
+        const uint16_t s16a = reinterpret_cast<const uint16_t*>(scales)[na * p.k_blocks + blk];
+        const uint16_t s16b = reinterpret_cast<const uint16_t*>(scales)[nb * p.k_blocks + blk];
+        sa = s16a | (static_cast<uint32_t>(s16a) << 16);
+        sb = s16b | (static_cast<uint32_t>(s16b) << 16);
+      }
+      uint4 x[4] = {};
+      if (live && g < rows) {
+        const uint4* xr = reinterpret_cast<const uint4*>(A + g * p.K + k0);
+        ONYX_UNROLL
+        for (int s = 0; s < 4; ++s) x[s] = __ldg(xr + s);
+      }
+      ONYX_UNROLL
+      for (int s = 0; s < 4; ++s) {
+        const uint32_t qa = s == 0 ? wa[u].x : s == 1 ? wa[u].y : s == 2 ? wa[u].z : wa[u].w;
+        const uint32_t qb = s == 0 ? wb[u].x : s == 1 ? wb[u].y : s == 2 ? wb[u].z : wb[u].w;
+        uint32_t pa[4], pb[4], px[4];
+        ONYX_UNROLL
+        for (int j = 0; j < 4; ++j) {
+          pa[j] = live ? pair_dequant<T>(((qa >> (4 * j)) & 0x000F000Fu) | magic, za, sa) : 0u;
+          pb[j] = live ? pair_dequant<T>(((qb >> (4 * j)) & 0x000F000Fu) | magic, zb, sb) : 0u;
+        }
+        px[0] = __byte_perm(x[s].x, x[s].z, 0x5410);  // values 8s, 8s + 4
+        px[1] = __byte_perm(x[s].x, x[s].z, 0x7632);  // 8s + 1, 8s + 5
+        px[2] = __byte_perm(x[s].y, x[s].w, 0x5410);  // 8s + 2, 8s + 6
+        px[3] = __byte_perm(x[s].y, x[s].w, 0x7632);  // 8s + 3, 8s + 7
+        mma_16816<T>(acc, pa[0], pb[0], pa[1], pb[1], px[0], px[1]);
+        mma_16816<T>(acc2, pa[2], pb[2], pa[3], pb[3], px[2], px[3]);
+      }
+    }
+  }
+  ONYX_UNROLL
+  for (int i = 0; i < 4; ++i) acc[i] += acc2[i];
+  if constexpr (W > 1) {
+    if (warp > 0)
+      ONYX_UNROLL
+      for (int i = 0; i < 4; ++i) partial[warp - 1][lane][i] = acc[i];
+    __syncthreads();
+    if (warp > 0) return;
+    for (int w = 0; w < W - 1; ++w)
+      ONYX_UNROLL
+      for (int i = 0; i < 4; ++i) acc[i] += partial[w][lane][i];
+  }
+  // acc: MMA rows g (0, 1) and g + 8 (2, 3), rows of A 2t and 2t + 1.
+  if constexpr (G) {
+    if (!live_a) return;
+    ONYX_UNROLL
+    for (int i = 0; i < 2; ++i) {
+      const int r = 2 * t + i;
+      if (r >= rows) continue;
+      const float gate = acc[i];
+      static_cast<T*>(p.out[0])[r * F + n0 + g] = from_compute<T>(gate / (1.f + __expf(-gate)) * acc[i + 2]);
+    }
+  } else {
+    ONYX_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const int64_t n = n0 + g + (i >= 2 ? 8 : 0);
+      const int r = 2 * t + (i & 1);
+      if (n >= p.N || r >= rows) continue;
+      const float bias = p.bias ? to_compute(static_cast<const T*>(p.bias)[n]) : 0.f;
+      int64_t start = 0, width = 0;
+      T* dst = nbits_output<T>(p, n, start, width);
+      dst[r * width + (n - start)] = from_compute<T>(acc[i] + bias);
+    }
+  }
+}
+
 // Whether the 4-bit kernel takes this product: 16-bit A aligned to 16 bytes, K and the block a
 // multiple of 32 (a 16-byte piece of a row lies in one block), at most 8 rows.
 bool nbits4_fits(const NBitsArgs& p, DType a_dtype) {
@@ -276,6 +509,36 @@ void launch_nbits4(const NBitsArgs& p, CudaContext& cu) {
     launch_kernel(nbits4_gemv_kernel<T, R, CPW, U, true>, blocks, kNb4Warps * 32, 0, cu, p);
   else
     launch_kernel(nbits4_gemv_kernel<T, R, CPW, U, false>, blocks, kNb4Warps * 32, 0, cu, p);
+}
+
+template <class T, int W, int U>
+void launch_nbits4_mma(const NBitsArgs& p, CudaContext& cu) {
+  const int64_t per_block = p.gated ? kNb4MmaFeatures / 2 : kNb4MmaFeatures;
+  const int64_t outputs = p.gated ? p.N / 2 : p.N;
+  const unsigned blocks = static_cast<unsigned>((outputs + per_block - 1) / per_block);
+  if (p.gated) launch_kernel(nbits4_mma_kernel<T, W, U, true>, blocks, W * 32, 0, cu, p);
+  else launch_kernel(nbits4_mma_kernel<T, W, U, false>, blocks, W * 32, 0, cu, p);
+}
+
+// The tensor-core kernel's shape for a product, by bench/cuda_bench.cpp's 4-bit table (H200):
+// where the blocks fit the SMs in one wave and K is long (the down product, K = 8192) 16 warps
+// per block, K split 16 ways (0.9-1.0 TB/s against 0.7-0.9 with 8); where they are fewer than
+// two per SM (a layer's Q, K, V and its o product) 8 warps (0.55-0.75 TB/s against 0.45-0.67
+// with 4; 16 warps take two waves there); else (gate and up, the LM head) 4 warps, 1.1-1.9 TB/s.
+template <class T>
+void run_nbits4_mma(const NBitsArgs& p, CudaContext& cu) {
+  switch (nbits4_variant_for_bench) {
+    case 3: launch_nbits4_mma<T, 4, 4>(p, cu); return;
+    case 4: launch_nbits4_mma<T, 8, 2>(p, cu); return;
+    case 6: launch_nbits4_mma<T, 4, 2>(p, cu); return;
+    case 7: launch_nbits4_mma<T, 16, 2>(p, cu); return;
+    default: break;
+  }
+  const int64_t blocks = (p.gated ? p.N / 2 : p.N) / (p.gated ? kNb4MmaFeatures / 2 : kNb4MmaFeatures);
+  const int sms = sm_count(cu.device);
+  if (blocks <= sms && p.K >= 32 * 128) launch_nbits4_mma<T, 16, 2>(p, cu);
+  else if (blocks < 2 * sms) launch_nbits4_mma<T, 8, 2>(p, cu);
+  else launch_nbits4_mma<T, 4, 2>(p, cu);
 }
 
 template <class T>
@@ -340,7 +603,8 @@ bool by_library(const NBitsArgs& p, DType dt, CudaContext& cu) {
   }
 }
 
-void run_matmul_nbits(KernelContext& ctx, CudaContext& cu) {
+// The arguments of a MatMulNBits or LinearNBits node (Y and the outputs left to the caller).
+NBitsArgs nbits_args(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
   NBitsArgs p{};
@@ -360,42 +624,144 @@ void run_matmul_nbits(KernelContext& ctx, CudaContext& cu) {
     p.zp_packed = ctx.input(3).dtype() == DType::kUInt8;
     p.zp_row = packed_bytes(p.k_blocks, p.bits);
   }
-  p.bias = ctx.has_input(5) ? ctx.input(5).raw() : nullptr;
-  Tensor& y = ctx.output(0);
-  p.y = y.raw();
-  if (p.M == 0) return;
   ONYX_CHECK(b.shape() == Shape({p.N, p.k_blocks, p.block * p.bits / 8}) || b.numel() == 0, "input 'B' must be [",
              p.N, ", ", p.k_blocks, ", ", p.block * p.bits / 8, "], got ", b.shape().str());
-  dispatch_float(a.dtype(), "MatMulNBits", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if (b.numel() == 0) {  // an omitted projection: the bias, or zeros
-      launch_kernel(nbits_bias_kernel<T>, resident_blocks_for(p.M * p.N, cu.device), kThreads, 0, cu, p.bias, p.y, p.M,
-                                                                                                    p.N);
+  return p;
+}
+
+// Y = A dequant(B)^T (+ bias) into p.y [M, N], by the kernel that fits.
+template <class T>
+void nbits_product(NBitsArgs p, DType dt, CudaContext& cu) {
+  if constexpr (!std::is_same_v<T, float>) {
+    p.splits = 1;
+    p.split_end[0] = p.N;
+    p.out[0] = p.y;
+    p.gated = 0;
+    if (nbits4_fits(p, dt)) {
+      if (!(p.zp && !p.zp_packed) && nbits4_variant_for_bench != 1) {
+        run_nbits4_mma<T>(p, cu);
+        return;
+      }
+      if (p.M == 1) launch_nbits4<T, 1, 2, 8>(p, cu);
+      else if (p.M == 2) launch_nbits4<T, 2, 2, 8>(p, cu);
+      else if (p.M <= 4) launch_nbits4<T, 4, 4, 2>(p, cu);
+      else launch_nbits4<T, 8, 4, 2>(p, cu);
       return;
     }
+  }
+  const unsigned warps_blocks = static_cast<unsigned>((p.N + 7) / 8);
+  if (p.M == 1)
+    launch_kernel(nbits_gemv_kernel<T, 1>, warps_blocks, 256, 0, cu, p);
+  else if (p.M <= 4)
+    launch_kernel(nbits_gemv_kernel<T, 4>, warps_blocks, 256, 0, cu, p);
+  else if (p.M <= 8)
+    launch_kernel(nbits_gemv_kernel<T, 8>, warps_blocks, 256, 0, cu, p);
+  else if (!by_library<T>(p, dt, cu)) {
+    ONYX_CHECK((p.M + kTileM - 1) / kTileM <= 65535, "MatMulNBits on CUDA: ", p.M, " rows exceed the grid");
+    launch_kernel(nbits_gemm_kernel<T>, dim3(static_cast<unsigned>((p.N + kTileN - 1) / kTileN),
+                                             static_cast<unsigned>((p.M + kTileM - 1) / kTileM)),
+                  256, 0, cu, p);
+  }
+}
+
+void run_matmul_nbits(KernelContext& ctx, CudaContext& cu) {
+  NBitsArgs p = nbits_args(ctx);
+  p.bias = ctx.has_input(5) ? ctx.input(5).raw() : nullptr;
+  p.y = ctx.output(0).raw();
+  if (p.M == 0) return;
+  const DType dt = ctx.input(0).dtype();
+  dispatch_float(dt, "MatMulNBits", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (ctx.input(1).numel() == 0) {  // an omitted projection: the bias, or zeros
+      launch_kernel(nbits_bias_kernel<T>, resident_blocks_for(p.M * p.N, cu.device), kThreads, 0, cu, p.bias, p.y, p.M,
+                    p.N);
+      return;
+    }
+    nbits_product<T>(p, dt, cu);
+  });
+  ONYX_CUDA_CHECK_LAUNCH("MatMulNBits");
+}
+
+template <class T>
+__global__ void nbits_gate_kernel(const T* __restrict__ d, T* __restrict__ y, int64_t rows, int64_t f) {
+  ONYX_KERNEL_PROLOGUE();
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * f;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / f, j = i - r * f;
+    const float g = to_compute(d[r * 2 * f + j]);
+    y[i] = from_compute<T>(g / (1.f + __expf(-g)) * to_compute(d[r * 2 * f + f + j]));
+  }
+}
+
+// The rows [first, first + count) of B, its scales and zero points: a product of its own.
+NBitsArgs feature_rows(NBitsArgs p, int64_t first, int64_t count, size_t es) {
+  const int64_t row_bytes = p.k_blocks * p.block * p.bits / 8;
+  p.b += first * row_bytes;
+  p.scales = static_cast<const char*>(p.scales) + first * p.k_blocks * es;
+  if (p.zp) p.zp = static_cast<const char*>(p.zp) + (p.zp_packed ? first * p.zp_row : first * p.k_blocks * es);
+  p.N = count;
+  return p;
+}
+
+// onyx::LinearNBits: up to 8 rows of 16-bit A (decode) in one launch of the tensor-core kernel,
+// the outputs cut or gated as it writes them; otherwise (prompts, other layouts) each output's
+// weight rows as a product of their own, and the gated form a chunk of rows at a time into the
+// end of the workspace, then gated.
+void run_linear_nbits(KernelContext& ctx, CudaContext& cu) {
+  NBitsArgs p = nbits_args(ctx);
+  if (p.M == 0) return;
+  ONYX_CHECK(ctx.input(1).numel() > 0, "LinearNBits: B is empty");
+  const DType dt = ctx.input(0).dtype();
+  const size_t es = dtype_size(dt);
+  p.gated = ctx.attr_int("gated", 0) != 0;
+  p.splits = static_cast<int>(ctx.num_outputs());
+  int64_t end = 0;
+  for (size_t i = 0; i < ctx.num_outputs() && i < static_cast<size_t>(kNbitsMaxSplits); ++i) {
+    Tensor& y = ctx.output(i);
+    end += p.gated ? p.N : y.shape()[y.rank() - 1];
+    p.split_end[i] = end;
+    p.out[i] = y.raw();
+  }
+  dispatch_float(dt, "LinearNBits", [&](auto tag) {
+    using T = typename decltype(tag)::type;
     if constexpr (!std::is_same_v<T, float>) {
-      if (nbits4_fits(p, a.dtype())) {
-        if (p.M == 1) launch_nbits4<T, 1, 2, 8>(p, cu);
-        else if (p.M == 2) launch_nbits4<T, 2, 2, 8>(p, cu);
-        else if (p.M <= 4) launch_nbits4<T, 4, 4, 2>(p, cu);
-        else launch_nbits4<T, 8, 4, 2>(p, cu);
+      if (nbits4_fits(p, dt) && !(p.zp && !p.zp_packed) && p.splits <= kNbitsMaxSplits &&
+          nbits4_variant_for_bench != 1) {
+        run_nbits4_mma<T>(p, cu);
         return;
       }
     }
-    const unsigned warps_blocks = static_cast<unsigned>((p.N + 7) / 8);
-    if (p.M == 1)
-      launch_kernel(nbits_gemv_kernel<T, 1>, warps_blocks, 256, 0, cu, p);
-    else if (p.M <= 4)
-      launch_kernel(nbits_gemv_kernel<T, 4>, warps_blocks, 256, 0, cu, p);
-    else if (p.M <= 8)
-      launch_kernel(nbits_gemv_kernel<T, 8>, warps_blocks, 256, 0, cu, p);
-    else if (!by_library<T>(p, a.dtype(), cu)) {
-      ONYX_CHECK((p.M + kTileM - 1) / kTileM <= 65535, "MatMulNBits on CUDA: ", p.M, " rows exceed the grid");
-      launch_kernel(nbits_gemm_kernel<T>, dim3(static_cast<unsigned>((p.N + kTileN - 1) / kTileN),
-                                  static_cast<unsigned>((p.M + kTileM - 1) / kTileM)), 256, 0, cu, p);
+    if (!p.gated) {
+      int64_t first = 0;
+      for (size_t i = 0; i < ctx.num_outputs(); ++i) {
+        Tensor& y = ctx.output(i);
+        const int64_t width = y.shape()[y.rank() - 1];
+        NBitsArgs q = feature_rows(p, first, width, es);
+        q.y = y.raw();
+        nbits_product<T>(q, dt, cu);
+        first += width;
+      }
+      return;
+    }
+    const int64_t f = p.N / 2;
+    const size_t row = static_cast<size_t>(p.N) * es, room = cu.workspace_bytes / 4;
+    ONYX_CHECK(room >= row, "LinearNBits: a row of the gated product (", row, " bytes) does not fit a quarter of the ",
+               cu.workspace_bytes, "-byte workspace");
+    const int64_t chunk = static_cast<int64_t>(room / row);
+    CudaContext rest = cu;
+    rest.workspace_bytes = (cu.workspace_bytes - room) & ~size_t{255};
+    T* scratch = reinterpret_cast<T*>(static_cast<char*>(cu.workspace) + rest.workspace_bytes);
+    for (int64_t r0 = 0; r0 < p.M; r0 += chunk) {
+      NBitsArgs q = p;
+      q.M = std::min(chunk, p.M - r0);
+      q.a = static_cast<const char*>(p.a) + static_cast<size_t>(r0 * p.K) * es;
+      q.y = scratch;
+      nbits_product<T>(q, dt, rest);
+      launch_kernel(nbits_gate_kernel<T>, resident_blocks_for(q.M * f, cu.device), kThreads, 0, cu, scratch,
+                    static_cast<T*>(p.out[0]) + r0 * f, q.M, f);
     }
   });
-  ONYX_CUDA_CHECK_LAUNCH("MatMulNBits");
+  ONYX_CUDA_CHECK_LAUNCH("LinearNBits");
 }
 
 std::string nbits_support(const Node& node, const std::vector<ValueType>& in) {
@@ -414,10 +780,19 @@ std::string nbits_support(const Node& node, const std::vector<ValueType>& in) {
   return "";
 }
 
+std::string linear_nbits_support(const Node& node, const std::vector<ValueType>& in) {
+  std::string why = nbits_support(node, in);
+  if (!why.empty()) return why;
+  NodeView n(node);
+  if (n.attr_int("gated", 0) != 0 && n.attr_int("N", 0) % 2 != 0) return "a gated LinearNBits needs an even N";
+  return "";
+}
+
 }  // namespace
 
 void register_matmul_nbits_kernels(CudaKernelRegistry& r) {
   r.add(domain_kernel("com.microsoft", "MatMulNBits", 1, run_matmul_nbits, nbits_support));
+  r.add(domain_kernel("onyx", "LinearNBits", 1, run_linear_nbits, linear_nbits_support));
 }
 
 }  // namespace onyx::cuda
