@@ -25,6 +25,7 @@
 
 #include "ops/common.h"
 #include "ops/gemm.h"
+#include "ops/rms_rows.h"
 
 namespace onyx {
 
@@ -182,26 +183,10 @@ void rms_norm_linear_kernel(KernelContext& ctx) {
   const Tensor& w = ctx.input(3);
   const int64_t k = w.shape()[1];
   const int64_t m = k == 0 ? 0 : x.numel() / k;
-  const T* xp = x.data<T>();
-  const T* sp = ctx.has_input(1) ? ctx.input(1).data<T>() : nullptr;
-  T* sum = ctx.has_output(0) ? ctx.output(0).data<T>() : nullptr;
-  const double eps = ctx.attr_float("epsilon", 1e-5f);
-  std::vector<T> normed(static_cast<size_t>(m * k));
-  std::vector<double> h(static_cast<size_t>(k));
-  for (int64_t r = 0; r < m; ++r) {
-    double sq = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t i = r * k + j;
-      h[j] = static_cast<double>(static_cast<compute_t<T>>(xp[i])) +
-             (sp ? static_cast<double>(static_cast<compute_t<T>>(sp[i])) : 0.0);
-      if (sum) sum[i] = static_cast<T>(static_cast<compute_t<T>>(h[j]));
-      sq += h[j] * h[j];
-    }
-    const double inv = 1.0 / std::sqrt(sq / static_cast<double>(k) + eps);
-    for (int64_t j = 0; j < k; ++j)
-      normed[static_cast<size_t>(r * k + j)] = static_cast<T>(
-          static_cast<compute_t<T>>(h[j] * inv * static_cast<double>(static_cast<compute_t<T>>(gamma.data<T>()[j]))));
-  }
+  const std::vector<T> normed =
+      rms_normalized_rows<T>(x.data<T>(), ctx.has_input(1) ? ctx.input(1).data<T>() : nullptr, gamma.data<T>(),
+                             ctx.has_output(0) ? ctx.output(0).data<T>() : nullptr, m, k,
+                             ctx.attr_float("epsilon", 1e-5f));
   if (ctx.attr_int("gated", 0) != 0) {
     silu_gate_into(normed.data(), m, w, ctx.output(1));
     return;

@@ -18,6 +18,10 @@
 // silu(Y[:, :N/2]) * Y[:, N/2:] rounded once (as onyx::SiluGateLinear's): what group_nbits
 // (passes/fuse_linear.h) makes of the 4-bit products that read one input, so that a layer's
 // Q, K and V (or gate and up) are one stream of weights and one launch with no Split after it.
+//
+// onyx::RmsNormLinearNBits(x, skip?, gamma, B, scales, zero_points?; epsilon and LinearNBits'
+// attributes) -> (sum?, y...): onyx::RmsNormLinear's norm (ops/linear_ops.cpp: h = x + skip,
+// normalized and scaled by gamma, rounded to x's type; sum = h) before LinearNBits' product.
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -26,6 +30,7 @@
 #include "ops/block_quant.h"
 #include "ops/common.h"
 #include "ops/gemm.h"
+#include "ops/rms_rows.h"
 
 namespace onyx {
 
@@ -141,30 +146,38 @@ void infer_matmul_nbits(InferContext& ctx) {
   ctx.set_output(0, t, y);
 }
 
-// Y = A dequant(B)^T + bias as doubles [M, N] (bias: input kBias when `with_bias`).
+// Y = A dequant(B)^T + bias as doubles [M, N] (bias: input kBias when `with_bias`). B, the
+// scales and the zero points are the node's inputs from `first_b` on (RmsNormLinearNBits has
+// them after x, skip and gamma; g_idx and bias only where first_b is kB); A is input 0, or
+// `a_data` (of input 0's shape) where given.
 template <class T>
-std::vector<double> nbits_product(KernelContext& ctx, const NBits& p, bool with_bias) {
-  std::vector<const Shape*> in(ctx.num_inputs(), nullptr);
-  std::vector<DType> dt(ctx.num_inputs(), DType::kUndefined);
-  for (size_t i = 0; i < ctx.num_inputs(); ++i)
-    if (ctx.has_input(i)) {
-      in[i] = &ctx.input(i).shape();
-      dt[i] = ctx.input(i).dtype();
+std::vector<double> nbits_product(KernelContext& ctx, const NBits& p, bool with_bias, size_t first_b = kB,
+                                  const T* a_data = nullptr) {
+  auto at = [&](size_t i) -> size_t { return i == kA ? size_t{0} : i <= kZeroPoints ? first_b + (i - kB) : i; };
+  const size_t ib = at(kB), is = at(kScales), iz = at(kZeroPoints);
+  std::vector<const Shape*> in(kBias + 1, nullptr);
+  std::vector<DType> dt(kBias + 1, DType::kUndefined);
+  for (size_t i = 0; i <= kBias; ++i) {
+    if (i >= kGIdx && first_b != kB) break;
+    if (at(i) < ctx.num_inputs() && ctx.has_input(at(i))) {
+      in[i] = &ctx.input(at(i)).shape();
+      dt[i] = ctx.input(at(i)).dtype();
     }
+  }
   const Tensor& a = ctx.input(kA);
   check_inputs(p, a.dtype(), in, dt);
   const int64_t K = p.K, N = p.N, M = a.numel() / K;
   std::vector<double> y(static_cast<size_t>(M * N));
   std::vector<double> bias(static_cast<size_t>(N), 0.0);
-  if (with_bias && ctx.has_input(kBias))
+  if (with_bias && first_b == kB && ctx.has_input(kBias))
     for (int64_t n = 0; n < N; ++n) bias[n] = ctx.input(kBias).get_as_double(n);
-  if (is_omitted(ctx.input(kB).shape(), p)) {
+  if (is_omitted(ctx.input(ib).shape(), p)) {
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < N; ++n) y[m * N + n] = bias[n];
     return y;
   }
   // g_idx (deprecated) maps each k to its block; only the identity map k / block_size is supported.
-  if (ctx.has_input(kGIdx)) {
+  if (first_b == kB && ctx.has_input(kGIdx)) {
     const int32_t* g = ctx.input(kGIdx).data<int32_t>();
     for (int64_t k = 0; k < K; ++k)
       ONYX_CHECK(g[k] == k / p.block_size, "input 'g_idx': g_idx[", k, "] = ", g[k],
@@ -172,14 +185,14 @@ std::vector<double> nbits_product(KernelContext& ctx, const NBits& p, bool with_
   }
 
   std::vector<float> av(static_cast<size_t>(M * K));
-  const T* pa = a.data<T>();
+  const T* pa = a_data ? a_data : a.data<T>();
   for (int64_t i = 0; i < M * K; ++i) av[i] = static_cast<float>(static_cast<compute_t<T>>(pa[i]));
-  const uint8_t* pb = ctx.input(kB).data<uint8_t>();
-  const Tensor& scales = ctx.input(kScales);
+  const uint8_t* pb = ctx.input(ib).data<uint8_t>();
+  const Tensor& scales = ctx.input(is);
   std::vector<float> sc(static_cast<size_t>(N * p.k_blocks));
   const T* ps = scales.data<T>();  // A's dtype (checked)
   for (size_t i = 0; i < sc.size(); ++i) sc[i] = static_cast<float>(static_cast<compute_t<T>>(ps[i]));
-  const Tensor* zp = ctx.has_input(kZeroPoints) ? &ctx.input(kZeroPoints) : nullptr;
+  const Tensor* zp = iz < ctx.num_inputs() && ctx.has_input(iz) ? &ctx.input(iz) : nullptr;
   const bool zp_packed = zp && zp->dtype() == DType::kUInt8;
   const int64_t zp_row = packed_bytes(p.k_blocks, p.bits);
   auto zero_of = [&](int64_t n, int64_t blk) -> float {
@@ -278,15 +291,14 @@ void infer_linear_nbits(InferContext& ctx) {
   }
 }
 
+// The outputs of LinearNBits (from output `first` on) from Y: cut by splits, or gated.
 template <class T>
-void linear_nbits_kernel(KernelContext& ctx) {
-  const NBits p = nbits_attrs(ctx);
+void write_nbits_outputs(KernelContext& ctx, const NBits& p, const std::vector<double>& y, size_t first_output) {
   const std::vector<int64_t> s = nbits_splits(ctx, p);
-  const std::vector<double> y = nbits_product<T>(ctx, p, false);
   const int64_t M = static_cast<int64_t>(y.size()) / p.N;
   if (ctx.attr_int("gated", 0) == 1) {
     const int64_t f = p.N / 2;
-    T* out = ctx.output(0).data<T>();
+    T* out = ctx.output(first_output).data<T>();
     for (int64_t m = 0; m < M; ++m)
       for (int64_t j = 0; j < f; ++j) {
         const double g = y[m * p.N + j];
@@ -296,11 +308,60 @@ void linear_nbits_kernel(KernelContext& ctx) {
   }
   int64_t first = 0;
   for (size_t i = 0; i < s.size(); ++i) {
-    T* out = ctx.output(i).data<T>();
+    T* out = ctx.output(first_output + i).data<T>();
     for (int64_t m = 0; m < M; ++m)
       for (int64_t j = 0; j < s[i]; ++j) out[m * s[i] + j] = rounded<T>(y[m * p.N + first + j]);
     first += s[i];
   }
+}
+
+template <class T>
+void linear_nbits_kernel(KernelContext& ctx) {
+  const NBits p = nbits_attrs(ctx);
+  write_nbits_outputs<T>(ctx, p, nbits_product<T>(ctx, p, false), 0);
+}
+
+// RmsNormLinearNBits: x, skip?, gamma, B, scales, zero_points?
+void infer_rms_norm_linear_nbits(InferContext& ctx) {
+  const NBits p = nbits_attrs(ctx);
+  ONYX_CHECK(ctx.num_inputs() >= 5 && ctx.num_inputs() <= 6 && ctx.has_input(2) && ctx.has_input(3) &&
+                 ctx.has_input(4),
+             "RmsNormLinearNBits takes x, skip (optional), gamma, B, scales and zero_points (optional)");
+  const DType t = ctx.input_dtype(0);
+  const PartialShape& x = ctx.input_shape(0);
+  ONYX_CHECK(!x.rank_known || (!x.dims.empty() && (x.dims.back() < 0 || x.dims.back() == p.K)), "x ", x.str(),
+             " must end in K = ", p.K);
+  ONYX_CHECK(ctx.input_dtype(2) == t, "gamma must have x's dtype ", dtype_name(t));
+  const PartialShape& g = ctx.input_shape(2);
+  ONYX_CHECK(!g.fully_known() || (g.dims.size() == 1 && g.dims[0] == p.K), "gamma must be [", p.K, "], got ", g.str());
+  if (ctx.has_input(1)) {
+    ONYX_CHECK(ctx.input_dtype(1) == t, "skip must have x's dtype ", dtype_name(t));
+    if (ctx.input_shape(1).fully_known() && x.fully_known())
+      ONYX_CHECK(ctx.input_shape(1).dims == x.dims, "skip ", ctx.input_shape(1).str(), " must have x's shape ", x.str());
+  }
+  const std::vector<int64_t> s = nbits_splits(ctx, p);
+  ONYX_CHECK(s.size() + 1 == ctx.num_outputs(), "the sum and ", s.size(), " outputs by splits, the node has ",
+             ctx.num_outputs());
+  if (ctx.has_output(0)) ctx.set_output(0, t, x);
+  for (size_t i = 0; i < s.size(); ++i) {
+    PartialShape y = x;
+    if (x.rank_known) y.dims.back() = s[i];
+    ctx.set_output(i + 1, t, y);
+  }
+}
+
+template <class T>
+void rms_norm_linear_nbits_kernel(KernelContext& ctx) {
+  const NBits p = nbits_attrs(ctx);
+  const Tensor& x = ctx.input(0);
+  ONYX_CHECK(x.rank() >= 1 && x.shape()[x.rank() - 1] == p.K, "x ", x.shape().str(), " must end in K = ", p.K);
+  ONYX_CHECK(ctx.input(2).numel() == p.K, "gamma must hold K = ", p.K, " values, got ", ctx.input(2).shape().str());
+  const int64_t m = x.numel() / p.K;
+  const std::vector<T> normed =
+      rms_normalized_rows<T>(x.data<T>(), ctx.has_input(1) ? ctx.input(1).data<T>() : nullptr, ctx.input(2).data<T>(),
+                             ctx.has_output(0) ? ctx.output(0).data<T>() : nullptr, m, p.K,
+                             ctx.attr_float("epsilon", 1e-5f));
+  write_nbits_outputs<T>(ctx, p, nbits_product<T>(ctx, p, false, 3, normed.data()), 1);
 }
 
 }  // namespace
@@ -313,6 +374,10 @@ void register_matmul_nbits_ops(OpRegistry& r) {
   r.add(domain_op("onyx", "LinearNBits", 1, infer_linear_nbits, [](KernelContext& ctx) {
     dispatch<FloatTypes>(ctx.input(kA).dtype(), "LinearNBits",
                          [&](auto tag) { linear_nbits_kernel<typename decltype(tag)::type>(ctx); });
+  }));
+  r.add(domain_op("onyx", "RmsNormLinearNBits", 1, infer_rms_norm_linear_nbits, [](KernelContext& ctx) {
+    dispatch<FloatTypes>(ctx.input(0).dtype(), "RmsNormLinearNBits",
+                         [&](auto tag) { rms_norm_linear_nbits_kernel<typename decltype(tag)::type>(ctx); });
   }));
 }
 

@@ -243,14 +243,31 @@ LinearReport norm_into_linear(Graph& g) {
   std::vector<std::pair<size_t, Node>> replace;
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     const Node& lin = g.nodes[k];
-    const bool gated = lin.op_type == "SiluGateLinear";
-    if (lin.domain != "onyx" || (lin.op_type != "Linear" && !gated) || lin.inputs.size() != 2) continue;
+    const bool nbits = lin.op_type == "LinearNBits";
+    const bool gated = lin.op_type == "SiluGateLinear" || (nbits && lin.find_attribute("gated"));
+    if (lin.domain != "onyx") continue;
+    if (nbits ? lin.inputs.size() < 3 || lin.inputs.size() > 4 : (lin.op_type != "Linear" && !gated) || lin.inputs.size() != 2)
+      continue;
     const int x = lin.inputs[0];
     const int np = x >= 0 ? g.values[x].producer : -1;
     if (np < 0 || removed[np] || readers[x] != 1) continue;
     const Node& norm = g.nodes[np];
-    const Tensor* w = constant_value(g, lin.inputs[1]);
-    if (!w || w->rank() != 2) continue;
+    if (norm.outputs.empty() || norm.outputs[0] != x) continue;  // the normalized rows, not the sum
+    // The weight's dtype and K: a dense [N, K] weight's, or the 4-bit product's scales' and K.
+    DType w_dtype = DType::kUndefined;
+    int64_t w_k = -1;
+    if (nbits) {
+      const Tensor* sc = constant_value(g, lin.inputs[2]);
+      const Attribute* ka = lin.find_attribute("K");
+      if (!sc || !ka) continue;
+      w_dtype = sc->dtype();
+      w_k = ka->i;
+    } else {
+      const Tensor* w = constant_value(g, lin.inputs[1]);
+      if (!w || w->rank() != 2) continue;
+      w_dtype = w->dtype();
+      w_k = w->shape()[1];
+    }
     int in = -1, skip = -1, gamma = -1, sum = -1;
     float eps = 1e-5f;
     if (norm.op_type == "SkipSimplifiedLayerNormalization" && norm.domain == "com.microsoft" &&
@@ -281,14 +298,22 @@ LinearReport norm_into_linear(Graph& g) {
       continue;
     }
     const Tensor* gt = constant_value(g, gamma);
-    if (!gt || gt->rank() != 1 || gt->dtype() != w->dtype() || gt->shape()[0] != w->shape()[1]) continue;
+    if (!gt || gt->rank() != 1 || gt->dtype() != w_dtype || gt->shape()[0] != w_k) continue;
     std::vector<int> outs{sum};
     outs.insert(outs.end(), lin.outputs.begin(), lin.outputs.end());
     std::vector<Attribute> attrs{make_float_attr("epsilon", eps)};
-    if (gated) attrs.push_back(make_int_attr("gated", 1));
-    if (const Attribute* s = lin.find_attribute("splits")) attrs.push_back(*s);
-    replace.emplace_back(np, make_node(lin.name + "/rms_norm", "onyx", "RmsNormLinear", 1,
-                                       {in, skip, gamma, lin.inputs[1]}, std::move(outs), std::move(attrs)));
+    if (nbits) {
+      for (const Attribute& a : lin.attributes) attrs.push_back(a);  // K, N, bits, ..., splits or gated
+      std::vector<int> ins{in, skip, gamma};
+      ins.insert(ins.end(), lin.inputs.begin() + 1, lin.inputs.end());
+      replace.emplace_back(np, make_node(lin.name + "/rms_norm", "onyx", "RmsNormLinearNBits", 1, std::move(ins),
+                                         std::move(outs), std::move(attrs)));
+    } else {
+      if (gated) attrs.push_back(make_int_attr("gated", 1));
+      if (const Attribute* s = lin.find_attribute("splits")) attrs.push_back(*s);
+      replace.emplace_back(np, make_node(lin.name + "/rms_norm", "onyx", "RmsNormLinear", 1,
+                                         {in, skip, gamma, lin.inputs[1]}, std::move(outs), std::move(attrs)));
+    }
     removed[np] = removed[k] = true;
     ++r.normed;
   }

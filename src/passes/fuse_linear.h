@@ -24,7 +24,9 @@
 //     gated = 1) (the MLP's gate and up, the gating in the product's epilogue), then the
 //     other sets -> onyx::LinearNBits(x, [B_0; ...]; splits) (a layer's Q, K and V), the
 //     weights, scales and zero points stacked by output feature (ops/matmul_nbits.cpp): one
-//     stream of weights, one launch, no Split after it.
+//     stream of weights, one launch, no Split after it. norm_into_linear, run again after it,
+//     takes the norm before a LinearNBits into onyx::RmsNormLinearNBits(x, skip, gamma, B,
+//     scales, zero_points) -> (sum, y...) as it does for Linear.
 //
 // Both keep the values the rest of the graph reads; the weights they replace are dropped when
 // nothing else reads them.

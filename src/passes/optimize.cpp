@@ -32,6 +32,8 @@ OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Dev
     r.linear.groups += nbits.groups;
     r.linear.grouped += nbits.grouped;
     r.linear.weight_bytes += nbits.weight_bytes;
+    // The norms before them (onyx::RmsNormLinearNBits).
+    if (nbits.groups > 0) r.linear.normed += norm_into_linear(g).normed;
   }
   // On the fused graph: RotaryHalf and Attention are what it matches.
   if (options.fuse_patterns && options.fuse_rotary_cache.value_or(!device.is_cpu())) r.rotary_cache = fuse_rotary_cache(g);

@@ -684,6 +684,32 @@ void contrib(std::vector<Case>& v) {
   lnb("gated_m8", 8, 96, {20}, true, 32, 0);
   lnb("gated_m37_prompt", 37, 128, {24}, true, 32, 1);
 
+  // onyx::RmsNormLinearNBits: the norm before LinearNBits (with and without skip; the sum),
+  // in the tensor-core kernel's shared memory or through the workspace (prompts, float32).
+  auto rnb = [&](std::string name, int64_t M, int64_t K, std::vector<int64_t> splits, bool gated, bool skip) {
+    int64_t N = 0;
+    for (int64_t x : splits) N += x;
+    if (gated) N *= 2;
+    const int64_t block = 32, kb = K / block;
+    std::vector<In> in = {X({M, K}), skip ? X({M, K}) : None(), Pos({K}, 0.5, 1.5),
+                          Ints({N, kb, block / 2}, 0, 255, D::kUInt8), Pos({N, kb}, 0.01, 0.2),
+                          Ints({N, (kb + 1) / 2}, 0, 255, D::kUInt8)};
+    std::vector<Attribute> attrs = {attr_int("K", K), attr_int("N", N), attr_int("block_size", block),
+                                    attr_int("bits", 4), attr_float("epsilon", 1e-5f)};
+    if (gated) attrs.push_back(attr_int("gated", 1));
+    else attrs.push_back(attr_ints("splits", splits));
+    Case c{std::move(name), "RmsNormLinearNBits", kFloats, std::move(in), std::move(attrs),
+           1 + (gated ? 1 : static_cast<int>(splits.size())), 1, "onyx"};
+    c.f32_tol = 2e-5;
+    c.f16_tol = 2e-2;
+    v.push_back(std::move(c));
+  };
+  rnb("skip_splits_m1", 1, 512, {32, 16, 16}, false, true);
+  rnb("skip_gated_m2", 2, 512, {24}, true, true);
+  rnb("gated_m8", 8, 256, {24}, true, true);
+  rnb("no_skip_m3", 3, 1024, {40}, false, false);
+  rnb("skip_gated_m37_prompt", 37, 128, {16}, true, true);
+
   // GatherBlockQuantized: uint8 data [rows, (inner,) packed cols], scales of the output type.
   auto gbq = [&](std::string name, Shape data, Shape scales, In indices, bool zp, int64_t bits, int64_t block) {
     Shape zps = scales;

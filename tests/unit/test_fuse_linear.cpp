@@ -299,6 +299,65 @@ TEST(GroupNBits, ProductsOfOneInputStackAndComputeTheSame) {
   }
 }
 
+// The same layer with 4-bit products: Q and K after SimplifiedLayerNormalization, the gated MLP
+// after SkipSimplifiedLayerNormalization (its sum read after), through the whole pipeline:
+// two onyx::RmsNormLinearNBits (splits; gated) that compute what the graph computed.
+TEST(GroupNBits, NormsBeforeFourBitProductsFuseIntoRmsNormLinearNBits) {
+  const int64_t K = 64, block = 32, kb = K / block;
+  Builder b;
+  const int x = b.input("x"), res = b.input("res");
+  auto product = [&](int in, const char* name, int64_t n) {
+    const int out = b.node("MatMulNBits",
+                           {in, b.init(cat(name, "_b"), test::random_tensor<uint8_t>(Shape{n, kb, block / 2}, 0, 255)),
+                            b.init(cat(name, "_s"), test::random_tensor<float>(Shape{n, kb}, 0.01, 0.1)),
+                            b.init(cat(name, "_z"), test::random_tensor<uint8_t>(Shape{n, (kb + 1) / 2}, 0, 255))},
+                           {test::attr_int("K", K), test::attr_int("N", n), test::attr_int("bits", 4),
+                            test::attr_int("block_size", block)});
+    b.g.nodes.back().domain = "com.microsoft";
+    b.g.nodes.back().opset = 1;
+    return out;
+  };
+  const int n1 =
+      b.node("SimplifiedLayerNormalization", {x, b.init("g1", test::random_tensor<float>(Shape{K}, 0.5, 1.5))},
+             {test::attr_int("axis", -1), test::attr_float("epsilon", 1e-5f)});
+  const int q = product(n1, "q", 16), k = product(n1, "k", 8);
+  Node skip;
+  skip.name = "skip_norm";
+  skip.op_type = "SkipSimplifiedLayerNormalization";
+  skip.domain = "com.microsoft";
+  skip.opset = 1;
+  skip.inputs = {x, res, b.init("g2", test::random_tensor<float>(Shape{K}, 0.5, 1.5))};
+  const int n2 = b.g.value_id("n2"), sum = b.g.value_id("sum");
+  skip.outputs = {n2, -1, -1, sum};
+  skip.attributes = {test::attr_float("epsilon", 1e-6f)};
+  b.g.values[n2].producer = b.g.values[sum].producer = static_cast<int>(b.g.nodes.size());
+  b.g.nodes.push_back(skip);
+  const int gate = product(n2, "gate", 24), up = product(n2, "up", 24);
+  const int mlp = b.node("Mul", {b.node("Mul", {gate, b.node("Sigmoid", {gate})}), up});
+  b.g.values[x].declared.dtype = DType::kFloat32;
+  b.g.outputs = {q, k, mlp, sum};
+  Graph plain = b.g, fused = b.g;
+  const OptimizeReport r = optimize_graph(fused, linear_on(), Device::cpu());
+  EXPECT_EQ(r.linear.normed, 2);
+  EXPECT_EQ(count(fused, "RmsNormLinearNBits"), 2);
+  EXPECT_EQ(count(fused, "MatMulNBits"), 0);
+  EXPECT_EQ(count(fused, "LinearNBits"), 0);
+  EXPECT_EQ(count(fused, "SkipSimplifiedLayerNormalization"), 0);
+  auto alloc = make_cpu_allocator();
+  GraphExecutor pe(plain, OpRegistry::global(), alloc, SessionOptions{});
+  GraphExecutor fe(fused, OpRegistry::global(), alloc, SessionOptions{});
+  for (int64_t rows : {1, 5}) {
+    const Tensor xv = test::random_tensor<float>(Shape{rows, K}, -2, 2);
+    const Tensor rv = test::random_tensor<float>(Shape{rows, K}, -2, 2);
+    const auto a = pe.run({xv, rv}), c = fe.run({xv, rv});
+    ASSERT_EQ(a.size(), c.size());
+    for (size_t o = 0; o < a.size(); ++o)
+      for (int64_t i = 0; i < a[o].numel(); ++i)
+        EXPECT_NEAR(a[o].data<float>()[i], c[o].data<float>()[i], 2e-5 * (1 + std::abs(a[o].data<float>()[i])))
+            << "output " << o << " element " << i << ", rows " << rows;
+  }
+}
+
 // SiluMul of two 4-bit products of one input (an MLP's gate and up) -> one gated LinearNBits;
 // the products of another input beside it (Q, K, V) -> one LinearNBits with splits; both
 // compute what the nodes they replace computed (random inputs, 1, 3 and 8 rows).

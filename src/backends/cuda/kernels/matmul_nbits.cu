@@ -19,6 +19,7 @@
 #include "backends/cuda/kernels/common/launch.cuh"
 #include "backends/cuda/kernels/common/pdl.cuh"
 #include "backends/cuda/kernels/common/reduce.cuh"
+#include "backends/cuda/kernels/norm.h"
 #include "ops/block_quant.h"
 
 namespace onyx::cuda {
@@ -44,6 +45,12 @@ struct NBitsArgs {
   int64_t split_end[kNbitsMaxSplits];
   void* out[kNbitsMaxSplits];
   int gated;
+  // onyx::RmsNormLinearNBits: A is h = a + skip (skip may be null), normalized by its root mean
+  // square and scaled by gamma into shared memory first; block 0 writes h to sum (when not null).
+  const void* skip;
+  const void* gamma;
+  void* sum;
+  float eps;
 };
 
 template <class T>
@@ -363,9 +370,77 @@ __device__ __forceinline__ T* nbits_output(const NBitsArgs& p, int64_t col, int6
   return dst;
 }
 
+// The block's rows of h = a + skip normalized into xs (rows x K of T): two passes over h (from
+// L2), the sums of squares reduced across the block in between; block 0 writes h to p.sum.
+template <class T>
+__device__ void nbits_normalize_rows(const NBitsArgs& p, int rows, T* xs) {
+  __shared__ float red[32][8];  // per warp (up to 32), per row (up to 8)
+  const int packs = static_cast<int>(p.K / 8);  // 16-byte packs (K % 32 == 0)
+  const uint4* a = static_cast<const uint4*>(p.a);
+  const uint4* skip = static_cast<const uint4*>(p.skip);
+  const bool write_sum = p.sum && blockIdx.x == 0;
+  auto load_h = [&](size_t pack, float* h) {
+    pack_to_floats<T>(a[pack], h);
+    if (skip) {
+      float sv[8];
+      pack_to_floats<T>(skip[pack], sv);
+      ONYX_UNROLL
+      for (int i = 0; i < 8; ++i) h[i] += sv[i];
+    }
+  };
+  float sq[8];
+  ONYX_UNROLL
+  for (int r = 0; r < 8; ++r) {
+    sq[r] = 0.f;
+    if (r >= rows) continue;
+    for (int pk = threadIdx.x; pk < packs; pk += blockDim.x) {
+      const size_t pack = static_cast<size_t>(r) * packs + pk;
+      float h[8];
+      load_h(pack, h);
+      if (write_sum) {
+        uint4 v;
+        T* t = reinterpret_cast<T*>(&v);
+        ONYX_UNROLL
+        for (int i = 0; i < 8; ++i) t[i] = from_compute<T>(h[i]);
+        static_cast<uint4*>(p.sum)[pack] = v;
+      }
+      ONYX_UNROLL
+      for (int i = 0; i < 8; ++i) sq[r] = fmaf(h[i], h[i], sq[r]);
+    }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  ONYX_UNROLL
+  for (int r = 0; r < 8; ++r) {
+    ONYX_UNROLL
+    for (int o = 16; o > 0; o >>= 1) sq[r] += __shfl_xor_sync(0xffffffffu, sq[r], o);
+    if (lane == 0) red[warp][r] = sq[r];
+  }
+  __syncthreads();
+  const uint4* gamma = static_cast<const uint4*>(p.gamma);
+  ONYX_UNROLL
+  for (int r = 0; r < 8; ++r) {
+    if (r >= rows) continue;
+    float total = 0.f;
+    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += red[w][r];
+    const float inv = rsqrtf(total / static_cast<float>(p.K) + p.eps);
+    for (int pk = threadIdx.x; pk < packs; pk += blockDim.x) {
+      float h[8], gv[8];
+      load_h(static_cast<size_t>(r) * packs + pk, h);
+      pack_to_floats<T>(gamma[pk], gv);
+      uint4 v;
+      T* t = reinterpret_cast<T*>(&v);
+      ONYX_UNROLL
+      for (int i = 0; i < 8; ++i) t[i] = from_compute<T>(h[i] * inv * gv[i]);
+      reinterpret_cast<uint4*>(xs)[static_cast<size_t>(r) * packs + pk] = v;
+    }
+  }
+  __syncthreads();
+}
+
 // G (gated): a block's 16 MMA rows are 8 gate rows and the 8 up rows of the same outputs, so
-// each thread holds an output's gate and up sums and gates them in registers.
-template <class T, int W, int U, bool G>
+// each thread holds an output's gate and up sums and gates them in registers. kNorm: A's rows
+// normalized into shared memory first (RmsNormLinearNBits).
+template <class T, int W, int U, bool G, bool kNorm>
 __global__ void __launch_bounds__(W * 32) nbits4_mma_kernel(NBitsArgs p) {
   __shared__ float partial[W > 1 ? W - 1 : 1][32][4];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -397,7 +472,9 @@ __global__ void __launch_bounds__(W * 32) nbits4_mma_kernel(NBitsArgs p) {
   allow_dependent_grids();
   const int chunks = static_cast<int>((p.K + 127) / 128);
   const int rows = static_cast<int>(p.M);
-  const T* A = static_cast<const T*>(p.a);
+  extern __shared__ uint4 normed_rows[];  // kNorm: [rows][K] of T
+  if constexpr (kNorm) nbits_normalize_rows<T>(p, rows, reinterpret_cast<T*>(normed_rows));
+  const T* A = kNorm ? reinterpret_cast<const T*>(normed_rows) : static_cast<const T*>(p.a);
   const T* scales = static_cast<const T*>(p.scales);
   const uint32_t magic = Nb4Magic<T>::kBits;
   float acc[4] = {0.f, 0.f, 0.f, 0.f}, acc2[4] = {0.f, 0.f, 0.f, 0.f};  // two chains of MMAs
@@ -436,7 +513,7 @@ __global__ void __launch_bounds__(W * 32) nbits4_mma_kernel(NBitsArgs p) {
       if (live && g < rows) {
         const uint4* xr = reinterpret_cast<const uint4*>(A + g * p.K + k0);
         ONYX_UNROLL
-        for (int s = 0; s < 4; ++s) x[s] = __ldg(xr + s);
+        for (int s = 0; s < 4; ++s) x[s] = kNorm ? xr[s] : __ldg(xr + s);
       }
       ONYX_UNROLL
       for (int s = 0; s < 4; ++s) {
@@ -511,13 +588,28 @@ void launch_nbits4(const NBitsArgs& p, CudaContext& cu) {
     launch_kernel(nbits4_gemv_kernel<T, R, CPW, U, false>, blocks, kNb4Warps * 32, 0, cu, p);
 }
 
+// The normalized rows of RmsNormLinearNBits sit in shared memory: 32 KiB at most (K = 2048 at 8
+// rows), so that with the kernel's static shared memory a block stays within the 48 KiB it gets
+// without asking. Every block normalizes the rows it multiplies (two passes over them from L2):
+// at one row that costs less than a kernel of its own (the 1.24B Llama's 4-bit decode step went
+// from 1.04x to 0.99x bf16's on an H200), at 8 rows of K = 2048 the gated product's 1024 blocks
+// read 64 MiB for it (the step went from 0.84x to 1.03x bf16's). Normalizing once per step
+// where rows are many (a kernel of its own into the workspace, as prompts do) is not measured yet.
+constexpr size_t kNbitsNormSmem = 32 * 1024;
+
 template <class T, int W, int U>
 void launch_nbits4_mma(const NBitsArgs& p, CudaContext& cu) {
   const int64_t per_block = p.gated ? kNb4MmaFeatures / 2 : kNb4MmaFeatures;
   const int64_t outputs = p.gated ? p.N / 2 : p.N;
   const unsigned blocks = static_cast<unsigned>((outputs + per_block - 1) / per_block);
-  if (p.gated) launch_kernel(nbits4_mma_kernel<T, W, U, true>, blocks, W * 32, 0, cu, p);
-  else launch_kernel(nbits4_mma_kernel<T, W, U, false>, blocks, W * 32, 0, cu, p);
+  const size_t smem = p.gamma ? static_cast<size_t>(p.M * p.K) * sizeof(T) : 0;
+  if (p.gamma) {
+    if (p.gated) launch_kernel(nbits4_mma_kernel<T, W, U, true, true>, blocks, W * 32, smem, cu, p);
+    else launch_kernel(nbits4_mma_kernel<T, W, U, false, true>, blocks, W * 32, smem, cu, p);
+  } else {
+    if (p.gated) launch_kernel(nbits4_mma_kernel<T, W, U, true, false>, blocks, W * 32, 0, cu, p);
+    else launch_kernel(nbits4_mma_kernel<T, W, U, false, false>, blocks, W * 32, 0, cu, p);
+  }
 }
 
 // The tensor-core kernel's shape for a product, by bench/cuda_bench.cpp's 4-bit table (H200):
@@ -603,10 +695,11 @@ bool by_library(const NBitsArgs& p, DType dt, CudaContext& cu) {
   }
 }
 
-// The arguments of a MatMulNBits or LinearNBits node (Y and the outputs left to the caller).
-NBitsArgs nbits_args(KernelContext& ctx) {
+// The arguments of a MatMulNBits, LinearNBits or RmsNormLinearNBits node (Y and the outputs
+// left to the caller): A is input 0, B, the scales and the zero points inputs from `first_b` on.
+NBitsArgs nbits_args(KernelContext& ctx, size_t first_b = 1) {
   const Tensor& a = ctx.input(0);
-  const Tensor& b = ctx.input(1);
+  const Tensor& b = ctx.input(first_b);
   NBitsArgs p{};
   p.K = ctx.attr_int("K");
   p.N = ctx.attr_int("N");
@@ -618,10 +711,10 @@ NBitsArgs nbits_args(KernelContext& ctx) {
   p.M = a.numel() / p.K;
   p.a = a.raw();
   p.b = b.data<uint8_t>();
-  p.scales = ctx.input(2).raw();
-  if (ctx.has_input(3)) {
-    p.zp = ctx.input(3).raw();
-    p.zp_packed = ctx.input(3).dtype() == DType::kUInt8;
+  p.scales = ctx.input(first_b + 1).raw();
+  if (ctx.num_inputs() > first_b + 2 && ctx.has_input(first_b + 2)) {
+    p.zp = ctx.input(first_b + 2).raw();
+    p.zp_packed = ctx.input(first_b + 2).dtype() == DType::kUInt8;
     p.zp_row = packed_bytes(p.k_blocks, p.bits);
   }
   ONYX_CHECK(b.shape() == Shape({p.N, p.k_blocks, p.block * p.bits / 8}) || b.numel() == 0, "input 'B' must be [",
@@ -706,62 +799,116 @@ NBitsArgs feature_rows(NBitsArgs p, int64_t first, int64_t count, size_t es) {
 // onyx::LinearNBits: up to 8 rows of 16-bit A (decode) in one launch of the tensor-core kernel,
 // the outputs cut or gated as it writes them; otherwise (prompts, other layouts) each output's
 // weight rows as a product of their own, and the gated form a chunk of rows at a time into the
-// end of the workspace, then gated.
-void run_linear_nbits(KernelContext& ctx, CudaContext& cu) {
-  NBitsArgs p = nbits_args(ctx);
-  if (p.M == 0) return;
-  ONYX_CHECK(ctx.input(1).numel() > 0, "LinearNBits: B is empty");
-  const DType dt = ctx.input(0).dtype();
-  const size_t es = dtype_size(dt);
-  p.gated = ctx.attr_int("gated", 0) != 0;
-  p.splits = static_cast<int>(ctx.num_outputs());
-  int64_t end = 0;
-  for (size_t i = 0; i < ctx.num_outputs() && i < static_cast<size_t>(kNbitsMaxSplits); ++i) {
-    Tensor& y = ctx.output(i);
-    end += p.gated ? p.N : y.shape()[y.rank() - 1];
-    p.split_end[i] = end;
-    p.out[i] = y.raw();
+// last quarter of the workspace, then gated. `widths`: the outputs' columns (p.out[i] each).
+template <class T>
+void linear_nbits(NBitsArgs p, const std::vector<int64_t>& widths, DType dt, CudaContext& cu) {
+  const size_t es = sizeof(T);
+  if (!std::is_same_v<T, float> && nbits4_fits(p, dt) && !(p.zp && !p.zp_packed) &&
+      widths.size() <= static_cast<size_t>(kNbitsMaxSplits) && nbits4_variant_for_bench != 1 &&
+      (!p.gamma || (static_cast<size_t>(p.M * p.K) * es <= kNbitsNormSmem && is_aligned(p.gamma, 16) &&
+                    (!p.skip || is_aligned(p.skip, 16)) && (!p.sum || is_aligned(p.sum, 16))))) {
+    if constexpr (!std::is_same_v<T, float>) run_nbits4_mma<T>(p, cu);
+    return;
   }
-  dispatch_float(dt, "LinearNBits", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (!std::is_same_v<T, float>) {
-      if (nbits4_fits(p, dt) && !(p.zp && !p.zp_packed) && p.splits <= kNbitsMaxSplits &&
-          nbits4_variant_for_bench != 1) {
-        run_nbits4_mma<T>(p, cu);
-        return;
-      }
-    }
-    if (!p.gated) {
-      int64_t first = 0;
-      for (size_t i = 0; i < ctx.num_outputs(); ++i) {
-        Tensor& y = ctx.output(i);
-        const int64_t width = y.shape()[y.rank() - 1];
-        NBitsArgs q = feature_rows(p, first, width, es);
-        q.y = y.raw();
-        nbits_product<T>(q, dt, cu);
-        first += width;
-      }
-      return;
-    }
-    const int64_t f = p.N / 2;
-    const size_t row = static_cast<size_t>(p.N) * es, room = cu.workspace_bytes / 4;
-    ONYX_CHECK(room >= row, "LinearNBits: a row of the gated product (", row, " bytes) does not fit a quarter of the ",
+  if (p.gamma) {  // the rows normalized into the workspace's third quarter, a chunk at a time
+    const size_t row = static_cast<size_t>(p.K) * es, room = cu.workspace_bytes / 4;
+    ONYX_CHECK(room >= row, "RmsNormLinearNBits: a row (", row, " bytes) does not fit a quarter of the ",
                cu.workspace_bytes, "-byte workspace");
     const int64_t chunk = static_cast<int64_t>(room / row);
     CudaContext rest = cu;
     rest.workspace_bytes = (cu.workspace_bytes - room) & ~size_t{255};
-    T* scratch = reinterpret_cast<T*>(static_cast<char*>(cu.workspace) + rest.workspace_bytes);
+    char* normed = static_cast<char*>(cu.workspace) + rest.workspace_bytes;
     for (int64_t r0 = 0; r0 < p.M; r0 += chunk) {
       NBitsArgs q = p;
       q.M = std::min(chunk, p.M - r0);
-      q.a = static_cast<const char*>(p.a) + static_cast<size_t>(r0 * p.K) * es;
-      q.y = scratch;
-      nbits_product<T>(q, dt, rest);
-      launch_kernel(nbits_gate_kernel<T>, resident_blocks_for(q.M * f, cu.device), kThreads, 0, cu, scratch,
-                    static_cast<T*>(p.out[0]) + r0 * f, q.M, f);
+      const size_t at = static_cast<size_t>(r0 * p.K) * es;
+      rms_norm_rows(dt, static_cast<const char*>(p.a) + at, p.skip ? static_cast<const char*>(p.skip) + at : nullptr,
+                    p.gamma, normed, p.sum ? static_cast<char*>(p.sum) + at : nullptr, q.M, p.K, p.eps, cu);
+      q.a = normed;
+      q.gamma = q.skip = nullptr;
+      q.sum = nullptr;
+      for (size_t i = 0; i < widths.size(); ++i) q.out[i] = static_cast<T*>(p.out[i]) + r0 * widths[i];
+      linear_nbits<T>(q, widths, dt, rest);
     }
-  });
+    return;
+  }
+  if (!p.gated) {
+    int64_t first = 0;
+    for (size_t i = 0; i < widths.size(); ++i) {
+      NBitsArgs q = feature_rows(p, first, widths[i], es);
+      q.y = p.out[i];
+      nbits_product<T>(q, dt, cu);
+      first += widths[i];
+    }
+    return;
+  }
+  const int64_t f = p.N / 2;
+  const size_t row = static_cast<size_t>(p.N) * es, room = cu.workspace_bytes / 4;
+  ONYX_CHECK(room >= row, "LinearNBits: a row of the gated product (", row, " bytes) does not fit a quarter of the ",
+             cu.workspace_bytes, "-byte workspace");
+  const int64_t chunk = static_cast<int64_t>(room / row);
+  CudaContext rest = cu;
+  rest.workspace_bytes = (cu.workspace_bytes - room) & ~size_t{255};
+  T* scratch = reinterpret_cast<T*>(static_cast<char*>(cu.workspace) + rest.workspace_bytes);
+  for (int64_t r0 = 0; r0 < p.M; r0 += chunk) {
+    NBitsArgs q = p;
+    q.M = std::min(chunk, p.M - r0);
+    q.a = static_cast<const char*>(p.a) + static_cast<size_t>(r0 * p.K) * es;
+    q.y = scratch;
+    nbits_product<T>(q, dt, rest);
+    launch_kernel(nbits_gate_kernel<T>, resident_blocks_for(q.M * f, cu.device), kThreads, 0, cu, scratch,
+                  static_cast<T*>(p.out[0]) + r0 * f, q.M, f);
+  }
+}
+
+// LinearNBits' outputs (from `first_output` on) into p; their widths.
+std::vector<int64_t> nbits_outputs(KernelContext& ctx, NBitsArgs& p, size_t first_output) {
+  p.gated = ctx.attr_int("gated", 0) != 0;
+  p.splits = static_cast<int>(ctx.num_outputs() - first_output);
+  ONYX_CHECK(p.splits <= kNbitsMaxSplits || !p.gated, "a gated product has one output");
+  std::vector<int64_t> widths;
+  int64_t end = 0;
+  for (size_t i = first_output; i < ctx.num_outputs(); ++i) {
+    Tensor& y = ctx.output(i);
+    widths.push_back(y.shape()[y.rank() - 1]);
+    end += p.gated ? p.N : widths.back();
+    if (widths.size() <= static_cast<size_t>(kNbitsMaxSplits)) {
+      p.split_end[widths.size() - 1] = end;
+      p.out[widths.size() - 1] = y.raw();
+    }
+  }
+  return widths;
+}
+
+void run_linear_nbits(KernelContext& ctx, CudaContext& cu) {
+  NBitsArgs p = nbits_args(ctx);
+  if (p.M == 0) return;
+  ONYX_CHECK(ctx.input(1).numel() > 0, "LinearNBits: B is empty");
+  ONYX_CHECK(ctx.num_outputs() <= static_cast<size_t>(kNbitsMaxSplits), "LinearNBits on CUDA: at most ",
+             kNbitsMaxSplits, " outputs, got ", ctx.num_outputs());
+  const std::vector<int64_t> widths = nbits_outputs(ctx, p, 0);
+  const DType dt = ctx.input(0).dtype();
+  dispatch_float(dt, "LinearNBits", [&](auto tag) { linear_nbits<typename decltype(tag)::type>(p, widths, dt, cu); });
   ONYX_CUDA_CHECK_LAUNCH("LinearNBits");
+}
+
+// RmsNormLinearNBits: x, skip?, gamma, B, scales, zero_points? -> (sum?, y...).
+void run_rms_norm_linear_nbits(KernelContext& ctx, CudaContext& cu) {
+  NBitsArgs p = nbits_args(ctx, 3);
+  if (p.M == 0) return;
+  ONYX_CHECK(ctx.input(3).numel() > 0, "RmsNormLinearNBits: B is empty");
+  ONYX_CHECK(ctx.num_outputs() <= static_cast<size_t>(kNbitsMaxSplits) + 1, "RmsNormLinearNBits on CUDA: at most ",
+             kNbitsMaxSplits, " product outputs");
+  ONYX_CHECK(ctx.input(2).numel() == p.K, "gamma must hold K = ", p.K, " values, got ", ctx.input(2).shape().str());
+  p.skip = ctx.has_input(1) ? ctx.input(1).raw() : nullptr;
+  p.gamma = ctx.input(2).raw();
+  p.sum = ctx.has_output(0) ? ctx.output(0).raw() : nullptr;
+  p.eps = ctx.attr_float("epsilon", 1e-5f);
+  const std::vector<int64_t> widths = nbits_outputs(ctx, p, 1);
+  const DType dt = ctx.input(0).dtype();
+  dispatch_float(dt, "RmsNormLinearNBits",
+                 [&](auto tag) { linear_nbits<typename decltype(tag)::type>(p, widths, dt, cu); });
+  ONYX_CUDA_CHECK_LAUNCH("RmsNormLinearNBits");
 }
 
 std::string nbits_support(const Node& node, const std::vector<ValueType>& in) {
@@ -780,6 +927,20 @@ std::string nbits_support(const Node& node, const std::vector<ValueType>& in) {
   return "";
 }
 
+std::string rms_norm_linear_nbits_support(const Node& node, const std::vector<ValueType>& in) {
+  if (in.size() < 5 || !is_cuda_float(in[0].dtype)) return "RmsNormLinearNBits on CUDA takes float32/float16/bfloat16 x";
+  for (size_t i : {size_t{1}, size_t{2}, size_t{4}})
+    if (node.inputs[i] >= 0 && in[i].dtype != in[0].dtype) return "RmsNormLinearNBits: skip, gamma and scales must have x's dtype";
+  if (in.size() > 5 && node.inputs[5] >= 0 && in[5].dtype != DType::kUInt8 && in[5].dtype != in[0].dtype)
+    return "RmsNormLinearNBits: zero_points must be uint8 or x's dtype";
+  NodeView n(node);
+  const int64_t bits = n.attr_int("bits", 4), block = n.attr_int("block_size", 0);
+  if (bits != 2 && bits != 4 && bits != 8) return "RmsNormLinearNBits on CUDA takes 2, 4 or 8 bits";
+  if (block < 16 || (block & (block - 1)) != 0) return "RmsNormLinearNBits block_size must be a power of two >= 16";
+  if (n.attr_int("gated", 0) != 0 && n.attr_int("N", 0) % 2 != 0) return "a gated RmsNormLinearNBits needs an even N";
+  return "";
+}
+
 std::string linear_nbits_support(const Node& node, const std::vector<ValueType>& in) {
   std::string why = nbits_support(node, in);
   if (!why.empty()) return why;
@@ -793,6 +954,7 @@ std::string linear_nbits_support(const Node& node, const std::vector<ValueType>&
 void register_matmul_nbits_kernels(CudaKernelRegistry& r) {
   r.add(domain_kernel("com.microsoft", "MatMulNBits", 1, run_matmul_nbits, nbits_support));
   r.add(domain_kernel("onyx", "LinearNBits", 1, run_linear_nbits, linear_nbits_support));
+  r.add(domain_kernel("onyx", "RmsNormLinearNBits", 1, run_rms_norm_linear_nbits, rms_norm_linear_nbits_support));
 }
 
 }  // namespace onyx::cuda
