@@ -86,6 +86,18 @@ std::optional<Single> single_linear(const Graph& g, size_t k) {
   return Single{k, n.inputs[0], n.inputs[1], n.outputs[0]};
 }
 
+// The producers of a SiluMul's gate and up inputs (nodes k), two distinct nodes not removed, or
+// nullopt where node k is no onyx::SiluMul of two inputs.
+std::optional<std::pair<size_t, size_t>> silu_mul_producers(const Graph& g, size_t k, const std::vector<bool>& removed) {
+  const Node& sm = g.nodes[k];
+  if (sm.op_type != "SiluMul" || sm.domain != "onyx" || sm.inputs.size() != 2 || sm.outputs.size() != 1)
+    return std::nullopt;
+  const int gp = sm.inputs[0] >= 0 ? g.values[sm.inputs[0]].producer : -1;
+  const int up = sm.inputs[1] >= 0 ? g.values[sm.inputs[1]].producer : -1;
+  if (gp < 0 || up < 0 || gp == up || removed[gp] || removed[up]) return std::nullopt;
+  return std::pair<size_t, size_t>{static_cast<size_t>(gp), static_cast<size_t>(up)};
+}
+
 }  // namespace
 
 LinearReport linear_from_matmul(Graph& g) {
@@ -138,12 +150,11 @@ LinearReport group_linears(Graph& g) {
     std::vector<bool> removed(g.nodes.size(), false);
     std::vector<std::pair<size_t, Node>> replace;
     for (size_t k = 0; k < g.nodes.size(); ++k) {
+      const auto pr = silu_mul_producers(g, k, removed);
+      if (!pr) continue;
       const Node& sm = g.nodes[k];
-      if (sm.op_type != "SiluMul" || sm.domain != "onyx" || sm.inputs.size() != 2 || sm.outputs.size() != 1) continue;
-      const int gp = sm.inputs[0] >= 0 ? g.values[sm.inputs[0]].producer : -1;
-      const int up = sm.inputs[1] >= 0 ? g.values[sm.inputs[1]].producer : -1;
-      if (gp < 0 || up < 0 || gp == up || removed[gp] || removed[up]) continue;
-      const auto gl = single_linear(g, static_cast<size_t>(gp)), ul = single_linear(g, static_cast<size_t>(up));
+      const auto [gp, up] = *pr;
+      const auto gl = single_linear(g, gp), ul = single_linear(g, up);
       if (!gl || !ul || gl->x != ul->x || readers[gl->out] != 1 || readers[ul->out] != 1) continue;
       const Tensor* wg = constant_value(g, gl->w);
       const Tensor* wu = constant_value(g, ul->w);
@@ -417,16 +428,15 @@ LinearReport group_nbits(Graph& g) {
   // layout and N -> LinearNBits(x, [Bg; Bu]; gated = 1), at the SiluMul's place.
   std::unordered_map<int, int> readers = count_readers(g);
   for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const auto pr = silu_mul_producers(g, k, removed);
+    if (!pr) continue;
     const Node& sm = g.nodes[k];
-    if (sm.op_type != "SiluMul" || sm.domain != "onyx" || sm.inputs.size() != 2 || sm.outputs.size() != 1) continue;
-    const int gp = sm.inputs[0] >= 0 ? g.values[sm.inputs[0]].producer : -1;
-    const int up = sm.inputs[1] >= 0 ? g.values[sm.inputs[1]].producer : -1;
-    if (gp < 0 || up < 0 || gp == up || removed[gp] || removed[up]) continue;
-    const auto kg = key_of(static_cast<size_t>(gp)), ku = key_of(static_cast<size_t>(up));
+    const auto [gp, up] = *pr;
+    const auto kg = key_of(gp), ku = key_of(up);
     if (!kg || !ku || *kg != *ku || readers[sm.inputs[0]] != 1 || readers[sm.inputs[1]] != 1) continue;
     const int64_t n = attr(g.nodes[gp], "N", -1);
     if (attr(g.nodes[up], "N", -1) != n) continue;
-    emit[k] = stacked_node({{static_cast<size_t>(gp), n}, {static_cast<size_t>(up), n}}, {sm.outputs[0]},
+    emit[k] = stacked_node({{gp, n}, {up, n}}, {sm.outputs[0]},
                            make_int_attr("gated", 1));
     removed[k] = true;
   }
