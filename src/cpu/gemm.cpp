@@ -54,6 +54,13 @@ struct TileArgs {
   const float* residual;  // at the tile's first element, or null
   int64_t ldr;
   const Activation* act;
+  // Rows of the B slice the next tiles will read, asked into L2 one row per step over the
+  // first pf_rows steps (pf_rows 0: none): row i at pf_b + i * pf_kstride, or at pf_b + pf_koff[i]
+  // (Indirect); its panels pf_pstride apart.
+  int64_t pf_rows;
+  const float* pf_b;
+  int64_t pf_pstride, pf_kstride;
+  const int64_t* pf_koff;
 };
 
 // Indirect: B's rows are found through t.koff (gemm_indirect) instead of a fixed stride.
@@ -69,7 +76,26 @@ HWY_NOINLINE void Tile(const TileArgs& t) {
   const float* HWY_RESTRICT a = t.a;
   const float* HWY_RESTRICT b = t.b;
   const int64_t* HWY_RESTRICT koff = t.koff;
+  // C's lines (and the residual's, in the last pass), asked for while the tile computes:
+  // stored cold, each would wait on its read for ownership at the end.
+  const float* HWY_RESTRICT res = t.last ? t.residual : nullptr;
   for (int64_t p = 0; p < t.kb; ++p) {
+    if (p < MR) {
+      float* out = t.c + p * t.ldc;
+      HWY_UNROLL(8)
+      for (int q = 0; q < NP; ++q) __builtin_prefetch(out + q * kPanel, 1, 3);
+      __builtin_prefetch(out + NP * kPanel - 1, 1, 3);
+      if (res) {
+        HWY_UNROLL(8)
+        for (int q = 0; q < NP; ++q) __builtin_prefetch(res + p * t.ldr + q * kPanel, 0, 3);
+      }
+    }
+    if (p < t.pf_rows) {
+      const float* row = t.pf_b + (Indirect ? t.pf_koff[p] : p * t.pf_kstride);
+      HWY_UNROLL(8)
+      for (int q = 0; q < NP; ++q) __builtin_prefetch(row + q * t.pf_pstride, 0, 2);
+      __builtin_prefetch(row + (NP - 1) * t.pf_pstride + kPanel - 1, 0, 2);
+    }
     VF bv[NV];
     if constexpr (Indirect) {
       // B read where koff says (a convolution's image, each row a tap's shifted view): the
@@ -198,30 +224,38 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
     return;
   }
   // A tile of mr rows by np panels over B's rows [k0, k0 + kb).
-  auto run_one = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb) {
+  // Where B's rows [k0, ...) of `panel` (and the panels after it) are read.
+  struct View {
+    const float* b;
+    int64_t pstride, kstride;
+    const int64_t* koff;
+  };
+  auto view = [&](int64_t panel, int64_t k0) -> View {
+    if (koff) return {src.b + panel * kPanel, kPanel, 0, koff + k0};
+    if (!in_place) return {src.b + panel * pstride + k0 * kPanel, pstride, kPanel, nullptr};
+    if (panel == tail_panel) return {src.tail + k0 * kPanel, pstride, kPanel, nullptr};
+    return {src.b + k0 * src.ldb + panel * kPanel, kPanel, src.ldb, nullptr};
+  };
+  // The slice to prefetch while a tile runs (none: pf.rows 0).
+  struct Prefetch {
+    int64_t rows = 0;
+    View v{};
+  };
+  auto run_one = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb, const Prefetch& pf) {
     TileArgs t;
     t.kb = kb;
     t.a = a + row * lda + k0;
     t.lda = lda;
-    t.koff = nullptr;
-    if (koff) {
-      t.b = src.b + panel * kPanel;
-      t.koff = koff + k0;
-      t.pstride = kPanel;
-      t.kstride = 0;
-    } else if (!in_place) {
-      t.b = src.b + panel * pstride + k0 * kPanel;
-      t.pstride = pstride;
-      t.kstride = kPanel;
-    } else if (panel == tail_panel) {
-      t.b = src.tail + k0 * kPanel;
-      t.pstride = pstride;
-      t.kstride = kPanel;
-    } else {
-      t.b = src.b + k0 * src.ldb + panel * kPanel;
-      t.pstride = kPanel;
-      t.kstride = src.ldb;
-    }
+    const View v = view(panel, k0);
+    t.b = v.b;
+    t.pstride = v.pstride;
+    t.kstride = v.kstride;
+    t.koff = v.koff;
+    t.pf_rows = pf.rows;
+    t.pf_b = pf.v.b;
+    t.pf_pstride = pf.v.pstride;
+    t.pf_kstride = pf.v.kstride;
+    t.pf_koff = pf.v.koff;
     t.c = c + row * ldc + panel * kPanel;
     t.ldc = ldc;
     t.ncols = std::min<int64_t>(np * kPanel, n - panel * kPanel);
@@ -235,14 +269,14 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
     (koff ? kIndirectTiles.fn : kTiles.fn)[mr - 1][np - 1](t);
   };
   // Panels read in place never share a tile with the packed tail.
-  auto run_tile = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb) {
+  auto run_tile = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb, const Prefetch& pf) {
     if (tail_panel >= 0 && panel < tail_panel && panel + np > tail_panel) {
       const int head = static_cast<int>(tail_panel - panel);
-      run_one(mr, head, row, panel, k0, kb);
-      run_one(mr, np - head, row, tail_panel, k0, kb);
+      run_one(mr, head, row, panel, k0, kb, pf);
+      run_one(mr, np - head, row, tail_panel, k0, kb, pf);
       return;
     }
-    run_one(mr, np, row, panel, k0, kb);
+    run_one(mr, np, row, panel, k0, kb, pf);
   };
   if (m <= 4) {
     // Few rows: each task streams a group of panels over all of K once.
@@ -254,7 +288,7 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
       for (int64_t g = g0; g < g1; ++g) {
         const int64_t p0 = g * np_max;
         const int np = static_cast<int>(std::min<int64_t>(np_max, panels - p0));
-        run_tile(mr, np, 0, p0, 0, k);
+        run_tile(mr, np, 0, p0, 0, k, Prefetch{});
       }
     });
     return;
@@ -276,10 +310,26 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
       const int64_t p0 = tile * kBigNP;
       const int np = static_cast<int>(std::min<int64_t>(kBigNP, panels - p0));
       const int64_t r0 = chunk * blocks_per_chunk * kBigMR, r1 = std::min(m, r0 + blocks_per_chunk * kBigMR);
+      const int64_t nblocks = (r1 - r0 + kBigMR - 1) / kBigMR;
       for (int64_t k0 = 0; k0 < k; k0 += kBlockK) {
         const int64_t kb = std::min(kBlockK, k - k0);
-        for (int64_t row = r0; row < r1; row += kBigMR)
-          run_tile(static_cast<int>(std::min<int64_t>(kBigMR, r1 - row)), np, row, p0, k0, kb);
+        // The next slice of B (this tile's next block of K, or the next tile's first), asked
+        // into L2 a share per block of rows, so its first block of rows does not wait on memory.
+        int64_t nk0 = k0 + kBlockK, np0 = p0;
+        if (nk0 >= k) nk0 = 0, np0 = p0 + kBigNP;
+        const int64_t nkb = np0 < panels ? std::min(kBlockK, k - nk0) : 0;
+        const int64_t share = (nkb + nblocks - 1) / nblocks;
+        for (int64_t i = 0, row = r0; row < r1; ++i, row += kBigMR) {
+          Prefetch pf;
+          const int64_t f0 = std::min(nkb, i * share);
+          pf.rows = std::min(nkb, f0 + share) - f0;
+          if (pf.rows > 0) {
+            pf.v = view(np0, nk0);
+            if (pf.v.koff) pf.v.koff += f0;
+            else pf.v.b += f0 * pf.v.kstride;
+          }
+          run_tile(static_cast<int>(std::min<int64_t>(kBigMR, r1 - row)), np, row, p0, k0, kb, pf);
+        }
       }
     }
   });
