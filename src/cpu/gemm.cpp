@@ -35,6 +35,11 @@ constexpr int SmallNP(int mr) {
   return np;
 }
 constexpr int64_t kBlockK = 256;  // B's rows per tile pass: one tile's B slice stays in L1
+// A larger than kAInL2 bytes is read in blocks of kABlock bytes held in L2 across the column
+// tiles, K outermost, where C is read once or fits in kCInL2 bytes (read again per block of K).
+constexpr int64_t kAInL2 = int64_t{512} << 10;
+constexpr int64_t kABlock = int64_t{512} << 10;
+constexpr int64_t kCInL2 = int64_t{1} << 20;
 
 struct TileArgs {
   int64_t kb;         // rows of B (columns of A) in this pass
@@ -293,12 +298,55 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
     });
     return;
   }
-  // Many rows: tasks are (column tile, block of rows); in each, K in blocks whose B slice
-  // stays in L1 while the rows stream past it. (Copying A's rows side by side first, so a
-  // step's broadcasts read one cache line, cost more than it saved: a transposing copy is
-  // slow next to the tile it feeds.)
+  // The rows [r0, r1) over one slice of B (panels p0.., rows [k0, k0 + kb)): blocks of rows
+  // streaming past the slice held in L1, each asking into L2 its share of the next slice
+  // (panels np0.., rows nk0..; none when np0 is past the last panel), so the next slice's first
+  // block of rows does not wait on memory.
+  auto run_slice = [&](int64_t p0, int64_t r0, int64_t r1, int64_t k0, int64_t np0, int64_t nk0) {
+    const int np = static_cast<int>(std::min<int64_t>(kBigNP, panels - p0));
+    const int64_t kb = std::min(kBlockK, k - k0);
+    const int64_t nblocks = (r1 - r0 + kBigMR - 1) / kBigMR;
+    const int64_t nkb = np0 < panels ? std::min(kBlockK, k - nk0) : 0;
+    const int64_t share = (nkb + nblocks - 1) / nblocks;
+    for (int64_t i = 0, row = r0; row < r1; ++i, row += kBigMR) {
+      Prefetch pf;
+      const int64_t f0 = std::min(nkb, i * share);
+      pf.rows = std::min(nkb, f0 + share) - f0;
+      if (pf.rows > 0) {
+        pf.v = view(np0, nk0);
+        if (pf.v.koff) pf.v.koff += f0;
+        else pf.v.b += f0 * pf.v.kstride;
+      }
+      run_tile(static_cast<int>(std::min<int64_t>(kBigMR, r1 - row)), np, row, p0, k0, kb, pf);
+    }
+  };
   const int64_t ntiles = (panels + kBigNP - 1) / kBigNP;
   const int64_t mblocks = (m + kBigMR - 1) / kBigMR;
+  const int64_t fsize = sizeof(float);
+  if (ntiles > 1 && m * k * fsize > kAInL2 && (k <= kBlockK || m * n * fsize <= kCInL2)) {
+    // A larger than L2 (a deep convolution's weights and few pixels; a transformer's
+    // down-projection): K in blocks outermost, and in each, chunks of rows whose block of A
+    // stays in L2 while the column tiles pass, so A is read from memory once instead of once
+    // per column tile (B once per chunk, C once per block of K).
+    const int64_t want = std::max<int64_t>(1, kABlock / (kBlockK * int64_t{sizeof(float)} * kBigMR));
+    const int64_t achunks = (mblocks + want - 1) / want;
+    const int64_t per_chunk = (mblocks + achunks - 1) / achunks;  // blocks of rows per chunk
+    const int64_t grain = std::max<int64_t>(1, 65536 / (per_chunk * kBigMR * kBlockK * kBigNP * kPanel + 1));
+    for (int64_t k0 = 0; k0 < k; k0 += kBlockK) {
+      parallel_for(achunks * ntiles, grain, [&](int64_t t0, int64_t t1) {
+        for (int64_t task = t0; task < t1; ++task) {
+          const int64_t chunk = task / ntiles, tile = task % ntiles;
+          const int64_t r0 = chunk * per_chunk * kBigMR, r1 = std::min(m, r0 + per_chunk * kBigMR);
+          run_slice(tile * kBigNP, r0, r1, k0, tile + 1 < ntiles ? (tile + 1) * kBigNP : panels, k0);
+        }
+      });
+    }
+    return;
+  }
+  // Otherwise: tasks are (column tile, chunk of rows); in each, K in blocks whose B slice
+  // stays in L1 while the rows stream past it, B read from memory once. (Copying A's rows
+  // side by side first, so a step's broadcasts read one cache line, cost more than it saved: a
+  // transposing copy is slow next to the tile it feeds.)
   const int64_t mchunks = row_chunks(ntiles, mblocks);
   const int64_t blocks_per_chunk = (mblocks + mchunks - 1) / mchunks;
   const int64_t tasks = ntiles * mchunks;
@@ -308,28 +356,11 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t tile = task / mchunks, chunk = task % mchunks;
       const int64_t p0 = tile * kBigNP;
-      const int np = static_cast<int>(std::min<int64_t>(kBigNP, panels - p0));
       const int64_t r0 = chunk * blocks_per_chunk * kBigMR, r1 = std::min(m, r0 + blocks_per_chunk * kBigMR);
-      const int64_t nblocks = (r1 - r0 + kBigMR - 1) / kBigMR;
       for (int64_t k0 = 0; k0 < k; k0 += kBlockK) {
-        const int64_t kb = std::min(kBlockK, k - k0);
-        // The next slice of B (this tile's next block of K, or the next tile's first), asked
-        // into L2 a share per block of rows, so its first block of rows does not wait on memory.
-        int64_t nk0 = k0 + kBlockK, np0 = p0;
-        if (nk0 >= k) nk0 = 0, np0 = p0 + kBigNP;
-        const int64_t nkb = np0 < panels ? std::min(kBlockK, k - nk0) : 0;
-        const int64_t share = (nkb + nblocks - 1) / nblocks;
-        for (int64_t i = 0, row = r0; row < r1; ++i, row += kBigMR) {
-          Prefetch pf;
-          const int64_t f0 = std::min(nkb, i * share);
-          pf.rows = std::min(nkb, f0 + share) - f0;
-          if (pf.rows > 0) {
-            pf.v = view(np0, nk0);
-            if (pf.v.koff) pf.v.koff += f0;
-            else pf.v.b += f0 * pf.v.kstride;
-          }
-          run_tile(static_cast<int>(std::min<int64_t>(kBigMR, r1 - row)), np, row, p0, k0, kb, pf);
-        }
+        // The next slice: this tile's next block of K, or the next tile's first.
+        if (k0 + kBlockK < k) run_slice(p0, r0, r1, k0, p0, k0 + kBlockK);
+        else run_slice(p0, r0, r1, k0, p0 + kBigNP, 0);
       }
     }
   });
