@@ -12,6 +12,7 @@
 #include "cpu/gemm.h"
 #include "cpu/thread_pool.h"
 #include "cpu/vec_math-inl.h"
+#include "hwy/aligned_allocator.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
@@ -206,6 +207,13 @@ struct TileTable {
 constexpr TileTable<false> kTiles;
 constexpr TileTable<true> kIndirectTiles;
 
+// Per-thread room for one slice of B packed (kBigNP panels of kBlockK rows), 64-byte aligned.
+float* SliceBuffer() {
+  thread_local hwy::AlignedFreeUniquePtr<float[]> buf;
+  if (!buf) buf = hwy::AllocateAligned<float>(kBigNP * kPanel * kBlockK);
+  return buf.get();
+}
+
 // B as the product reads it: packed panels (ldb 0), or row-major in place (row stride ldb) with
 // its last, partial panel packed apart (`tail`, K rows of 16), so no load passes column n; or,
 // with `koff`, row p at b + koff[p] (read up to column n rounded up to 16).
@@ -246,12 +254,14 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
     int64_t rows = 0;
     View v{};
   };
-  auto run_one = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb, const Prefetch& pf) {
+  // (`packed`: the slice as PackSlice left it, instead of B where view() says.)
+  auto run_one = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb, const Prefetch& pf,
+                     const View* packed = nullptr) {
     TileArgs t;
     t.kb = kb;
     t.a = a + row * lda + k0;
     t.lda = lda;
-    const View v = view(panel, k0);
+    const View v = packed ? *packed : view(panel, k0);
     t.b = v.b;
     t.pstride = v.pstride;
     t.kstride = v.kstride;
@@ -308,6 +318,24 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
     const int64_t nblocks = (r1 - r0 + kBigMR - 1) / kBigMR;
     const int64_t nkb = np0 < panels ? std::min(kBlockK, k - nk0) : 0;
     const int64_t share = (nkb + nblocks - 1) / nblocks;
+    // B read in place with rows not 64-byte aligned (n not a multiple of 16: 196 or 49 pixels)
+    // is copied into packed panels once per slice when several blocks of rows read it: a
+    // tile's row then spans three lines and its loads split across lines, a packed one two.
+    View packed{};
+    const bool pack = in_place && nblocks > 1 && src.ldb % kPanel != 0;
+    if (pack) {
+      float* buf = SliceBuffer();
+      for (int q = 0; q < np; ++q) {
+        float* dst = buf + q * kb * kPanel;
+        if (p0 + q == tail_panel) {
+          std::memcpy(dst, src.tail + k0 * kPanel, kb * kPanel * sizeof(float));
+          continue;
+        }
+        const float* from = src.b + k0 * src.ldb + (p0 + q) * kPanel;
+        for (int64_t p = 0; p < kb; ++p) std::memcpy(dst + p * kPanel, from + p * src.ldb, kPanel * sizeof(float));
+      }
+      packed = {buf, kb * kPanel, kPanel, nullptr};
+    }
     for (int64_t i = 0, row = r0; row < r1; ++i, row += kBigMR) {
       Prefetch pf;
       const int64_t f0 = std::min(nkb, i * share);
@@ -317,7 +345,9 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
         if (pf.v.koff) pf.v.koff += f0;
         else pf.v.b += f0 * pf.v.kstride;
       }
-      run_tile(static_cast<int>(std::min<int64_t>(kBigMR, r1 - row)), np, row, p0, k0, kb, pf);
+      const int mr = static_cast<int>(std::min<int64_t>(kBigMR, r1 - row));
+      if (pack) run_one(mr, np, row, p0, k0, kb, pf, &packed);
+      else run_tile(mr, np, row, p0, k0, kb, pf);
     }
   };
   const int64_t ntiles = (panels + kBigNP - 1) / kBigNP;
