@@ -313,6 +313,7 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
   // (panels np0.., rows nk0..; none when np0 is past the last panel), so the next slice's first
   // block of rows does not wait on memory.
   auto run_slice = [&](int64_t p0, int64_t r0, int64_t r1, int64_t k0, int64_t np0, int64_t nk0) {
+    if (r0 >= r1) return;  // a chunk of rows past m (the last chunks, split over threads)
     const int np = static_cast<int>(std::min<int64_t>(kBigNP, panels - p0));
     const int64_t kb = std::min(kBlockK, k - k0);
     const int64_t nblocks = (r1 - r0 + kBigMR - 1) / kBigMR;

@@ -177,15 +177,16 @@ TEST(CpuGemm, UnpackedOperandsAndTranspositions) {
 
 // The many-row product's two orders: A larger than L2 (517 x 300 floats, 620 KB) read K block
 // by K block in chunks of rows held across the column tiles (two chunks here), and a small A
-// (37 rows) with B read once; both with a partial K block and partial tiles of rows and
+// (37 or 60 rows) with B read once; with a partial K block and partial tiles of rows and
 // columns, B packed, read in place (229 columns: rows not 64-byte aligned, copied per slice)
-// and through offsets, the whole epilogue or accumulating, against float64; and on a pool of
-// 4 threads with the same sums.
+// or packed per call (100 columns), and through offsets, the whole epilogue or accumulating,
+// against float64; and on a pool of 4 threads with the same sums (60 x 100: four chunks of
+// rows of which the last is empty with AVX-512).
 TEST(CpuGemm, ManyRowOrdersMatchFloat64) {
   std::mt19937 rng(27);
-  for (const int64_t m : {517, 37}) {
-    const int64_t k = 300, n = 229;
-    SCOPED_TRACE("m " + std::to_string(m));
+  for (const auto [m, n] : {std::pair<int64_t, int64_t>{517, 229}, {37, 229}, {60, 100}}) {
+    const int64_t k = 300;
+    SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n));
     auto a = random_floats(m * k, rng), b = random_floats(k * n, rng), bias = random_floats(n, rng);
     auto row_bias = random_floats(m, rng), residual = random_floats(m * n, rng), c0 = random_floats(m * n, rng);
     std::vector<float> packed(packed_size(k, n));
