@@ -360,7 +360,8 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
     // stays in L2 while the column tiles pass, so A is read from memory once instead of once
     // per column tile (B once per chunk, C once per block of K).
     const int64_t want = std::max<int64_t>(1, kABlock / (kBlockK * int64_t{sizeof(float)} * kBigMR));
-    const int64_t achunks = (mblocks + want - 1) / want;
+    // (At least as many chunks as the other order splits rows into for the pool's threads.)
+    const int64_t achunks = std::max((mblocks + want - 1) / want, row_chunks(ntiles, mblocks));
     const int64_t per_chunk = (mblocks + achunks - 1) / achunks;  // blocks of rows per chunk
     const int64_t grain = std::max<int64_t>(1, 65536 / (per_chunk * kBigMR * kBlockK * kBigNP * kPanel + 1));
     for (int64_t k0 = 0; k0 < k; k0 += kBlockK) {
