@@ -12,6 +12,7 @@
 #include "cpu/gemm.h"
 #include "cpu/thread_pool.h"
 #include "cpu/vec_math-inl.h"
+#include "hwy/aligned_allocator.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
@@ -35,6 +36,11 @@ constexpr int SmallNP(int mr) {
   return np;
 }
 constexpr int64_t kBlockK = 256;  // B's rows per tile pass: one tile's B slice stays in L1
+// A larger than kAInL2 bytes is read in blocks of kABlock bytes held in L2 across the column
+// tiles, K outermost, where C is read once or fits in kCInL2 bytes (read again per block of K).
+constexpr int64_t kAInL2 = int64_t{512} << 10;
+constexpr int64_t kABlock = int64_t{512} << 10;
+constexpr int64_t kCInL2 = int64_t{1} << 20;
 
 struct TileArgs {
   int64_t kb;         // rows of B (columns of A) in this pass
@@ -54,6 +60,13 @@ struct TileArgs {
   const float* residual;  // at the tile's first element, or null
   int64_t ldr;
   const Activation* act;
+  // Rows of the B slice the next tiles will read, asked into L2 one row per step over the
+  // first pf_rows steps (pf_rows 0: none): row i at pf_b + i * pf_kstride, or at pf_b + pf_koff[i]
+  // (Indirect); its panels pf_pstride apart.
+  int64_t pf_rows;
+  const float* pf_b;
+  int64_t pf_pstride, pf_kstride;
+  const int64_t* pf_koff;
 };
 
 // Indirect: B's rows are found through t.koff (gemm_indirect) instead of a fixed stride.
@@ -69,7 +82,26 @@ HWY_NOINLINE void Tile(const TileArgs& t) {
   const float* HWY_RESTRICT a = t.a;
   const float* HWY_RESTRICT b = t.b;
   const int64_t* HWY_RESTRICT koff = t.koff;
+  // C's lines (and the residual's, in the last pass), asked for while the tile computes:
+  // stored cold, each would wait on its read for ownership at the end.
+  const float* HWY_RESTRICT res = t.last ? t.residual : nullptr;
   for (int64_t p = 0; p < t.kb; ++p) {
+    if (p < MR) {
+      float* out = t.c + p * t.ldc;
+      HWY_UNROLL(8)
+      for (int q = 0; q < NP; ++q) __builtin_prefetch(out + q * kPanel, 1, 3);
+      __builtin_prefetch(out + NP * kPanel - 1, 1, 3);
+      if (res) {
+        HWY_UNROLL(8)
+        for (int q = 0; q < NP; ++q) __builtin_prefetch(res + p * t.ldr + q * kPanel, 0, 3);
+      }
+    }
+    if (p < t.pf_rows) {
+      const float* row = t.pf_b + (Indirect ? t.pf_koff[p] : p * t.pf_kstride);
+      HWY_UNROLL(8)
+      for (int q = 0; q < NP; ++q) __builtin_prefetch(row + q * t.pf_pstride, 0, 2);
+      __builtin_prefetch(row + (NP - 1) * t.pf_pstride + kPanel - 1, 0, 2);
+    }
     VF bv[NV];
     if constexpr (Indirect) {
       // B read where koff says (a convolution's image, each row a tap's shifted view): the
@@ -175,6 +207,13 @@ struct TileTable {
 constexpr TileTable<false> kTiles;
 constexpr TileTable<true> kIndirectTiles;
 
+// Per-thread room for one slice of B packed (kBigNP panels of kBlockK rows), 64-byte aligned.
+float* SliceBuffer() {
+  thread_local hwy::AlignedFreeUniquePtr<float[]> buf;
+  if (!buf) buf = hwy::AllocateAligned<float>(kBigNP * kPanel * kBlockK);
+  return buf.get();
+}
+
 // B as the product reads it: packed panels (ldb 0), or row-major in place (row stride ldb) with
 // its last, partial panel packed apart (`tail`, K rows of 16), so no load passes column n; or,
 // with `koff`, row p at b + koff[p] (read up to column n rounded up to 16).
@@ -198,30 +237,40 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
     return;
   }
   // A tile of mr rows by np panels over B's rows [k0, k0 + kb).
-  auto run_one = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb) {
+  // Where B's rows [k0, ...) of `panel` (and the panels after it) are read.
+  struct View {
+    const float* b;
+    int64_t pstride, kstride;
+    const int64_t* koff;
+  };
+  auto view = [&](int64_t panel, int64_t k0) -> View {
+    if (koff) return {src.b + panel * kPanel, kPanel, 0, koff + k0};
+    if (!in_place) return {src.b + panel * pstride + k0 * kPanel, pstride, kPanel, nullptr};
+    if (panel == tail_panel) return {src.tail + k0 * kPanel, pstride, kPanel, nullptr};
+    return {src.b + k0 * src.ldb + panel * kPanel, kPanel, src.ldb, nullptr};
+  };
+  // The slice to prefetch while a tile runs (none: pf.rows 0).
+  struct Prefetch {
+    int64_t rows = 0;
+    View v{};
+  };
+  // (`packed`: the slice as PackSlice left it, instead of B where view() says.)
+  auto run_one = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb, const Prefetch& pf,
+                     const View* packed = nullptr) {
     TileArgs t;
     t.kb = kb;
     t.a = a + row * lda + k0;
     t.lda = lda;
-    t.koff = nullptr;
-    if (koff) {
-      t.b = src.b + panel * kPanel;
-      t.koff = koff + k0;
-      t.pstride = kPanel;
-      t.kstride = 0;
-    } else if (!in_place) {
-      t.b = src.b + panel * pstride + k0 * kPanel;
-      t.pstride = pstride;
-      t.kstride = kPanel;
-    } else if (panel == tail_panel) {
-      t.b = src.tail + k0 * kPanel;
-      t.pstride = pstride;
-      t.kstride = kPanel;
-    } else {
-      t.b = src.b + k0 * src.ldb + panel * kPanel;
-      t.pstride = kPanel;
-      t.kstride = src.ldb;
-    }
+    const View v = packed ? *packed : view(panel, k0);
+    t.b = v.b;
+    t.pstride = v.pstride;
+    t.kstride = v.kstride;
+    t.koff = v.koff;
+    t.pf_rows = pf.rows;
+    t.pf_b = pf.v.b;
+    t.pf_pstride = pf.v.pstride;
+    t.pf_kstride = pf.v.kstride;
+    t.pf_koff = pf.v.koff;
     t.c = c + row * ldc + panel * kPanel;
     t.ldc = ldc;
     t.ncols = std::min<int64_t>(np * kPanel, n - panel * kPanel);
@@ -235,14 +284,14 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
     (koff ? kIndirectTiles.fn : kTiles.fn)[mr - 1][np - 1](t);
   };
   // Panels read in place never share a tile with the packed tail.
-  auto run_tile = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb) {
+  auto run_tile = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb, const Prefetch& pf) {
     if (tail_panel >= 0 && panel < tail_panel && panel + np > tail_panel) {
       const int head = static_cast<int>(tail_panel - panel);
-      run_one(mr, head, row, panel, k0, kb);
-      run_one(mr, np - head, row, tail_panel, k0, kb);
+      run_one(mr, head, row, panel, k0, kb, pf);
+      run_one(mr, np - head, row, tail_panel, k0, kb, pf);
       return;
     }
-    run_one(mr, np, row, panel, k0, kb);
+    run_one(mr, np, row, panel, k0, kb, pf);
   };
   if (m <= 4) {
     // Few rows: each task streams a group of panels over all of K once.
@@ -254,17 +303,82 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
       for (int64_t g = g0; g < g1; ++g) {
         const int64_t p0 = g * np_max;
         const int np = static_cast<int>(std::min<int64_t>(np_max, panels - p0));
-        run_tile(mr, np, 0, p0, 0, k);
+        run_tile(mr, np, 0, p0, 0, k, Prefetch{});
       }
     });
     return;
   }
-  // Many rows: tasks are (column tile, block of rows); in each, K in blocks whose B slice
-  // stays in L1 while the rows stream past it. (Copying A's rows side by side first, so a
-  // step's broadcasts read one cache line, cost more than it saved: a transposing copy is
-  // slow next to the tile it feeds.)
+  // The rows [r0, r1) over one slice of B (panels p0.., rows [k0, k0 + kb)): blocks of rows
+  // streaming past the slice held in L1, each asking into L2 its share of the next slice
+  // (panels np0.., rows nk0..; none when np0 is past the last panel), so the next slice's first
+  // block of rows does not wait on memory.
+  auto run_slice = [&](int64_t p0, int64_t r0, int64_t r1, int64_t k0, int64_t np0, int64_t nk0) {
+    if (r0 >= r1) return;  // a chunk of rows past m (the last chunks, split over threads)
+    const int np = static_cast<int>(std::min<int64_t>(kBigNP, panels - p0));
+    const int64_t kb = std::min(kBlockK, k - k0);
+    const int64_t nblocks = (r1 - r0 + kBigMR - 1) / kBigMR;
+    const int64_t nkb = np0 < panels ? std::min(kBlockK, k - nk0) : 0;
+    const int64_t share = (nkb + nblocks - 1) / nblocks;
+    // B read in place with rows not 64-byte aligned (n not a multiple of 16: 196 or 49 pixels)
+    // is copied into packed panels once per slice when several blocks of rows read it: a
+    // tile's row then spans three lines and its loads split across lines, a packed one two.
+    View packed{};
+    const bool pack = in_place && nblocks > 1 && src.ldb % kPanel != 0;
+    if (pack) {
+      float* buf = SliceBuffer();
+      for (int q = 0; q < np; ++q) {
+        float* dst = buf + q * kb * kPanel;
+        if (p0 + q == tail_panel) {
+          std::memcpy(dst, src.tail + k0 * kPanel, kb * kPanel * sizeof(float));
+          continue;
+        }
+        const float* from = src.b + k0 * src.ldb + (p0 + q) * kPanel;
+        for (int64_t p = 0; p < kb; ++p) std::memcpy(dst + p * kPanel, from + p * src.ldb, kPanel * sizeof(float));
+      }
+      packed = {buf, kb * kPanel, kPanel, nullptr};
+    }
+    for (int64_t i = 0, row = r0; row < r1; ++i, row += kBigMR) {
+      Prefetch pf;
+      const int64_t f0 = std::min(nkb, i * share);
+      pf.rows = std::min(nkb, f0 + share) - f0;
+      if (pf.rows > 0) {
+        pf.v = view(np0, nk0);
+        if (pf.v.koff) pf.v.koff += f0;
+        else pf.v.b += f0 * pf.v.kstride;
+      }
+      const int mr = static_cast<int>(std::min<int64_t>(kBigMR, r1 - row));
+      if (pack) run_one(mr, np, row, p0, k0, kb, pf, &packed);
+      else run_tile(mr, np, row, p0, k0, kb, pf);
+    }
+  };
   const int64_t ntiles = (panels + kBigNP - 1) / kBigNP;
   const int64_t mblocks = (m + kBigMR - 1) / kBigMR;
+  const int64_t fsize = sizeof(float);
+  if (ntiles > 1 && m * k * fsize > kAInL2 && (k <= kBlockK || m * n * fsize <= kCInL2)) {
+    // A larger than L2 (a deep convolution's weights and few pixels; a transformer's
+    // down-projection): K in blocks outermost, and in each, chunks of rows whose block of A
+    // stays in L2 while the column tiles pass, so A is read from memory once instead of once
+    // per column tile (B once per chunk, C once per block of K).
+    const int64_t want = std::max<int64_t>(1, kABlock / (kBlockK * int64_t{sizeof(float)} * kBigMR));
+    // (At least as many chunks as the other order splits rows into for the pool's threads.)
+    const int64_t achunks = std::max((mblocks + want - 1) / want, row_chunks(ntiles, mblocks));
+    const int64_t per_chunk = (mblocks + achunks - 1) / achunks;  // blocks of rows per chunk
+    const int64_t grain = std::max<int64_t>(1, 65536 / (per_chunk * kBigMR * kBlockK * kBigNP * kPanel + 1));
+    for (int64_t k0 = 0; k0 < k; k0 += kBlockK) {
+      parallel_for(achunks * ntiles, grain, [&](int64_t t0, int64_t t1) {
+        for (int64_t task = t0; task < t1; ++task) {
+          const int64_t chunk = task / ntiles, tile = task % ntiles;
+          const int64_t r0 = chunk * per_chunk * kBigMR, r1 = std::min(m, r0 + per_chunk * kBigMR);
+          run_slice(tile * kBigNP, r0, r1, k0, tile + 1 < ntiles ? (tile + 1) * kBigNP : panels, k0);
+        }
+      });
+    }
+    return;
+  }
+  // Otherwise: tasks are (column tile, chunk of rows); in each, K in blocks whose B slice
+  // stays in L1 while the rows stream past it, B read from memory once. (Copying A's rows
+  // side by side first, so a step's broadcasts read one cache line, cost more than it saved: a
+  // transposing copy is slow next to the tile it feeds.)
   const int64_t mchunks = row_chunks(ntiles, mblocks);
   const int64_t blocks_per_chunk = (mblocks + mchunks - 1) / mchunks;
   const int64_t tasks = ntiles * mchunks;
@@ -274,12 +388,11 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t tile = task / mchunks, chunk = task % mchunks;
       const int64_t p0 = tile * kBigNP;
-      const int np = static_cast<int>(std::min<int64_t>(kBigNP, panels - p0));
       const int64_t r0 = chunk * blocks_per_chunk * kBigMR, r1 = std::min(m, r0 + blocks_per_chunk * kBigMR);
       for (int64_t k0 = 0; k0 < k; k0 += kBlockK) {
-        const int64_t kb = std::min(kBlockK, k - k0);
-        for (int64_t row = r0; row < r1; row += kBigMR)
-          run_tile(static_cast<int>(std::min<int64_t>(kBigMR, r1 - row)), np, row, p0, k0, kb);
+        // The next slice: this tile's next block of K, or the next tile's first.
+        if (k0 + kBlockK < k) run_slice(p0, r0, r1, k0, p0, k0 + kBlockK);
+        else run_slice(p0, r0, r1, k0, p0 + kBigNP, 0);
       }
     }
   });

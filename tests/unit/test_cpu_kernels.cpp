@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -171,6 +172,68 @@ TEST(CpuGemm, UnpackedOperandsAndTranspositions) {
               ASSERT_NEAR(c[i], want[i], 1e-6 * mag[i] + 1e-6) << "m " << m << " k " << k << " n " << n
                                                                  << " trans " << trans;
           }
+  }
+}
+
+// The many-row product's two orders: A larger than L2 (517 x 300 floats, 620 KB) read K block
+// by K block in chunks of rows held across the column tiles (two chunks here), and a small A
+// (37 or 60 rows) with B read once; with a partial K block and partial tiles of rows and
+// columns, B packed, read in place (229 columns: rows not 64-byte aligned, copied per slice)
+// or packed per call (100 columns), and through offsets, the whole epilogue or accumulating,
+// against float64; and on a pool of 4 threads with the same sums (60 x 100: four chunks of
+// rows of which the last is empty with AVX-512).
+TEST(CpuGemm, ManyRowOrdersMatchFloat64) {
+  std::mt19937 rng(27);
+  for (const auto [m, n] : {std::pair<int64_t, int64_t>{517, 229}, {37, 229}, {60, 100}}) {
+    const int64_t k = 300;
+    SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n));
+    auto a = random_floats(m * k, rng), b = random_floats(k * n, rng), bias = random_floats(n, rng);
+    auto row_bias = random_floats(m, rng), residual = random_floats(m * n, rng), c0 = random_floats(m * n, rng);
+    std::vector<float> packed(packed_size(k, n));
+    pack_b(b.data(), n, false, k, n, packed.data());
+    // B's rows through offsets: each row of b placed at a random offset of one buffer.
+    const int64_t stride = n + 16;
+    std::vector<float> buf(k * stride + 16, 0.f);
+    std::vector<int64_t> koff(k);
+    for (int64_t p = 0; p < k; ++p) {
+      koff[p] = p * stride + std::uniform_int_distribution<int64_t>(0, 15)(rng);
+      std::copy(b.begin() + p * n, b.begin() + (p + 1) * n, buf.begin() + koff[p]);
+    }
+    std::vector<double> mag;
+    Epilogue ep;
+    ep.bias = bias.data();
+    ep.row_bias = row_bias.data();
+    ep.residual = residual.data();
+    ep.ldr = n;
+    ep.act = Activation{Act::kGelu};
+    const auto want = reference_gemm(m, n, k, a, b, ep.bias, nullptr, ep.act, &mag, ep.row_bias, ep.residual);
+    Epilogue acc;  // C (+)= A B, nothing else
+    acc.accumulate = true;
+    std::vector<double> mag_acc;
+    const auto want_acc = reference_gemm(m, n, k, a, b, nullptr, &c0, Activation{}, &mag_acc);
+    for (int64_t target : targets()) {
+      ForceTarget force(target);
+      SCOPED_TRACE(simd_target());
+      for (int mode = 0; mode < 3; ++mode) {
+        auto run = [&](const Epilogue& e, std::vector<float>& c) {
+          if (mode == 0) gemm_packed(m, n, k, a.data(), k, packed.data(), c.data(), n, e);
+          else if (mode == 1) gemm(false, false, m, n, k, a.data(), k, b.data(), n, c.data(), n, e);
+          else gemm_indirect(m, n, k, a.data(), k, buf.data(), koff.data(), c.data(), n, e);
+        };
+        std::vector<float> c(m * n, -7.f), c_acc = c0;
+        run(ep, c);
+        run(acc, c_acc);
+        for (size_t i = 0; i < c.size(); ++i) {
+          ASSERT_NEAR(c[i], want[i], 1e-6 * mag[i] + 1e-6) << "mode " << mode << " at " << i;
+          ASSERT_NEAR(c_acc[i], want_acc[i], 1e-6 * mag_acc[i] + 1e-6) << "mode " << mode << " accumulating, at " << i;
+        }
+        ThreadPool pool(4);
+        PoolScope scope(&pool);
+        std::vector<float> four(m * n, -7.f);
+        run(ep, four);
+        EXPECT_EQ(c, four) << "mode " << mode;
+      }
+    }
   }
 }
 
