@@ -234,8 +234,23 @@ TEST(LinearOps, BadShapesAreErrorsThatSayWhy) {
 
 namespace onyx {
 
+namespace {
+
+// A com.microsoft MatMulNBits node of 4 bits: x times the weights [B, scales, (zero points)].
+int nbits_node(test::GraphBuilder& b, int x, std::vector<int> weights, int64_t K, int64_t N, int64_t block) {
+  weights.insert(weights.begin(), x);
+  const int out = b.node("MatMulNBits", std::move(weights),
+                         {test::attr_int("K", K), test::attr_int("N", N), test::attr_int("bits", 4),
+                          test::attr_int("block_size", block)});
+  b.g.nodes.back().domain = "com.microsoft";
+  b.g.nodes.back().opset = 1;
+  return out;
+}
+
+}  // namespace
+
 // group_nbits: three 4-bit products of one A (N 16, 8 and 8, uint8 zero points packed two to a
-// byte, scales flat) become one MatMulNBits and a Split that compute what the three did; a fourth
+// byte, scales flat) become one LinearNBits whose outputs compute what the three did; a fourth
 // product of A with other block size, and a product of another input, stay apart.
 TEST(GroupNBits, ProductsOfOneInputStackAndComputeTheSame) {
   const int64_t K = 64;
@@ -257,13 +272,8 @@ TEST(GroupNBits, ProductsOfOneInputStackAndComputeTheSame) {
     for (size_t i = 0; i < shapes.size(); ++i) {
       const auto [n, block] = shapes[i];
       const int x = i == 4 ? other : a;
-      const int out = b.node("MatMulNBits",
-                             {x, b.init(cat("b", i), ws[i].b), b.init(cat("s", i), ws[i].s), b.init(cat("z", i), ws[i].z)},
-                             {test::attr_int("K", K), test::attr_int("N", n), test::attr_int("bits", 4),
-                              test::attr_int("block_size", block)});
-      b.g.nodes.back().domain = "com.microsoft";
-      b.g.nodes.back().opset = 1;
-      outs.push_back(out);
+      outs.push_back(nbits_node(b, x, {b.init(cat("b", i), ws[i].b), b.init(cat("s", i), ws[i].s), b.init(cat("z", i), ws[i].z)},
+                                K, n, block));
     }
     b.g.outputs = outs;
     return b.g;
@@ -307,15 +317,11 @@ TEST(GroupNBits, NormsBeforeFourBitProductsFuseIntoRmsNormLinearNBits) {
   Builder b;
   const int x = b.input("x"), res = b.input("res");
   auto product = [&](int in, const char* name, int64_t n) {
-    const int out = b.node("MatMulNBits",
-                           {in, b.init(cat(name, "_b"), test::random_tensor<uint8_t>(Shape{n, kb, block / 2}, 0, 255)),
-                            b.init(cat(name, "_s"), test::random_tensor<float>(Shape{n, kb}, 0.01, 0.1)),
-                            b.init(cat(name, "_z"), test::random_tensor<uint8_t>(Shape{n, (kb + 1) / 2}, 0, 255))},
-                           {test::attr_int("K", K), test::attr_int("N", n), test::attr_int("bits", 4),
-                            test::attr_int("block_size", block)});
-    b.g.nodes.back().domain = "com.microsoft";
-    b.g.nodes.back().opset = 1;
-    return out;
+    return nbits_node(b, in,
+                      {b.init(cat(name, "_b"), test::random_tensor<uint8_t>(Shape{n, kb, block / 2}, 0, 255)),
+                       b.init(cat(name, "_s"), test::random_tensor<float>(Shape{n, kb}, 0.01, 0.1)),
+                       b.init(cat(name, "_z"), test::random_tensor<uint8_t>(Shape{n, (kb + 1) / 2}, 0, 255))},
+                      K, n, block);
   };
   const int n1 =
       b.node("SimplifiedLayerNormalization", {x, b.init("g1", test::random_tensor<float>(Shape{K}, 0.5, 1.5))},
@@ -371,12 +377,7 @@ TEST(GroupNBits, GateAndUpProductsBecomeOneGatedProduct) {
     test::GraphBuilder b;
     const int x = b.input("x"), h = b.input("h");
     auto product = [&](int in, const char* name, const Tensor& w, const Tensor& sc, int64_t n) {
-      const int out = b.node("MatMulNBits", {in, b.init(cat(name, "_b"), w), b.init(cat(name, "_s"), sc)},
-                             {test::attr_int("K", K), test::attr_int("N", n), test::attr_int("bits", 4),
-                              test::attr_int("block_size", block)});
-      b.g.nodes.back().domain = "com.microsoft";
-      b.g.nodes.back().opset = 1;
-      return out;
+      return nbits_node(b, in, {b.init(cat(name, "_b"), w), b.init(cat(name, "_s"), sc)}, K, n, block);
     };
     const int gate = product(x, "gate", bg, sg, F), up = product(x, "up", bu, su, F);
     const int act = b.node("SiluMul", {gate, up}, {});
