@@ -17,6 +17,7 @@
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
+#include "backends/cuda/kernels/common/mma.cuh"
 #include "backends/cuda/kernels/common/pdl.cuh"
 #include "backends/cuda/kernels/common/reduce.cuh"
 #include "backends/cuda/kernels/norm.h"
@@ -331,26 +332,6 @@ __device__ __forceinline__ uint32_t pair_dequant(uint32_t m, uint32_t z, uint32_
   }
 }
 
-template <class T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-#endif
-}
-
 constexpr int kNb4MmaFeatures = 16;
 
 // Where output column `col` of a row goes (constant indices into the arguments, which a run-time
@@ -593,9 +574,10 @@ void launch_nbits4(const NBitsArgs& p, CudaContext& cu) {
 // without asking. Every block normalizes the rows it multiplies (two passes over them from L2):
 // at one row that costs less than a kernel of its own (the 1.24B Llama's 4-bit decode step went
 // from 1.04x to 0.99x bf16's on an H200), at 8 rows of K = 2048 the gated product's 1024 blocks
-// read 64 MiB for it (the step went from 0.84x to 1.03x bf16's). Normalizing once per step
-// where rows are many (a kernel of its own into the workspace, as prompts do) is not measured yet.
+// read 64 MiB for it (the step went from 0.84x to 1.03x bf16's). So past kNbitsNormInKernelRows
+// rows the rows are normalized once, by a kernel of their own into the workspace (as prompts are).
 constexpr size_t kNbitsNormSmem = 32 * 1024;
+constexpr int64_t kNbitsNormInKernelRows = 2;
 
 template <class T, int W, int U>
 void launch_nbits4_mma(const NBitsArgs& p, CudaContext& cu) {
@@ -805,7 +787,8 @@ void linear_nbits(NBitsArgs p, const std::vector<int64_t>& widths, DType dt, Cud
   const size_t es = sizeof(T);
   if (!std::is_same_v<T, float> && nbits4_fits(p, dt) && !(p.zp && !p.zp_packed) &&
       widths.size() <= static_cast<size_t>(kNbitsMaxSplits) && nbits4_variant_for_bench != 1 &&
-      (!p.gamma || (static_cast<size_t>(p.M * p.K) * es <= kNbitsNormSmem && is_aligned(p.gamma, 16) &&
+      (!p.gamma || (p.M <= kNbitsNormInKernelRows && static_cast<size_t>(p.M * p.K) * es <= kNbitsNormSmem &&
+                    is_aligned(p.gamma, 16) &&
                     (!p.skip || is_aligned(p.skip, 16)) && (!p.sum || is_aligned(p.sum, 16))))) {
     if constexpr (!std::is_same_v<T, float>) run_nbits4_mma<T>(p, cu);
     return;
