@@ -179,7 +179,7 @@ double graph_ms(Gpu& g, const std::function<void()>& record, int reps = 20) {
 }
 
 // The decode step's products at few rows (Llama-3.2-1B shapes, bfloat16): onyx::Linear /
-// SiluGateLinear (weight [N, K]; its streaming kernel at one or two rows, cuBLASLt past that)
+// SiluGateLinear (weight [N, K]; its streaming kernel up to 8 rows where x fits, else cuBLASLt)
 // against the MatMul it replaces (cuBLASLt on the [K, N] weight,
 // gate and up as one [K, 2F] product). Each is one CUDA graph of launches over weight copies
 // that together exceed L2 several times, launched back to back as in a captured step; the
@@ -198,7 +198,7 @@ void few_row_products(Gpu& g, double bw) {
   std::printf("\n| rows | product | weight MB | onyx Linear us | TB/s | no overlap us | cuBLASLt MatMul us | TB/s | "
               "MatMul / Linear |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
   const DType dt = DType::kBFloat16;
-  std::string chunks;
+  std::string paths;
   for (const Case& c : cases) {
     const int64_t rows_w = c.gated ? 2 * c.n : c.n;
     const double bytes = static_cast<double>(rows_w * c.k) * 2;
@@ -224,26 +224,28 @@ void few_row_products(Gpu& g, double bw) {
                }) * 1e3 / copies;
       };
       const double lin_us = per_launch(lin, true), lin_plain_us = per_launch(lin, false), mm_us = per_launch(mm, false);
-      if (m <= 2) {  // the streaming kernel's copies asked for by one thread in turn, as before
-        cuda::set_stream_serial_issue(true);
-        const double us = per_launch(lin, true);
-        cuda::set_stream_serial_issue(false);
-        char line[256];
-        std::snprintf(line, sizeof line, "| %lld | %s | %.2f (%.2f) | %.2f (%.2f) | %.2f (%.2f) |\n",
-                      static_cast<long long>(m), c.name, us, bytes / (us * 1e-6) / 1e12, lin_us,
-                      bytes / (lin_us * 1e-6) / 1e12, mm_us, bytes / (mm_us * 1e-6) / 1e12);
-        chunks += line;
-      }
+      // The few-row paths side by side: the streaming kernel's warp-per-row and tensor-core forms
+      // and onyx's cuBLASLt path (the same op, cuda::set_few_row_path).
+      cuda::set_few_row_path(cuda::FewRowPath::kTensorCores);
+      const double mma_us = per_launch(lin, true);
+      cuda::set_few_row_path(cuda::FewRowPath::kLibrary);
+      const double lib_us = per_launch(lin, true);
+      cuda::set_few_row_path(cuda::FewRowPath::kDefault);
+      char line[256];
+      std::snprintf(line, sizeof line, "| %lld | %s | %.2f (%.2f) | %.2f (%.2f) | %.2f (%.2f) | %s |\n",
+                    static_cast<long long>(m), c.name, lin_us, bytes / (lin_us * 1e-6) / 1e12, mma_us,
+                    bytes / (mma_us * 1e-6) / 1e12, lib_us, bytes / (lib_us * 1e-6) / 1e12,
+                    m == 1 ? "warp per row" : "tensor cores");
+      paths += line;
       std::printf("| %lld | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", static_cast<long long>(m), c.name,
                   bytes / 1e6, lin_us, bytes / (lin_us * 1e-6) / 1e12, lin_plain_us, mm_us,
                   bytes / (mm_us * 1e-6) / 1e12, mm_us / lin_us);
     }
   }
   std::printf("(copy bandwidth %.2f TB/s, read + write)\n", bw);
-  std::printf("\nThe streaming kernel's copies asked for by one thread, row by row, or by a warp (a whole-row tile "
-              "as one copy), us (TB/s):\n\n| rows | product | one thread | warp (default) | cuBLASLt MatMul |\n"
-              "|---:|---|---:|---:|---:|\n%s",
-              chunks.c_str());
+  std::printf("\nonyx Linear's few-row paths, us (TB/s):\n\n| rows | product | default | tensor-core form | "
+              "cuBLASLt path | default is |\n|---:|---|---:|---:|---:|---|\n%s",
+              paths.c_str());
 }
 
 // The same shapes with 4-bit weights (com.microsoft MatMulNBits, bfloat16 A and scales, blocks of

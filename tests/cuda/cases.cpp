@@ -529,6 +529,13 @@ void contrib(std::vector<Case>& v) {
     // 16-bit K of 2048: each tile's rows as one copy, the last tile partial.
     lin("row1_k2048_one_copy", {1, 2048}, 4100, 2048, {4000, 100});
     lin("rows2_k2048_one_copy", {2, 1, 2048}, 37, 2048);
+    // The streaming kernel's tensor-core form (three to eight 16-bit rows): whole-row tiles with a
+    // partial last tile and many tiles per block, a row in two chunks with a short last one (the
+    // warps' last steps partial), splits; x too wide for shared memory goes to cuBLASLt.
+    lin("rows8_k2048_one_copy", {8, 2048}, 4100, 2048, {4000, 100});
+    lin("rows3_k3000_chunks", {3, 3000}, 70, 3000);
+    lin("rows5_k2048_splits", {5, 1, 2048}, 50, 2048, {16, 30, 4});
+    lin("rows4_k8192_lt", {4, 8192}, 24, 8192);
     lin("rows9_lt", {9, 72}, 40, 72, {16, 24});
     lin("rows64_lt", {4, 16, 128}, 96, 128, {32, 64});
     auto gated = [&](std::string name, Shape x, int64_t f, int64_t k) {
@@ -548,6 +555,8 @@ void contrib(std::vector<Case>& v) {
     gated("row1_k2048_two_copies", {1, 2048}, 1003, 2048);  // a tile's gate rows, then its up rows
     gated("rows8", {8, 64}, 17, 64);
     gated("k_off_packs", {3, 20}, 5, 20);
+    gated("rows8_k2048_two_copies", {8, 2048}, 203, 2048);
+    gated("rows6_tail", {2, 3, 1040}, 33, 1040);
     gated("rows40_lt", {40, 96}, 50, 96);
     // onyx::RmsNormLinear: x, skip, gamma, w -> sum, y...: the norm in the kernel's prologue (few
     // rows) or into the workspace before cuBLASLt (more rows).
@@ -566,6 +575,9 @@ void contrib(std::vector<Case>& v) {
     normed("rows2_gated_tail", {2, 1, 2056}, true, 66, 2056, {}, true);
     normed("rows2_gated_k2048", {2, 1, 2048}, true, 406, 2048, {}, true);  // 203 outputs
     normed("rows8_splits", {8, 128}, true, 24, 128, {8, 8, 8}, false);
+    normed("rows8_gated_k2048", {8, 2048}, true, 406, 2048, {}, true);  // a batch-8 decode step's MLP
+    normed("rows4_skip_splits_k2048", {4, 1, 2048}, true, 96, 2048, {64, 16, 16}, false);
+    normed("rows7_no_skip", {7, 1024}, false, 40, 1024, {}, false);
     normed("rows12_lt", {12, 128}, true, 32, 128, {8, 24}, false);
     normed("rows40_lt_gated", {40, 96}, true, 100, 96, {}, true);
   }
@@ -708,6 +720,7 @@ void contrib(std::vector<Case>& v) {
   rnb("skip_gated_m2", 2, 512, {24}, true, true);
   rnb("gated_m8", 8, 256, {24}, true, true);
   rnb("no_skip_m3", 3, 1024, {40}, false, false);
+  rnb("skip_splits_m8_k2048", 8, 2048, {64, 16, 16}, false, true);  // normalized once, then the product
   rnb("skip_gated_m37_prompt", 37, 128, {16}, true, true);
 
   // GatherBlockQuantized: uint8 data [rows, (inner,) packed cols], scales of the output type.

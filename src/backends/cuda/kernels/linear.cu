@@ -28,6 +28,7 @@
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
+#include "backends/cuda/kernels/common/mma.cuh"
 #include "backends/cuda/kernels/common/pdl.cuh"
 #include "backends/cuda/kernels/linear.h"
 #include "backends/cuda/kernels/norm.h"
@@ -123,16 +124,71 @@ __device__ __forceinline__ uint4 pack_of(const float* f) {
   return v;
 }
 
-// The block's rows of x normalized into xs (rows x k_packs packs of T): two passes over h (from
-// L2), the sums of squares reduced across the block in between.
+// The block's rows of x normalized into xs (rows x k_packs packs of T): the sums of squares of
+// h reduced across the block, then h scaled. Where each row is at most one pack per thread (K up
+// to 4096 16-bit values at 512 threads: the decode shapes), every row's pack is loaded at once
+// and kept in registers for both passes: one round trip to L2 for all rows, where the general
+// loop below makes two per row, one after another.
 template <class T, int R>
 __device__ void normalize_rows(const GemvArgs& a, int row0, int rows, uint4* xs) {
   constexpr int P = 16 / sizeof(T);
   __shared__ float partial[32][R];  // per warp of the block (up to 32)
-  float sq[R];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const bool write_sum = a.sum && blockIdx.x == 0;
+  const uint4* gamma = static_cast<const uint4*>(a.gamma);
+  // 1 / rms of each row from the threads' sums of squares.
+  auto inverse_rms = [&](float (&sq)[R], float (&inv)[R]) {
+    ONYX_UNROLL
+    for (int r = 0; r < R; ++r) {
+      ONYX_UNROLL
+      for (int o = 16; o > 0; o >>= 1) sq[r] += __shfl_xor_sync(0xffffffffu, sq[r], o);
+      if (lane == 0) partial[warp][r] = sq[r];
+    }
+    __syncthreads();
+    ONYX_UNROLL
+    for (int r = 0; r < R; ++r) {
+      float total = 0.f;
+      for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += partial[w][r];
+      inv[r] = rsqrtf(total / static_cast<float>(a.k_packs * P) + a.eps);
+    }
+  };
+  float sq[R], inv[R];
   ONYX_UNROLL
   for (int r = 0; r < R; ++r) sq[r] = 0.f;
-  const bool write_sum = a.sum && blockIdx.x == 0;
+  if (a.k_packs <= static_cast<int>(blockDim.x)) {
+    const int p = threadIdx.x;
+    const bool mine = p < a.k_packs;
+    float h[R][P];
+    ONYX_UNROLL
+    for (int r = 0; r < R; ++r) {
+      if (mine && r < rows) {
+        load_h<T>(a, static_cast<size_t>(row0 + r) * a.k_packs + p, h[r]);
+      } else {
+        ONYX_UNROLL
+        for (int i = 0; i < P; ++i) h[r][i] = 0.f;
+      }
+    }
+    ONYX_UNROLL
+    for (int r = 0; r < R; ++r) {
+      if (write_sum && mine && r < rows) static_cast<uint4*>(a.sum)[static_cast<size_t>(row0 + r) * a.k_packs + p] = pack_of<T>(h[r]);
+      ONYX_UNROLL
+      for (int i = 0; i < P; ++i) sq[r] = fmaf(h[r][i], h[r][i], sq[r]);
+    }
+    inverse_rms(sq, inv);
+    if (mine) {
+      float g[P];
+      pack_to_floats<T>(gamma[p], g);
+      ONYX_UNROLL
+      for (int r = 0; r < R; ++r) {
+        if (r >= rows) continue;
+        ONYX_UNROLL
+        for (int i = 0; i < P; ++i) h[r][i] = h[r][i] * inv[r] * g[i];
+        xs[r * a.k_packs + p] = pack_of<T>(h[r]);
+      }
+    }
+    __syncthreads();
+    return;
+  }
   ONYX_UNROLL
   for (int r = 0; r < R; ++r) {
     if (r >= rows) continue;
@@ -145,23 +201,7 @@ __device__ void normalize_rows(const GemvArgs& a, int row0, int rows, uint4* xs)
       for (int i = 0; i < P; ++i) sq[r] = fmaf(h[i], h[i], sq[r]);
     }
   }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  ONYX_UNROLL
-  for (int r = 0; r < R; ++r) {
-    ONYX_UNROLL
-    for (int o = 16; o > 0; o >>= 1) sq[r] += __shfl_xor_sync(0xffffffffu, sq[r], o);
-    if (lane == 0) partial[warp][r] = sq[r];
-  }
-  __syncthreads();
-  float inv[R];
-  ONYX_UNROLL
-  for (int r = 0; r < R; ++r) {
-    float total = 0.f;
-    ONYX_UNROLL
-    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += partial[w][r];
-    inv[r] = rsqrtf(total / static_cast<float>(a.k_packs * P) + a.eps);
-  }
-  const uint4* gamma = static_cast<const uint4*>(a.gamma);
+  inverse_rms(sq, inv);
   ONYX_UNROLL
   for (int r = 0; r < R; ++r) {
     if (r >= rows) continue;
@@ -280,16 +320,20 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a) {
 
 // ---- the streaming kernel: weight tiles through shared memory by the bulk-copy engine ----
 //
-// One or two rows of x, 16-bit: each block (one per SM, as many as there are tiles) takes tiles
+// Up to eight rows of x, 16-bit: each block (one per SM, as many as there are tiles) takes tiles
 // of kTileRows weight rows in turn (the gated form: kTileRows / 2 outputs, their gate rows and
 // their up rows), each in chunks of up to kChunkPacks 16-byte packs per row. Warp 0 asks the
 // copy engine for a stage's chunks (bulk copies into shared memory, completing on the stage's
 // barrier; a tile of whole rows as one copy per run of adjacent rows) stages - 1 chunks ahead,
-// as many stages as the shared memory that x leaves holds; each warp dots one landed row with x,
-// which sits in shared memory too (normalized there first for RmsNormLinear), and leaves its
-// sums in shared memory when the tile is done, where the tile's outputs (the gating) are made.
-// The first chunks are asked for before the kernel waits on the kernel before it: the weights
-// stream in while it finishes.
+// as many stages as the shared memory that x leaves holds. x sits in shared memory too
+// (normalized there first for RmsNormLinear). One row (kMma false): each warp dots one
+// landed row with x and leaves its sums in shared memory when the tile is done, where the tile's
+// outputs (the gating) are made. More rows (kMma, R = 8): the tile's 16 rows are the rows of a
+// tensor-core product (mma m16n8k16) whose 8 columns are the rows of x, each warp taking a
+// sixteenth of the chunk's K; when the tile is done the warps' partial sums go to the stage just
+// read (its refill waits for them) and are added up there, so 8 rows read the weights once at
+// the cost of one. The first chunks are asked for before the kernel waits on the kernel before
+// it: the weights stream in while it finishes.
 constexpr int kTileRows = 16;
 constexpr int kChunkPacks = 256;  // 4 KiB of a row per stage (1 and 2 KiB measured slower)
 constexpr int kStreamWarps = kTileRows;  // one row of the tile each
@@ -325,14 +369,15 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                : "memory");
 }
 
-template <class T, int R, int G, bool kNorm>
-__global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, int stage_count, bool serial) {
+template <class T, int R, int G, bool kNorm, bool kMma>
+__global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, int stage_count) {
+  static_assert(!kMma || R == 8, "the tensor-core form takes up to 8 rows (the MMA's columns)");
   constexpr int P = 16 / sizeof(T);
   constexpr int kOuts = kTileRows / G;      // outputs per tile
   extern __shared__ __align__(128) uint4 smem[];
   __shared__ uint64_t full[kMaxStages];
   uint4* stages = smem;                                          // [stage_count][kTileRows][kChunkPacks]
-  uint4* xs = smem + stage_count * kTileRows * kChunkPacks;           // [R][k_packs]
+  uint4* xs = smem + stage_count * kTileRows * kChunkPacks;           // [rows][k_packs]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int tiles = (a.n + kOuts - 1) / kOuts;
   const int chunks = (a.k_packs + kChunkPacks - 1) / kChunkPacks;
@@ -342,8 +387,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
   // Item i: this block's tile i / chunks, chunk i % chunks, into stage i % stage_count.
   // By warp 0. A chunk that is a whole row (K within one chunk) comes as one copy per run of
   // rows that lie next to each other in memory and in the stage (the tile's rows; gated: its gate
-  // rows, then its up rows); otherwise lane r asks for row r's chunk. `serial`: thread 0 asks
-  // for every row's chunk in turn (the earlier scheme, kept for the microbenchmark).
+  // rows, then its up rows); otherwise lane r asks for row r's chunk.
   auto issue = [&](int i) {
     const int tile = blockIdx.x + (i / chunks) * gridDim.x, chunk = i % chunks;
     const int first = chunk * kChunkPacks, packs = min(kChunkPacks, a.k_packs - first);
@@ -352,14 +396,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
     uint64_t* bar = &full[i % stage_count];
     if (lane == 0) barrier_expect(bar, static_cast<uint32_t>(G * valid * packs * 16));
     __syncwarp();
-    if (serial) {
-      if (lane == 0)
-        for (int r = 0; r < kTileRows; ++r) {
-          if (r % kOuts >= valid) continue;
-          const size_t row = static_cast<size_t>(r / kOuts) * a.n + tile * kOuts + (r % kOuts);
-          bulk_copy(stage + r * kChunkPacks, w + row * a.k_packs + first, static_cast<uint32_t>(packs * 16), bar);
-        }
-    } else if (chunks == 1 && packs == kChunkPacks) {
+    if (chunks == 1 && packs == kChunkPacks) {
       if (lane < G) {
         const size_t row = static_cast<size_t>(lane) * a.n + tile * kOuts;
         bulk_copy(stage + lane * kOuts * kChunkPacks, w + row * a.k_packs,
@@ -383,14 +420,26 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
   const int rows = min(R, a.m);
   if constexpr (kNorm) {
     normalize_rows<T, R>(a, 0, rows, xs);
-  } else {
-    for (int e = threadIdx.x; e < rows * a.k_packs; e += blockDim.x) xs[e] = static_cast<const uint4*>(a.x)[e];
+  } else {  // x into shared memory: every load of a thread asked for before its stores
+    constexpr int kPer = static_cast<int>(kStreamXBytes / 16 / (kStreamWarps * 32));
+    const uint4* x = static_cast<const uint4*>(a.x);
+    const int total = rows * a.k_packs;
+    for (int e0 = threadIdx.x; e0 < total; e0 += kPer * blockDim.x) {
+      uint4 v[kPer];
+      ONYX_UNROLL
+      for (int j = 0; j < kPer; ++j)
+        if (e0 + j * static_cast<int>(blockDim.x) < total) v[j] = __ldg(x + e0 + j * blockDim.x);
+      ONYX_UNROLL
+      for (int j = 0; j < kPer; ++j)
+        if (e0 + j * static_cast<int>(blockDim.x) < total) xs[e0 + j * blockDim.x] = v[j];
+    }
     __syncthreads();
   }
-  __shared__ float sums[kTileRows][R];
+  __shared__ float sums[kMma ? 1 : kTileRows][kMma ? 1 : R];
   float acc[R];
   ONYX_UNROLL
   for (int r = 0; r < R; ++r) acc[r] = 0.f;
+  float c0[4] = {0.f, 0.f, 0.f, 0.f}, c1[4] = {0.f, 0.f, 0.f, 0.f};  // kMma: two chains of MMAs
   for (int i = 0; i < items; ++i) {
     if (warp == 0 && i + stage_count - 1 < items) {
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stage's reads before its refill
@@ -399,74 +448,130 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
     barrier_wait(&full[i % stage_count], static_cast<uint32_t>((i / stage_count) & 1));
     const int tile = blockIdx.x + (i / chunks) * gridDim.x, chunk = i % chunks;
     const int first = chunk * kChunkPacks, packs = min(kChunkPacks, a.k_packs - first);
-    const uint4* row = stages + (i % stage_count) * kTileRows * kChunkPacks + warp * kChunkPacks;
-    for (int p = lane; p < packs; p += 32) {
-      const uint4 wv = row[p];
-      ONYX_UNROLL
-      for (int r = 0; r < R; ++r) {
-        if (r >= rows) continue;
-        float xf[P];
-        pack_to_floats<T>(xs[r * a.k_packs + first + p], xf);
-        acc[r] += dot_pack<T>(wv, xf);
-      }
-    }
     const bool last = chunk == chunks - 1;
-    if (last) {  // the tile's sums are complete: into shared memory, then the outputs
-      ONYX_UNROLL
-      for (int r = 0; r < R; ++r) {
+    if constexpr (kMma) {
+      // Lane (g, t) takes pack p0 + t of weight rows g and g + 8 and of x's row g: values 0-3 of
+      // each pack are one MMA's k, values 4-7 the other's (the same order for weights and x, so
+      // the sum over the chunk is the dot product).
+      const int g = lane >> 2, t = lane & 3;
+      uint4* stage = stages + (i % stage_count) * kTileRows * kChunkPacks;
+      for (int p0 = warp * 4; p0 < packs; p0 += kStreamWarps * 4) {
+        const int p = p0 + t;
+        uint4 wa = make_uint4(0, 0, 0, 0), wb = wa, xv = wa;
+        if (p < packs) {
+          wa = stage[g * kChunkPacks + p];
+          wb = stage[(g + 8) * kChunkPacks + p];
+          if (g < rows) xv = xs[g * a.k_packs + first + p];
+        }
+        mma_16816<T>(c0, wa.x, wb.x, wa.y, wb.y, xv.x, xv.y);
+        mma_16816<T>(c1, wa.z, wb.z, wa.w, wb.w, xv.z, xv.w);
+      }
+      __syncthreads();  // every warp is done with this stage (before its refill, or its reuse below)
+      if (last) {
+        // The warps' sums for the tile into the stage's first 8 KiB ([warp][lane][4] floats), then
+        // thread (j, r) adds up output j of x's row r (gated: the gate row j and the up row j + 8).
+        float* part = reinterpret_cast<float*>(stage);
+        reinterpret_cast<float4*>(part)[warp * 32 + lane] =
+            make_float4(c0[0] + c1[0], c0[1] + c1[1], c0[2] + c1[2], c0[3] + c1[3]);
         ONYX_UNROLL
-        for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
-        if (lane == 0) sums[warp][r] = acc[r];
-        acc[r] = 0.f;
+        for (int e = 0; e < 4; ++e) c0[e] = c1[e] = 0.f;
+        __syncthreads();
+        if (static_cast<int>(threadIdx.x) < kOuts * R) {
+          const int j = threadIdx.x / R, r = threadIdx.x % R, col = tile * kOuts + j;
+          auto total = [&](int f) {  // MMA row f (a weight row of the tile), column r
+            const int at = ((f & 7) * 4 + (r >> 1)) * 4 + (f >= 8 ? 2 : 0) + (r & 1);
+            float s = 0.f;
+            ONYX_UNROLL
+            for (int w = 0; w < kStreamWarps; ++w) s += part[w * 128 + at];
+            return s;
+          };
+          if (col < a.n && r < rows) {
+            float v = total(j);
+            if constexpr (G == 2) v = v / (1.f + __expf(-v)) * total(j + kOuts);
+            int start = 0, width = 0;
+            T* dst = output_of<T>(a, col, start, width);
+            dst[static_cast<size_t>(r) * width + (col - start)] = from_compute<T>(v);
+          }
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // before the copy engine refills it
+        __syncthreads();
       }
-    }
-    __syncthreads();  // every warp is done with this stage before it is refilled; the sums are in
-    if (last && static_cast<int>(threadIdx.x) < kOuts * R) {
-      const int j = threadIdx.x / R, r = threadIdx.x % R, col = tile * kOuts + j;
-      if (col < a.n && r < rows) {
-        float v = sums[j][r];
-        if constexpr (G == 2) v = v / (1.f + __expf(-v)) * sums[kOuts + j][r];
-        int start = 0, width = 0;
-        T* dst = output_of<T>(a, col, start, width);
-        dst[static_cast<size_t>(r) * width + (col - start)] = from_compute<T>(v);
+    } else {
+      const uint4* row = stages + (i % stage_count) * kTileRows * kChunkPacks + warp * kChunkPacks;
+      for (int p = lane; p < packs; p += 32) {
+        const uint4 wv = row[p];
+        ONYX_UNROLL
+        for (int r = 0; r < R; ++r) {
+          if (r >= rows) continue;
+          float xf[P];
+          pack_to_floats<T>(xs[r * a.k_packs + first + p], xf);
+          acc[r] += dot_pack<T>(wv, xf);
+        }
       }
+      if (last) {  // the tile's sums are complete: into shared memory, then the outputs
+        ONYX_UNROLL
+        for (int r = 0; r < R; ++r) {
+          ONYX_UNROLL
+          for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+          if (lane == 0) sums[warp][r] = acc[r];
+          acc[r] = 0.f;
+        }
+      }
+      __syncthreads();  // every warp is done with this stage before it is refilled; the sums are in
+      if (last && static_cast<int>(threadIdx.x) < kOuts * R) {
+        const int j = threadIdx.x / R, r = threadIdx.x % R, col = tile * kOuts + j;
+        if (col < a.n && r < rows) {
+          float v = sums[j][r];
+          if constexpr (G == 2) v = v / (1.f + __expf(-v)) * sums[kOuts + j][r];
+          int start = 0, width = 0;
+          T* dst = output_of<T>(a, col, start, width);
+          dst[static_cast<size_t>(r) * width + (col - start)] = from_compute<T>(v);
+        }
+      }
+      if (last) __syncthreads();  // the sums are read before the next tile's overwrite them
     }
-    if (last) __syncthreads();  // the sums are read before the next tile's overwrite them
   }
 }
 
-// Whether the streaming kernel takes the product: 16-bit, one or two rows of x that fit its
+// Whether the streaming kernel takes the product: 16-bit, up to eight rows of x that fit its
 // shared memory (normalized or not), the kernel's arguments otherwise as the few-row kernel's.
 bool stream_fits(const GemvArgs& a, DType dt) {
-  return (dt == DType::kBFloat16 || dt == DType::kFloat16) && a.m <= 2 &&
+  return (dt == DType::kBFloat16 || dt == DType::kFloat16) && a.m <= 8 &&
          static_cast<size_t>(a.m) * a.k_packs * 16 <= kStreamXBytes;
 }
 
-// Thread 0 asks for each row's chunk in turn (set_stream_serial_issue; the microbenchmark's A/B).
-std::atomic<bool> g_serial_issue{false};
+std::atomic<int> g_few_row_path{static_cast<int>(FewRowPath::kDefault)};
 
-template <class T, int R, int G, bool kNorm>
+template <class T, int R, int G, bool kNorm, bool kMma>
 void launch_stream(const GemvArgs& a, CudaContext& cu) {
-  auto kernel = stream_kernel<T, R, G, kNorm>;
+  auto kernel = stream_kernel<T, R, G, kNorm, kMma>;
   constexpr size_t stage_bytes = static_cast<size_t>(kTileRows) * kChunkPacks * 16;
-  const size_t x_bytes = static_cast<size_t>(R) * a.k_packs * 16;
-  // The static part (the barriers and the tile's sums) comes out of the same 227 KiB.
-  const size_t dynamic = kStreamSmem - 1024;
-  const int stages = static_cast<int>(std::min<size_t>(kMaxStages, (dynamic - x_bytes) / stage_bytes));
+  const size_t x_bytes = static_cast<size_t>(a.m) * a.k_packs * 16;
+  // The static part (the barriers, the tile's sums, the norm's partial sums) comes out of the
+  // same 227 KiB.
+  static size_t dynamic[64] = {};
   static std::once_flag once[64];
   std::call_once(once[cu.device & 63], [&] {
-    ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic)));
+    cudaFuncAttributes attr{};
+    ONYX_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    const size_t d = (kStreamSmem - attr.sharedSizeBytes) & ~size_t{127};
+    ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(d)));
+    dynamic[cu.device & 63] = d;
   });
+  const int stages = static_cast<int>(std::min<size_t>(kMaxStages, (dynamic[cu.device & 63] - x_bytes) / stage_bytes));
   const int64_t tiles = (a.n + kTileRows / G - 1) / (kTileRows / G);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count(cu.device)));
-  launch_kernel(kernel, dim3(blocks), dim3(kStreamWarps * 32), stages * stage_bytes + x_bytes, cu, a, stages,
-                g_serial_issue.load(std::memory_order_relaxed));
+  launch_kernel(kernel, dim3(blocks), dim3(kStreamWarps * 32), stages * stage_bytes + x_bytes, cu, a, stages);
 }
 
+// One row: a warp per weight row; two to eight (or one under FewRowPath::kTensorCores): the
+// tensor-core form (at two rows 0.81-0.89x the warp-per-row form's time on an H200 for the
+// decode step's larger products, the same at one: bench/cuda_bench.cpp).
 template <class T, int G, bool kNorm>
 void run_stream(const GemvArgs& a, CudaContext& cu) {
-  if (a.m == 1) launch_stream<T, 1, G, kNorm>(a, cu);
-  else launch_stream<T, 2, G, kNorm>(a, cu);
+  const bool mma = a.m > 1 || g_few_row_path.load(std::memory_order_relaxed) == static_cast<int>(FewRowPath::kTensorCores);
+  if (mma) launch_stream<T, 8, G, kNorm, true>(a, cu);
+  else launch_stream<T, 1, G, kNorm, false>(a, cu);
 }
 
 template <class T, int R, int CPW, int G, int U, bool kNorm>
@@ -652,10 +757,10 @@ bool gemv_args(const Product& p, const void* x, int64_t m, const NormInputs* nor
   return true;
 }
 
-// One product. One or two rows of 16-bit x: the streaming kernel; up to 8 rows of other types
-// (float32): the few-row kernel; everything else, and what the kernels do not take: cuBLASLt.
-// (At three to eight 16-bit rows the few-row kernel's arithmetic, not its reads, bounds it, and
-// cuBLASLt's tensor-core kernels are faster: bench/cuda_bench.cpp.)
+// One product. Up to 8 rows of 16-bit x that fit shared memory: the streaming kernel; up to 8
+// rows of float32: the few-row kernel; everything else, and what the kernels do not take:
+// cuBLASLt. (At three to eight 16-bit rows the few-row kernel's arithmetic, not its reads,
+// bounds it: bench/cuda_bench.cpp.)
 void run_product(const Product& p, const void* x, int64_t m, const NormInputs* norm, CudaContext& cu) {
   GemvArgs a;
   if (!gemv_args(p, x, m, norm, a)) {
@@ -663,7 +768,8 @@ void run_product(const Product& p, const void* x, int64_t m, const NormInputs* n
     return;
   }
   const DType dt = p.w.dtype();
-  const bool stream = stream_fits(a, dt);
+  const bool stream =
+      stream_fits(a, dt) && g_few_row_path.load(std::memory_order_relaxed) != static_cast<int>(FewRowPath::kLibrary);
   if (!stream && dt != DType::kFloat32) {
     library_path(p, x, m, norm, cu);
     return;
@@ -751,7 +857,7 @@ std::string linear_support(const Node&, const std::vector<ValueType>& in) {
 
 }  // namespace
 
-void set_stream_serial_issue(bool serial) { g_serial_issue.store(serial, std::memory_order_relaxed); }
+void set_few_row_path(FewRowPath path) { g_few_row_path.store(static_cast<int>(path), std::memory_order_relaxed); }
 
 void register_linear_kernels(CudaKernelRegistry& r) {
   r.add(domain_kernel("onyx", "Linear", 1, run_linear, linear_support));

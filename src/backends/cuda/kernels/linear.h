@@ -1,12 +1,14 @@
 // What the linear kernels (linear.cu) expose besides their registration: a knob for the
-// microbenchmark (bench/cuda_bench.cpp) that compares two ways of feeding the streaming kernel.
+// microbenchmark (bench/cuda_bench.cpp) that puts the few-row paths side by side.
 #pragma once
 
 namespace onyx::cuda {
 
-// The streaming kernel (one or two 16-bit rows of x) asks the copy engine for each weight row's
-// chunk from one thread in turn (true), or by the lanes of a warp, a whole-row tile as one copy
-// (false, the default). Process-wide; for measurements, not for serving.
-void set_stream_serial_issue(bool serial);
+// Which path 16-bit products of up to 8 rows take. kDefault: the streaming kernel (a warp per
+// weight row at one or two rows, tensor cores at three to eight); kTensorCores: the streaming
+// kernel's tensor-core form at every row count; kLibrary: cuBLASLt (with the norm and the gating
+// as kernels of their own). Process-wide; for measurements, not for serving.
+enum class FewRowPath { kDefault, kTensorCores, kLibrary };
+void set_few_row_path(FewRowPath path);
 
 }  // namespace onyx::cuda
