@@ -15,6 +15,8 @@
 
 namespace onyx {
 
+class Communicator;  // onyx/communicator.h
+
 // How a run holds its intermediate values.
 enum class MemoryMode {
   kPlanned,  // one arena per input-shape signature, every intermediate at a planned offset (default)
@@ -88,6 +90,14 @@ struct SessionOptions {
   // Threads of the CPU kernels (matrix products, convolutions, softmax, normalizations, large
   // elementwise ops), the calling thread included; 0 takes the CPUs this process may run on.
   int intra_op_threads = 0;
+  // Tensor parallelism (passes/shard.h): the session runs rank `tensor_parallel_rank` of
+  // `tensor_parallel_world`, holding its share of each attention block, gated MLP and the LM
+  // head's vocabulary; the collectives that join the shares go through `communicator`, which
+  // every rank's session shares (make_thread_communicator for ranks that are threads of one
+  // process). World 1 (the default): the whole model.
+  int tensor_parallel_world = 1;
+  int tensor_parallel_rank = 0;
+  std::shared_ptr<Communicator> communicator;
 };
 
 // Where a run leaves an output.

@@ -8,6 +8,7 @@ void register_ml_svm_ops(OpRegistry& r);     // ml_svm.cpp: SVMRegressor, SVMCla
 void register_ml_map_ops(OpRegistry& r);     // ml_maps.cpp: ZipMap, DictVectorizer, CastMap
 void register_quant_contrib_ops(OpRegistry& r);  // quant_contrib.cpp: QEmbedLayerNormalization, DynamicQuantizeLSTM
 void register_fused_conv_gemm_ops(OpRegistry& r);  // fused_conv_gemm.cpp: com.microsoft FusedConv, FusedGemm
+void register_collective_ops(OpRegistry& r);     // collective_ops.cpp: onyx AllReduce, AllGather (tensor parallelism)
 void register_training_ops(OpRegistry& r);   // training_ops.cpp: Adagrad, Adam, Momentum; Gradient's helpers
 
 void OpRegistry::add(OpDef def) {
@@ -66,6 +67,7 @@ OpRegistry& OpRegistry::global_mutable() {
     register_training_ops(r);
     register_quant_contrib_ops(r);
     register_fused_conv_gemm_ops(r);
+    register_collective_ops(r);
     return r;
   }();
   return registry;

@@ -1,5 +1,6 @@
 #include "passes/optimize.h"
 
+#include "onyx/communicator.h"
 #include "ops/registry.h"
 
 namespace onyx {
@@ -7,6 +8,14 @@ namespace onyx {
 OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Device& device,
                               OptimizeDefaults defaults) {
   OptimizeReport r;
+  if (options.tensor_parallel_world != 1 || options.tensor_parallel_rank != 0) {
+    const int world = options.tensor_parallel_world;
+    ONYX_CHECK(options.communicator, "tensor parallelism over ", world, " ranks needs SessionOptions.communicator");
+    ONYX_CHECK(options.communicator->world() == world, "SessionOptions.communicator joins ",
+               options.communicator->world(), " ranks, tensor_parallel_world says ", world);
+    // Before every fusion: the pass reads the graph as the exporter wrote it.
+    r.shard = shard_tensor_parallel(g, options.tensor_parallel_rank, world, register_communicator(options.communicator));
+  }
   const bool linear = options.fuse_patterns && options.fuse_linear.value_or(!device.is_cpu());
   // Before folding, which would turn each weight's DequantizeLinear into a float copy. On the CPU
   // only: the integer ops have no CUDA kernels, while DequantizeLinear and MatMul do.

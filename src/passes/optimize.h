@@ -1,5 +1,6 @@
 // The load-time pass pipeline, one for every device and every component (a session, a
-// language model, each graph of a pipeline): on the CPU the QDQ fusions, constant folding, then
+// language model, each graph of a pipeline): first, for a tensor-parallel rank, the sharding pass
+// (passes/shard.h); then on the CPU the QDQ fusions, constant folding, then
 // the pattern fusions, then on CUDA the linear fusions and the rotary-cache fusion, and on the CPU
 // the dense-layer fusions (`fuse_cpu`), each as the session options ask.
 #pragma once
@@ -12,10 +13,12 @@
 #include "passes/fuse_patterns.h"
 #include "passes/fuse_qdq.h"
 #include "passes/fuse_rotary_cache.h"
+#include "passes/shard.h"
 
 namespace onyx {
 
 struct OptimizeReport {
+  ShardReport shard;
   QdqFuseReport qdq;
   FoldReport fold;
   FuseReport fuse;

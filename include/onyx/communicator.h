@@ -1,0 +1,36 @@
+// The collectives of a tensor-parallel group (passes/shard.h): every rank's session holds the
+// same communicator, and each rank's graph calls the same collectives in the same order, one
+// call per rank each.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace onyx {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int world() const = 0;
+  // y = the sum over the ranks of each rank's x (`count` float32 values). x and y may be one
+  // buffer. Returns when every rank has called it; throws onyx::Error when the others do not
+  // come (a rank failed before its call), naming the collective.
+  virtual void all_reduce_sum(int rank, const float* x, float* y, size_t count) = 0;
+  // y = every rank's x (`bytes` each), in rank order: rank r's at y + r * bytes.
+  virtual void all_gather(int rank, const void* x, void* y, size_t bytes) = 0;
+};
+
+// Ranks that are threads of this process, each running its own session (the CPU; the
+// tensor-parallel tests). A collective waits at most `timeout` for the other ranks, then throws
+// on the ranks that came (the group is then broken: later collectives throw at once).
+std::shared_ptr<Communicator> make_thread_communicator(int world,
+                                                       std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+// The process's communicators by number, for the collective ops' nodes (attribute
+// `communicator`): registered by the sharding pass, held alive by the sessions' options.
+int64_t register_communicator(const std::shared_ptr<Communicator>& c);
+std::shared_ptr<Communicator> find_communicator(int64_t id);  // null when gone
+
+}  // namespace onyx
