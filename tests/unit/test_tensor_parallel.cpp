@@ -171,6 +171,8 @@ TEST(TensorParallel, TwoRanksOfLlamaGiveTheWholeModelsLogitsAndTheirCacheHeads) 
   expect_ranks_match("llama-builder-fp32", 2, 2, 5);
 }
 
+TEST(TensorParallel, TwoRanksOfMistral) { expect_ranks_match("mistral-builder-fp32", 2, 2, 3); }
+
 // Qwen2's Q, K, V products carry a bias (an Add after the packed product): each rank keeps its
 // columns of it.
 TEST(TensorParallel, TwoRanksOfQwenSplitTheQueryBias) { expect_ranks_match("qwen2-builder-fp32", 2, 1, 6); }
