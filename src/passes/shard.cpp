@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "ops/gqa.h"
 #include "ops/op.h"
 #include "passes/rewrite_util.h"
 
@@ -225,6 +226,18 @@ class Sharder {
     ONYX_CHECK(H % world_ == 0 && Hkv % world_ == 0, "its ", H, " query heads and ", Hkv,
                " KV heads do not split evenly over ", world_, " ranks");
     const int64_t hq = H / world_, hk = Hkv / world_;
+    // Inputs indexed by head are not split yet: a per-head attention_bias, head_sink, the
+    // quantized cache's scales.
+    auto present = [&](size_t i) { return i < node.inputs.size() && node.inputs[i] >= 0; };
+    for (size_t i : {gqa::kHeadSink, gqa::kKScale, gqa::kVScale})
+      ONYX_CHECK(!present(i), "its input ", i, " ('", g_.values[node.inputs[i]].name,
+                 "') is per head, which the ranks do not split yet");
+    if (present(gqa::kAttentionBias)) {
+      const TypeInfo& t = g_.values[node.inputs[gqa::kAttentionBias]].declared;
+      ONYX_CHECK(t.dims.size() == 4 && t.dims[1] == 1, "its attention_bias '",
+                 g_.values[node.inputs[gqa::kAttentionBias]].name, "' is not declared [., 1, ., .] (one for every "
+                 "head); a per-head bias is not split over ranks yet");
+    }
     const bool packed = !(node.inputs.size() > 1 && node.inputs[1] >= 0);
     if (packed) {
       auto [p, add] = product_feeding(node.inputs[0], "packed query");
@@ -289,6 +302,10 @@ class Sharder {
       }
       if (gate < 0 || !is_product(gate) || done_.count(gate)) continue;
       if (g_.nodes[gate].inputs[0] != g_.nodes[up].inputs[0]) continue;
+      // The gate's output is read by the SiLU alone (its Sigmoid and Mul): nothing else sees a share.
+      bool only_silu = true;
+      for (int c : consumers_[g_.nodes[gate].outputs[0]]) only_silu &= c == act || g_.nodes[c].op_type == "Sigmoid";
+      if (!only_silu || graph_outputs_.count(g_.nodes[gate].outputs[0])) continue;
       const int down = only_consumer(mul.outputs[0]);
       if (down < 0 || !is_product(down) || done_.count(down) || only_consumer(g_.nodes[up].outputs[0]) != m) continue;
       const int64_t I = outputs_of(gate);
