@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace onyx {
 
@@ -20,6 +21,9 @@ class Communicator {
   virtual void all_reduce_sum(int rank, const float* x, float* y, size_t count) = 0;
   // y = every rank's x (`bytes` each), in rank order: rank r's at y + r * bytes.
   virtual void all_gather(int rank, const void* x, void* y, size_t bytes) = 0;
+  // Breaks the group: collectives waiting now and later throw, saying `why` (a rank failed, so
+  // its partners must not wait for it).
+  virtual void abort(const std::string& why) = 0;
 };
 
 // Ranks that are threads of this process, each running its own session (the CPU; the

@@ -32,6 +32,14 @@ class ThreadCommunicator final : public Communicator {
     std::copy(sum.begin(), sum.end(), y);
   }
 
+  void abort(const std::string& why) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (broken_) return;
+    broken_ = true;
+    broken_why_ = why;
+    cv_.notify_all();
+  }
+
   void all_gather(int rank, const void* x, void* y, size_t bytes) override {
     exchange(rank, x, "AllGather", [&] {
       for (int r = 0; r < world_; ++r)

@@ -1,9 +1,11 @@
 #include "genai/generator.h"
 
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <thread>
 
 #include "genai/token_stream.h"
 
@@ -238,11 +240,75 @@ std::vector<SequenceResult> Generator::generate(const std::vector<std::vector<in
     // The step in flight has drawn tokens no one will take: the sequences end here.
     if (!done() && interrupt && interrupt->load()) stop(on_text);
   }
+  finish_stats();
+  return st_->out;
+}
+
+void Generator::finish_stats() {
   stats_.decode_seconds = st_->t_decode.time_since_epoch().count() ? seconds_since(st_->t_decode) : 0;
   stats_.capture = model_.capture_report();
   stats_.kv_cache_bytes = std::max(stats_.kv_cache_bytes, model_.cache_bytes());
   stats_.kv_cache_grows = model_.cache_grows();
-  return st_->out;
+}
+
+std::vector<SequenceResult> generate_on_ranks(const std::vector<Generator*>& ranks, Communicator& group,
+                                              const std::vector<std::vector<int64_t>>& prompts,
+                                              const SearchOptions& search,
+                                              const std::function<void(size_t, const std::string&)>& on_text,
+                                              const std::atomic<bool>* interrupt) {
+  ONYX_CHECK(!ranks.empty() && static_cast<int>(ranks.size()) == group.world(), "generation on ",
+             ranks.size(), " ranks of a group of ", group.world());
+  const std::ptrdiff_t n = static_cast<std::ptrdiff_t>(ranks.size());
+  std::barrier sync(n);
+  std::atomic<bool> stop_now{false}, failed{false};
+  std::vector<std::string> errors(ranks.size());
+  const std::function<void(size_t, const std::string&)> none;
+  auto run = [&](size_t r) {
+    try {
+      Generator& g = *ranks[r];
+      const auto& text = r == 0 ? on_text : none;
+      g.begin(prompts, search, static_cast<bool>(on_text));  // every rank keeps text: stop strings end them alike
+      while (true) {
+        if (r == 0) stop_now = interrupt && interrupt->load();
+        sync.arrive_and_wait();
+        const bool stop = stop_now.load();
+        sync.arrive_and_wait();  // read by all before rank 0 writes it again
+        if (failed) throw Error("another rank failed");
+        if (g.done()) {
+          g.finish_stats();
+          break;
+        }
+        if (stop) {
+          g.stop(text);
+          g.finish_stats();
+          break;
+        }
+        g.next(text);
+      }
+    } catch (const std::exception& e) {
+      errors[r] = e.what();
+      failed = true;
+      group.abort(cat("rank ", r, " failed: ", e.what()));
+      sync.arrive_and_drop();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t r = 1; r < ranks.size(); ++r) threads.emplace_back(run, r);
+  run(0);
+  for (auto& t : threads) t.join();
+  // The first rank's own error (the others' are that it failed), else any.
+  for (size_t r = 0; r < ranks.size(); ++r)
+    if (!errors[r].empty() && errors[r] != "another rank failed" &&
+        errors[r].find("group is broken") == std::string::npos)
+      throw Error(cat("tensor-parallel rank ", r, ": ", errors[r]));
+  for (size_t r = 0; r < ranks.size(); ++r)
+    if (!errors[r].empty()) throw Error(cat("tensor-parallel rank ", r, ": ", errors[r]));
+  const std::vector<SequenceResult>& want = ranks[0]->results();
+  for (size_t r = 1; r < ranks.size(); ++r)
+    for (size_t i = 0; i < want.size(); ++i)
+      ONYX_CHECK(ranks[r]->results()[i].generated_ids == want[i].generated_ids, "tensor-parallel rank ", r,
+                 " drew other tokens than rank 0 for sequence ", i);
+  return want;
 }
 
 std::vector<double> compare_with_growing_cache(TokenModel& model, const std::vector<int64_t>& prompt, int64_t steps,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "genai/language_model.h"
+#include "onyx/communicator.h"
 #include "genai/search.h"
 
 namespace onyx::genai {
@@ -58,6 +59,9 @@ class Generator {
   // Every sequence's result so far (final once done()).
   const std::vector<SequenceResult>& results() const;
   const GenerationStats& stats() const { return stats_; }
+  // The decode time and the model's cache and capture figures into stats() (generate() does
+  // it at its end; a caller driving begin() and next() calls it when done).
+  void finish_stats();
 
  private:
   struct State;
@@ -65,6 +69,18 @@ class Generator {
   GenerationStats stats_;
   std::unique_ptr<State> st_;
 };
+
+// The ranks of a tensor-parallel group generating at once, one Generator on each rank's model
+// (SessionOptions::tensor_parallel_rank): rank 0 on the calling thread, streaming to on_text, the
+// others on threads of their own. The ranks take each step together; an interrupt, read by rank
+// 0, ends every rank's sequences at the same step; a rank that fails aborts `group` so that no
+// other rank waits for it. Returns rank 0's results, having checked that every rank drew the same
+// tokens (their logits are the same bytes: the LM head's AllGather).
+std::vector<SequenceResult> generate_on_ranks(const std::vector<Generator*>& ranks, Communicator& group,
+                                              const std::vector<std::vector<int64_t>>& prompts,
+                                              const SearchOptions& search,
+                                              const std::function<void(size_t, const std::string&)>& on_text = {},
+                                              const std::atomic<bool>* interrupt = nullptr);
 
 // The model's cache form against the growing cache (the decoder as exported), teacher
 // forced: the greedy tokens of `steps` steps from `prompt`, then the same tokens through the

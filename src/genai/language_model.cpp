@@ -149,6 +149,15 @@ LanguageModel::LanguageModel(const std::string& dir, const SessionOptions& optio
     model_ = load_model(folder_.decoder_path);
     if (folder_.has_vision) load_vision(*model_.graph);
     optimize_graph(*model_.graph, options, device_);
+    if (options.tensor_parallel_world > 1 && !folder_.layers.empty()) {
+      // A rank's cache holds the KV heads the sharding pass gave it (the past input says how
+      // many; the folder's config counts them all).
+      const int id = model_.graph->find_value(folder_.layers[0].past_key);
+      if (id >= 0) {
+        const TypeInfo& t = model_.graph->values[id].declared;
+        if (t.dims.size() == 4 && t.dims[1] > 0) folder_.kv_heads = t.dims[1];
+      }
+    }
     append_sampler(*model_.graph, folder_.logits);
     weights_ = std::make_shared<DeviceWeights>();
     SessionOptions prompt_options = options;

@@ -252,6 +252,28 @@ def test_onyx_generate_text_prompt(name, onyx):
     assert not problems, f"{name}: onyx generate --prompt differs from onnxruntime-genai:\n  " + "\n  ".join(problems)
 
 
+@pytest.mark.parametrize("name", [n for n in FIXTURES if "builder" in n])
+def test_onyx_generate_tensor_parallel(name, onyx):
+    """Two ranks (threads, each with half the heads and half the MLP: docs/tensor-parallel.md)
+    give onnxruntime-genai's tokens, as one does."""
+    require_command(onyx, "generate", "onyx generate is not built yet")
+    ref, folder = expected(name), FIXTURES_DIR / name
+
+    def one(case):
+        proc = onyx("generate", folder, "--prompt-ids", " ".join(map(str, case["prompt_ids"])),
+                    "--max-new-tokens", ref["new_tokens"], "--tensor-parallel", "2", "--json")
+        got = parse_json(proc, case["name"])
+        problems = compare_sequence(got, case["prompt_ids"], case["og"]["generated_ids"], ref["eos_token_id"],
+                                    case["og"]["margins"])
+        if got.get("stats", {}).get("tensor_parallel") != 2:
+            problems.append(f"stats.tensor_parallel is {got.get('stats', {}).get('tensor_parallel')}, not 2")
+        return [f"{case['name']}: {p}" for p in problems]
+
+    problems = sum(in_parallel(one, generated_cases(name)), [])
+    assert not problems, (f"{name}: onyx generate --tensor-parallel 2 differs from onnxruntime-genai:\n  "
+                          + "\n  ".join(problems))
+
+
 @pytest.mark.parametrize("name", FIXTURES)
 def test_onyx_generate_batch(name, onyx, tmp_path):
     """Three prompts of different lengths in one batch; og ran them as one batch too (right

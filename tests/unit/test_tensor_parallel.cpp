@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "onyx/communicator.h"
+#include "genai/generator.h"
+#include "genai/language_model.h"
 #include "onyx/session.h"
 
 namespace onyx {
@@ -47,12 +49,12 @@ double relative_error(const Tensor& a, const Tensor& b) {
   return diff / scale;
 }
 
-struct Step {
+struct RankStep {
   Tensor ids, mask;
   std::vector<Tensor> past;  // key, value per layer: [B, KV heads, P, D]
 };
 
-NamedTensors feeds(const Step& s) {
+NamedTensors feeds(const RankStep& s) {
   NamedTensors f{{"input_ids", s.ids}, {"attention_mask", s.mask}};
   for (size_t l = 0; l < s.past.size() / 2; ++l) {
     f.emplace_back(cat("past_key_values.", l, ".key"), s.past[2 * l]);
@@ -121,8 +123,8 @@ void expect_ranks_match(const std::string& name, int world, int64_t batch, int64
 
   std::mt19937 rng(static_cast<unsigned>(std::hash<std::string>{}(name)));
   std::uniform_int_distribution<int64_t> token(0, 1023);
-  Step whole_step;
-  std::vector<Step> rank_steps(world);
+  RankStep whole_step;
+  std::vector<RankStep> rank_steps(world);
   int64_t past = 0;
   for (int s = 0; s < 3; ++s) {
     const int64_t n = s == 0 ? prompt : 1;
@@ -211,7 +213,7 @@ TEST(TensorParallel, HeadsThatDoNotSplitEvenlyAreRefusedNamingTheNode) {
 TEST(TensorParallel, ARankAloneGetsAnErrorNotAHang) {
   auto comm = make_thread_communicator(2, std::chrono::milliseconds(200));
   auto ranks = load_ranks(fixture("llama-builder-fp32"), 2, comm);
-  Step s;
+  RankStep s;
   s.ids = Tensor::from_vector<int64_t>({5, 7}, Shape{1, 2});
   s.mask = Tensor::from_vector<int64_t>({1, 1}, Shape{1, 2});
   for (int l = 0; l < 4; ++l) s.past.push_back(Tensor(DType::kFloat32, Shape{1, 1, 0, 16}));
@@ -249,3 +251,103 @@ TEST(TensorParallel, ThreadCommunicatorSumsAndGathersInRankOrder) {
 }
 
 }  // namespace onyx
+
+// `onyx generate --tensor-parallel N`'s loop: the ranks' generators stepping together give the
+// greedy tokens of one whole model, and a rank that fails ends the others with its error.
+namespace onyx::genai {
+namespace {
+
+std::string folder(const std::string& name) {
+  return (std::filesystem::path(ONYX_SOURCE_DIR) / "tests/fixtures/genai" / name).string();
+}
+
+std::vector<std::unique_ptr<LanguageModel>> rank_models(const std::string& name, int world,
+                                                        const std::shared_ptr<Communicator>& group) {
+  std::vector<std::unique_ptr<LanguageModel>> out;
+  for (int r = 0; r < world; ++r) {
+    SessionOptions o;
+    o.intra_op_threads = 1;
+    o.tensor_parallel_world = world;
+    o.tensor_parallel_rank = r;
+    o.communicator = group;
+    out.push_back(std::make_unique<LanguageModel>(folder(name), o));
+  }
+  return out;
+}
+
+void expect_same_tokens(const std::string& name, int world) {
+  SCOPED_TRACE(name);
+  SessionOptions one;
+  one.intra_op_threads = 1;
+  LanguageModel whole(folder(name), one);
+  SearchOptions s;
+  s.max_new_tokens = 24;
+  const std::vector<std::vector<int64_t>> prompts = {{1, 15, 300, 42, 7}, {1, 900, 3}};
+  const std::vector<SequenceResult> want = Generator(whole).generate(prompts, s);
+  auto group = make_thread_communicator(world);
+  auto models = rank_models(name, world, group);
+  EXPECT_EQ(models[0]->folder().kv_heads * world, whole.folder().kv_heads);
+  std::vector<std::unique_ptr<Generator>> gens;
+  std::vector<Generator*> ranks;
+  for (auto& m : models) {
+    gens.push_back(std::make_unique<Generator>(*m));
+    ranks.push_back(gens.back().get());
+  }
+  const std::vector<SequenceResult> got = generate_on_ranks(ranks, *group, prompts, s);
+  ASSERT_EQ(got.size(), want.size());
+  int64_t tokens = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].generated_ids, want[i].generated_ids) << "sequence " << i;
+    EXPECT_EQ(got[i].stop_reason, want[i].stop_reason) << "sequence " << i;
+    EXPECT_GE(got[i].generated_ids.size(), 8u);  // more than a few steps (an end-of-sequence id may end one)
+    tokens += static_cast<int64_t>(got[i].generated_ids.size());
+  }
+  EXPECT_EQ(ranks[0]->stats().generated_tokens, tokens);
+}
+
+TEST(TensorParallelGenerate, TwoRanksDrawTheWholeModelsGreedyTokens) {
+  expect_same_tokens("llama-builder-fp32", 2);
+  expect_same_tokens("llama-builder-int4", 2);
+}
+
+// What a failing rank does to the others (generate_on_ranks aborts the group): a rank waiting in
+// a collective throws at once, with the reason, instead of waiting out the timeout.
+TEST(TensorParallel, AbortWakesARankWaitingInACollective) {
+  auto comm = make_thread_communicator(2, std::chrono::seconds(30));
+  std::thread other([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    comm->abort("rank 1 failed: out of memory");
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  float x = 1, y = 0;
+  try {
+    comm->all_reduce_sum(0, &x, &y, 1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("broken (rank 1 failed: out of memory)"), std::string::npos) << e.what();
+  }
+  other.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+// A prompt that the ranks cannot run comes back as an error from generate_on_ranks, not a hang.
+TEST(TensorParallelGenerate, ABadPromptIsAnErrorFromTheRanks) {
+  auto group = make_thread_communicator(2);
+  auto models = rank_models("llama-builder-fp32", 2, group);
+  Generator g0(*models[0]), g1(*models[1]);
+  SearchOptions s;
+  s.max_new_tokens = 4;
+  // A token id past the vocabulary: every rank's prompt run fails.
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    std::vector<Generator*> ranks{&g0, &g1};
+    generate_on_ranks(ranks, *group, {{1, 5, 99999}}, s);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor-parallel rank"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+}
+
+}  // namespace
+}  // namespace onyx::genai

@@ -14,6 +14,7 @@
 #include "onyx/npy.h"
 #include "genai/encoder_decoder_model.h"
 #include "genai/generator.h"
+#include "onyx/communicator.h"
 #include "genai/image.h"
 
 namespace onyx::cli {
@@ -60,6 +61,9 @@ options:
                                 a layer's rotary embeddings and KV-cache writes as one node (auto, the
                                 default: on CUDA devices only; it needs the attention fusion)
   --intra-op-threads N          threads of the CPU kernels (default 0: every CPU this process may use)
+  --tensor-parallel N           split the decoder over N ranks, each a thread of this process with its
+                                share of the heads and the MLP (CPU; onnxruntime-genai builder folders;
+                                docs/tensor-parallel.md); the tokens are those of one rank
   --capture off|auto|require    on a GPU, replay decode steps from CUDA graphs (default auto)
   --memory-report               print the memory governor's holders after the run (a pipeline:
                                 per component, its weights, arena and KV cache)
@@ -113,6 +117,7 @@ struct GenerateArgs {
   std::vector<std::string> audio;
   std::vector<std::string> images;
   std::string language, task;
+  int tensor_parallel = 1;
   SessionOptions session;
 };
 
@@ -196,6 +201,11 @@ GenerateArgs parse(const std::vector<std::string>& args) {
       if (t < 0 || t > 4096) throw UsageError("--intra-op-threads takes 0 (every available CPU) to 4096");
       g.session.intra_op_threads = static_cast<int>(t);
     }
+    else if (opt == "--tensor-parallel") {
+      const int64_t n = to_int(a.value());
+      if (n < 1 || n > 64) throw UsageError("--tensor-parallel takes 1 to 64 ranks");
+      g.tensor_parallel = static_cast<int>(n);
+    }
     else if (opt == "--memory-report") g.memory_report = true;
     else if (opt == "--memory-budget") {
       const int64_t b = to_int(a.value());
@@ -270,7 +280,29 @@ int cmd_generate(const std::vector<std::string>& args) {
     return 0;
   }
   GenerateArgs g = parse(args);
+  // Tensor parallelism: rank 0 is `model`, the others are loaded after it (each shards the
+  // decoder for itself) and generate on threads of their own.
+  std::shared_ptr<Communicator> group;
+  if (g.tensor_parallel > 1) {
+    ONYX_CHECK(g.session.device == "cpu", "--tensor-parallel runs on the CPU for now (docs/tensor-parallel.md), not ",
+               g.session.device);
+    ONYX_CHECK(g.verify_steps < 0, "--verify-cache does not take --tensor-parallel");
+    group = make_thread_communicator(g.tensor_parallel);
+    g.session.tensor_parallel_world = g.tensor_parallel;
+    g.session.communicator = group;
+  }
   std::unique_ptr<genai::TokenModel> model = genai::load_token_model(g.dir, g.session);
+  std::vector<std::unique_ptr<genai::TokenModel>> other_ranks;
+  if (g.tensor_parallel > 1) {
+    auto* decoder = dynamic_cast<genai::LanguageModel*>(model.get());
+    ONYX_CHECK(decoder && !decoder->folder().has_vision, "--tensor-parallel takes decoder-only language-model "
+               "folders; '", g.dir, "' is not one");
+    for (int r = 1; r < g.tensor_parallel; ++r) {
+      SessionOptions o = g.session;
+      o.tensor_parallel_rank = r;
+      other_ranks.push_back(with_context(cat("tensor-parallel rank ", r), [&] { return genai::load_token_model(g.dir, o); }));
+    }
+  }
   genai::TokenModel& lm = *model;
   const genai::ModelFolder& f = lm.folder();
   genai::SearchOptions& s = g.search;
@@ -384,7 +416,18 @@ int cmd_generate(const std::vector<std::string>& args) {
   std::signal(SIGINT, on_sigint);
   if (g.growing_cache) lm.use_growing_cache(true);
   genai::Generator gen(lm);
-  std::vector<genai::SequenceResult> results = gen.generate(prompts, s, on_text, &g_interrupt);
+  std::vector<genai::SequenceResult> results;
+  if (other_ranks.empty()) {
+    results = gen.generate(prompts, s, on_text, &g_interrupt);
+  } else {
+    std::vector<std::unique_ptr<genai::Generator>> rank_gens;
+    std::vector<genai::Generator*> ranks{&gen};
+    for (auto& m : other_ranks) {
+      rank_gens.push_back(std::make_unique<genai::Generator>(*m));
+      ranks.push_back(rank_gens.back().get());
+    }
+    results = genai::generate_on_ranks(ranks, *group, prompts, s, on_text, &g_interrupt);
+  }
   std::signal(SIGINT, SIG_DFL);
   const genai::GenerationStats& st = gen.stats();
   if (!g.logits_out.empty()) {
@@ -417,7 +460,8 @@ int cmd_generate(const std::vector<std::string>& args) {
                     {"kv_cache_grows", st.kv_cache_grows},
                     {"device", lm.device().str()},           {"captures", st.capture.captures},
                     {"replays", st.capture.replays},         {"eager_steps", st.capture.eager_runs},
-                    {"peak_device_bytes", lm.peak_device_bytes()}};
+                    {"peak_device_bytes", lm.peak_device_bytes()},
+                    {"tensor_parallel", g.tensor_parallel}};
     if (g.memory_report) {
       out["memory_report"] = lm.memory_report();
       if (auto* p = dynamic_cast<genai::EncoderDecoderModel*>(model.get())) {
@@ -449,6 +493,9 @@ int cmd_generate(const std::vector<std::string>& args) {
   for (size_t b = 0; b < results.size(); ++b)
     if (results[b].stop_reason == "interrupted") std::fprintf(stderr, "(interrupted)\n");
   print_figures(st, lm, g.memory_report);
+  if (g.tensor_parallel > 1)
+    std::fprintf(stderr, "tensor parallel: %d ranks (threads of this process); the kv cache above is rank 0's\n",
+                 g.tensor_parallel);
   return 0;
 }
 
