@@ -82,17 +82,24 @@ std::vector<NamedTensors> run_ranks(std::vector<std::unique_ptr<Session>>& ranks
   return out;
 }
 
+}  // namespace
+
+// The options of rank r of a group of `world` (one kernel thread each: the ranks are threads).
+SessionOptions rank_options(int world, int r, const std::shared_ptr<Communicator>& comm) {
+  SessionOptions o;
+  o.intra_op_threads = 1;
+  o.tensor_parallel_world = world;
+  o.tensor_parallel_rank = r;
+  o.communicator = comm;
+  return o;
+}
+
+namespace {
+
 std::vector<std::unique_ptr<Session>> load_ranks(const std::string& path, int world,
                                                  std::shared_ptr<Communicator> comm) {
   std::vector<std::unique_ptr<Session>> ranks;
-  for (int r = 0; r < world; ++r) {
-    SessionOptions o;
-    o.intra_op_threads = 1;
-    o.tensor_parallel_world = world;
-    o.tensor_parallel_rank = r;
-    o.communicator = comm;
-    ranks.push_back(Session::load(path, o));
-  }
+  for (int r = 0; r < world; ++r) ranks.push_back(Session::load(path, rank_options(world, r, comm)));
   return ranks;
 }
 
@@ -264,14 +271,8 @@ std::string folder(const std::string& name) {
 std::vector<std::unique_ptr<LanguageModel>> rank_models(const std::string& name, int world,
                                                         const std::shared_ptr<Communicator>& group) {
   std::vector<std::unique_ptr<LanguageModel>> out;
-  for (int r = 0; r < world; ++r) {
-    SessionOptions o;
-    o.intra_op_threads = 1;
-    o.tensor_parallel_world = world;
-    o.tensor_parallel_rank = r;
-    o.communicator = group;
-    out.push_back(std::make_unique<LanguageModel>(folder(name), o));
-  }
+  for (int r = 0; r < world; ++r)
+    out.push_back(std::make_unique<LanguageModel>(folder(name), onyx::rank_options(world, r, group)));
   return out;
 }
 
