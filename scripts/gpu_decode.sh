@@ -8,6 +8,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$here/out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}"
+# NCCL for the tensor-parallel tests (test_collectives_gpu.cpp): PyTorch's copy, the image's only
+# one; never NVLink multicast.
+export NCCL_NVLS_ENABLE=0
+if [ -z "${ONYX_NCCL_LIBRARY:-}" ]; then
+  nccl=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib', 'libnccl.so.2'))" 2>/dev/null)
+  if [ -n "$nccl" ] && [ -e "$nccl" ]; then export ONYX_NCCL_LIBRARY=$nccl; fi
+fi
 for z in "$here"/bin/*.gz; do [ -e "$z" ] && gunzip -f "$z" && chmod +x "${z%.gz}"; done
 for z in "$here"/lib/*.gz; do [ -e "$z" ] && gunzip -f "$z"; done
 bash "$here/build_python.sh" > "$out/build_python.log" 2>&1 || { echo "the Python package did not build:"; tail -20 "$out/build_python.log"; }

@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "onyx/dtype.h"
 
 namespace onyx {
 
@@ -24,6 +27,11 @@ class Communicator {
   // Breaks the group: collectives waiting now and later throw, saying `why` (a rank failed, so
   // its partners must not wait for it).
   virtual void abort(const std::string& why) = 0;
+  // The same collectives in device memory, enqueued on `stream` (the rank's cudaStream_t), for a
+  // group whose ranks are GPUs; a group of host ranks refuses them, and the other way round.
+  // all_reduce_sum_device takes float32, float16 and bfloat16.
+  virtual void all_reduce_sum_device(int rank, const void* x, void* y, size_t count, DType dtype, void* stream);
+  virtual void all_gather_device(int rank, const void* x, void* y, size_t bytes, void* stream);
 };
 
 // Ranks that are threads of this process, each running its own session (the CPU; the
@@ -31,6 +39,11 @@ class Communicator {
 // on the ranks that came (the group is then broken: later collectives throw at once).
 std::shared_ptr<Communicator> make_thread_communicator(int world,
                                                        std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+// Ranks that are GPUs of this process, rank r on cuda:devices[r], joined by NCCL (libnccl.so.2,
+// opened at this call; an error names what is missing). Each rank's session runs on its device
+// and its collectives run on the GPU. CUDA builds only.
+std::shared_ptr<Communicator> make_nccl_communicator(const std::vector<int>& devices);
 
 // The process's communicators by number, for the collective ops' nodes (attribute
 // `communicator`): registered by the sharding pass, held alive by the sessions' options.

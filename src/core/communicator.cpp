@@ -102,6 +102,16 @@ int64_t g_next_id = 1;
 
 }  // namespace
 
+void Communicator::all_reduce_sum_device(int, const void*, void*, size_t, DType, void*) {
+  throw Error("this tensor-parallel group's ranks are host threads: its collectives take host memory, not a GPU's "
+              "(give GPU sessions a group of make_nccl_communicator)");
+}
+
+void Communicator::all_gather_device(int, const void*, void*, size_t, void*) {
+  throw Error("this tensor-parallel group's ranks are host threads: its collectives take host memory, not a GPU's "
+              "(give GPU sessions a group of make_nccl_communicator)");
+}
+
 std::shared_ptr<Communicator> make_thread_communicator(int world, std::chrono::milliseconds timeout) {
   ONYX_CHECK(world >= 1, "a tensor-parallel group needs at least one rank, got ", world);
   ONYX_CHECK(timeout.count() > 0, "the collectives' timeout must be positive");

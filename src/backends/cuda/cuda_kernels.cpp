@@ -46,6 +46,7 @@ CudaKernelRegistry& CudaKernelRegistry::global_mutable() {
     register_matmul_nbits_kernels(r);
     register_attention_kernels(r);
     register_linear_kernels(r);
+    register_collective_kernels(r);
     return r;
   }();
   return registry;

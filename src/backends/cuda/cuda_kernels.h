@@ -130,6 +130,7 @@ void register_matmul_kernels(CudaKernelRegistry& r);      // matmul.cpp: MatMul,
 void register_genai_kernels(CudaKernelRegistry& r);       // genai.cu: onyx.genai CacheUpdate, Sample
 void register_attention_kernels(CudaKernelRegistry& r);   // attention.cu: ONNX Attention
 void register_linear_kernels(CudaKernelRegistry& r);      // linear.cu: onyx Linear, SiluGateLinear
+void register_collective_kernels(CudaKernelRegistry& r);  // nccl.cpp: onyx AllReduce, AllGather (NCCL)
 void register_contrib_kernels(
     CudaKernelRegistry& r);  // contrib.cu: GroupQueryAttention, MultiHeadAttention, GatherBlockQuantized
 void register_matmul_nbits_kernels(CudaKernelRegistry& r);  // matmul_nbits.cu: com.microsoft MatMulNBits
