@@ -8,8 +8,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$here/out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}"
-# NCCL for the tensor-parallel tests (test_collectives_gpu.cpp): PyTorch's copy, the image's only
-# one; never NVLink multicast.
+# NCCL for the tensor-parallel tests (test_collectives_gpu.cpp reads ONYX_NCCL_LIBRARY): PyTorch's
+# copy, the image's only one; never NVLink multicast.
 export NCCL_NVLS_ENABLE=0
 if [ -z "${ONYX_NCCL_LIBRARY:-}" ]; then
   nccl=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib', 'libnccl.so.2'))" 2>/dev/null)

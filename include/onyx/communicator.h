@@ -40,10 +40,11 @@ class Communicator {
 std::shared_ptr<Communicator> make_thread_communicator(int world,
                                                        std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
-// Ranks that are GPUs of this process, rank r on cuda:devices[r], joined by NCCL (libnccl.so.2,
-// opened at this call; an error names what is missing). Each rank's session runs on its device
-// and its collectives run on the GPU. CUDA builds only.
-std::shared_ptr<Communicator> make_nccl_communicator(const std::vector<int>& devices);
+// Ranks that are GPUs of this process, rank r on cuda:devices[r], joined by NCCL. NCCL is opened
+// by the first group made: from `library` when given (a path), else libnccl.so.2 where the
+// loader looks; an error names what is missing. Each rank's session runs on its device and its
+// collectives run on the GPU. CUDA builds only.
+std::shared_ptr<Communicator> make_nccl_communicator(const std::vector<int>& devices, const std::string& library = "");
 
 // The process's communicators by number, for the collective ops' nodes (attribute
 // `communicator`): registered by the sharding pass, held alive by the sessions' options.

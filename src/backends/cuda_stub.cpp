@@ -14,7 +14,7 @@ std::unique_ptr<Backend> make_cuda_backend(int index, const SessionOptions&) {
   throw Error(cat("cuda:", index, " is not available: this build of onyx has no CUDA backend"));
 }
 
-std::shared_ptr<Communicator> make_nccl_communicator(const std::vector<int>&) {
+std::shared_ptr<Communicator> make_nccl_communicator(const std::vector<int>&, const std::string&) {
   throw Error("a GPU tensor-parallel group needs the CUDA backend: this build of onyx has none");
 }
 

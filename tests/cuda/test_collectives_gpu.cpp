@@ -32,7 +32,9 @@ std::shared_ptr<Communicator> group_of_all(int n) {
   setenv("NCCL_NVLS_ENABLE", "0", 1);  // never NVLink multicast (the lent machines' rule)
   std::vector<int> devices(n);
   for (int i = 0; i < n; ++i) devices[i] = i;
-  return make_nccl_communicator(devices);
+  // gpu/run.sh names PyTorch's copy of NCCL there (the GPU machine's image has no other).
+  const char* library = std::getenv("ONYX_NCCL_LIBRARY");
+  return make_nccl_communicator(devices, library ? library : "");
 }
 
 TEST(CollectivesGpu, NcclGroupSumsAndGathersEveryRanksBuffer) {

@@ -1,7 +1,7 @@
 // Tensor-parallel groups of GPUs (onyx/communicator.h's make_nccl_communicator) and the CUDA
 // kernels of onyx::AllReduce and onyx::AllGather (ops/collective_ops.cpp has the CPU ones).
 //
-// NCCL is opened at run time (the file ONYX_NCCL_LIBRARY names, else libnccl.so.2 where the loader
+// NCCL is opened at run time (the file the first group names, else libnccl.so.2 where the loader
 // looks), as cuBLASLt is (cublaslt_loader.cpp): a build or a session that never makes a GPU group
 // does not need it. One process holds every rank: the
 // group's communicators come from ncclCommInitAll over its devices, and each rank's session
@@ -11,7 +11,6 @@
 #include <nccl.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <mutex>
 
 #include "backends/cuda/cuda_kernels.h"
@@ -30,18 +29,19 @@ struct Nccl {
   std::string missing;  // why NCCL cannot be used ("" when it can)
 };
 
-const Nccl& nccl() {
+// NCCL, opened by the first call: from `library` when given (a path where the loader does not
+// look), else libnccl.so.2 where it does.
+const Nccl& nccl(const std::string& library = "") {
   static Nccl n;
   static std::once_flag once;
-  std::call_once(once, [] {
+  std::call_once(once, [&] {
     void* h = nullptr;
-    const char* given = std::getenv("ONYX_NCCL_LIBRARY");  // a path, where the loader does not look
-    for (const char* name : {given, "libnccl.so.2", "libnccl.so"})
-      if (name && *name && (h = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+    for (const char* name : {library.c_str(), "libnccl.so.2", "libnccl.so"})
+      if (*name && (h = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
     if (!h) {
       const char* e = dlerror();
-      n.missing = cat("libnccl.so.2 could not be loaded (", e ? e : "not found",
-                      "; ONYX_NCCL_LIBRARY may name the file)");
+      n.missing = cat(library.empty() ? std::string("libnccl.so.2") : library, " could not be loaded (",
+                      e ? e : "not found", ")");
       return;
     }
     n.init_all = reinterpret_cast<decltype(n.init_all)>(dlsym(h, "ncclCommInitAll"));
@@ -70,8 +70,8 @@ ncclDataType_t nccl_type(DType t) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  explicit NcclCommunicator(const std::vector<int>& devices) : comms_(devices.size(), nullptr) {
-    const Nccl& n = nccl();
+  NcclCommunicator(const std::vector<int>& devices, const std::string& library) : comms_(devices.size(), nullptr) {
+    const Nccl& n = nccl(library);
     ONYX_CHECK(n.missing.empty(), "a GPU tensor-parallel group needs NCCL: ", n.missing);
     check(n.init_all(comms_.data(), static_cast<int>(devices.size()), devices.data()), "ncclCommInitAll");
   }
@@ -153,9 +153,9 @@ void run_all_gather(KernelContext& ctx, cuda::CudaContext& cu) {
 
 }  // namespace
 
-std::shared_ptr<Communicator> make_nccl_communicator(const std::vector<int>& devices) {
+std::shared_ptr<Communicator> make_nccl_communicator(const std::vector<int>& devices, const std::string& library) {
   ONYX_CHECK(!devices.empty(), "a GPU tensor-parallel group needs at least one device");
-  return std::make_shared<NcclCommunicator>(devices);
+  return std::make_shared<NcclCommunicator>(devices, library);
 }
 
 namespace cuda {
