@@ -320,6 +320,59 @@ TEST(OpsConv, MaxPoolWithIndicesMatchesReference) {
   }
 }
 
+TEST(OpsConv, MaxPoolFloatSeparableMatchesReferenceWithNaNs) {
+  // The float32 2-D max pool without indices (rows' column windows reduced once, then the
+  // rows): strides 1 to 3, ResNet's 3 x 3 / 2 with pad 1, uneven pads, ceil_mode, one column,
+  // odd widths; NaNs in the input win their windows.
+  struct Case {
+    int64_t h, w;
+    std::vector<int64_t> k, s, pads;
+    bool ceil_mode;
+  };
+  const Case cases[] = {
+      {112, 112, {3, 3}, {2, 2}, {1, 1, 1, 1}, false},  // ResNet's
+      {13, 17, {3, 3}, {1, 1}, {1, 1, 1, 1}, false},
+      {10, 9, {2, 3}, {2, 3}, {0, 1, 1, 2}, true},
+      {9, 23, {3, 5}, {3, 2}, {2, 2, 0, 1}, false},
+      {7, 1, {3, 1}, {2, 1}, {1, 0, 1, 0}, true},
+      {6, 8, {2, 2}, {2, 2}, {0, 0, 0, 0}, false},
+  };
+  int case_no = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(case_no++);
+    Tensor x = test::random_tensor<float>(Shape{2, 3, c.h, c.w});
+    for (int64_t i = 5; i < x.numel(); i += 97) x.data<float>()[i] = std::numeric_limits<float>::quiet_NaN();
+    PoolRef ref = pool2d_reference(x, 0, c.k, c.s, {1, 1}, c.pads, c.ceil_mode, false);
+    // (The reference skips NaNs: a window holding one is NaN.)
+    const int64_t OH = ref.shape[2], OW = ref.shape[3];
+    std::vector<bool> has_nan(ref.y.size(), false);
+    for (int64_t nc = 0; nc < 6; ++nc)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow)
+          for (int64_t kh = 0; kh < c.k[0]; ++kh)
+            for (int64_t kw = 0; kw < c.k[1]; ++kw) {
+              const int64_t ih = oh * c.s[0] - c.pads[0] + kh, iw = ow * c.s[1] - c.pads[1] + kw;
+              if (ih < 0 || ih >= c.h || iw < 0 || iw >= c.w) continue;
+              if (std::isnan(x.data<float>()[(nc * c.h + ih) * c.w + iw])) has_nan[(nc * OH + oh) * OW + ow] = true;
+            }
+    auto out = test::run_op("MaxPool", {x},
+                            {test::attr_ints("kernel_shape", c.k), test::attr_ints("strides", c.s),
+                             test::attr_ints("pads", c.pads), test::attr_int("ceil_mode", c.ceil_mode)});
+    ASSERT_EQ(out[0].shape(), ref.shape);
+    int nans = 0;
+    for (int64_t i = 0; i < out[0].numel(); ++i) {
+      const float got = out[0].data<float>()[i];
+      if (has_nan[i]) {
+        ASSERT_TRUE(std::isnan(got)) << "at " << i;
+        ++nans;
+      } else {
+        ASSERT_EQ(got, static_cast<float>(ref.y[i])) << "at " << i;
+      }
+    }
+    EXPECT_GT(nans, 0);
+  }
+}
+
 TEST(OpsConv, AveragePoolCountIncludePadMatchesReference) {
   Tensor x = test::random_tensor<float>(Shape{1, 4, 8, 7});
   for (int include : {0, 1})
