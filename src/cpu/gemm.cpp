@@ -214,6 +214,14 @@ float* SliceBuffer() {
   return buf.get();
 }
 
+// The rows of the block that starts `left` rows before the end of its chunk: kBigMR, except
+// that the last kBigMR + r rows, r < 2 kBigMR / 3, are two blocks of about equal rows (64 rows:
+// 12 x 4 + 8 + 8, not 12 x 5 + 4): a block of few rows costs nearly what a full one does.
+int64_t block_rows(int64_t left) {
+  if (left > kBigMR && left < kBigMR + 2 * kBigMR / 3) return (left + 1) / 2;
+  return std::min<int64_t>(kBigMR, left);
+}
+
 // B as the product reads it: packed panels (ldb 0), or row-major in place (row stride ldb) with
 // its last, partial panel packed apart (`tail`, K rows of 16), so no load passes column n; or,
 // with `koff`, row p at b + koff[p] (read up to column n rounded up to 16).
@@ -337,7 +345,8 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
       }
       packed = {buf, kb * kPanel, kPanel, nullptr};
     }
-    for (int64_t i = 0, row = r0; row < r1; ++i, row += kBigMR) {
+    for (int64_t i = 0, row = r0, mr = 0; row < r1; ++i, row += mr) {
+      mr = block_rows(r1 - row);
       Prefetch pf;
       const int64_t f0 = std::min(nkb, i * share);
       pf.rows = std::min(nkb, f0 + share) - f0;
@@ -346,9 +355,8 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
         if (pf.v.koff) pf.v.koff += f0;
         else pf.v.b += f0 * pf.v.kstride;
       }
-      const int mr = static_cast<int>(std::min<int64_t>(kBigMR, r1 - row));
-      if (pack) run_one(mr, np, row, p0, k0, kb, pf, &packed);
-      else run_tile(mr, np, row, p0, k0, kb, pf);
+      if (pack) run_one(static_cast<int>(mr), np, row, p0, k0, kb, pf, &packed);
+      else run_tile(static_cast<int>(mr), np, row, p0, k0, kb, pf);
     }
   };
   const int64_t ntiles = (panels + kBigNP - 1) / kBigNP;
