@@ -45,7 +45,7 @@ constexpr int64_t kCInL2 = int64_t{1} << 20;
 struct TileArgs {
   int64_t kb;         // rows of B (columns of A) in this pass
   const float* a;     // A at (row 0 of the tile, this pass's first column)
-  int64_t lda;
+  int64_t lda;        // floats between A's rows; A column-major (ColsA), between its columns
   const float* b;     // packed B at (the tile's first panel, this pass's first row)
   int64_t pstride;    // floats between panels (16 K packed; 16 for B read in place, row-major)
   int64_t kstride;    // floats between B's rows within a panel (16 packed; ldb in place)
@@ -70,7 +70,9 @@ struct TileArgs {
 };
 
 // Indirect: B's rows are found through t.koff (gemm_indirect) instead of a fixed stride.
-template <int MR, int NP, bool Indirect>
+// ColsA: A column-major (gemm_packed_cols): a step's MR values side by side, t.lda floats after
+// the previous step's.
+template <int MR, int NP, bool Indirect, bool ColsA = false>
 HWY_NOINLINE void Tile(const TileArgs& t) {
   constexpr int NV = NP * kVPP;
   const DF d;
@@ -120,10 +122,11 @@ HWY_NOINLINE void Tile(const TileArgs& t) {
     }
     HWY_UNROLL(16)
     for (int r = 0; r < MR; ++r) {
-      const VF ar = hn::Set(d, a[r * t.lda + p]);
+      const VF ar = hn::Set(d, ColsA ? a[r] : a[r * t.lda + p]);
       HWY_UNROLL(16)
       for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(ar, bv[v], acc[r][v]);
     }
+    if constexpr (ColsA) a += t.lda;
   }
   const bool full = t.ncols == NP * kPanel;
   const bool epi = t.last && (t.bias || t.row_bias || t.residual || t.act->kind != Act::kNone);
@@ -206,6 +209,21 @@ struct TileTable {
 };
 constexpr TileTable<false> kTiles;
 constexpr TileTable<true> kIndirectTiles;
+// A column-major, B packed: the large tile's shapes only (gemm_packed_cols gives few rows to
+// gemm_packed).
+template <int MR, int... NPs>
+constexpr void fill_cols_row(TileFn* row, std::integer_sequence<int, NPs...>) {
+  ((row[NPs] = &Tile<MR, NPs + 1, false, true>), ...);
+}
+template <int... MRs>
+constexpr void fill_cols(TileFn (*fn)[kBigNP], std::integer_sequence<int, MRs...>) {
+  (fill_cols_row<MRs + 1>(fn[MRs], std::make_integer_sequence<int, kBigNP>()), ...);
+}
+struct ColsTileTable {
+  TileFn fn[kBigMR][kBigNP] = {};
+  constexpr ColsTileTable() { fill_cols(fn, std::make_integer_sequence<int, kBigMR>()); }
+};
+constexpr ColsTileTable kColsTiles;
 
 // Per-thread room for one slice of B packed (kBigNP panels of kBlockK rows), 64-byte aligned.
 float* SliceBuffer() {
@@ -214,10 +232,20 @@ float* SliceBuffer() {
   return buf.get();
 }
 
+// The rows of the block that starts `left` rows before the end of its chunk: kBigMR, except
+// that the last kBigMR + r rows, r < 2 kBigMR / 3, are two blocks of about equal rows (64 rows:
+// 12 x 4 + 8 + 8, not 12 x 5 + 4): a block of few rows costs nearly what a full one does.
+int64_t block_rows(int64_t left) {
+  if (left > kBigMR && left < kBigMR + 2 * kBigMR / 3) return (left + 1) / 2;
+  return std::min<int64_t>(kBigMR, left);
+}
+
 // B as the product reads it: packed panels (ldb 0), or row-major in place (row stride ldb) with
 // its last, partial panel packed apart (`tail`, K rows of 16), so no load passes column n; or,
 // with `koff`, row p at b + koff[p] (read up to column n rounded up to 16).
-void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+// A row-major (row stride lda), or column-major when `a_cols` (element (i, p) at a[p lda + i];
+// B packed, m > 4).
+void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool a_cols, const float* b, int64_t ldb,
               const float* tail, const int64_t* koff, float* c, int64_t ldc, const Epilogue* ep) {
   struct {
     const float* b;
@@ -233,7 +261,7 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
   if (k == 0) {  // an empty sum: C is 0 (or kept), then the epilogue
     std::vector<float> zero_a(static_cast<size_t>(m), 0.f);
     std::vector<float> zero_b(static_cast<size_t>(panels * kPanel), 0.f);
-    GemmImpl(m, n, 1, zero_a.data(), 1, zero_b.data(), 0, nullptr, nullptr, c, ldc, ep);
+    GemmImpl(m, n, 1, zero_a.data(), 1, false, zero_b.data(), 0, nullptr, nullptr, c, ldc, ep);
     return;
   }
   // A tile of mr rows by np panels over B's rows [k0, k0 + kb).
@@ -259,7 +287,7 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
                      const View* packed = nullptr) {
     TileArgs t;
     t.kb = kb;
-    t.a = a + row * lda + k0;
+    t.a = a_cols ? a + k0 * lda + row : a + row * lda + k0;
     t.lda = lda;
     const View v = packed ? *packed : view(panel, k0);
     t.b = v.b;
@@ -281,7 +309,8 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
     t.residual = ep->residual ? ep->residual + row * ep->ldr + panel * kPanel : nullptr;
     t.ldr = ep->ldr;
     t.act = act;
-    (koff ? kIndirectTiles.fn : kTiles.fn)[mr - 1][np - 1](t);
+    if (a_cols) kColsTiles.fn[mr - 1][np - 1](t);
+    else (koff ? kIndirectTiles.fn : kTiles.fn)[mr - 1][np - 1](t);
   };
   // Panels read in place never share a tile with the packed tail.
   auto run_tile = [&](int mr, int np, int64_t row, int64_t panel, int64_t k0, int64_t kb, const Prefetch& pf) {
@@ -337,7 +366,8 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
       }
       packed = {buf, kb * kPanel, kPanel, nullptr};
     }
-    for (int64_t i = 0, row = r0; row < r1; ++i, row += kBigMR) {
+    for (int64_t i = 0, row = r0, mr = 0; row < r1; ++i, row += mr) {
+      mr = block_rows(r1 - row);
       Prefetch pf;
       const int64_t f0 = std::min(nkb, i * share);
       pf.rows = std::min(nkb, f0 + share) - f0;
@@ -346,9 +376,8 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
         if (pf.v.koff) pf.v.koff += f0;
         else pf.v.b += f0 * pf.v.kstride;
       }
-      const int mr = static_cast<int>(std::min<int64_t>(kBigMR, r1 - row));
-      if (pack) run_one(mr, np, row, p0, k0, kb, pf, &packed);
-      else run_tile(mr, np, row, p0, k0, kb, pf);
+      if (pack) run_one(static_cast<int>(mr), np, row, p0, k0, kb, pf, &packed);
+      else run_tile(static_cast<int>(mr), np, row, p0, k0, kb, pf);
     }
   };
   const int64_t ntiles = (panels + kBigNP - 1) / kBigNP;
@@ -507,12 +536,7 @@ void pack_b(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, float
 
 void gemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed_b, float* c,
                  int64_t ldc, const Epilogue& ep) {
-  HWY_DYNAMIC_DISPATCH(GemmImpl)(m, n, k, a, lda, packed_b, 0, nullptr, nullptr, c, ldc, &ep);
-}
-
-void gemm_indirect(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, const int64_t* koff,
-                   float* c, int64_t ldc, const Epilogue& ep) {
-  HWY_DYNAMIC_DISPATCH(GemmImpl)(m, n, k, a, lda, b, 0, nullptr, koff, c, ldc, &ep);
+  HWY_DYNAMIC_DISPATCH(GemmImpl)(m, n, k, a, lda, false, packed_b, 0, nullptr, nullptr, c, ldc, &ep);
 }
 
 namespace {
@@ -524,6 +548,28 @@ float* scratch(std::vector<float>& v, int64_t floats) {
 }
 thread_local std::vector<float> t_packed, t_a, t_out;
 }  // namespace
+
+bool conv_panels_pay(int64_t m, int64_t k) {
+  return m % kPanel == 0 && k > 0 && m * k * int64_t{sizeof(float)} >= (int64_t{4} << 20);
+}
+
+void gemm_packed_cols(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed_b, float* c,
+                      int64_t ldc, const Epilogue& ep) {
+  if (m <= 0 || n <= 0) return;
+  if (m <= 4) {  // few rows (pixels): gathered row-major for the few-row tiles
+    float* at = scratch(t_a, m * k);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; ++p) at[i * k + p] = a[p * lda + i];
+    gemm_packed(m, n, k, at, k, packed_b, c, ldc, ep);
+    return;
+  }
+  HWY_DYNAMIC_DISPATCH(GemmImpl)(m, n, k, a, lda, true, packed_b, 0, nullptr, nullptr, c, ldc, &ep);
+}
+
+void gemm_indirect(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, const int64_t* koff,
+                   float* c, int64_t ldc, const Epilogue& ep) {
+  HWY_DYNAMIC_DISPATCH(GemmImpl)(m, n, k, a, lda, false, b, 0, nullptr, koff, c, ldc, &ep);
+}
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
           int64_t ldb, float* c, int64_t ldc, const Epilogue& ep) {
@@ -580,7 +626,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const flo
       }
       tail = t;
     }
-    HWY_DYNAMIC_DISPATCH(GemmImpl)(m, n, k, a, lda, b, ldb, tail, nullptr, c, ldc, &ep);
+    HWY_DYNAMIC_DISPATCH(GemmImpl)(m, n, k, a, lda, false, b, ldb, tail, nullptr, c, ldc, &ep);
     return;
   }
   float* pb = scratch(t_packed, packed_size(k, n));

@@ -37,6 +37,17 @@ struct Epilogue {
 void gemm_packed(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed_b, float* c,
                  int64_t ldc, const Epilogue& ep = {});
 
+// gemm_packed with A column-major: element (i, p) at a[p * lda + i] (a convolution's image or
+// im2col matrix as the left operand: its pixels the rows, its channels and taps the steps).
+void gemm_packed_cols(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed_b, float* c,
+                      int64_t ldc, const Epilogue& ep = {});
+
+// Whether a convolution's m x k weights (per group) are better kept as the packed right-hand
+// operand of Y^T = X^T W^T (gemm_packed_cols): from 4 MiB on (ResNet-50's last stage, whose 49
+// pixels fill 49 of a tile's 64 columns and whose weights stream from memory), with m a
+// multiple of kPanel (the packed form then holds exactly W's values).
+bool conv_panels_pay(int64_t m, int64_t k);
+
 // C[m x n] = epilogue(A[m x k] x B) with B's row p read at b + koff[p]: element (p, j) is
 // b[koff[p] + j]. Each row is read up to column n rounded up to kPanel (those extra values are
 // not used, but must be readable). A stride-1 convolution reads its zero-padded image this

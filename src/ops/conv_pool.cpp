@@ -362,11 +362,72 @@ void conv_direct_2d(const float* x, const float* w, const float* bias, const flo
     }
 }
 
+// A convolution whose weights are kept as the products' packed right-hand operand (w_panels:
+// each group's W^T in panels, cpu::pack_b), the pixels the product's rows: Y^T = X^T W^T, X^T
+// read in place (pointwise) or from a row-major im2col matrix as a column-major left operand,
+// then transposed into Y with the residual and the activation. Where W is large and the image
+// small (ResNet's last stage: 2048 x 512 weights over 49 pixels), the channels fill the
+// vectors that 49 pixels would fill 49 of 64 lanes of, and the weights stream once, in order.
+void conv_forward_panels(const float* x, const float* w, const float* bias, const float* z, float* y,
+                         const ConvShapes& s, const Im2ColGeometry& g, const cpu::Activation& act) {
+  const int64_t in_size = g.image_size(), out_size = g.grid_size(), K = g.kernel_size();
+  const int64_t cg = s.c / s.group, mg = s.m / s.group, kg = cg * K;
+  bool pointwise = K == 1;
+  for (size_t d = 0; d < g.grid.size(); ++d)
+    pointwise = pointwise && g.strides[d] == 1 && g.pad_begin[d] == 0 && g.grid[d] == g.image[d];
+  // im2col in chunks of grid rows (about 4 MiB each): a chunk's pixels are rows of Y^T.
+  const int64_t rows = g.grid_rows(), cols = g.grid_cols();
+  const int64_t chunk = pointwise ? rows : std::clamp<int64_t>((int64_t{1} << 20) / std::max<int64_t>(kg * cols, 1), 1, rows);
+  thread_local std::vector<float> col_buf, yt_buf;
+  if (!pointwise && col_buf.size() < static_cast<size_t>(kg * chunk * cols)) col_buf.resize(kg * chunk * cols);
+  if (yt_buf.size() < static_cast<size_t>(out_size * mg)) yt_buf.resize(out_size * mg);
+  float* const col = col_buf.data();
+  float* const yt = yt_buf.data();
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t gi = 0; gi < s.group; ++gi) {
+      const float* xg = x + (n * s.c + gi * cg) * in_size;
+      cpu::Epilogue ep;
+      ep.bias = bias ? bias + gi * mg : nullptr;
+      if (!z) ep.act = act;
+      for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        const int64_t r1 = std::min(rows, r0 + chunk), npix = (r1 - r0) * cols;
+        if (pointwise) {
+          cpu::gemm_packed_cols(out_size, mg, kg, xg, in_size, w + gi * mg * kg, yt, mg, ep);
+          break;
+        }
+        im2col(xg, cg, g, r0, r1, col, npix);
+        cpu::gemm_packed_cols(npix, mg, kg, col, npix, w + gi * mg * kg, yt + r0 * cols * mg, mg, ep);
+      }
+      float* yg = y + (n * s.m + gi * mg) * out_size;
+      const float* zg = z ? z + (n * s.m + gi * mg) * out_size : nullptr;
+      // Y = (Y^T)^T, 16 pixels at a time (16 lines of Y^T read along, each line used 16 times).
+      cpu::parallel_for(mg, std::max<int64_t>(1, 16384 / out_size), [&](int64_t m0, int64_t m1) {
+        for (int64_t i0 = 0; i0 < out_size; i0 += 16) {
+          const int64_t i1 = std::min(out_size, i0 + 16);
+          for (int64_t m = m0; m < m1; ++m)
+            for (int64_t i = i0; i < i1; ++i) yg[m * out_size + i] = yt[i * mg + m];
+        }
+        if (!zg) return;
+        for (int64_t m = m0; m < m1; ++m) {
+          float* ym = yg + m * out_size;
+          const float* zm = zg + m * out_size;
+          for (int64_t i = 0; i < out_size; ++i) ym[i] += zm[i];
+          if (act.kind != cpu::Act::kNone) cpu::activate(ym, ym, out_size, act);
+        }
+      });
+    }
+}
+
 // The float32 convolution: a depthwise 2-D one by its direct kernel, the others as matrix
 // products (the weights the left operand, im2col's columns, or the image itself for a pointwise
 // convolution, the right), with bias and activation applied as each product stores its tile.
-void conv_forward_float(const float* x, const float* w, const float* bias, const float* z, float* y,
+// `w_panels`: the weights as conv_forward_panels reads them.
+void conv_forward_float(const float* x, const float* w, bool w_panels, const float* bias, const float* z, float* y,
                         const ConvShapes& s, const Im2ColGeometry& g, const cpu::Activation& act) {
+  if (w_panels) {
+    conv_forward_panels(x, w, bias, z, y, s, g, act);
+    return;
+  }
   const int64_t in_size = g.image_size(), out_size = g.grid_size(), K = g.kernel_size();
   const int64_t cg = s.c / s.group, mg = s.m / s.group, rows = g.grid_rows(), cols = g.grid_cols();
   if (cg == 1 && mg == 1 && g.grid.size() == 2 && !z) {
@@ -475,11 +536,15 @@ void conv_kernel(KernelContext& ctx) {
   Im2ColGeometry g = make_geometry(s.w, spatial(x.shape().dims()), s.out);
   // onyx::FusedConv: a Conv with the activation that followed it (passes/fuse_cpu.h).
   const cpu::Activation act = parse_activation_attrs(ctx);
+  // onyx::FusedConv's weights may be kept as the products' packed operand (passes/fuse_cpu.h).
+  const bool w_panels = ctx.attr_int("w_panels", 0) != 0;
+  ONYX_CHECK(!w_panels || (x.dtype() == DType::kFloat32 && (s.m / s.group) % cpu::kPanel == 0),
+             "weights in panels need float32 and output channels per group a multiple of ", cpu::kPanel);
   if (x.dtype() == DType::kFloat32) {
     const float* pb = ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr;
     Tensor& y = ctx.output(0);
     if (!ctx.has_input(3)) {
-      conv_forward_float(x.data<float>(), w.data<float>(), pb, nullptr, y.data<float>(), s, g, act);
+      conv_forward_float(x.data<float>(), w.data<float>(), w_panels, pb, nullptr, y.data<float>(), s, g, act);
       return;
     }
     // onyx::FusedConv's Z, added before the activation: in the product's epilogue when it has
@@ -490,13 +555,14 @@ void conv_kernel(KernelContext& ctx) {
     dims.insert(dims.end(), s.out.begin(), s.out.end());
     const Shape conv_shape(dims);
     if (z.shape() == conv_shape && y.shape() == conv_shape) {
-      conv_forward_float(x.data<float>(), w.data<float>(), pb, z.data<float>(), y.data<float>(), s, g, act);
+      conv_forward_float(x.data<float>(), w.data<float>(), w_panels, pb, z.data<float>(), y.data<float>(), s, g, act);
       return;
     }
     // Z of another shape (broadcast, perhaps raising the output's): the convolution apart, then
     // both broadcast onto the output as the Add did.
     Tensor conv(DType::kFloat32, conv_shape, ctx.allocator());
-    conv_forward_float(x.data<float>(), w.data<float>(), pb, nullptr, conv.data<float>(), s, g, cpu::Activation{});
+    conv_forward_float(x.data<float>(), w.data<float>(), w_panels, pb, nullptr, conv.data<float>(), s, g,
+                       cpu::Activation{});
     float* py = y.data<float>();
     const float* pc = conv.data<float>();
     const float* pz = z.data<float>();

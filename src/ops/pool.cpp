@@ -177,6 +177,94 @@ void pool_kernel(KernelContext& ctx, PoolKind kind, const PoolPlan& p) {
   }
 }
 
+// The larger of a window's best so far and v, a NaN taken and then kept (NaN wins a max window).
+inline float max_nan(float best, float v) { return v > best || v != v ? v : best; }
+
+// best[j] = max over taps kc < kw of row[j sw + off + kc] for j in [j0, j1), all inside the row.
+// With a stride the row is first split into its sw phases (phase b holds row[b + sw t]), so
+// that each tap reads one phase contiguously: loops the compiler vectorizes.
+void row_window_max(const float* row, int64_t iw, int64_t off, int64_t sw, int64_t kw, int64_t j0, int64_t j1,
+                    float* phases, float* best) {
+  const float* tap_row[64];
+  int64_t tap_at[64];
+  const int64_t plen = (iw + sw - 1) / sw;
+  if (sw > 1) {
+    for (int64_t b = 0; b < sw; ++b) {
+      float* ph = phases + b * plen;
+      for (int64_t t = 0, c = b; c < iw; ++t, c += sw) ph[t] = row[c];
+    }
+  }
+  for (int64_t kc = 0; kc < kw; ++kc) {
+    const int64_t c = off + kc;  // column j sw + c: phase c mod sw, index j + floor(c / sw)
+    const int64_t q = floor_div(c, sw), b = c - q * sw;
+    tap_row[kc] = sw > 1 ? phases + b * plen : row;
+    tap_at[kc] = q;
+  }
+  const float* t0 = tap_row[0] + tap_at[0];
+  for (int64_t j = j0; j < j1; ++j) best[j] = t0[j];
+  for (int64_t kc = 1; kc < kw; ++kc) {
+    const float* t = tap_row[kc] + tap_at[kc];
+    for (int64_t j = j0; j < j1; ++j) best[j] = max_nan(best[j], t[j]);
+  }
+}
+
+// MaxPool of float32 over two spatial dims (no dilation), separably: each input row's column
+// windows reduced once (an input row serves up to kh / sh output rows), then each output row
+// the maximum of its rows' reductions, both loops over contiguous columns the compiler
+// vectorizes. Windows fully inside a row take the vector loop, the border ones their taps.
+// Ties keep the first value in the window's row-major order, as the loop over taps did.
+void max_pool2d_float(const float* px, float* py, const PoolPlan& p, const std::vector<DimTaps>& taps) {
+  const int64_t ih = p.in[0], iw = p.in[1], oh = p.out[0], ow = p.out[1];
+  const int64_t kw = p.w.kernel[1], sw = p.w.strides[1], pw = p.w.pads[1];
+  // Output columns [j0, j1) read kw columns from j sw - pw, all inside the row (none for a
+  // kernel wider than 64: those windows take their taps one by one).
+  int64_t j0 = 0, j1 = 0;
+  for (int64_t j = 0; j < ow && kw <= 64; ++j)
+    if (j * sw - pw >= 0 && j * sw - pw + kw <= iw) {
+      if (j1 == j0) j0 = j;
+      j1 = j + 1;
+    }
+  cpu::parallel_for(p.planes, std::max<int64_t>(1, 4096 / std::max<int64_t>(oh * ow, 1)), [&](int64_t p0, int64_t p1) {
+    thread_local std::vector<float> rows_max, row_phases;
+    if (rows_max.size() < static_cast<size_t>(ih * ow)) rows_max.resize(ih * ow);
+    if (row_phases.size() < static_cast<size_t>(iw + sw)) row_phases.resize(iw + sw);
+    float* h = rows_max.data();
+    float* ph = row_phases.data();
+    for (int64_t plane = p0; plane < p1; ++plane) {
+      const float* src = px + plane * ih * iw;
+      float* dst = py + plane * oh * ow;
+      for (int64_t r = 0; r < ih; ++r) {
+        const float* row = src + r * iw;
+        float* hr = h + r * ow;
+        if (j1 > j0) row_window_max(row, iw, -pw, sw, kw, j0, j1, ph, hr);
+        for (int64_t j = 0; j < ow; ++j) {
+          if (j >= j0 && j < j1) continue;
+          const auto& cols = taps[1].pos[j];
+          if (cols.empty()) continue;
+          float best = row[cols.front()];
+          for (int64_t c = cols.front() + 1; c <= cols.back(); ++c) best = max_nan(best, row[c]);
+          hr[j] = best;
+        }
+      }
+      for (int64_t i = 0; i < oh; ++i) {
+        const auto& rows = taps[0].pos[i];
+        float* d = dst + i * ow;
+        if (rows.empty()) {
+          std::fill_n(d, ow, 0.f);
+          continue;
+        }
+        std::copy_n(h + rows[0] * ow, ow, d);
+        for (size_t t = 1; t < rows.size(); ++t) {
+          const float* hr = h + rows[t] * ow;
+          for (int64_t j = 0; j < ow; ++j) d[j] = max_nan(d[j], hr[j]);
+        }
+        for (int64_t j = 0; j < ow; ++j)
+          if (taps[1].pos[j].empty()) d[j] = 0.f;  // a window wholly in the padding
+      }
+    }
+  });
+}
+
 // MaxPool and AveragePool of float32 over two spatial dims with no dilation and no indices
 // output: each window a rectangle of rows and columns computed once per output row and
 // column, planes split over the intra-op pool. The same results as pool_kernel (NaN wins a
@@ -192,6 +280,10 @@ bool pool2d_float(KernelContext& ctx, PoolKind kind, const PoolPlan& p) {
   const int64_t ih = p.in[0], iw = p.in[1], oh = p.out[0], ow = p.out[1];
   const float* px = x.data<float>();
   float* py = ctx.output(0).data<float>();
+  if (kind == PoolKind::kMax) {
+    max_pool2d_float(px, py, p, taps);
+    return true;
+  }
   cpu::parallel_for(p.planes, std::max<int64_t>(1, 4096 / std::max<int64_t>(oh * ow, 1)), [&](int64_t p0, int64_t p1) {
     for (int64_t plane = p0; plane < p1; ++plane) {
       const float* src = px + plane * ih * iw;

@@ -300,7 +300,19 @@ CpuFuseReport fuse_cpu(Graph& g) {
           ++r.conv_activations;
         }
       }
-      if (chain.empty() || removed[last]) continue;
+      // Large weights (cpu::conv_panels_pay) kept as the products' packed right-hand operand,
+      // each group's W^T (cpu::pack_b), when this convolution alone reads them: the pixels
+      // become the product's rows (ops/conv_pool.cpp, conv_forward_panels).
+      const int w = mm.inputs[1];
+      const int64_t group = Matcher::attr_int(mm, "group", 1);
+      int64_t mg = 0, kg = 0;
+      if (wt->on_host() && wt->rank() >= 3 && group > 0 && wt->shape()[0] > 0 && wt->shape()[0] % group == 0 &&
+          reads_left[w] == 1 && !m.outputs.count(w) && !g.values[w].is_input) {
+        mg = wt->shape()[0] / group;
+        kg = wt->numel() / wt->shape()[0];
+      }
+      const bool panels = mg > 0 && cpu::conv_panels_pay(mg, kg);
+      if ((chain.empty() && !panels) || removed[last]) continue;
       bool free = true;
       for (size_t c : chain) free = free && !removed[c];
       if (!free) continue;
@@ -308,6 +320,16 @@ CpuFuseReport fuse_cpu(Graph& g) {
       removed[last] = true;
       r.conv_residuals += inputs.size() > 3;
       r.nodes_removed += static_cast<int>(chain.size());
+      if (panels) {  // (mg a multiple of 16: the packed form holds exactly W's values)
+        Tensor p(DType::kFloat32, wt->shape());
+        for (int64_t gi = 0; gi < group; ++gi)
+          cpu::pack_b(wt->data<float>() + gi * mg * kg, kg, true, kg, mg, p.data<float>() + gi * mg * kg);
+        inputs[1] = add_initializer(g, g.values[w].name + "/panels", std::move(p));
+        attrs.push_back(make_int_attr("w_panels", 1));
+        ++r.conv_panels;
+        // (The original goes now, as a dense node's does.)
+        if (--reads_left[w] == 0 && g.initializers.erase(w)) g.values[w].is_initializer = false;
+      }
       replace.emplace_back(last, make_node(mm.name + "/fused", "onyx", "FusedConv", 1, std::move(inputs), {out},
                                             std::move(attrs)));
       continue;

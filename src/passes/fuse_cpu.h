@@ -22,6 +22,9 @@
 //   A float32 Conv (constant weights), then optionally Add(., z) with z of the output's shape
 //   (ungrouped convolutions: ResNet's residual), then optionally an activation
 //   -> onyx::FusedConv(X, W, B, Z; Conv's attributes, plus the activation's) (ops/conv_pool.cpp).
+//   Large weights (cpu::conv_panels_pay), when the convolution alone reads them, are packed as
+//   the products' right-hand operand (each group's W^T, cpu::pack_b; attribute w_panels = 1),
+//   a Conv with nothing to absorb becoming a FusedConv for that alone.
 //
 //   A product by a transposed operand, scaled or not (attention scores: Whisper's and others'
 //   Q (K^T s)): MatMul(A, Transpose(B)) or MatMul(A, Mul(Transpose(B), s)), the transposition
@@ -44,6 +47,7 @@ struct CpuFuseReport {
   int activations = 0;   // activations absorbed into dense nodes
   int conv_activations = 0;  // activations absorbed into onyx::FusedConv
   int conv_residuals = 0;    // residual Adds absorbed into onyx::FusedConv
+  int conv_panels = 0;       // onyx::FusedConv weights kept as the products' packed operand (w_panels)
   int transposed_products = 0;  // MatMul(A, [Mul(] Transpose(B) [, s)]) -> FusedMatMul(transB, alpha)
   int nodes_removed = 0;
 };

@@ -5,7 +5,10 @@
 #include <cmath>
 #include <limits>
 
+#include "cpu/gemm.h"
+#include "graph_builder.h"
 #include "op_test_util.h"
+#include "passes/optimize.h"
 
 namespace onyx {
 
@@ -131,6 +134,93 @@ TEST(OpsConv, Conv2dGeometriesOfTheDirectPathMatchReference) {
     expect_close(fused[0], want_fused, 1e-4);
     ++case_no;
   }
+}
+
+TEST(OpsConv, FusedConvWithWeightsInPanelsMatchesReference) {
+  // onyx::FusedConv with w_panels = 1 (passes/fuse_cpu.h): each group's W^T packed (cpu::pack_b),
+  // the pixels the product's rows: pointwise (the image read in place), 3 x 3 and strided
+  // (im2col), groups, a 1 x 1 image, an image of few rows (fewer than a tile), a batch, with and
+  // without the residual and activation.
+  struct Case {
+    int64_t n, c, m, group, h, w, kh, kw, stride, pad;
+  };
+  const Case cases[] = {
+      {1, 40, 32, 1, 7, 7, 1, 1, 1, 0},    // ResNet's last stage, smaller
+      {1, 24, 48, 1, 7, 7, 3, 3, 1, 1},    // 3 x 3 over 49 pixels
+      {2, 9, 16, 1, 9, 11, 3, 3, 2, 1},    // strided, a batch
+      {1, 8, 32, 2, 6, 5, 3, 3, 1, 1},     // groups of 16 output channels
+      {1, 33, 16, 1, 1, 1, 1, 1, 1, 0},    // a 1 x 1 image
+      {1, 20, 16, 1, 2, 1, 1, 1, 1, 0},    // two pixels
+      {1, 300, 64, 1, 14, 14, 1, 1, 1, 0},  // K past one block, 196 pixels
+  };
+  int case_no = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(case_no);
+    Conv2dParams p;
+    p.group = c.group;
+    p.strides = {c.stride, c.stride};
+    p.pads = {c.pad, c.pad, c.pad, c.pad};
+    Tensor x = test::random_tensor<float>(Shape{c.n, c.c, c.h, c.w});
+    Tensor w = test::random_tensor<float>(Shape{c.m, c.c / c.group, c.kh, c.kw});
+    Tensor b = test::random_tensor<float>(Shape{c.m});
+    Tensor wp(DType::kFloat32, w.shape());
+    const int64_t mg = c.m / c.group, kg = w.numel() / c.m;
+    for (int64_t g = 0; g < c.group; ++g)
+      cpu::pack_b(w.data<float>() + g * mg * kg, kg, true, kg, mg, wp.data<float>() + g * mg * kg);
+    Shape shape;
+    std::vector<double> want = conv2d_reference(x, w, &b, p, shape);
+    auto attrs = conv_attrs(p);
+    attrs.push_back(test::attr_int("w_panels", 1));
+    auto plain = test::run_op("FusedConv", {x, wp, b}, attrs, 1, 1, "onyx");
+    ASSERT_EQ(plain[0].shape(), shape);
+    expect_close(plain[0], want, 1e-4);
+    Tensor z = test::random_tensor<float>(shape);
+    for (int with_z = 0; with_z < 2; ++with_z) {
+      auto a2 = attrs;
+      a2.push_back(test::attr_string("activation", (case_no + with_z) % 2 ? "relu" : "hard_swish"));
+      std::vector<Tensor> in{x, wp, b};
+      if (with_z) in.push_back(z);
+      auto fused = test::run_op("FusedConv", in, a2, 1, 1, "onyx");
+      std::vector<double> want_fused(want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        const double v = want[i] + (with_z ? z.get_as_double(static_cast<int64_t>(i)) : 0.0);
+        want_fused[i] = (case_no + with_z) % 2 ? std::max(v, 0.0) : v * std::clamp(v / 6 + 0.5, 0.0, 1.0);
+      }
+      expect_close(fused[0], want_fused, 1e-4);
+    }
+    ++case_no;
+  }
+}
+
+TEST(OpsConv, CpuFusionKeepsLargeConvWeightsInPanelsAndComputesTheSame) {
+  // passes/fuse_cpu.h: weights that cpu::conv_panels_pay picks go into panels (their only
+  // reader), a bare Conv becoming a FusedConv for it; small ones and shared ones stay.
+  const int64_t big = 1024;  // 1024 x 1024 x 1 x 1: 4 MiB
+  ASSERT_TRUE(cpu::conv_panels_pay(big, big));
+  ASSERT_FALSE(cpu::conv_panels_pay(64, 64 * 9));
+  test::GraphBuilder b;
+  const int x = b.input("x");
+  const int c1 = b.node("Conv", {x, b.init("w1", test::random_tensor<float>(Shape{big, 64, 1, 1}, -1, 1))});
+  const int c2 = b.node("Conv", {b.node("Relu", {c1}), b.init("w2", test::random_tensor<float>(Shape{big, big, 1, 1}, -0.05f, 0.05f)),
+                                 b.init("b2", test::random_tensor<float>(Shape{big}, -1, 1))});
+  const int r2 = b.node("Relu", {c2});
+  const int c3 = b.node("Conv", {r2, b.init("w3", test::random_tensor<float>(Shape{128, big, 3, 3}, -0.02f, 0.02f))},
+                        {test::attr_ints("pads", {1, 1, 1, 1})});
+  b.g.outputs = {c3};
+  Graph plain = b.g, fused = b.g;
+  const OptimizeReport r = optimize_graph(fused, SessionOptions{}, Device::cpu());
+  EXPECT_EQ(r.cpu.conv_panels, 2);  // w2 (4 MiB) and w3 (4.5 MiB); w1 (256 KiB) stays
+  for (const char* w : {"w2", "w3"}) EXPECT_FALSE(fused.initializers.count(fused.find_value(w))) << w;
+  EXPECT_TRUE(fused.initializers.count(fused.find_value("w1")));
+  auto alloc = make_cpu_allocator();
+  GraphExecutor e1(plain, OpRegistry::global(), alloc, SessionOptions{});
+  GraphExecutor e2(fused, OpRegistry::global(), alloc, SessionOptions{});
+  const Tensor in = test::random_tensor<float>(Shape{1, 64, 5, 6}, -1, 1);
+  const auto want = e1.run({in}), got = e2.run({in});
+  ASSERT_EQ(want[0].shape(), got[0].shape());
+  for (int64_t i = 0; i < want[0].numel(); ++i)
+    ASSERT_NEAR(got[0].data<float>()[i], want[0].data<float>()[i], 2e-5 * (1 + std::abs(want[0].data<float>()[i])))
+        << "at " << i;
 }
 
 TEST(OpsConv, Conv2dFloat64AndFloat16MatchReference) {
@@ -317,6 +407,59 @@ TEST(OpsConv, MaxPoolWithIndicesMatchesReference) {
     ASSERT_EQ(out[1].dtype(), DType::kInt64);
     expect_close(out[0], ref.y, 0);
     for (int64_t i = 0; i < out[1].numel(); ++i) EXPECT_EQ(out[1].data<int64_t>()[i], ref.argmax[i]) << i;
+  }
+}
+
+TEST(OpsConv, MaxPoolFloatSeparableMatchesReferenceWithNaNs) {
+  // The float32 2-D max pool without indices (rows' column windows reduced once, then the
+  // rows): strides 1 to 3, ResNet's 3 x 3 / 2 with pad 1, uneven pads, ceil_mode, one column,
+  // odd widths; NaNs in the input win their windows.
+  struct Case {
+    int64_t h, w;
+    std::vector<int64_t> k, s, pads;
+    bool ceil_mode;
+  };
+  const Case cases[] = {
+      {112, 112, {3, 3}, {2, 2}, {1, 1, 1, 1}, false},  // ResNet's
+      {13, 17, {3, 3}, {1, 1}, {1, 1, 1, 1}, false},
+      {10, 9, {2, 3}, {2, 3}, {0, 1, 1, 2}, true},
+      {9, 23, {3, 5}, {3, 2}, {2, 2, 0, 1}, false},
+      {7, 1, {3, 1}, {2, 1}, {1, 0, 1, 0}, true},
+      {6, 8, {2, 2}, {2, 2}, {0, 0, 0, 0}, false},
+  };
+  int case_no = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(case_no++);
+    Tensor x = test::random_tensor<float>(Shape{2, 3, c.h, c.w});
+    for (int64_t i = 5; i < x.numel(); i += 97) x.data<float>()[i] = std::numeric_limits<float>::quiet_NaN();
+    PoolRef ref = pool2d_reference(x, 0, c.k, c.s, {1, 1}, c.pads, c.ceil_mode, false);
+    // (The reference skips NaNs: a window holding one is NaN.)
+    const int64_t OH = ref.shape[2], OW = ref.shape[3];
+    std::vector<bool> has_nan(ref.y.size(), false);
+    for (int64_t nc = 0; nc < 6; ++nc)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow)
+          for (int64_t kh = 0; kh < c.k[0]; ++kh)
+            for (int64_t kw = 0; kw < c.k[1]; ++kw) {
+              const int64_t ih = oh * c.s[0] - c.pads[0] + kh, iw = ow * c.s[1] - c.pads[1] + kw;
+              if (ih < 0 || ih >= c.h || iw < 0 || iw >= c.w) continue;
+              if (std::isnan(x.data<float>()[(nc * c.h + ih) * c.w + iw])) has_nan[(nc * OH + oh) * OW + ow] = true;
+            }
+    auto out = test::run_op("MaxPool", {x},
+                            {test::attr_ints("kernel_shape", c.k), test::attr_ints("strides", c.s),
+                             test::attr_ints("pads", c.pads), test::attr_int("ceil_mode", c.ceil_mode)});
+    ASSERT_EQ(out[0].shape(), ref.shape);
+    int nans = 0;
+    for (int64_t i = 0; i < out[0].numel(); ++i) {
+      const float got = out[0].data<float>()[i];
+      if (has_nan[i]) {
+        ASSERT_TRUE(std::isnan(got)) << "at " << i;
+        ++nans;
+      } else {
+        ASSERT_EQ(got, static_cast<float>(ref.y[i])) << "at " << i;
+      }
+    }
+    EXPECT_GT(nans, 0);
   }
 }
 
