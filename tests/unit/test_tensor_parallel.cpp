@@ -121,8 +121,11 @@ void expect_ranks_match(const std::string& name, int world, int64_t batch, int64
     }
   layers /= 2;
   ASSERT_GT(layers, 0);
-  for (const ValueDesc& d : ranks[0]->inputs())
-    if (d.name == "past_key_values.0.key") EXPECT_EQ(d.dims[1], kv_heads / world);
+  for (const ValueDesc& d : ranks[0]->inputs()) {
+    if (d.name == "past_key_values.0.key") {
+      EXPECT_EQ(d.dims[1], kv_heads / world);
+    }
+  }
   const ModelSummary summary = ranks[0]->summary();
   EXPECT_EQ(summary.op_histogram.count("onyx::AllReduce") ? summary.op_histogram.at("onyx::AllReduce") : 0,
             2 * layers);
