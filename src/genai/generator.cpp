@@ -285,6 +285,9 @@ std::vector<SequenceResult> generate_on_ranks(const std::vector<Generator*>& ran
         }
         g.next(text);
       }
+      // Out of the steps: no rank waits for this one at the barrier (they all leave at the same
+      // step, their tokens being the same; one that did not would meet the group's timeout).
+      sync.arrive_and_drop();
     } catch (const std::exception& e) {
       errors[r] = e.what();
       failed = true;
