@@ -18,6 +18,9 @@ class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual int world() const = 0;
+  // The CUDA device rank `rank` runs on, for a group whose ranks are GPUs; -1 for host ranks.
+  // A rank's session must run on that device.
+  virtual int device(int rank) const { (void)rank; return -1; }
   // y = the sum over the ranks of each rank's x (`count` float32 values). x and y may be one
   // buffer. Returns when every rank has called it; throws onyx::Error when the others do not
   // come (a rank failed before its call), naming the collective.

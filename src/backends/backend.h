@@ -43,6 +43,10 @@ class Backend {
   // The device's budget, from which every standing pool of this backend leases.
   virtual MemoryGovernor& governor() = 0;
   virtual size_t alignment() const = 0;
+  // Makes this backend's device the calling thread's current one (CUDA's current device is per
+  // thread): called where a run or a model's step begins, so that sessions on several GPUs may
+  // each run on any thread (a tensor-parallel rank's own, or the one that loaded another rank).
+  virtual void make_current() {}
 
   // Whether the backend has a kernel for the node's op at all (types aside): which
   // initializers are uploaded at load.

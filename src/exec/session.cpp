@@ -206,6 +206,7 @@ NamedTensors Session::run(const NamedTensors& feeds, const RunOptions& options) 
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.run_mutex);
   return with_lazy_context([&] { return cat("running '", m.model.path, "'"); }, [&] {
+    if (m.backend) m.backend->make_current();
     std::vector<Tensor> ordered = m.order_feeds(feeds, true);
     std::string missing;
     size_t n_missing = 0;

@@ -304,6 +304,7 @@ void LanguageModel::retire_cache() {
 }
 
 Next LanguageModel::start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity, const Draw& draw) {
+  if (backend_) backend_->make_current();
   ONYX_CHECK(!prompts.empty(), "no prompt to generate from");
   int64_t longest = 0;
   for (size_t b = 0; b < prompts.size(); ++b) {
@@ -344,6 +345,7 @@ Next LanguageModel::start(const std::vector<std::vector<int64_t>>& prompts, int6
 }
 
 Next LanguageModel::step(const std::vector<int64_t>& tokens, const Draw& draw) {
+  if (backend_) backend_->make_current();
   ONYX_CHECK(batch_, "a decode step needs a prompt first");
   Batch& bt = *batch_;
   ONYX_CHECK(static_cast<int64_t>(tokens.size()) == bt.rows, "a step takes one token per sequence (", bt.rows,
@@ -414,6 +416,7 @@ void LanguageModel::copy_rows(const Tensor& t, const std::vector<size_t>& rows, 
 }
 
 void LanguageModel::keep(const std::vector<size_t>& keep) {
+  if (backend_) backend_->make_current();
   ONYX_CHECK(batch_, "nothing to keep");
   Batch& bt = *batch_;
   const std::vector<size_t> rows = kept_rows(keep, bt.rows);

@@ -35,6 +35,7 @@ Tensor row_view(const Tensor& t, int64_t begin, int64_t count) {
 }  // namespace
 
 void LanguageModel::open_slots(int64_t slots, int64_t capacity) {
+  if (backend_) backend_->make_current();
   ONYX_CHECK(slots >= 1, "serving needs at least one slot, got ", slots);
   ONYX_CHECK(capacity >= 2, "a slot needs room for at least 2 positions, got ", capacity);
   ONYX_CHECK(mode_ != CacheMode::kGrowing, "serving needs a cache of fixed capacity, and this decoder's is growing: ",
@@ -72,6 +73,7 @@ void LanguageModel::truncate_slot(int64_t slot, int64_t keep) {
 }
 
 void LanguageModel::swap_slots(int64_t a, int64_t b) {
+  if (backend_) backend_->make_current();
   ONYX_CHECK(slots_ && a >= 0 && b >= 0 && a < slots_->count && b < slots_->count, "no slots ", a, " and ", b);
   if (a == b) return;
   for (size_t k = 0; k < slots_->cache.size(); ++k) {
@@ -91,6 +93,7 @@ void LanguageModel::swap_slots(int64_t a, int64_t b) {
 }
 
 int64_t LanguageModel::prefill(int64_t slot, const std::vector<int64_t>& ids, int64_t from, const Draw& draw) {
+  if (backend_) backend_->make_current();
   ONYX_CHECK(slots_, "prefill needs open slots");
   Slots& sl = *slots_;
   ONYX_CHECK(slot >= 0 && slot < sl.count, "no slot ", slot, " (", sl.count, " slots)");
@@ -149,6 +152,7 @@ int64_t LanguageModel::prefill(int64_t slot, const std::vector<int64_t>& ids, in
 }
 
 std::vector<int64_t> LanguageModel::decode(const std::vector<int64_t>& tokens, const Draw& draw) {
+  if (backend_) backend_->make_current();
   ONYX_CHECK(slots_, "decode needs open slots");
   Slots& sl = *slots_;
   const int64_t n = static_cast<int64_t>(tokens.size());

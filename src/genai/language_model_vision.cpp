@@ -91,6 +91,7 @@ const ImageProcessor& LanguageModel::image_processor() const {
 }
 
 std::vector<Tensor> LanguageModel::encode_images(const std::vector<Tensor>& pixels) {
+  if (backend_) backend_->make_current();
   ONYX_CHECK(vision_, "model folder '", folder_.dir, "' has no vision model: it takes no images");
   Vision& v = *vision_;
   const Graph& g = *v.model.graph;

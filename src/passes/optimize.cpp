@@ -8,11 +8,17 @@ namespace onyx {
 OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Device& device,
                               OptimizeDefaults defaults) {
   OptimizeReport r;
-  if (options.tensor_parallel_world != 1 || options.tensor_parallel_rank != 0) {
+  // A group of one (a communicator given at world 1) is sharded all the same: each share is the
+  // whole and each collective a copy, so that one GPU runs the tensor-parallel path.
+  if (options.tensor_parallel_world != 1 || options.tensor_parallel_rank != 0 || options.communicator) {
     const int world = options.tensor_parallel_world;
     ONYX_CHECK(options.communicator, "tensor parallelism over ", world, " ranks needs SessionOptions.communicator");
     ONYX_CHECK(options.communicator->world() == world, "SessionOptions.communicator joins ",
                options.communicator->world(), " ranks, tensor_parallel_world says ", world);
+    const int gpu = options.communicator->device(options.tensor_parallel_rank);
+    if (gpu >= 0)
+      ONYX_CHECK(!device.is_cpu() && device.index == gpu, "tensor-parallel rank ", options.tensor_parallel_rank,
+                 " of this group runs on cuda:", gpu, ", but the session's device is ", options.device);
     // Before every fusion: the pass reads the graph as the exporter wrote it.
     r.shard = shard_tensor_parallel(g, options.tensor_parallel_rank, world, register_communicator(options.communicator));
   }

@@ -367,10 +367,9 @@ class Sharder {
 ShardReport shard_tensor_parallel(Graph& g, int rank, int world, int64_t communicator) {
   ONYX_CHECK(world >= 1 && rank >= 0 && rank < world, "tensor parallelism: rank ", rank, " of ", world,
              " is not a rank of the group");
-  if (world == 1) return {};
   ShardReport r = Sharder(g, rank, world, communicator).run();
   ONYX_CHECK(r.attention + r.mlp > 0, "tensor parallelism over ", world,
-             " ranks: the graph has no attention block (com.microsoft GroupQueryAttention) or gated MLP that the "
+             " rank", world == 1 ? "" : "s", ": the graph has no attention block (com.microsoft GroupQueryAttention) or gated MLP that the "
              "sharding pass knows; it takes decoders as onnxruntime-genai's model builder writes them");
   return r;
 }

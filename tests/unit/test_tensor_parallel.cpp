@@ -193,6 +193,12 @@ TEST(TensorParallel, TwoRanksOfQwenSplitTheQueryBias) { expect_ranks_match("qwen
 // blocks of K for the row shares.
 TEST(TensorParallel, TwoRanksOfFourBitLlama) { expect_ranks_match("llama-builder-int4", 2, 2, 4); }
 
+// A group of one: the pass runs all the same (each share the whole, each collective a copy),
+// which is how one GPU runs the tensor-parallel path.
+TEST(TensorParallel, AGroupOfOneRunsItsCollectivesAndGivesTheWholeModel) {
+  expect_ranks_match("llama-builder-fp32", 1, 2, 4);
+}
+
 // Phi-3's 4 KV heads over 4 ranks: one query head and one KV head each.
 TEST(TensorParallel, FourRanksOfPhi3) { expect_ranks_match("phi3-builder-fp32", 4, 1, 3); }
 

@@ -2,6 +2,7 @@
 // figures of the run (or, with --json, one JSON object).
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -15,6 +16,7 @@
 #include "genai/encoder_decoder_model.h"
 #include "genai/generator.h"
 #include "onyx/communicator.h"
+#include "onyx/device.h"
 #include "genai/image.h"
 
 namespace onyx::cli {
@@ -62,8 +64,11 @@ options:
                                 default: on CUDA devices only; it needs the attention fusion)
   --intra-op-threads N          threads of the CPU kernels (default 0: every CPU this process may use)
   --tensor-parallel N           split the decoder over N ranks, each a thread of this process with its
-                                share of the heads and the MLP (CPU; onnxruntime-genai builder folders;
-                                docs/tensor-parallel.md); the tokens are those of one rank
+                                share of the heads and the MLP (onnxruntime-genai builder folders;
+                                docs/tensor-parallel.md); the tokens are those of one rank. On the
+                                CPU the ranks share its cores; with --device cuda:K rank r runs on
+                                cuda:K+r and the ranks are joined by NCCL (libnccl.so.2, or the file
+                                ONYX_NCCL_LIBRARY names)
   --capture off|auto|require    on a GPU, replay decode steps from CUDA graphs (default auto)
   --memory-report               print the memory governor's holders after the run (a pipeline:
                                 per component, its weights, arena and KV cache)
@@ -283,13 +288,29 @@ int cmd_generate(const std::vector<std::string>& args) {
   // Tensor parallelism: rank 0 is `model`, the others are loaded after it (each shards the
   // decoder for itself) and generate on threads of their own.
   std::shared_ptr<Communicator> group;
+  std::vector<std::string> rank_devices(g.tensor_parallel, g.session.device);
   if (g.tensor_parallel > 1) {
-    ONYX_CHECK(g.session.device == "cpu", "--tensor-parallel runs on the CPU for now (docs/tensor-parallel.md), not ",
-               g.session.device);
     ONYX_CHECK(g.verify_steps < 0, "--verify-cache does not take --tensor-parallel");
-    group = make_thread_communicator(g.tensor_parallel);
+    const Device first = resolve_device(g.session.device);
+    if (first.is_cpu()) {
+      group = make_thread_communicator(g.tensor_parallel);
+    } else {
+      // One GPU a rank, from the one named on: cuda:K, cuda:K+1, ...
+      std::vector<int> gpus;
+      for (int r = 0; r < g.tensor_parallel; ++r) {
+        const std::string name = cat("cuda:", first.index + r);
+        with_context(cat("--tensor-parallel ", g.tensor_parallel, " from ", first.str(), " takes ", first.str(),
+                         " to cuda:", first.index + g.tensor_parallel - 1),
+                     [&] { resolve_device(name); });
+        gpus.push_back(first.index + r);
+        rank_devices[r] = name;
+      }
+      const char* library = std::getenv("ONYX_NCCL_LIBRARY");
+      group = make_nccl_communicator(gpus, library ? library : "");
+    }
     g.session.tensor_parallel_world = g.tensor_parallel;
     g.session.communicator = group;
+    g.session.device = rank_devices[0];
   }
   std::unique_ptr<genai::TokenModel> model = genai::load_token_model(g.dir, g.session);
   std::vector<std::unique_ptr<genai::TokenModel>> other_ranks;
@@ -300,6 +321,7 @@ int cmd_generate(const std::vector<std::string>& args) {
     for (int r = 1; r < g.tensor_parallel; ++r) {
       SessionOptions o = g.session;
       o.tensor_parallel_rank = r;
+      o.device = rank_devices[r];
       other_ranks.push_back(with_context(cat("tensor-parallel rank ", r), [&] { return genai::load_token_model(g.dir, o); }));
     }
   }
@@ -493,9 +515,13 @@ int cmd_generate(const std::vector<std::string>& args) {
   for (size_t b = 0; b < results.size(); ++b)
     if (results[b].stop_reason == "interrupted") std::fprintf(stderr, "(interrupted)\n");
   print_figures(st, lm, g.memory_report);
+  if (g.memory_report)  // each rank holds its own share: its report too
+    for (size_t r = 0; r < other_ranks.size(); ++r)
+      std::fprintf(stderr, "memory report of tensor-parallel rank %zu:\n%s", r + 1, other_ranks[r]->memory_report().c_str());
   if (g.tensor_parallel > 1)
-    std::fprintf(stderr, "tensor parallel: %d ranks (threads of this process); the kv cache above is rank 0's\n",
-                 g.tensor_parallel);
+    std::fprintf(stderr, "tensor parallel: %d ranks (threads of this process%s); the kv cache above is rank 0's\n",
+                 g.tensor_parallel, rank_devices[0] == "cpu" ? "" : cat(", on ", rank_devices[0], " to ",
+                                                                         rank_devices.back()).c_str());
   return 0;
 }
 

@@ -162,6 +162,11 @@ class CudaBackend final : public Backend {
 
   void* stream_handle() override { return stream_; }
 
+  void make_current() override {
+    int now = -1;
+    if (cudaGetDevice(&now) != cudaSuccess || now != index_) ONYX_CUDA_CHECK(cudaSetDevice(index_));
+  }
+
   std::unique_ptr<CapturedWork> capture(const std::function<void()>& record) override {
     ONYX_CUDA_CHECK(cudaSetDevice(index_));
     staging_->reserve_idle(4);

@@ -23,6 +23,7 @@ namespace {
 struct Nccl {
   decltype(&ncclCommInitAll) init_all = nullptr;
   decltype(&ncclCommDestroy) destroy = nullptr;
+  decltype(&ncclCommAbort) abort = nullptr;
   decltype(&ncclAllReduce) all_reduce = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
   decltype(&ncclGetErrorString) error_string = nullptr;
@@ -46,11 +47,13 @@ const Nccl& nccl(const std::string& library = "") {
     }
     n.init_all = reinterpret_cast<decltype(n.init_all)>(dlsym(h, "ncclCommInitAll"));
     n.destroy = reinterpret_cast<decltype(n.destroy)>(dlsym(h, "ncclCommDestroy"));
+    n.abort = reinterpret_cast<decltype(n.abort)>(dlsym(h, "ncclCommAbort"));
     n.all_reduce = reinterpret_cast<decltype(n.all_reduce)>(dlsym(h, "ncclAllReduce"));
     n.all_gather = reinterpret_cast<decltype(n.all_gather)>(dlsym(h, "ncclAllGather"));
     n.error_string = reinterpret_cast<decltype(n.error_string)>(dlsym(h, "ncclGetErrorString"));
-    if (!n.init_all || !n.destroy || !n.all_reduce || !n.all_gather || !n.error_string)
-      n.missing = "libnccl.so.2 lacks ncclCommInitAll, ncclAllReduce, ncclAllGather or ncclGetErrorString";
+    if (!n.init_all || !n.destroy || !n.abort || !n.all_reduce || !n.all_gather || !n.error_string)
+      n.missing = "libnccl.so.2 lacks ncclCommInitAll, ncclCommAbort, ncclAllReduce, ncclAllGather or "
+                  "ncclGetErrorString";
   });
   return n;
 }
@@ -70,20 +73,38 @@ ncclDataType_t nccl_type(DType t) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(const std::vector<int>& devices, const std::string& library) : comms_(devices.size(), nullptr) {
+  NcclCommunicator(const std::vector<int>& devices, const std::string& library)
+      : devices_(devices), comms_(devices.size(), nullptr) {
     const Nccl& n = nccl(library);
     ONYX_CHECK(n.missing.empty(), "a GPU tensor-parallel group needs NCCL: ", n.missing);
+    for (size_t i = 0; i < devices.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        ONYX_CHECK(devices[i] != devices[j], "a GPU tensor-parallel group takes each GPU once: ranks ", j, " and ", i,
+                   " both name cuda:", devices[i]);
     check(n.init_all(comms_.data(), static_cast<int>(devices.size()), devices.data()), "ncclCommInitAll");
   }
   ~NcclCommunicator() override {
+    std::lock_guard<std::mutex> lock(mutex_);
     for (ncclComm_t c : comms_)
       if (c) nccl().destroy(c);
   }
   int world() const override { return static_cast<int>(comms_.size()); }
+  int device(int rank) const override { return rank >= 0 && rank < world() ? devices_[rank] : -1; }
 
   void all_reduce_sum(int, const float*, float*, size_t) override { host_refused(); }
   void all_gather(int, const void*, void*, size_t) override { host_refused(); }
-  void abort(const std::string&) override {}  // a GPU rank's error ends its thread; NCCL has no waiting to cut short
+  // A rank that failed before its collective leaves the others' NCCL kernels waiting on their
+  // GPUs for it: ncclCommAbort ends them, and the group is broken from then on.
+  void abort(const std::string& why) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!broken_.empty()) return;
+    broken_ = why.empty() ? std::string("aborted") : why;
+    for (ncclComm_t& c : comms_)
+      if (c) {
+        nccl().abort(c);
+        c = nullptr;
+      }
+  }
 
   void all_reduce_sum_device(int rank, const void* x, void* y, size_t count, DType dtype, void* stream) override {
     check(nccl().all_reduce(x, y, count, nccl_type(dtype), ncclSum, comm(rank), static_cast<cudaStream_t>(stream)),
@@ -94,15 +115,20 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  ncclComm_t comm(int rank) const {
+  ncclComm_t comm(int rank) {
     ONYX_CHECK(rank >= 0 && rank < world(), "rank ", rank, " is outside the group of ", world());
+    std::lock_guard<std::mutex> lock(mutex_);
+    ONYX_CHECK(broken_.empty(), "the tensor-parallel group is broken (", broken_, ")");
     return comms_[rank];
   }
   [[noreturn]] static void host_refused() {
     throw Error("this tensor-parallel group's ranks are GPUs: its collectives run on a GPU session's stream, not "
                 "on the CPU (a collective node that fell back to the CPU cannot use it)");
   }
+  std::vector<int> devices_;
   std::vector<ncclComm_t> comms_;
+  std::mutex mutex_;
+  std::string broken_;  // why the group was aborted ("" while whole)
 };
 
 std::shared_ptr<Communicator> group_of(const KernelContext& ctx) {
