@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/kernels/attention.h"
 #include "backends/cuda/kernels/linear.h"
 #include "ops/registry.h"
 
@@ -302,14 +303,63 @@ void four_bit_products(Gpu& g) {
       }
 }
 
+// Decode attention (the ONNX Attention op's decode kernel) at the 1.24B Llama's shapes: 32 query
+// heads over 8 KV heads of 64, one new position per sequence over a past of 512 or 8,192, bf16,
+// with and without a bool mask. Time per launch in a graph over copies of K and V larger than L2,
+// and the bandwidth over K and V, for the kernel's own choice of key splits and for fixed ones
+// (cuda::attention_decode_splits_for_bench), side by side in one run.
+void decode_attention(Gpu& g) {
+  const std::vector<int> splits = {0, 1, 2, 4, 8, 16};
+  std::printf("\ndecode attention (32 query heads, 8 KV heads of 64, bf16), us (TB/s of K and V) by key splits:\n\n"
+              "| batch | past | mask | KV MB |");
+  for (int s : splits) s ? std::printf(" %d |", s) : std::printf(" default |");
+  std::printf("\n|---:|---:|---|---:|");
+  for (size_t i = 0; i < splits.size(); ++i) std::printf("---:|");
+  std::printf("\n");
+  const DType dt = DType::kBFloat16;
+  for (int64_t S : {512, 8192})
+    for (int64_t B : {1, 8})
+      for (bool masked : {false, true}) {
+        const double bytes = 2.0 * B * 8 * S * 64 * 2;
+        const int copies = static_cast<int>(std::max(2.0, std::ceil(400e6 / bytes)));
+        Tensor q = device_tensor(dt, Shape{B, 32, 1, 64});
+        Tensor y = device_tensor(dt, Shape{B, 32, 1, 64}, false);
+        Tensor mask = device_tensor(DType::kUInt8, Shape{B, 1, 1, S}, false);
+        CHECK(cudaMemset(mask.raw(), 1, static_cast<size_t>(B * S)));
+        Tensor bool_mask = Tensor::borrow(DType::kBool, Shape{B, 1, 1, S}, mask.raw(), mask.storage(), mask.device());
+        std::vector<OpLaunch> ops;
+        for (int i = 0; i < copies; ++i) {
+          Tensor k = device_tensor(dt, Shape{B, 8, S, 64}), v = device_tensor(dt, Shape{B, 8, S, 64});
+          std::vector<Tensor> in{q, k, v};
+          if (masked) in.push_back(bool_mask);
+          ops.emplace_back("", "Attention", in, std::vector<Tensor>{y}, std::vector<Attribute>{}, 23);
+        }
+        std::printf("| %lld | %lld | %s | %.1f |", static_cast<long long>(B), static_cast<long long>(S),
+                    masked ? "bool" : "none", bytes / 1e6);
+        for (int s : splits) {
+          cuda::attention_decode_splits_for_bench = s;
+          const double us = graph_ms(g, [&] {
+                              for (auto& op : ops) op.run(g, true);
+                            }) * 1e3 / copies;
+          std::printf(" %.2f (%.2f) |", us, bytes / (us * 1e-6) / 1e12);
+        }
+        cuda::attention_decode_splits_for_bench = 0;
+        std::printf("\n");
+      }
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   try {
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
     Gpu g;
+    if (argc > 1 && std::string(argv[1]) == "attention") {  // the decode attention table alone
+      decode_attention(g);
+      return 0;
+    }
     double bw = copy_bandwidth(g);
     std::printf("| measurement | time | achieved | ceiling | fraction |\n|---|---:|---:|---:|---:|\n");
     std::printf("| D2D copy 2 GiB (read+write) | | %.2f TB/s | | |\n", bw);
@@ -351,6 +401,7 @@ int main() {
     }
     few_row_products(g, bw);
     four_bit_products(g);
+    decode_attention(g);
     CHECK(cudaDeviceSynchronize());
     return 0;
   } catch (const std::exception& e) {

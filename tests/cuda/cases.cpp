@@ -423,6 +423,10 @@ void contrib(std::vector<Case>& v) {
   attn("decode_l2_rows8_mask_per_head",
        {X({1, 8, 2, 64}), X({1, 2, 513, 64}), X({1, 2, 513, 64}), Uni({1, 8, 2, 513}, -2, 0)},
        {attr_float("scale", 0.125f)});
+  // A bool mask of its own per head and batch row at 4 rows per KV head (each step's keys partly
+  // masked, in every row differently), past 64 keys per split.
+  attn("decode_bool_per_head_rows4", {X({2, 8, 1, 64}), X({2, 2, 400, 64}), X({2, 2, 400, 64}), Bools({2, 8, 1, 400})},
+       {attr_float("scale", 0.125f)});
   attn("decode_rows1_few_keys", {X({3, 2, 1, 64}), X({3, 2, 5, 64}), X({3, 2, 5, 64})}, {attr_float("scale", 0.125f)});
   // A prompt chunk: 5 queries, head size 80, no mask, the default scale, one KV head for 4 query heads.
   attn("chunk_h80_default_scale", {X({1, 4, 5, 80}), X({1, 1, 37, 80}), X({1, 1, 37, 80})}, {});

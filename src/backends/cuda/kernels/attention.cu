@@ -14,6 +14,7 @@
 //   head's query group, with a softmax by row between them.
 #include <cooperative_groups.h>
 
+#include "backends/cuda/kernels/attention.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/common/convert.cuh"
@@ -287,6 +288,9 @@ void launch_clusters(Kernel kernel, dim3 grid, int threads, size_t smem, int spl
 // warps of a block in shared memory, and the blocks of a cluster (the key splits) through
 // distributed shared memory into the cluster's first block, which writes Y.
 constexpr int kDecodeRows = 8;
+}  // namespace
+int attention_decode_splits_for_bench = 0;
+namespace {
 constexpr int kDecodeWarps = 8;
 
 template <int R, int D>
@@ -328,6 +332,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
       load8(qp + ((b * a.Hq + h) * a.L + l) * D + part * 8, q[r]);
       ONYX_UNROLL
       for (int i = 0; i < 8; ++i) q[r][i] *= a.scale;
+    } else {
+      ONYX_UNROLL
+      for (int i = 0; i < 8; ++i) q[r][i] = 0.f;
     }
   }
   const int64_t lo = split * a.chunk, hi = min(a.S, lo + a.chunk);
@@ -341,46 +348,81 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
   }
   constexpr int kStep = kDecodeWarps * kKeysPerLoad * kU;
   for (int64_t t0 = lo + warp * kKeysPerLoad * kU; t0 < hi; t0 += kStep) {
+    // All loads of the step first: K, V and the mask's value of each (key, row).
     uint4 kr[kU], vr[kU];
+    float madd[kU][R];  // the mask's addend: 0, -inf (bool false or past the keys), or its value
     ONYX_UNROLL
     for (int u = 0; u < kU; ++u) {
       const int64_t key = t0 + u * kKeysPerLoad + sub;
+      const bool in = key < hi && key < a.mask_len;
       if (key < hi) {
         kr[u] = *reinterpret_cast<const uint4*>(kp + key * D);
         vr[u] = *reinterpret_cast<const uint4*>(vp + key * D);
       } else {
         kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
       }
+      ONYX_UNROLL
+      for (int r = 0; r < R; ++r) {
+        madd[u][r] = in ? 0.f : -INFINITY;
+        if (in && a.mask && r < rows) {
+          const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
+          const int64_t mi = b * a.mstride[0] + h * a.mstride[1] + l * a.mstride[2] + key * a.mstride[3];
+          madd[u][r] = a.mask_bool ? (static_cast<const bool*>(a.mask)[mi] ? 0.f : -INFINITY)
+                                   : to_compute(static_cast<const T*>(a.mask)[mi]);
+        }
+      }
+    }
+    // Every (key, row) score at once, so that the shuffles of one do not wait for another's.
+    float sc[kU][R];
+    ONYX_UNROLL
+    for (int u = 0; u < kU; ++u) {
+      float kf[8];
+      pack_to_floats<T>(kr[u], kf);
+      ONYX_UNROLL
+      for (int r = 0; r < R; ++r) {
+        float dot = 0.f;
+        ONYX_UNROLL
+        for (int i = 0; i < 8; ++i) dot = fmaf(q[r][i], kf[i], dot);
+        sc[u][r] = dot;
+      }
+    }
+    ONYX_UNROLL
+    for (int o = kLanesPerKey / 2; o > 0; o >>= 1) {
+      ONYX_UNROLL
+      for (int u = 0; u < kU; ++u) {
+        ONYX_UNROLL
+        for (int r = 0; r < R; ++r) sc[u][r] += __shfl_xor_sync(0xffffffffu, sc[u][r], o);
+      }
+    }
+    // One rescale of each row's running softmax per step (by the step's largest score), then
+    // the step's keys added in.
+    ONYX_UNROLL
+    for (int r = 0; r < R; ++r) {
+      float mx = -INFINITY;
+      ONYX_UNROLL
+      for (int u = 0; u < kU; ++u) {
+        sc[u][r] += madd[u][r];
+        mx = fmaxf(mx, sc[u][r]);
+      }
+      const float mn = fmaxf(m[r], mx);
+      if (r >= rows || mn == -INFINITY || mn == m[r]) continue;
+      const float corr = __expf(m[r] - mn);  // 0 before the first key (exp(-inf))
+      lsum[r] *= corr;
+      ONYX_UNROLL
+      for (int i = 0; i < 8; ++i) acc[r][i] *= corr;
+      m[r] = mn;
     }
     ONYX_UNROLL
     for (int u = 0; u < kU; ++u) {
-      const int64_t key = t0 + u * kKeysPerLoad + sub;
-      float kf[8], vf[8];
-      pack_to_floats<T>(kr[u], kf);
+      float vf[8];
       pack_to_floats<T>(vr[u], vf);
       ONYX_UNROLL
       for (int r = 0; r < R; ++r) {
-        if (r >= rows) continue;
-        float s = 0.f;
+        if (r >= rows || sc[u][r] == -INFINITY) continue;
+        const float p = __expf(sc[u][r] - m[r]);
+        lsum[r] += p;
         ONYX_UNROLL
-        for (int i = 0; i < 8; ++i) s = fmaf(q[r][i], kf[i], s);
-        ONYX_UNROLL
-        for (int o = kLanesPerKey / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (key >= hi || key >= a.mask_len) {
-          s = -INFINITY;
-        } else if (a.mask) {
-          const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
-          const int64_t mi = b * a.mstride[0] + h * a.mstride[1] + l * a.mstride[2] + key * a.mstride[3];
-          if (a.mask_bool) s = static_cast<const bool*>(a.mask)[mi] ? s : -INFINITY;
-          else s += to_compute(static_cast<const T*>(a.mask)[mi]);
-        }
-        if (s == -INFINITY) continue;
-        const float mn = fmaxf(m[r], s);
-        const float corr = __expf(m[r] - mn), p = __expf(s - mn);  // exp(-inf) = 0 on the first key
-        lsum[r] = lsum[r] * corr + p;
-        ONYX_UNROLL
-        for (int i = 0; i < 8; ++i) acc[r][i] = fmaf(p, vf[i], acc[r][i] * corr);
-        m[r] = mn;
+        for (int i = 0; i < 8; ++i) acc[r][i] = fmaf(p, vf[i], acc[r][i]);
       }
     }
   }
@@ -442,18 +484,38 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
   cluster.sync();  // the others' shared memory stays until the first block has read it
 }
 
+// How many blocks of the decode kernel an SM holds at once (its registers decide), asked once.
+template <class T, int D, int R>
+int decode_blocks_per_sm() {
+  static const int n = [] {
+    int blocks = 1;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attn_decode_kernel<T, D, R>, kDecodeWarps * 32, 0) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      blocks = 1;
+    }
+    return std::max(1, blocks);
+  }();
+  return n;
+}
+
 // Whether the decode kernel takes this attention, and launches it.
 bool attention_decode(AttnArgs& a, DType dt, CudaContext& cu) {
   if (!a.vec8 || a.R > kDecodeRows || (a.D != 64 && a.D != 128) || (dt != DType::kBFloat16 && dt != DType::kFloat16) ||
       reinterpret_cast<uintptr_t>(a.q) % 16 != 0 || a.Hkv > 65535 || a.B > 65535)
     return false;
-  // Enough blocks to fill the SMs twice over, at least 64 keys each, at most a cluster of 16.
-  const int64_t heads = a.Hkv * a.B, want = 2 * static_cast<int64_t>(sm_count(cu.device));
-  int64_t splits = std::min<int64_t>({16, (want + heads - 1) / heads, (a.S + 63) / 64});
-  splits = std::max<int64_t>(1, splits);
-  a.chunk = (a.S + splits - 1) / splits;
-  a.splits = static_cast<int>(std::max<int64_t>(1, (a.S + a.chunk - 1) / std::max<int64_t>(1, a.chunk)));
-  auto launch = [&](auto kernel) {
+  // As many blocks as the SMs hold at once (a second wave of blocks would double the time), at
+  // least 64 keys each. At most a cluster of 8 where an SM holds one block: a cluster of 16 then
+  // needs 16 free SMs of one GPC, which not every GPC of an H200 has (16 splits of a past of 8,192
+  // took 34.7 us against 25.5 for 8, bench/cuda_bench.cpp); 16 where SMs hold two.
+  const int64_t heads = a.Hkv * a.B;
+  auto launch = [&](auto kernel, int per_sm) {
+    const int64_t slots = static_cast<int64_t>(sm_count(cu.device)) * per_sm;
+    int64_t splits = std::min<int64_t>({per_sm >= 2 ? 16 : 8, slots / heads, (a.S + 63) / 64});
+    if (attention_decode_splits_for_bench > 0) splits = std::min<int64_t>(16, attention_decode_splits_for_bench);
+    splits = std::max<int64_t>(1, splits);
+    a.chunk = (a.S + splits - 1) / splits;
+    a.splits = static_cast<int>(std::max<int64_t>(1, (a.S + a.chunk - 1) / std::max<int64_t>(1, a.chunk)));
     launch_clusters(kernel,
                     dim3(static_cast<unsigned>(a.splits), static_cast<unsigned>(a.Hkv), static_cast<unsigned>(a.B)),
                     kDecodeWarps * 32, 0, a.splits, cu, a);
@@ -461,10 +523,10 @@ bool attention_decode(AttnArgs& a, DType dt, CudaContext& cu) {
   auto by_rows = [&](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int Dc = decltype(dim)::value;
-    if (a.R <= 1) launch(attn_decode_kernel<T, Dc, 1>);
-    else if (a.R <= 2) launch(attn_decode_kernel<T, Dc, 2>);
-    else if (a.R <= 4) launch(attn_decode_kernel<T, Dc, 4>);
-    else launch(attn_decode_kernel<T, Dc, 8>);
+    if (a.R <= 1) launch(attn_decode_kernel<T, Dc, 1>, decode_blocks_per_sm<T, Dc, 1>());
+    else if (a.R <= 2) launch(attn_decode_kernel<T, Dc, 2>, decode_blocks_per_sm<T, Dc, 2>());
+    else if (a.R <= 4) launch(attn_decode_kernel<T, Dc, 4>, decode_blocks_per_sm<T, Dc, 4>());
+    else launch(attn_decode_kernel<T, Dc, 8>, decode_blocks_per_sm<T, Dc, 8>());
   };
   dispatch_float(dt, "Attention", [&](auto tag) {
     if constexpr (!std::is_same_v<typename decltype(tag)::type, float>) {
