@@ -40,6 +40,7 @@ struct AttnArgs {
   int mask_bool;
   int64_t mstride[4];  // element strides of the mask along (b, h, l, j); 0 where broadcast
   int64_t mask_len;
+  int mask_shared;  // the mask broadcasts over heads and query positions (mstride[1] = mstride[2] = 0)
   void* y;
   int64_t B, Hq, Hkv, L, S, D, G, R;  // R = G * L rows per (b, KV head)
   int rows_per_warp, tiles, splits;
@@ -360,6 +361,17 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
         vr[u] = *reinterpret_cast<const uint4*>(vp + key * D);
       } else {
         kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      }
+      if (a.mask_shared) {  // one value for every row: one load (the decode case, [B, 1, 1, T])
+        float mu = in ? 0.f : -INFINITY;
+        if (in && a.mask) {
+          const int64_t mi = b * a.mstride[0] + key * a.mstride[3];
+          mu = a.mask_bool ? (static_cast<const bool*>(a.mask)[mi] ? 0.f : -INFINITY)
+                           : to_compute(static_cast<const T*>(a.mask)[mi]);
+        }
+        ONYX_UNROLL
+        for (int r = 0; r < R; ++r) madd[u][r] = mu;
+        continue;
       }
       ONYX_UNROLL
       for (int r = 0; r < R; ++r) {
@@ -687,6 +699,7 @@ void run_attention(KernelContext& ctx, CudaContext& cu) {
     }
     a.mask = mt.numel() ? mt.raw() : nullptr;
     a.mask_bool = mt.dtype() == DType::kBool;
+    a.mask_shared = a.mstride[1] == 0 && a.mstride[2] == 0 ? 1 : 0;
   }
   a.scale = static_cast<float>(ctx.has_attr("scale") ? ctx.attr_float("scale", 1.f)
                                                     : 1.0 / std::sqrt(static_cast<double>(a.D)));
