@@ -30,6 +30,10 @@ class Communicator {
   // Breaks the group: collectives waiting now and later throw, saying `why` (a rank failed, so
   // its partners must not wait for it).
   virtual void abort(const std::string& why) = 0;
+  // Makes an aborted group whole again, once every rank has left its collectives (none is in one
+  // now): the next collectives run. Ranks that are threads only; a GPU group stays broken (its
+  // NCCL communicators are gone, and the captured graphs hold them).
+  virtual void reset() {}
   // The same collectives in device memory, enqueued on `stream` (the rank's cudaStream_t), for a
   // group whose ranks are GPUs; a group of host ranks refuses them, and the other way round.
   // all_reduce_sum_device takes float32, float16 and bfloat16.

@@ -40,6 +40,15 @@ class ThreadCommunicator final : public Communicator {
     cv_.notify_all();
   }
 
+  void reset() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    broken_ = false;
+    broken_why_.clear();
+    arrived_ = left_ = 0;
+    phase1_done_ = calls_;  // a collective cut short counts as done: the next one starts afresh
+    std::fill(posted_.begin(), posted_.end(), nullptr);
+  }
+
   void all_gather(int rank, const void* x, void* y, size_t bytes) override {
     exchange(rank, x, "AllGather", [&] {
       for (int r = 0; r < world_; ++r)

@@ -1,4 +1,5 @@
 #include "genai/language_model.h"
+#include "genai/language_model_ranks.h"
 #include "genai/language_model_parts.h"
 
 #include <algorithm>
@@ -227,6 +228,7 @@ void LanguageModel::choose_cache_mode() {
 }
 
 void LanguageModel::use_growing_cache(bool growing) {
+  if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { m.use_growing_cache(growing); });
   mode_ = growing ? CacheMode::kGrowing : chosen_;
   batch_.reset();
 }
@@ -304,6 +306,7 @@ void LanguageModel::retire_cache() {
 }
 
 Next LanguageModel::start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity, const Draw& draw) {
+  if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { return m.start(prompts, capacity, draw); });
   if (backend_) backend_->make_current();
   ONYX_CHECK(!prompts.empty(), "no prompt to generate from");
   int64_t longest = 0;
@@ -345,6 +348,7 @@ Next LanguageModel::start(const std::vector<std::vector<int64_t>>& prompts, int6
 }
 
 Next LanguageModel::step(const std::vector<int64_t>& tokens, const Draw& draw) {
+  if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { return m.step(tokens, draw); });
   if (backend_) backend_->make_current();
   ONYX_CHECK(batch_, "a decode step needs a prompt first");
   Batch& bt = *batch_;
@@ -416,6 +420,7 @@ void LanguageModel::copy_rows(const Tensor& t, const std::vector<size_t>& rows, 
 }
 
 void LanguageModel::keep(const std::vector<size_t>& keep) {
+  if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { m.keep(keep); });
   if (backend_) backend_->make_current();
   ONYX_CHECK(batch_, "nothing to keep");
   Batch& bt = *batch_;

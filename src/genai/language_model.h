@@ -26,6 +26,7 @@
 #include "genai/token_model.h"
 #include "genai/tokenizer.h"
 #include "model/ir.h"
+#include "onyx/communicator.h"
 
 namespace onyx::genai {
 
@@ -100,6 +101,17 @@ class LanguageModel : public TokenModel {
   // in order); prefill() checks the count and consumes them.
   void set_image_rows(Tensor rows);
 
+  // ---- Tensor parallelism (docs/tensor-parallel.md) ----
+  // Makes this model rank 0 of a group whose other ranks are `others` (rank r at others[r - 1],
+  // each loaded from the same folder with the group's SessionOptions). From then on every call
+  // that runs the decoder or changes the cache (start, step, keep, open_slots, truncate_slot,
+  // swap_slots, prefill, decode) runs on every rank at once, the others each on a thread of
+  // their own, and returns rank 0's result; the ranks' collectives join them. A rank that fails
+  // aborts the group, so that no rank waits for it; the call then throws the first rank's own
+  // error. A group of threads on the CPU is whole again after that call; a GPU group stays broken.
+  void lead_ranks(std::vector<std::unique_ptr<LanguageModel>> others, std::shared_ptr<Communicator> group);
+  int tensor_parallel_ranks() const;  // 1 unless leading a group
+
   size_t cache_bytes() const override;
   // Times the cache of the generation in flight grew.
   int64_t cache_grows() const override;
@@ -163,6 +175,13 @@ class LanguageModel : public TokenModel {
   // governor on a GPU), what it has used, and the features waiting for start().
   struct Vision;
   std::unique_ptr<Vision> vision_;
+  // Tensor parallelism: the other ranks and their threads (lead_ranks); `fanning_` while a call
+  // runs on every rank (rank 0's own part then runs the call's body).
+  struct Ranks;
+  std::unique_ptr<Ranks> ranks_;
+  bool fanning_ = false;
+  template <class F>
+  auto on_every_rank(F f) -> decltype(f(*this));
 };
 
 // `prompt` with its image tokens expanded: the k-th occurrence of `image_token` becomes

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "genai/language_model.h"
+#include "genai/language_model_ranks.h"
 #include "genai/language_model_parts.h"
 
 namespace onyx::genai {
@@ -35,6 +36,7 @@ Tensor row_view(const Tensor& t, int64_t begin, int64_t count) {
 }  // namespace
 
 void LanguageModel::open_slots(int64_t slots, int64_t capacity) {
+  if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { m.open_slots(slots, capacity); });
   if (backend_) backend_->make_current();
   ONYX_CHECK(slots >= 1, "serving needs at least one slot, got ", slots);
   ONYX_CHECK(capacity >= 2, "a slot needs room for at least 2 positions, got ", capacity);
@@ -68,11 +70,13 @@ std::vector<Tensor> LanguageModel::slot_views(int64_t begin, int64_t count) cons
 }
 
 void LanguageModel::truncate_slot(int64_t slot, int64_t keep) {
+  if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { m.truncate_slot(slot, keep); });
   ONYX_CHECK(slots_ && slot >= 0 && slot < slots_->count, "no slot ", slot);
   slots_->filled[slot] = std::clamp<int64_t>(keep, 0, slots_->filled[slot]);
 }
 
 void LanguageModel::swap_slots(int64_t a, int64_t b) {
+  if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { m.swap_slots(a, b); });
   if (backend_) backend_->make_current();
   ONYX_CHECK(slots_ && a >= 0 && b >= 0 && a < slots_->count && b < slots_->count, "no slots ", a, " and ", b);
   if (a == b) return;
@@ -93,6 +97,7 @@ void LanguageModel::swap_slots(int64_t a, int64_t b) {
 }
 
 int64_t LanguageModel::prefill(int64_t slot, const std::vector<int64_t>& ids, int64_t from, const Draw& draw) {
+  if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { return m.prefill(slot, ids, from, draw); });
   if (backend_) backend_->make_current();
   ONYX_CHECK(slots_, "prefill needs open slots");
   Slots& sl = *slots_;
@@ -152,6 +157,7 @@ int64_t LanguageModel::prefill(int64_t slot, const std::vector<int64_t>& ids, in
 }
 
 std::vector<int64_t> LanguageModel::decode(const std::vector<int64_t>& tokens, const Draw& draw) {
+  if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { return m.decode(tokens, draw); });
   if (backend_) backend_->make_current();
   ONYX_CHECK(slots_, "decode needs open slots");
   Slots& sl = *slots_;

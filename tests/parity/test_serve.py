@@ -357,3 +357,34 @@ def test_api_key(serve):
     assert s.post("/v1/completions", body, {"Authorization": "Bearer wrong"})[0] == 401
     assert s.post("/v1/completions", body, {"Authorization": "Bearer sesame"})[0] == 200
     assert s.get("/health")[0] == 200
+
+
+def test_tensor_parallel_serves_what_one_rank_does(serve):
+    """onyx serve --tensor-parallel 2 (two ranks, threads on the CPU): concurrent requests, greedy
+    and seeded sampling, get what the whole model serves them alone; a request that fails on the
+    ranks gets its error and the ranks serve on."""
+    rng = rng_and_seed()
+    one = serve(QWEN, "--max-batch", 4, "--prefill-chunk", 16)
+    two = serve(QWEN, "--max-batch", 4, "--prefill-chunk", 16, "--tensor-parallel", 2)
+    assert "2 tensor-parallel ranks (cpu to cpu)" in "".join(two.log), two.log
+    jobs = []
+    for i in range(16):
+        job = {"prompt": random_ids(rng, int(rng.integers(1, 40)), 1000), "max_tokens": int(rng.integers(1, 20))}
+        if i % 3 == 0:
+            job.update(temperature=0.9, top_p=0.95, seed=int(rng.integers(0, 2**31)))
+        else:
+            job.update(temperature=0)
+        jobs.append(job)
+
+    def ask(s, job):
+        r = s.client.completions.create(model=s.model, **job)
+        return r.choices[0].text, r.choices[0].finish_reason, r.usage.completion_tokens
+
+    expected = [ask(one, j) for j in jobs]
+    with cf.ThreadPoolExecutor(16) as pool:
+        got = list(pool.map(lambda j: ask(two, j), jobs))
+    for i, (e, g) in enumerate(zip(expected, got)):
+        assert g == e, (i, jobs[i], e, g)
+    code, body = two.post("/v1/completions", {"model": two.model, "prompt": [1, 99999], "max_tokens": 3})
+    assert code == 400, (code, body)
+    assert ask(two, jobs[1]) == expected[1]

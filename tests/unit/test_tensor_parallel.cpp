@@ -361,3 +361,78 @@ TEST(TensorParallelGenerate, ABadPromptIsAnErrorFromTheRanks) {
 
 }  // namespace
 }  // namespace onyx::genai
+
+namespace onyx::genai {
+namespace {
+
+// Rank 0 leading the others (LanguageModel::lead_ranks): every call runs on every rank.
+std::unique_ptr<LanguageModel> leader_of(const std::string& name, int world) {
+  auto group = make_thread_communicator(world);
+  auto models = rank_models(name, world, group);
+  std::unique_ptr<LanguageModel> lead = std::move(models[0]);
+  models.erase(models.begin());
+  lead->lead_ranks(std::move(models), group);
+  return lead;
+}
+
+Draw greedy_draw(size_t rows) {
+  Draw d;
+  d.options.assign(rows, draw_options(SearchOptions{}));
+  d.seeds.assign(rows, 0);
+  return d;
+}
+
+// The serving calls (slots, prefills, decode steps of several slots, swaps) through a leader of
+// two ranks give the whole model's tokens; a prefill that fails on the ranks is an error, after
+// which the group serves again.
+TEST(TensorParallelLead, SlotsPrefillsAndDecodeStepsGiveTheWholeModelsTokens) {
+  SessionOptions one;
+  one.intra_op_threads = 1;
+  LanguageModel whole(folder("llama-builder-fp32"), one);
+  auto lead = leader_of("llama-builder-fp32", 2);
+  EXPECT_EQ(lead->tensor_parallel_ranks(), 2);
+  const std::vector<std::vector<int64_t>> prompts = {{1, 15, 300, 42, 7}, {1, 900, 3}, {5, 6, 7, 8, 9, 10, 11}};
+  auto serve = [&](LanguageModel& m, bool with_failure) {
+    m.open_slots(4, 64);
+    std::vector<int64_t> tokens;
+    for (size_t s = 0; s < prompts.size(); ++s) {
+      if (with_failure && s == 1) {
+        // A token id past the vocabulary: every rank's prefill fails; the call says so.
+        EXPECT_THROW(m.prefill(1, {1, 99999}, 0, greedy_draw(1)), Error);
+      }
+      tokens.push_back(m.prefill(static_cast<int64_t>(s), prompts[s], 0, greedy_draw(1)));
+    }
+    std::vector<int64_t> all = tokens;
+    for (int step = 0; step < 12; ++step) {
+      Draw d = greedy_draw(tokens.size());
+      d.counter = step + 1;
+      tokens = m.decode(tokens, d);
+      all.insert(all.end(), tokens.begin(), tokens.end());
+      if (step == 5) {  // slots exchanged: their sequences follow them
+        m.swap_slots(0, 2);
+        std::swap(tokens[0], tokens[2]);
+      }
+    }
+    return all;
+  };
+  const std::vector<int64_t> want = serve(whole, false);
+  EXPECT_EQ(serve(*lead, true), want);
+}
+
+// A generation through the leader (start, steps, keep) draws the whole model's greedy tokens.
+TEST(TensorParallelLead, GeneratorOnALeaderDrawsTheWholeModelsTokens) {
+  SessionOptions one;
+  one.intra_op_threads = 1;
+  LanguageModel whole(folder("llama-builder-int4"), one);
+  auto lead = leader_of("llama-builder-int4", 2);
+  SearchOptions s;
+  s.max_new_tokens = 16;
+  const std::vector<std::vector<int64_t>> prompts = {{1, 15, 300, 42, 7}, {1, 900, 3}, {2}};
+  const std::vector<SequenceResult> want = Generator(whole).generate(prompts, s);
+  const std::vector<SequenceResult> got = Generator(*lead).generate(prompts, s);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i].generated_ids, want[i].generated_ids) << "sequence " << i;
+}
+
+}  // namespace
+}  // namespace onyx::genai

@@ -1,4 +1,7 @@
 #include "cli.h"
+#include "onyx/device.h"
+#include "onyx/communicator.h"
+#include <cstdlib>
 
 #include <algorithm>
 #include <cmath>
@@ -106,6 +109,31 @@ std::string human_bytes(double b) {
   char buf[32];
   std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", b, units[u]);
   return buf;
+}
+
+std::vector<std::string> tensor_parallel_group(int ranks, SessionOptions& session) {
+  std::vector<std::string> devices(ranks, session.device);
+  const Device first = resolve_device(session.device);
+  std::shared_ptr<Communicator> group;
+  if (first.is_cpu()) {
+    group = make_thread_communicator(ranks);
+  } else {
+    std::vector<int> gpus;
+    for (int r = 0; r < ranks; ++r) {
+      const std::string name = cat("cuda:", first.index + r);
+      with_context(cat("--tensor-parallel ", ranks, " from ", first.str(), " takes ", first.str(), " to cuda:",
+                       first.index + ranks - 1),
+                   [&] { resolve_device(name); });
+      gpus.push_back(first.index + r);
+      devices[r] = name;
+    }
+    const char* library = std::getenv("ONYX_NCCL_LIBRARY");
+    group = make_nccl_communicator(gpus, library ? library : "");
+  }
+  session.tensor_parallel_world = ranks;
+  session.communicator = group;
+  session.device = devices[0];
+  return devices;
 }
 
 }  // namespace onyx::cli

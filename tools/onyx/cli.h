@@ -50,6 +50,12 @@ Stats stats_of(const Tensor& t);
 // Random values for an input: normal floats, small integers, symbolic dims from `dims` (default 1).
 Tensor random_input(const ValueDesc& d, const std::map<std::string, int64_t>& dims, std::mt19937_64& rng);
 
+// A tensor-parallel group of `ranks` for `onyx generate` and `onyx serve`: threads of this
+// process on the CPU, or one GPU a rank from the one `session.device` names (cuda:K .. cuda:K+N-1,
+// joined by NCCL: ONYX_NCCL_LIBRARY, else libnccl.so.2). Sets the session's world, group and
+// rank 0's device; the devices of the ranks come back in order.
+std::vector<std::string> tensor_parallel_group(int ranks, SessionOptions& session);
+
 int cmd_info(const std::string& path, const std::vector<std::string>& args);
 int cmd_plan(const std::string& path, const std::vector<std::string>& args);
 int cmd_run(const std::string& path, const std::vector<std::string>& args);

@@ -291,26 +291,8 @@ int cmd_generate(const std::vector<std::string>& args) {
   std::vector<std::string> rank_devices(g.tensor_parallel, g.session.device);
   if (g.tensor_parallel > 1) {
     ONYX_CHECK(g.verify_steps < 0, "--verify-cache does not take --tensor-parallel");
-    const Device first = resolve_device(g.session.device);
-    if (first.is_cpu()) {
-      group = make_thread_communicator(g.tensor_parallel);
-    } else {
-      // One GPU a rank, from the one named on: cuda:K, cuda:K+1, ...
-      std::vector<int> gpus;
-      for (int r = 0; r < g.tensor_parallel; ++r) {
-        const std::string name = cat("cuda:", first.index + r);
-        with_context(cat("--tensor-parallel ", g.tensor_parallel, " from ", first.str(), " takes ", first.str(),
-                         " to cuda:", first.index + g.tensor_parallel - 1),
-                     [&] { resolve_device(name); });
-        gpus.push_back(first.index + r);
-        rank_devices[r] = name;
-      }
-      const char* library = std::getenv("ONYX_NCCL_LIBRARY");
-      group = make_nccl_communicator(gpus, library ? library : "");
-    }
-    g.session.tensor_parallel_world = g.tensor_parallel;
-    g.session.communicator = group;
-    g.session.device = rank_devices[0];
+    rank_devices = tensor_parallel_group(g.tensor_parallel, g.session);
+    group = g.session.communicator;
   }
   std::unique_ptr<genai::TokenModel> model = genai::load_token_model(g.dir, g.session);
   std::vector<std::unique_ptr<genai::TokenModel>> other_ranks;

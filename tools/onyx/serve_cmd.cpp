@@ -26,6 +26,9 @@ options:
   --host HOST             address to listen on (default 127.0.0.1)
   --port N                port (default 8080; 0: any free port, printed)
   --device DEVICE         cpu (default), cuda or cuda:N
+  --tensor-parallel N     split the decoder over N ranks, threads of this process (builder folders;
+                          on the CPU, or one GPU a rank from the --device named, joined by NCCL;
+                          docs/tensor-parallel.md)
   --capture off|auto|require
                           on a GPU, replay decode steps from CUDA graphs (default auto)
   --max-batch N           sequences decoding at once: the slots (default 16)
@@ -59,6 +62,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   session.capture = CaptureMode::kAuto;
   serve::EngineOptions eo;
   serve::ServerOptions so;
+  int tensor_parallel = 1;
   auto positive = [&](const std::string& opt, int64_t v) {
     if (v <= 0) throw UsageError(cat(opt, " must be positive, got ", v));
     return v;
@@ -71,6 +75,11 @@ int cmd_serve(const std::vector<std::string>& args) {
       if (p < 0 || p > 65535) throw UsageError(cat("--port must be in [0, 65535], got ", p));
       so.port = static_cast<int>(p);
     } else if (opt == "--device") session.device = a.value();
+    else if (opt == "--tensor-parallel") {
+      const int64_t n = to_int(a.value());
+      if (n < 1 || n > 64) throw UsageError("--tensor-parallel takes 1 to 64 ranks");
+      tensor_parallel = static_cast<int>(n);
+    }
     else if (opt == "--capture") {
       const std::string m = a.value();
       if (m == "off") session.capture = CaptureMode::kOff;
@@ -91,14 +100,33 @@ int cmd_serve(const std::vector<std::string>& args) {
   }
   if (session.device == "cpu" && session.capture == CaptureMode::kAuto) session.capture = CaptureMode::kOff;
   std::signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not the end of the server
+  // Tensor parallelism: rank 0 serves; the others, loaded after it (each sharding the decoder for
+  // itself), take every step with it on threads of their own (LanguageModel::lead_ranks).
+  std::vector<std::string> rank_devices{session.device};
+  if (tensor_parallel > 1) rank_devices = tensor_parallel_group(tensor_parallel, session);
   genai::LanguageModel lm(dir, session);
+  if (tensor_parallel > 1) {
+    ONYX_CHECK(!lm.folder().has_vision, "--tensor-parallel takes decoder-only folders; '", dir, "' has a vision model");
+    std::vector<std::unique_ptr<genai::LanguageModel>> others;
+    for (int r = 1; r < tensor_parallel; ++r) {
+      SessionOptions o = session;
+      o.tensor_parallel_rank = r;
+      o.device = rank_devices[r];
+      others.push_back(with_context(cat("tensor-parallel rank ", r),
+                                    [&] { return std::make_unique<genai::LanguageModel>(dir, o); }));
+    }
+    lm.lead_ranks(std::move(others), session.communicator);
+  }
   serve::Metrics metrics;
   serve::Engine engine(lm, eo, metrics);
   serve::Server server(lm, engine, metrics, so);
   const int port = server.bind();
   std::fprintf(stderr,
                "onyx serve: %s on %s, %lld slots of %lld positions (kv cache %s, %s); listening on http://%s:%d\n",
-               dir.c_str(), lm.device().str().c_str(), static_cast<long long>(engine.slots()),
+               dir.c_str(),
+               tensor_parallel > 1 ? cat(tensor_parallel, " tensor-parallel ranks (", rank_devices.front(), " to ",
+                                         rank_devices.back(), ")").c_str()
+                                   : lm.device().str().c_str(), static_cast<long long>(engine.slots()),
                static_cast<long long>(engine.context()), std::string(genai::cache_mode_name(lm.cache_mode())).c_str(),
                human_bytes(double(lm.cache_bytes())).c_str(), so.host.c_str(), port);
   std::fflush(stderr);
