@@ -2,7 +2,8 @@
 // this process sees, one thread a rank: the sum and the rank-ordered gather of random device
 // buffers against the host's, float32 and bfloat16; the AllGather kernel's placement of each
 // rank's columns when the gathered axis is not the first; seed 003's pattern with the collectives
-// inside every rank's captured graphs; and generation on every rank with captured decode steps.
+// inside every rank's captured graphs; generation on every rank with captured decode steps; and
+// serving through a leader of the ranks.
 // On a machine of one GPU the group has one rank: its collectives are copies, but they run
 // through NCCL, inside the captured graphs, as they do on many.
 #include <gtest/gtest.h>
@@ -348,6 +349,65 @@ TEST(CollectivesGpu, RanksOnEveryGpuDrawTheWholeModelsTokensUnderCapture) {
       }
     }
   }
+}
+
+// Serving through a leader (LanguageModel::lead_ranks, as onyx serve --tensor-parallel runs) over
+// every GPU: slots, prefills and captured decode steps of several slots give the tokens of the
+// whole model on cuda:0.
+TEST(CollectivesGpu, ALeaderOnEveryGpuServesTheWholeModelsTokensUnderCapture) {
+  using namespace genai;
+  const std::string dir = genai_fixture("qwen2-builder-fp32");
+  ASSERT_TRUE(std::filesystem::exists(dir)) << dir;
+  SessionOptions opt;
+  opt.device = "cuda:0";
+  opt.capture = CaptureMode::kRequire;
+  opt.allow_cpu_fallback = false;
+  const std::vector<std::vector<int64_t>> prompts = {{1, 15, 300, 42, 7}, {1, 900, 3}, {5, 6, 7, 8, 9, 10, 11}};
+  auto greedy = [](size_t rows, int64_t counter) {
+    Draw d;
+    d.options.assign(rows, draw_options(SearchOptions{}));
+    d.seeds.assign(rows, 0);
+    d.counter = counter;
+    return d;
+  };
+  auto serve = [&](LanguageModel& m) {
+    m.open_slots(4, 64);
+    std::vector<int64_t> tokens;
+    for (size_t s = 0; s < prompts.size(); ++s)
+      tokens.push_back(m.prefill(static_cast<int64_t>(s), prompts[s], 0, greedy(1, 0)));
+    std::vector<int64_t> all = tokens;
+    for (int step = 0; step < 20; ++step) {
+      tokens = m.decode(tokens, greedy(tokens.size(), step + 1));
+      all.insert(all.end(), tokens.begin(), tokens.end());
+    }
+    return all;
+  };
+  std::vector<int64_t> want;
+  int64_t kv_heads = 0;
+  {
+    LanguageModel whole(dir, opt);
+    kv_heads = whole.folder().kv_heads;
+    want = serve(whole);
+  }
+  int world = 1;
+  while (world * 2 <= gpus() && kv_heads % (world * 2) == 0) world *= 2;
+  std::vector<int> devices(world);
+  for (int r = 0; r < world; ++r) devices[r] = r;
+  const char* library = std::getenv("ONYX_NCCL_LIBRARY");
+  auto group = make_nccl_communicator(devices, library ? library : "");
+  std::vector<std::unique_ptr<LanguageModel>> others;
+  SessionOptions o = opt;
+  o.tensor_parallel_world = world;
+  o.communicator = group;
+  auto lead = std::make_unique<LanguageModel>(dir, o);
+  for (int r = 1; r < world; ++r) {
+    o.tensor_parallel_rank = r;
+    o.device = cat("cuda:", r);
+    others.push_back(std::make_unique<LanguageModel>(dir, o));
+  }
+  lead->lead_ranks(std::move(others), group);
+  EXPECT_EQ(serve(*lead), want) << world << " ranks";
+  EXPECT_GT(lead->capture_report().replays, 10u);
 }
 
 // A rank that never comes to its collective: the other rank's NCCL kernel waits on its GPU until
