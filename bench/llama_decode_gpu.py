@@ -222,6 +222,10 @@ def main():
     ap.add_argument("--int4-block", type=int, nargs="*", default=[],
                     help="also time onyx on the same model with 4-bit weights (MatMulNBits, blocks of this many; "
                          "the LM head too), its logits against the bf16 model's")
+    ap.add_argument("--generate", type=int, default=0,
+                    help="also time N decode steps of onyx's generation loop (onyx.genai's native Generator on "
+                         "a folder holding the same model: the cache written in place, greedy on the device) per "
+                         "batch and past")
     ap.add_argument("--profile", type=int, default=0,
                     help="also trace N steps of each (CUPTI through torch.profiler) and print GPU time by kernel")
     args = ap.parse_args()
@@ -366,6 +370,62 @@ def main():
                     profile(f"{label} captured, batch {batch}", lambda: sess.run_with_iobinding(b), args.profile)
                 profile(f"torch CUDA Graph, batch {batch}", graph.replay, args.profile)
             del graph
+            if args.generate:
+                try:
+                    generate_steps(args, c, path, P, batch, g)
+                except Exception as e:  # report and go on
+                    print(f"onyx generate, batch {batch}, past {P} failed: {type(e).__name__}: {e}", flush=True)
+
+
+def generate_steps(args, c, path, P, batch, g):
+    """onyx's generation loop on the same model: a folder beside it (the model linked, a
+    config.json), prompts of P random ids per row, then args.generate greedy decode steps, each
+    timed from the call to the tokens on the host (the step's graph replay, the device's argmax,
+    the ids read back): what `onyx generate` and onyx serve pay per token. The first steps (the
+    one that captures, and a few after) are left out of the median."""
+    import json
+    import onyx.genai as og
+    from onyx import _onyx
+    folder = os.path.join(os.path.dirname(path), "generate")
+    os.makedirs(folder, exist_ok=True)
+    for f in (os.path.basename(path), os.path.basename(path) + ".data"):
+        if not os.path.exists(os.path.join(folder, f)):
+            os.symlink(os.path.join(os.path.dirname(path), f), os.path.join(folder, f))
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"model_type": "llama", "hidden_size": c["hidden"], "num_attention_heads": c["heads"],
+                   "num_key_value_heads": c["kv_heads"], "head_dim": c["head_dim"], "vocab_size": c["vocab"],
+                   "max_position_embeddings": c["max_pos"], "bos_token_id": 128000, "eos_token_id": 128001}, f)
+    warm = 8
+    t0 = time.time()
+    model = og.Model(folder, device="cuda:0", capture="require")
+    print(f"onyx generate: {folder} loaded in {time.time() - t0:.1f} s; cache {model.cache_mode}", flush=True)
+    rows = [torch.randint(0, c["vocab"], (P,), generator=g).tolist() for _ in range(batch)]
+    gen = _onyx.Generator(model._m)
+    t0 = time.perf_counter()
+    gen.begin(rows, {"max_new_tokens": warm + args.generate + 3 * (args.profile or 0) + 2, "do_sample": False},
+              False)
+    gen.next()  # the prompt's step
+    prefill = (time.perf_counter() - t0) * 1e3
+    times = []
+    for _ in range(warm + args.generate):
+        if gen.done:
+            break
+        t0 = time.perf_counter()
+        gen.next()
+        times.append((time.perf_counter() - t0) * 1e3)
+    steady = times[warm:]
+    if steady:
+        med = statistics.median(steady)
+        print(f"| onyx generate | batch {batch} | past {P}-{P + len(times)} | {med:.3f} ms/step "
+              f"(min {min(steady):.3f}, {len(steady)} steps) | {batch * 1e3 / med:.0f} tokens/s | prompt of {P} in "
+              f"{prefill:.1f} ms (with its first token) |", flush=True)
+    else:
+        print(f"onyx generate, batch {batch}: stopped after {len(times)} steps (EOS)", flush=True)
+    print(f"    onyx generate capture report: {model.capture_report()}", flush=True)
+    if args.profile and not gen.done:
+        profile(f"onyx generate, batch {batch}", lambda: None if gen.done else gen.next(), args.profile)
+    gen.stop()
+    del gen, model
 
 
 if __name__ == "__main__":
