@@ -10,7 +10,7 @@ namespace onyx {
 
 namespace {
 
-int64_t product(const std::vector<int64_t>& d, size_t b, size_t e) {
+int64_t product(std::span<const int64_t> d, size_t b, size_t e) {
   int64_t p = 1;
   for (size_t i = b; i < e; ++i) p *= d[i];
   return p;
@@ -18,7 +18,7 @@ int64_t product(const std::vector<int64_t>& d, size_t b, size_t e) {
 
 // Walks `dims` row-major, calling fn(flat, offset) with offset = sum_a coord[a] * strides[a].
 template <class Fn>
-void walk(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides, Fn&& fn) {
+void walk(std::span<const int64_t> dims, const std::vector<int64_t>& strides, Fn&& fn) {
   const int64_t total = product(dims, 0, dims.size());
   if (total == 0) return;
   const size_t r = dims.size();
