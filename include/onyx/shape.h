@@ -152,7 +152,13 @@ class Shape {
   int64_t& operator[](size_t i) { return dims_[i]; }
   const Dims& dims() const { return dims_; }
   Dims& dims() { return dims_; }
-  int64_t numel() const;
+  // The element count; throws when it does not fit in 64 bits.
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : dims_)
+      if (__builtin_mul_overflow(n, d, &n)) return checked_numel();  // 0 if a later dim is 0; else throws
+    return n;
+  }
   // Row-major element strides.
   std::vector<int64_t> strides() const;
   bool operator==(const Shape& o) const { return dims_ == o.dims_; }
@@ -161,6 +167,7 @@ class Shape {
   std::string str() const;
 
  private:
+  int64_t checked_numel() const;
   Dims dims_;
 };
 

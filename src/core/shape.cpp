@@ -4,7 +4,7 @@
 
 namespace onyx {
 
-int64_t Shape::numel() const {
+int64_t Shape::checked_numel() const {
   try {
     return checked_product(std::span<const int64_t>(dims_.data(), dims_.size()));
   } catch (Error&) {
