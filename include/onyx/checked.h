@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -46,12 +47,15 @@ inline size_t checked_mul_bytes(size_t a, size_t b, std::string_view what = "byt
 }
 
 // The product of dims (each >= 0), checked; 0 when any dim is 0, however large the others.
-inline int64_t checked_product(const std::vector<int64_t>& dims, std::string_view what = "element count") {
+inline int64_t checked_product(std::span<const int64_t> dims, std::string_view what = "element count") {
   for (int64_t d : dims)
     if (d == 0) return 0;
   int64_t n = 1;
   for (int64_t d : dims) n = checked_mul(n, d, what);
   return n;
+}
+inline int64_t checked_product(const std::vector<int64_t>& dims, std::string_view what = "element count") {
+  return checked_product(std::span<const int64_t>(dims.data(), dims.size()), what);
 }
 
 // The bytes of `numel` elements of `dtype` (strings count as 0 bytes, as in Tensor), checked.

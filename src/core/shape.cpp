@@ -4,9 +4,9 @@
 
 namespace onyx {
 
-int64_t Shape::numel() const {
+int64_t Shape::checked_numel() const {
   try {
-    return checked_product(dims_);
+    return checked_product(std::span<const int64_t>(dims_.data(), dims_.size()));
   } catch (Error&) {
     throw Error(cat("shape ", str(), " has more elements than fit in 64 bits"));
   }
@@ -22,7 +22,7 @@ std::vector<int64_t> Shape::strides() const {
   return s;
 }
 
-static std::string dims_str(const std::vector<int64_t>& dims) {
+static std::string dims_str(std::span<const int64_t> dims) {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i) {
     if (i) s += ",";
@@ -31,7 +31,7 @@ static std::string dims_str(const std::vector<int64_t>& dims) {
   return s + "]";
 }
 
-std::string Shape::str() const { return dims_str(dims_); }
+std::string Shape::str() const { return dims_str({dims_.data(), dims_.size()}); }
 
 bool PartialShape::fully_known() const {
   if (!rank_known) return false;

@@ -94,7 +94,7 @@ void ThreadPool::worker_loop() {
   }
 }
 
-void ThreadPool::run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::run(int64_t n, int64_t grain, ChunkFn fn) {
   if (n <= 0) return;
   std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
   if (workers_.empty() || t_in_chunk || !busy.owns_lock()) {
@@ -142,7 +142,7 @@ PoolScope::~PoolScope() { t_pool = previous_; }
 
 int parallelism() { return t_pool && !t_in_chunk ? t_pool->threads() : 1; }
 
-void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void parallel_for(int64_t n, int64_t grain, ChunkFn fn) {
   if (n <= 0) return;
   if (!t_pool || t_in_chunk || n <= grain || t_pool->threads() == 1) {
     fn(0, n);

@@ -10,11 +10,30 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace onyx::cpu {
+
+// A reference to a callable of (begin, end) for work done before the call that takes it
+// returns. Unlike std::function it never copies the callable: a lambda that captures more
+// than two references would be copied to the heap on every call of a kernel.
+class ChunkFn {
+ public:
+  template <class F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, ChunkFn> && std::is_invocable_v<F&, int64_t, int64_t>)
+  ChunkFn(F&& f) noexcept  // NOLINT: implicit, as std::function's
+      : object_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* o, int64_t begin, int64_t end) { (*static_cast<std::remove_reference_t<F>*>(o))(begin, end); }) {}
+  void operator()(int64_t begin, int64_t end) const { call_(object_, begin, end); }
+
+ private:
+  void* object_;
+  void (*call_)(void*, int64_t, int64_t);
+};
 
 // The CPUs this process may run on (its affinity mask), at least 1.
 int available_cpus();
@@ -34,7 +53,7 @@ class ThreadPool {
   // exception a chunk throws is rethrown here (the remaining chunks still run). A second
   // caller while the pool is busy (two runs of one session at once), or a call from inside
   // a chunk, runs serially on its own thread.
-  void run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  void run(int64_t n, int64_t grain, ChunkFn fn);
 
  private:
   void worker_loop();
@@ -45,7 +64,7 @@ class ThreadPool {
   std::mutex m_;
   std::condition_variable wake_, done_;
   // The current job (valid while a generation is in flight).
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  const ChunkFn* fn_ = nullptr;
   int64_t n_ = 0, chunk_ = 1;
   std::atomic<int64_t> next_{0};
   std::atomic<uint64_t> generation_{0};
@@ -75,7 +94,7 @@ int parallelism();
 
 // fn(begin, end) over [0, n) on the current pool, serially when there is none or when the
 // work is too small to split (n <= grain).
-void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+void parallel_for(int64_t n, int64_t grain, ChunkFn fn);
 
 // How many chunks a matrix product's `row_blocks` blocks of rows split into, its tasks being
 // (column tile, chunk of row blocks): one chunk while its `col_tiles` column tiles give every

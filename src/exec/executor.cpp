@@ -110,6 +110,7 @@ GraphExecutor::Signature GraphExecutor::signature(std::vector<ValueType> types, 
     s.key += types[i].shape.str();
     s.key += on_accel[i] && !capture_ ? "@device;" : ";";
   }
+  s.has_outer = outer != nullptr;
   if (outer) {
     s.key += "|outer";
     for (int id : graph_.outer_values) {
@@ -149,6 +150,39 @@ std::shared_ptr<PreparedPlan> GraphExecutor::prepared(const Signature& sig, cons
   return cache_.get(sig.key, [&] { return prepare(sig, control); });
 }
 
+// Whether a run on `inputs` (and `outer`) has the signature that `e` was planned for:
+// what signature_of would spell, compared without spelling it. Inputs that signature_of
+// would refuse never match (it then says why).
+bool GraphExecutor::matches(const PreparedPlan& e, const std::vector<Tensor>& inputs, const Scope* outer) const {
+  if (inputs.size() > graph_.inputs.size() || e.input_types.size() != graph_.inputs.size()) return false;
+  if (e.has_outer != (outer != nullptr)) return false;
+  auto same_type = [](const ValueType& want, const Tensor& t) {
+    if (want.dtype != t.dtype() || !want.shape.rank_known || want.shape.dims.size() != t.rank()) return false;
+    for (size_t d = 0; d < t.rank(); ++d)
+      if (want.shape.dims[d] != t.shape()[d]) return false;
+    return true;
+  };
+  for (size_t i = 0; i < graph_.inputs.size(); ++i) {
+    const Tensor* t = i < inputs.size() && inputs[i].defined() ? &inputs[i] : nullptr;
+    if (!t) {
+      auto init = graph_.initializers.find(graph_.inputs[i]);
+      if (init == graph_.initializers.end()) return false;
+      t = &init->second;
+    }
+    if (!t->on_host() && !(backend_ && t->device() == backend_->device())) return false;
+    const bool on_accel = capture_ ? !dtype_is_object(t->dtype()) : !t->on_host();
+    if (on_accel != e.inputs_on_accel[i] || !same_type(e.input_types[i], *t)) return false;
+  }
+  if (outer) {
+    if (e.outer_types.size() != graph_.outer_values.size()) return false;
+    for (size_t k = 0; k < graph_.outer_values.size(); ++k) {
+      const Tensor* t = outer->lookup(graph_.values[graph_.outer_values[k]].name);
+      if (!t || !same_type(e.outer_types[k], *t)) return false;
+    }
+  }
+  return true;
+}
+
 // Plans a signature and gathers what its runs hold: the host arena, the device copies
 // of the constants its device steps read, its start values and its capture state.
 std::unique_ptr<PreparedPlan> GraphExecutor::prepare(const Signature& sig, const RunControl* control) {
@@ -163,6 +197,10 @@ std::unique_ptr<PreparedPlan> GraphExecutor::prepare(const Signature& sig, const
     return subgraph(g).run(in, nullptr, nullptr, nullptr, control);
   };
   auto e = std::make_unique<PreparedPlan>();
+  e->input_types = sig.types;
+  e->inputs_on_accel = sig.on_accel;
+  e->has_outer = sig.has_outer;
+  e->outer_types = sig.outer;
   e->plan = std::make_shared<const ExecutionPlan>(plan_graph(graph_, request, po));
   const ExecutionPlan& plan = *e->plan;
   for (const Step* s : plan.fallbacks()) report_fallback(graph_.nodes[s->node], s->fallback);
@@ -185,6 +223,22 @@ std::unique_ptr<PreparedPlan> GraphExecutor::prepare(const Signature& sig, const
   }
   if (backend_) ensure_device_arena(plan.accel_arena.bytes);
   e->start = start_env(plan);
+  e->shapes.resize(plan.values.size());
+  e->host_arena_values.resize(plan.values.size());
+  for (size_t id = 0; id < plan.values.size(); ++id) {
+    const ValuePlan& v = plan.values[id];
+    if (!v.type.shape.fully_known()) continue;
+    const Shape& shape = e->shapes[id].emplace(v.type.shape.to_shape());
+    if (v.kind != ValueKind::kArena || v.on_accel) continue;
+    if (v.bytes == 0) {  // no bytes to place (an empty tensor)
+      e->host_arena_values[id] = Tensor::borrow(v.type.dtype, shape, nullptr);
+    } else {
+      ONYX_ASSERT(e->host_arena.defined(), "the plan places a value in a host arena that it has not");
+      char* base = static_cast<char*>(e->host_arena.raw());
+      e->host_arena_values[id] =
+          Tensor::borrow(v.type.dtype, shape, base + v.offset, e->host_arena.storage(), e->host_arena.device());
+    }
+  }
   if (capture_) {
     std::vector<SignatureCapture::Slot> roots;
     for (size_t id = 0; id < plan.values.size(); ++id) {
@@ -202,19 +256,18 @@ std::unique_ptr<PreparedPlan> GraphExecutor::prepare(const Signature& sig, const
 // What every run of a plan starts from: initializers (and their device copies),
 // constants (and the device copies of those device steps read, uploaded here once).
 RunEnv GraphExecutor::start_env(const ExecutionPlan& plan) {
-  RunEnv env;
-  env.host.assign(graph_.values.size(), Tensor());
-  env.accel.assign(graph_.values.size(), Tensor());
-  for (const auto& [id, t] : graph_.initializers) env.host[id] = t;
+  RunEnv env(graph_.values.size());
+  for (const auto& [id, t] : graph_.initializers) env.slot(false, id) = t;
   if (backend_)
-    for (size_t id = 0; id < weights_on_accel_.size(); ++id) env.accel[id] = weights_on_accel_[id];
+    for (size_t id = 0; id < weights_on_accel_.size(); ++id)
+      if (weights_on_accel_[id].defined()) env.slot(true, static_cast<int>(id)) = weights_on_accel_[id];
   for (size_t id = 0; id < plan.constants.size(); ++id)
-    if (plan.constants[id].defined()) env.host[id] = plan.constants[id];
+    if (plan.constants[id].defined()) env.slot(false, static_cast<int>(id)) = plan.constants[id];
   for (int id : plan.accel_constants) {
     const Tensor& c = plan.constants[id];
     Tensor d(c.dtype(), c.shape(), backend_->allocator());
     backend_->copy_from_host(d.raw(), c.raw(), c.bytes());
-    env.accel[id] = std::move(d);
+    env.slot(true, id) = std::move(d);
   }
   return env;
 }
@@ -235,15 +288,15 @@ void GraphExecutor::bind_inputs(RunEnv& env, const std::vector<Tensor>& inputs, 
     if (!inputs[i].defined()) continue;
     int id = graph_.inputs[i];
     bool accel = !inputs[i].on_host();
-    env.side(accel)[id] = inputs[i];
-    env.side(!accel)[id] = Tensor();  // a fed input replaces its default on both devices
+    env.slot(accel, id) = inputs[i];
+    env.slot(!accel, id) = Tensor();  // a fed input replaces its default on both devices
   }
   for (int id : graph_.inputs)
     ONYX_CHECK(env.find(id), "input '", graph_.values[id].name, "' was not given");
   for (int id : graph_.outer_values) {
     const Tensor* t = outer ? outer->lookup(graph_.values[id].name) : nullptr;
     ONYX_CHECK(t, "subgraph reads '", graph_.values[id].name, "' from an enclosing graph, where it has no value");
-    env.host[id] = *t;
+    env.slot(false, id) = *t;
   }
 }
 
@@ -253,28 +306,31 @@ std::vector<Tensor> GraphExecutor::run(const std::vector<Tensor>& inputs, const 
   const cpu::PoolScope pool_scope(pool_ ? pool_.get() : cpu::current_pool());
   if (!control && outer) control = outer->control;
   if (control && !control->active()) control = nullptr;
-  const Signature sig = signature_of(inputs, outer);
-  std::shared_ptr<PreparedPlan> e = prepared(sig, control);
+  // The plan of the last signature like this run's, found without spelling the signature.
+  std::shared_ptr<PreparedPlan> e =
+      cache_.find_matching([&](const PreparedPlan& p) { return matches(p, inputs, outer); });
+  if (!e) e = prepared(signature_of(inputs, outer), control);
   const ExecutionPlan& plan = *e->plan;
   const std::map<int, Tensor> direct = bound ? direct_bindings(plan, inputs, *bound) : std::map<int, Tensor>{};
-  RunEnv env;
+  const RunEnvLease lease(e->envs, e->start);
+  RunEnv& env = *lease;
   // The one way a run's steps are run: eagerly, for a warm-up, or into a graph.
-  SignatureCapture::Record run_steps = [&](const std::vector<Tensor>& in, const std::map<int, Tensor>* slots,
-                                           const SignatureCapture::AfterStep& after_step) {
-    env = e->start;
+  auto run_steps = [&](const std::vector<Tensor>& in, const std::map<int, Tensor>* slots,
+                       const SignatureCapture::AfterStep& after_step) {
+    env.reset_to(e->start);  // a second call (a capture after its warm-up) starts afresh too
     bind_inputs(env, in, outer);
-    StepBindings b{&e->host_arena, &device_arena_, slots, after_step, control};
+    StepBindings b{&e->host_arena, &device_arena_, &e->shapes, &e->host_arena_values, slots, after_step, control};
     loop_.run(plan, env, b, outer);
   };
   bool replayed = false;
   if (e->capture) {
-    replayed = e->capture->run(inputs, arena(), run_steps, direct);
+    replayed = e->capture->run(inputs, arena(), SignatureCapture::Record(run_steps), direct);
   } else {
     if (backend_) ++capture_stats_.eager_runs;
     run_steps(inputs, direct.empty() ? nullptr : &direct, nullptr);
   }
-  return deliver(*e, collect(*e, replayed ? nullptr : &env, replayed ? &e->capture->output_slots() : nullptr),
-                 replayed, places, bound, direct);
+  collect(*e, replayed ? nullptr : &env, replayed ? &e->capture->output_slots() : nullptr, env.run_outputs);
+  return deliver(*e, env.run_outputs, replayed, places, bound, direct);
 }
 
 // A bound output is written where the caller wants it by its producing step when it is
@@ -312,10 +368,10 @@ std::map<int, Tensor> GraphExecutor::direct_bindings(const ExecutionPlan& plan, 
 }
 
 // The graph outputs as the run left them: in the run's values, or in the capture's slots.
-std::vector<Tensor> GraphExecutor::collect(const PreparedPlan& e, const RunEnv* env,
-                                           const std::map<int, Tensor>* slots) const {
+void GraphExecutor::collect(const PreparedPlan& e, const RunEnv* env, const std::map<int, Tensor>* slots,
+                            std::vector<Tensor>& outputs) const {
   const ExecutionPlan& plan = *e.plan;
-  std::vector<Tensor> outputs;
+  outputs.clear();
   for (int id : graph_.outputs) {
     const ValuePlan& v = plan.values[id];
     if (v.kind == ValueKind::kConstant) {
@@ -333,7 +389,6 @@ std::vector<Tensor> GraphExecutor::collect(const PreparedPlan& e, const RunEnv* 
       outputs.push_back(*t);
     }
   }
-  return outputs;
 }
 
 // Each output where the caller wants it. A tensor this run allocated is handed over;

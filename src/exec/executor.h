@@ -74,6 +74,7 @@ class GraphExecutor {
     std::string key;
     std::vector<ValueType> types;
     std::vector<bool> on_accel;
+    bool has_outer = false;
     std::vector<ValueType> outer;
   };
   Signature signature(std::vector<ValueType> types, std::vector<bool> on_accel, const Scope* outer) const;
@@ -84,7 +85,10 @@ class GraphExecutor {
   std::unique_ptr<PreparedPlan> prepare(const Signature& sig, const RunControl* control);
   RunEnv start_env(const ExecutionPlan& plan);
   void bind_inputs(RunEnv& env, const std::vector<Tensor>& inputs, const Scope* outer) const;
-  std::vector<Tensor> collect(const PreparedPlan& e, const RunEnv* env, const std::map<int, Tensor>* slots) const;
+  bool matches(const PreparedPlan& e, const std::vector<Tensor>& inputs, const Scope* outer) const;
+  // The graph outputs as the run left them, into `outputs`.
+  void collect(const PreparedPlan& e, const RunEnv* env, const std::map<int, Tensor>* slots,
+               std::vector<Tensor>& outputs) const;
   std::vector<Tensor> deliver(const PreparedPlan& e, const std::vector<Tensor>& outputs, bool replayed,
                               const std::vector<OutputPlace>* places, const std::vector<Tensor>* bound,
                               const std::map<int, Tensor>& direct);

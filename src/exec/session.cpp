@@ -4,7 +4,7 @@
 #include <chrono>
 #include <mutex>
 #include <set>
-#include <unordered_map>
+#include <string_view>
 
 #include "exec/executor.h"
 #include "model/loader.h"
@@ -40,7 +40,9 @@ struct Session::Impl {
   mutable std::mutex stats_mutex;
   RunStats stats;
 
-  void check_feed(const ValueDesc& d, const Tensor& t, std::unordered_map<std::string, int64_t>& symbols) const;
+  // The sizes that the feeds checked so far gave the symbolic dimensions, by name.
+  using Symbols = std::vector<std::pair<std::string_view, int64_t>>;
+  void check_feed(const ValueDesc& d, const Tensor& t, Symbols& symbols) const;
   // Feeds by name -> graph input order; unknown or repeated names are errors.
   std::vector<Tensor> order_feeds(const NamedTensors& feeds, bool check) const;
 };
@@ -154,8 +156,7 @@ ModelInfo inspect_model(const std::string& path) {
   return info;
 }
 
-void Session::Impl::check_feed(const ValueDesc& d, const Tensor& t,
-                               std::unordered_map<std::string, int64_t>& symbols) const {
+void Session::Impl::check_feed(const ValueDesc& d, const Tensor& t, Symbols& symbols) const {
   ONYX_CHECK(t.defined(), "the tensor is empty (undefined)");
   const bool object = d.dtype == DType::kSequence || d.dtype == DType::kOptional || d.dtype == DType::kMap;
   ONYX_CHECK(d.is_tensor || object, "the model declares a sparse tensor, which onyx does not support as an input");
@@ -172,8 +173,12 @@ void Session::Impl::check_feed(const ValueDesc& d, const Tensor& t,
       ONYX_CHECK(t.shape()[i] == d.dims[i], "shape ", t.shape().str(), " contradicts the model's ", d.type_str(),
                  " at axis ", i, " (", t.shape()[i], " vs ", d.dims[i], ")");
     } else if (i < d.dim_params.size() && !d.dim_params[i].empty()) {
-      auto [it, fresh] = symbols.emplace(d.dim_params[i], t.shape()[i]);
-      ONYX_CHECK(fresh || it->second == t.shape()[i], "shape ", t.shape().str(), " gives dimension '", d.dim_params[i],
+      auto it = std::find_if(symbols.begin(), symbols.end(), [&](const auto& s) { return s.first == d.dim_params[i]; });
+      if (it == symbols.end()) {
+        symbols.emplace_back(d.dim_params[i], t.shape()[i]);
+        continue;
+      }
+      ONYX_CHECK(it->second == t.shape()[i], "shape ", t.shape().str(), " gives dimension '", d.dim_params[i],
                  "' the size ", t.shape()[i], " at axis ", i, ", but an earlier input gave it ", it->second);
     }
   }
@@ -181,7 +186,7 @@ void Session::Impl::check_feed(const ValueDesc& d, const Tensor& t,
 
 std::vector<Tensor> Session::Impl::order_feeds(const NamedTensors& feeds, bool check) const {
   std::vector<Tensor> ordered(inputs.size());
-  std::unordered_map<std::string, int64_t> symbols;
+  Symbols symbols;
   for (const auto& [name, tensor] : feeds) {
     size_t k = 0;
     while (k < inputs.size() && inputs[k].name != name) ++k;
@@ -222,9 +227,11 @@ NamedTensors Session::run(const NamedTensors& feeds, const RunOptions& options) 
       ONYX_CHECK(k < m.outputs.size(), "run options name '", name, "', which is not an output of the model");
       return k;
     };
-    std::vector<OutputPlace> places(m.outputs.size(), options.outputs);
+    // Lists of places and bound tensors only when the options name any (most runs: none).
+    const bool placed = options.outputs != OutputPlace::kHost || !options.output_places.empty();
+    std::vector<OutputPlace> places(placed ? m.outputs.size() : 0, options.outputs);
     for (const auto& [name, place] : options.output_places) places[output_index(name)] = place;
-    std::vector<Tensor> bound(m.outputs.size());
+    std::vector<Tensor> bound(options.bound_outputs.empty() ? 0 : m.outputs.size());
     for (const auto& [name, t] : options.bound_outputs) {
       ONYX_CHECK(t.defined(), "the tensor bound to output '", name, "' is empty");
       ONYX_CHECK(t.on_host() || t.device() == m.device, "output '", name, "' is bound to a tensor on ",
@@ -237,7 +244,7 @@ NamedTensors Session::run(const NamedTensors& feeds, const RunOptions& options) 
     const RunControl control(options.timeout_seconds, options.cancel.get());
     auto t0 = std::chrono::steady_clock::now();
     std::vector<Tensor> outs =
-        m.executor->run(ordered, nullptr, &places, options.bound_outputs.empty() ? nullptr : &bound, &control);
+        m.executor->run(ordered, nullptr, placed ? &places : nullptr, bound.empty() ? nullptr : &bound, &control);
     auto t1 = std::chrono::steady_clock::now();
     AllocatorStats after = m.alloc->stats();
     RunStats stats;

@@ -1,5 +1,7 @@
 #include "exec/step_loop.h"
 
+#include <span>
+
 #include "model/onnx_schema.h"
 #include "ops/compute.h"
 
@@ -26,6 +28,57 @@ const Tensor* Scope::lookup(const std::string& name) const {
   return nullptr;
 }
 
+namespace {
+
+// Whether two tensors are the same value: the same bytes of the same storage, seen the same way.
+bool same_value(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.element_dtype() == b.element_dtype() && a.storage() == b.storage() &&
+         a.raw() == b.raw() && a.shape() == b.shape();
+}
+
+// Makes `value` `start` again, copying only when it differs.
+void reset_value(Tensor& value, const Tensor& start) {
+  if (!start.defined()) {
+    if (value.defined()) value = Tensor();
+  } else if (!same_value(value, start)) {
+    value = start;
+  }
+}
+
+}  // namespace
+
+void RunEnv::reset_to(const RunEnv& start) {
+  for (int id : written_) {
+    reset_value(host_[id], start.host_[id]);
+    reset_value(accel_[id], start.accel_[id]);
+    noted_[id] = 0;
+  }
+  written_.clear();
+  for (Tensor& t : step_outputs) t = Tensor();
+  run_outputs.clear();
+}
+
+std::unique_ptr<RunEnv> RunEnvPool::take(const RunEnv& start) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!spare_.empty()) {
+      std::unique_ptr<RunEnv> env = std::move(spare_.back());
+      spare_.pop_back();
+      return env;
+    }
+  }
+  return std::make_unique<RunEnv>(start);
+}
+
+void RunEnvPool::give_back(std::unique_ptr<RunEnv> env, const RunEnv& start) noexcept {
+  try {
+    env->reset_to(start);
+    std::lock_guard<std::mutex> lock(mutex_);
+    spare_.push_back(std::move(env));
+  } catch (...) {  // out of memory: the env goes, with what it holds
+  }
+}
+
 void StepLoop::run(const ExecutionPlan& plan, RunEnv& env, const StepBindings& b, const Scope* outer) const {
   for (const Step& step : plan.steps) {
     const Node& node = graph_.nodes[step.node];
@@ -40,8 +93,8 @@ void StepLoop::run(const ExecutionPlan& plan, RunEnv& env, const StepBindings& b
 }
 
 const Tensor& StepLoop::fetch(RunEnv& env, int id, bool accel) const {
-  Tensor& want = env.side(accel)[id];
-  if (want.defined()) return want;
+  if (const Tensor& there = env.side(accel)[id]; there.defined()) return there;
+  Tensor& want = env.slot(accel, id);
   const Tensor& have = env.side(!accel)[id];
   ONYX_ASSERT(have.defined(), "value '", graph_.values[id].name, "' has no value on either device");
   ONYX_ASSERT(backend_, "value '", graph_.values[id].name, "' is on a device, but there is no backend");
@@ -56,9 +109,16 @@ const Tensor& StepLoop::fetch(RunEnv& env, int id, bool accel) const {
   return want;
 }
 
+Shape StepLoop::planned_shape(const ExecutionPlan& plan, int id, const StepBindings& b) {
+  if (b.shapes && (*b.shapes)[id]) return *(*b.shapes)[id];
+  return plan.values[id].type.shape.to_shape();  // asserts that the shape is known
+}
+
 // A planned output's storage: its arena bytes, its group's slot, or a fresh allocation.
 Tensor StepLoop::bind_output(int id, const ValuePlan& v, bool accel, const StepBindings& b) const {
-  const Shape shape = v.type.shape.to_shape();
+  if (v.kind == ValueKind::kArena && !v.on_accel && b.host_arena_values && (*b.host_arena_values)[id].defined())
+    return (*b.host_arena_values)[id];
+  const Shape shape = b.shapes && (*b.shapes)[id] ? *(*b.shapes)[id] : v.type.shape.to_shape();
   switch (v.kind) {
     case ValueKind::kArena: {
       if (v.bytes == 0)  // no bytes to place (an empty tensor)
@@ -88,7 +148,7 @@ SubgraphRunner StepLoop::subgraph_runner(RunEnv& env, const Scope* outer, const 
                                          const Node& node) const {
   return [this, &env, outer, control, &node](const Graph& g, const std::vector<Tensor>& in) {
     if (control) control->check(&node);  // between a Loop's (or Scan's) iterations
-    Scope scope{&graph_, &env.host, outer, control};
+    Scope scope{&graph_, &env.host(), outer, control};
     return subgraphs_(g, in, scope);
   };
 }
@@ -102,40 +162,48 @@ void StepLoop::run_planned(const ExecutionPlan& plan, const Step& step, RunEnv& 
     for (auto [o, i] : step.views) {
       int in = node.inputs[i], out = node.outputs[o];
       if (in < 0 || out < 0) continue;
-      const Shape shape = plan.values[out].type.shape.to_shape();
+      const Shape shape = planned_shape(plan, out, b);
       ONYX_ASSERT(env.find(in), "input ", i, " ('", graph_.values[in].name, "') has no value");
       for (bool accel : {false, true})
-        if (const Tensor& src = env.side(accel)[in]; src.defined()) env.side(accel)[out] = src.view(shape);
+        if (const Tensor& src = env.side(accel)[in]; src.defined()) env.slot(accel, out) = src.view(shape);
     }
     return;
   }
   const bool accel = step.place == StepPlace::kAccel;
-  std::vector<Tensor>& side = env.side(accel);
-  std::vector<const Tensor*> inputs(node.inputs.size(), nullptr);
-  for (size_t i = 0; i < node.inputs.size(); ++i) {
+  const std::vector<Tensor>& side = env.side(accel);
+  // The step's inputs and outputs in the run's scratch lists (grown once, never shrunk).
+  const size_t n_in = node.inputs.size(), n_out = node.outputs.size();
+  if (env.step_inputs.size() < n_in) env.step_inputs.resize(n_in);
+  if (env.step_outputs.size() < n_out) env.step_outputs.resize(n_out);
+  const std::span<const Tensor*> inputs(env.step_inputs.data(), n_in);
+  const std::span<Tensor> outputs(env.step_outputs.data(), n_out);
+  for (size_t i = 0; i < n_in; ++i) {
     int id = node.inputs[i];
+    inputs[i] = nullptr;
     if (id < 0) continue;
     ONYX_ASSERT(side[id].defined(), "input ", i, " ('", graph_.values[id].name, "') is not on the step's device");
     inputs[i] = &side[id];
   }
-  std::vector<Tensor> outputs(node.outputs.size());
-  for (size_t o = 0; o < node.outputs.size(); ++o)
+  for (size_t o = 0; o < n_out; ++o)
     if (node.outputs[o] >= 0) outputs[o] = bind_output(node.outputs[o], plan.values[node.outputs[o]], accel, b);
   Allocator& alloc = accel ? backend_->allocator() : host_;
   SubgraphRunner runner;
   if (step.has_subgraphs) runner = subgraph_runner(env, outer, b.control, node);
-  KernelContext ctx(node, std::move(inputs), outputs, alloc, step.has_subgraphs ? &runner : nullptr);
+  KernelContext ctx(node, std::span<const Tensor* const>(inputs), outputs, alloc,
+                    step.has_subgraphs ? &runner : nullptr);
   step.kernel(ctx);
   check_outputs_produced(node, outputs);
-  for (size_t o = 0; o < node.outputs.size(); ++o) {
+  for (size_t o = 0; o < n_out; ++o) {
     int out = node.outputs[o];
-    if (out < 0) continue;
-    // A subgraph may return a value of this graph as is; if that value's bytes are the
-    // arena's, they are reused after its own last reader: the output gets its own copy.
-    if (step.has_subgraphs && outputs[o].on_host() && b.host_arena && b.host_arena->defined() &&
-        outputs[o].shares_storage_with(*b.host_arena) && plan.values[out].kind != ValueKind::kArena)
-      outputs[o] = outputs[o].clone(host_);
-    side[out] = std::move(outputs[o]);
+    if (out >= 0) {
+      // A subgraph may return a value of this graph as is; if that value's bytes are the
+      // arena's, they are reused after its own last reader: the output gets its own copy.
+      if (step.has_subgraphs && outputs[o].on_host() && b.host_arena && b.host_arena->defined() &&
+          outputs[o].shares_storage_with(*b.host_arena) && plan.values[out].kind != ValueKind::kArena)
+        outputs[o] = outputs[o].clone(host_);
+      env.slot(accel, out) = std::move(outputs[o]);
+    }
+    outputs[o] = Tensor();  // a moved-from tensor keeps its dtype: the next step finds the slot empty
   }
 }
 
@@ -184,7 +252,7 @@ void StepLoop::run_dynamic(const Step& step, RunEnv& env, const StepBindings& b,
   for (size_t o = 0; o < node.outputs.size(); ++o) {
     if (node.outputs[o] < 0) continue;
     check_declared_dtype(graph_, node.outputs[o], outputs[o].dtype());
-    env.side(!outputs[o].on_host())[node.outputs[o]] = std::move(outputs[o]);
+    env.slot(!outputs[o].on_host(), node.outputs[o]) = std::move(outputs[o]);
   }
 }
 

@@ -8,6 +8,9 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <vector>
 
 #include "backends/backend.h"
@@ -17,20 +20,81 @@
 namespace onyx {
 
 // One run's values by value id, on each device: a value, and its copy on the other
-// device once a step there needed it. Releasing a value drops both.
-struct RunEnv {
-  std::vector<Tensor> host, accel;
-  std::vector<Tensor>& side(bool on_accel) { return on_accel ? accel : host; }
-  const std::vector<Tensor>& side(bool on_accel) const { return on_accel ? accel : host; }
+// device once a step there needed it. Releasing a value drops both. Writes go through
+// slot() and release(), which note the value: resetting the env for the next run visits
+// only the values a run wrote.
+class RunEnv {
+ public:
+  RunEnv() = default;
+  // Every value absent, for a graph of `values` values.
+  explicit RunEnv(size_t values) : host_(values), accel_(values), noted_(values, 0) {}
+
+  const std::vector<Tensor>& side(bool on_accel) const { return on_accel ? accel_ : host_; }
+  const std::vector<Tensor>& host() const { return host_; }
   // The value on whichever device holds it (the host first), or null.
   const Tensor* find(int id) const {
-    if (host[id].defined()) return &host[id];
-    return accel[id].defined() ? &accel[id] : nullptr;
+    if (host_[id].defined()) return &host_[id];
+    return accel_[id].defined() ? &accel_[id] : nullptr;
+  }
+  // Value `id`'s slot on a device, to write.
+  Tensor& slot(bool on_accel, int id) {
+    note(id);
+    return on_accel ? accel_[id] : host_[id];
   }
   void release(int id) {
-    host[id] = Tensor();
-    accel[id] = Tensor();
+    note(id);
+    host_[id] = Tensor();
+    accel_[id] = Tensor();
   }
+  // Makes the values written since the last reset those of `start` again (an env made as
+  // a copy of `start`), dropping what the run held: its inputs, outputs and scratch.
+  void reset_to(const RunEnv& start);
+
+  // The step loop's scratch: one step's inputs and outputs, and the run's outputs as
+  // collected; sized by the first run that an env serves, reused by the next.
+  std::vector<const Tensor*> step_inputs;
+  std::vector<Tensor> step_outputs;
+  std::vector<Tensor> run_outputs;
+
+ private:
+  void note(int id) {
+    if (noted_[id]) return;
+    noted_[id] = 1;
+    written_.push_back(id);
+  }
+
+  std::vector<Tensor> host_, accel_;
+  std::vector<uint8_t> noted_;  // per value id: in written_
+  std::vector<int> written_;
+};
+
+// The envs of a plan's finished runs, each reset to the plan's start values, for its next
+// runs: a run takes one (or a fresh copy of the start values) and gives it back when it
+// ends, so two runs at once never share one, and a run in the steady state allocates none.
+class RunEnvPool {
+ public:
+  std::unique_ptr<RunEnv> take(const RunEnv& start);
+  // Resets `env` to `start` first; an env that cannot be reset is dropped.
+  void give_back(std::unique_ptr<RunEnv> env, const RunEnv& start) noexcept;
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<RunEnv>> spare_;
+};
+
+// A run's env, given back to its pool when the run ends (however it ends).
+class RunEnvLease {
+ public:
+  RunEnvLease(RunEnvPool& pool, const RunEnv& start) : pool_(pool), start_(start), env_(pool.take(start)) {}
+  ~RunEnvLease() { pool_.give_back(std::move(env_), start_); }
+  RunEnvLease(const RunEnvLease&) = delete;
+  RunEnvLease& operator=(const RunEnvLease&) = delete;
+  RunEnv& operator*() const { return *env_; }
+
+ private:
+  RunEnvPool& pool_;
+  const RunEnv& start_;
+  std::unique_ptr<RunEnv> env_;
 };
 
 // A run's deadline and cancellation flag, checked between nodes (and, through the
@@ -68,6 +132,10 @@ struct Scope {
 struct StepBindings {
   const Tensor* host_arena = nullptr;   // the plan's host arena
   const Tensor* accel_arena = nullptr;  // the device arena
+  // Per value id, each value's shape and the tensors of the host arena's values, made
+  // once per plan (null: made by each step).
+  const std::vector<std::optional<Shape>>* shapes = nullptr;
+  const std::vector<Tensor>* host_arena_values = nullptr;
   // Storage for the groups that hold graph outputs, by root value id (a capture's
   // slots); null: allocated on every run.
   const std::map<int, Tensor>* output_slots = nullptr;
@@ -96,6 +164,8 @@ class StepLoop {
   // Value `id` on the accelerator (or the host), copied there from the other device if needed.
   const Tensor& fetch(RunEnv& env, int id, bool accel) const;
   Tensor bind_output(int id, const ValuePlan& v, bool accel, const StepBindings& b) const;
+  // Value `id`'s planned shape.
+  static Shape planned_shape(const ExecutionPlan& plan, int id, const StepBindings& b);
   // Runs the subgraphs of `node`; each call first checks the run's control.
   SubgraphRunner subgraph_runner(RunEnv& env, const Scope* outer, const RunControl* control, const Node& node) const;
 

@@ -32,14 +32,14 @@ std::vector<Tensor> compute_node(const Node& node, const std::vector<const Tenso
   if (needs_kernel) {
     const KernelFn& run = kernel ? *kernel : def.kernel;
     ONYX_ASSERT(run, "op ", def.name, " has no CPU kernel");
-    KernelContext kctx(node, inputs, outputs, alloc, subgraphs);
+    KernelContext kctx(node, std::span<const Tensor* const>(inputs), outputs, alloc, subgraphs);
     run(kctx);
   }
   check_outputs_produced(node, outputs);
   return outputs;
 }
 
-void check_outputs_produced(const Node& node, const std::vector<Tensor>& outputs) {
+void check_outputs_produced(const Node& node, std::span<const Tensor> outputs) {
   for (size_t o = 0; o < node.outputs.size(); ++o)
     ONYX_CHECK(node.outputs[o] < 0 || (o < outputs.size() && outputs[o].defined()), "the node names output ", o,
                ", but its kernel produced no value for it (", node.outputs.size(), " outputs named: more than ",

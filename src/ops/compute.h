@@ -27,6 +27,6 @@ std::vector<Tensor> compute_node(const Node& node, const std::vector<const Tenso
 
 // Throws when the kernel left an output that the node names undefined: the node names more
 // outputs than its op produces (ops of other domains than ONNX's have no schema checked at load).
-void check_outputs_produced(const Node& node, const std::vector<Tensor>& outputs);
+void check_outputs_produced(const Node& node, std::span<const Tensor> outputs);
 
 }  // namespace onyx

@@ -27,7 +27,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const C* a, int64_t
                  std::max<int64_t>(ldc, 1));
 }
 
-std::vector<int64_t> spatial(const std::vector<int64_t>& dims) { return {dims.begin() + 2, dims.end()}; }
+std::vector<int64_t> spatial(std::span<const int64_t> dims) { return {dims.begin() + 2, dims.end()}; }
 
 // The sizes that a Conv-like node works with, checked against each other.
 struct ConvShapes {

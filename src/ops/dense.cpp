@@ -53,8 +53,16 @@ void infer_dense(InferContext& ctx) {
   ctx.set_output(0, DType::kFloat32, out);
 }
 
-void dense_kernel(KernelContext& ctx) {
-  const int64_t k = ctx.attr_int("k"), n = ctx.attr_int("n");
+// What a DenseMatMul node's attributes say, read once per node (dense_specialize) or per call.
+struct DenseAttrs {
+  int64_t k = 0, n = 0;
+  cpu::Activation act;
+  explicit DenseAttrs(const NodeView& node)
+      : k(node.attr_int("k")), n(node.attr_int("n")), act(parse_activation_attrs(node)) {}
+};
+
+void dense_run(KernelContext& ctx, const DenseAttrs& attrs) {
+  const int64_t k = attrs.k, n = attrs.n;
   const Tensor& x = ctx.input(0);
   const Tensor& w = ctx.input(1);
   ONYX_CHECK(w.numel() == cpu::packed_size(k, n), "the packed weight has ", w.numel(), " values, not ",
@@ -66,7 +74,7 @@ void dense_kernel(KernelContext& ctx) {
                b.numel(), " of ", dtype_name(b.dtype()));
     ep.bias = b.data<float>();
   }
-  ep.act = parse_activation_attrs(ctx);
+  ep.act = attrs.act;
   Tensor& out = ctx.output(0);
   if (out.numel() == 0) return;
   const int64_t rows = out.numel() / n;  // X's leading dimensions, flattened
@@ -94,8 +102,16 @@ void dense_kernel(KernelContext& ctx) {
   cpu::activate(po, po, out.numel(), act);
 }
 
+void dense_kernel(KernelContext& ctx) { dense_run(ctx, DenseAttrs(ctx)); }
+
+KernelFn dense_specialize(const Node& node) {
+  return [attrs = DenseAttrs(NodeView(node))](KernelContext& ctx) { dense_run(ctx, attrs); };
+}
+
 }  // namespace
 
-void register_dense_ops(OpRegistry& r) { r.add(domain_op("onyx", "DenseMatMul", 1, infer_dense, dense_kernel)); }
+void register_dense_ops(OpRegistry& r) {
+  r.add(domain_op("onyx", "DenseMatMul", 1, infer_dense, dense_kernel).specialized(dense_specialize));
+}
 
 }  // namespace onyx

@@ -1,6 +1,7 @@
 // Indexing ops: Gather, GatherElements, GatherND, ScatterElements (and its old
 // name Scatter), ScatterND, Compress, NonZero. Every index is validated.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 
@@ -10,7 +11,7 @@ namespace onyx {
 
 namespace {
 
-int64_t product(const std::vector<int64_t>& d, size_t b, size_t e) {
+int64_t product(std::span<const int64_t> d, size_t b, size_t e) {
   int64_t p = 1;
   for (size_t i = b; i < e; ++i) p *= d[i];
   return p;
@@ -18,7 +19,7 @@ int64_t product(const std::vector<int64_t>& d, size_t b, size_t e) {
 
 // Walks `dims` row-major, calling fn(flat, offset) with offset = sum_a coord[a] * strides[a].
 template <class Fn>
-void walk(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides, Fn&& fn) {
+void walk(std::span<const int64_t> dims, const std::vector<int64_t>& strides, Fn&& fn) {
   const int64_t total = product(dims, 0, dims.size());
   if (total == 0) return;
   const size_t r = dims.size();
@@ -63,8 +64,10 @@ void gather_kernel(KernelContext& ctx) {
   const int64_t axis = normalize_axis(ctx.attr_int("axis", 0), static_cast<int64_t>(d.size()));
   const int64_t outer = product(d, 0, axis), size = d[axis], inner = product(d, axis + 1, d.size());
   const int64_t n = ind.numel();
-  // Validate every index up front, so nothing is written on failure.
-  std::vector<int64_t> idx(n);
+  // Validate every index up front, so nothing is written on failure; a few fit on the stack.
+  std::array<int64_t, 16> few;
+  std::vector<int64_t> many(n > static_cast<int64_t>(few.size()) ? n : 0);
+  int64_t* idx = many.empty() ? few.data() : many.data();
   for (int64_t i = 0; i < n; ++i) idx[i] = checked_index(index_at(ind, i), size, axis, "Gather index");
   dispatch_storage(data.dtype(), "Gather", [&](auto tag) {
     using U = typename decltype(tag)::type;

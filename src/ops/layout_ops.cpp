@@ -11,7 +11,7 @@ namespace {
 
 constexpr int64_t kUnknown = PartialShape::kUnknown;
 
-int64_t product(const std::vector<int64_t>& d, size_t b, size_t e) {
+int64_t product(std::span<const int64_t> d, size_t b, size_t e) {
   int64_t p = 1;
   for (size_t i = b; i < e; ++i) p *= d[i];
   return p;

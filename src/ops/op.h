@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -71,9 +72,18 @@ using SubgraphRunner =
 
 class KernelContext : public NodeView {
  public:
-  KernelContext(const Node& node, std::vector<const Tensor*> inputs, std::vector<Tensor>& outputs,
+  // `inputs` (null: an omitted input) and `outputs` are the caller's and outlive the
+  // context: the step loop passes the scratch lists of its run, sized once.
+  KernelContext(const Node& node, std::span<const Tensor* const> inputs, std::span<Tensor> outputs,
                 Allocator& alloc, const SubgraphRunner* subgraphs)
-      : NodeView(node), inputs_(std::move(inputs)), outputs_(outputs), alloc_(alloc), subgraphs_(subgraphs) {}
+      : NodeView(node), inputs_(inputs), outputs_(outputs), alloc_(alloc), subgraphs_(subgraphs) {}
+  // The same, the context holding the list of inputs.
+  KernelContext(const Node& node, std::vector<const Tensor*> inputs, std::span<Tensor> outputs, Allocator& alloc,
+                const SubgraphRunner* subgraphs)
+      : NodeView(node), owned_inputs_(std::move(inputs)), inputs_(owned_inputs_), outputs_(outputs), alloc_(alloc),
+        subgraphs_(subgraphs) {}
+  KernelContext(const KernelContext&) = delete;
+  KernelContext& operator=(const KernelContext&) = delete;
 
   const Tensor& input(size_t i) const;
   // The output, already allocated with the shape that inference gave.
@@ -86,8 +96,9 @@ class KernelContext : public NodeView {
   std::vector<Tensor> run_subgraph(const Graph& graph, const std::vector<Tensor>& inputs) const;
 
  private:
-  std::vector<const Tensor*> inputs_;
-  std::vector<Tensor>& outputs_;
+  std::vector<const Tensor*> owned_inputs_;
+  std::span<const Tensor* const> inputs_;
+  std::span<Tensor> outputs_;
   Allocator& alloc_;
   const SubgraphRunner* subgraphs_;
 };
@@ -125,6 +136,10 @@ struct OpDef {
   // input (RunOptions::bound_outputs); the kernel then updates the input in place, writing
   // only what changes (a KV cache). Other ops refuse such a binding.
   std::vector<std::pair<int, int>> updates;
+  // Makes `kernel` for one node, reading what it needs of the node's attributes once: the
+  // planner resolves a step's CPU kernel through it, so a run looks no attribute up by name.
+  // It must compute what `kernel` computes. Null: `kernel` serves every node.
+  std::function<KernelFn(const Node&)> specialize;
 
   OpDef& view(int output, int input) {
     views.emplace_back(output, input);
@@ -144,6 +159,10 @@ struct OpDef {
   }
   OpDef& never_fold() {
     foldable = false;
+    return *this;
+  }
+  OpDef& specialized(std::function<KernelFn(const Node&)> make) {
+    specialize = std::move(make);
     return *this;
   }
   OpDef& may_update(int output, int input) {

@@ -24,7 +24,7 @@ cd twiddle(int64_t k, int64_t t, int64_t n, int sign) {
 struct Lines {
   int64_t outer = 1, len = 1, inner = 1;
 };
-Lines lines_of(const std::vector<int64_t>& dims, int64_t axis) {
+Lines lines_of(std::span<const int64_t> dims, int64_t axis) {
   Lines l;
   for (int64_t i = 0; i < axis; ++i) l.outer *= dims[i];
   l.len = dims[axis];

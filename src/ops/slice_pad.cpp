@@ -57,9 +57,9 @@ struct SliceWindow {
 
 // Clamps per the spec: with a positive step starts/ends land in [0, dim]; with a
 // negative one starts land in [0, dim-1] and ends in [-1, dim-1].
-SliceWindow slice_window(const SliceArgs& a, const std::vector<int64_t>& dims) {
+SliceWindow slice_window(const SliceArgs& a, std::span<const int64_t> dims) {
   const int64_t r = static_cast<int64_t>(dims.size());
-  SliceWindow w{std::vector<int64_t>(r, 0), std::vector<int64_t>(r, 1), dims};
+  SliceWindow w{std::vector<int64_t>(r, 0), std::vector<int64_t>(r, 1), std::vector<int64_t>(dims.begin(), dims.end())};
   std::vector<bool> seen(r, false);
   for (size_t i = 0; i < a.axes.size(); ++i) {
     const int64_t axis = normalize_axis(a.axes[i], r);
@@ -291,7 +291,7 @@ void pad_kernel(KernelContext& ctx) {
 }
 
 // CenterCropPad as padding amounts: crop or pad each listed axis around its centre.
-std::vector<int64_t> center_pads(const NodeView& n, const std::vector<int64_t>& dims,
+std::vector<int64_t> center_pads(const NodeView& n, std::span<const int64_t> dims,
                                  const std::vector<int64_t>& target) {
   const int64_t r = static_cast<int64_t>(dims.size());
   std::vector<int64_t> axes = n.attr_ints("axes");

@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,7 @@ inline void copy_elements(const Tensor& src, int64_t src_off, Tensor& dst, int64
 // out[i0..ik] = in[base + sum_a i_a * strides[a]] over an output of `dims`, row-major.
 // Strides may be zero (broadcast) or negative (reversal); the caller guarantees bounds.
 template <class T>
-void strided_copy(const T* in, int64_t base, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
+void strided_copy(const T* in, int64_t base, std::span<const int64_t> dims, const std::vector<int64_t>& strides,
                   T* out) {
   const size_t r = dims.size();
   int64_t total = 1;
@@ -77,7 +78,7 @@ void strided_copy(const T* in, int64_t base, const std::vector<int64_t>& dims, c
 }
 
 // strided_copy on whole tensors of any dtype.
-inline void strided_copy(const Tensor& in, int64_t base, const std::vector<int64_t>& dims,
+inline void strided_copy(const Tensor& in, int64_t base, std::span<const int64_t> dims,
                          const std::vector<int64_t>& strides, Tensor& out, std::string_view what) {
   dispatch_storage(in.dtype(), what, [&](auto tag) {
     using U = typename decltype(tag)::type;

@@ -97,7 +97,7 @@ void choose_places(Planning& P) {
           if (out >= 0) p.values[out].on_accel = true;
       } else {
         st.place = StepPlace::kHost;
-        st.kernel = def.kernel;
+        st.kernel = def.specialize ? def.specialize(n) : def.kernel;
         st.fallback = why;
         ONYX_CHECK(st.kernel, n.describe(), ": op ", def.name, " has no CPU kernel");
       }
