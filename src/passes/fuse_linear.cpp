@@ -367,6 +367,7 @@ LinearReport group_nbits(Graph& g) {
   };
   auto per_feature = [](const Tensor& t, int64_t n) {
     Shape s = t.shape();
+    if (t.rank() == 0) return cat(dtype_name(t.dtype()), 0);  // a scalar: no per-feature axis
     s[0] = t.rank() >= 2 ? 1 : s[0] / n;
     return cat(dtype_name(t.dtype()), t.rank(), s.str());
   };
