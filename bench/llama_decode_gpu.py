@@ -384,26 +384,31 @@ def generate_steps(args, c, path, P, batch, g):
     the ids read back): what `onyx generate` and onyx serve pay per token. The first steps (the
     one that captures, and a few after) are left out of the median."""
     import json
+    import shutil
     import onyx.genai as og
     from onyx import _onyx
     folder = os.path.join(os.path.dirname(path), "generate")
     os.makedirs(folder, exist_ok=True)
     for f in (os.path.basename(path), os.path.basename(path) + ".data"):
+        # A copy: onyx refuses external data outside the folder (so no symbolic link), and onnx
+        # refuses a data file with several hard links.
         if not os.path.exists(os.path.join(folder, f)):
-            os.symlink(os.path.join(os.path.dirname(path), f), os.path.join(folder, f))
+            shutil.copyfile(os.path.join(os.path.dirname(path), f), os.path.join(folder, f))
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump({"model_type": "llama", "hidden_size": c["hidden"], "num_attention_heads": c["heads"],
                    "num_key_value_heads": c["kv_heads"], "head_dim": c["head_dim"], "vocab_size": c["vocab"],
                    "max_position_embeddings": c["max_pos"], "bos_token_id": 128000, "eos_token_id": 128001}, f)
     warm = 8
+    budget = warm + args.generate + 3 * (args.profile or 0) + 16  # new tokens, with room to spare
+    if P + budget > c["max_pos"]:  # the rotary table ends at max_pos: start the prompt earlier
+        P = c["max_pos"] - budget
     t0 = time.time()
     model = og.Model(folder, device="cuda:0", capture="require")
     print(f"onyx generate: {folder} loaded in {time.time() - t0:.1f} s; cache {model.cache_mode}", flush=True)
     rows = [torch.randint(0, c["vocab"], (P,), generator=g).tolist() for _ in range(batch)]
     gen = _onyx.Generator(model._m)
     t0 = time.perf_counter()
-    gen.begin(rows, {"max_new_tokens": warm + args.generate + 3 * (args.profile or 0) + 2, "do_sample": False},
-              False)
+    gen.begin(rows, {"max_new_tokens": budget, "do_sample": False}, False)
     gen.next()  # the prompt's step
     prefill = (time.perf_counter() - t0) * 1e3
     times = []
