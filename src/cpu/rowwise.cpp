@@ -178,6 +178,27 @@ void RangeWithZeroImpl(const float* x, int64_t n, float* lo_out, float* hi_out) 
   *hi_out = h;
 }
 
+void ExpWeightsImpl(const float* z, int64_t n, float m, float tau, double* e) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;  // as many floats as a vector holds doubles
+  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
+  const auto vm = hn::Set(dd, static_cast<double>(m)), vtau = hn::Set(dd, static_cast<double>(tau));
+  // Below e^-708 a weight is 0 (Highway's Exp is defined down to about there): next to the
+  // largest token's weight of 1 it is nothing, and a weight of 0 is never drawn.
+  const auto floor = hn::Set(dd, -708.0);
+  int64_t j = 0;
+  for (; j + L <= n; j += L) {
+    const auto zd = hn::PromoteTo(dd, hn::LoadU(df, z + j));
+    const auto x = hn::Sub(zd, vm);
+    const auto keep = hn::And(hn::Ge(zd, vtau), hn::Gt(x, floor));
+    hn::StoreU(hn::IfThenElseZero(keep, hn::Exp(dd, hn::Max(x, floor))), dd, e + j);
+  }
+  for (; j < n; ++j) {
+    const double x = static_cast<double>(z[j]) - m;
+    e[j] = z[j] >= tau && x > -708.0 ? std::exp(x) : 0.0;
+  }
+}
+
 template <class Q>
 void Quantize8(const float* x, int64_t n, float scale, float zero_point, float lo, float hi, Q* y) {
   const DF d;
@@ -253,11 +274,17 @@ HWY_EXPORT(NormRowsImpl);
 HWY_EXPORT(ActivateImpl);
 HWY_EXPORT(GatedImpl);
 HWY_EXPORT(RangeWithZeroImpl);
+HWY_EXPORT(ExpWeightsImpl);
 HWY_EXPORT(Quantize8Impl);
 HWY_EXPORT(Requantize8Impl);
 
 void range_with_zero(const float* x, int64_t n, float* lo, float* hi) {
   HWY_DYNAMIC_DISPATCH(RangeWithZeroImpl)(x, n, lo, hi);
+}
+
+void exp_weights(const float* z, int64_t n, float m, float tau, double* e) {
+  if (n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(ExpWeightsImpl)(z, n, m, tau, e);
 }
 
 void quantize_8bit(const float* x, int64_t n, float scale, float zero_point, float lo, float hi, bool is_signed,

@@ -31,6 +31,11 @@ void norm_rows(const NormRows& a);
 // lo = min(0, x...) and hi = max(0, x...), NaN skipped: the range of DynamicQuantizeLinear.
 void range_with_zero(const float* x, int64_t n, float* lo, float* hi);
 
+// e[i] = exp(double(z[i]) - m) where z[i] >= tau, else 0 (and 0 below e^-708, where a weight is
+// nothing next to the largest one's): the sampler's token weights (ops/sampling.cpp), within
+// an ulp or two of std::exp.
+void exp_weights(const float* z, int64_t n, float m, float tau, double* e);
+
 // y[i] = rint(x[i] / scale) + zero_point, clamped to [lo, hi], as int8 (is_signed) or uint8; the
 // quotient in float, ties to even; NaN gives the zero point (clamped). QuantizeLinear's and
 // DynamicQuantizeLinear's 8-bit quantization (ops/quantize.h has the scalar definition).

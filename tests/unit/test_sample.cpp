@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -236,6 +237,106 @@ TEST(SamplePenalties, GeneratedStartSplitsPromptFromGenerated) {
   r.opt = options(0.f, 0, 2.f, 0.f, 0.f);
   r.generated_start = 4;
   EXPECT_EQ(run_sample({r})[0], 1);
+}
+
+// Top-k, top-p and min-p over vocabularies up to Llama 3's, against the rules computed from a
+// whole sorted copy in float64 (z itself as the kernel computes it, l / t in float32): the
+// kernel selects among the largest tokens only. Logits at several scales, some rounded to
+// quarters (many ties at the thresholds), the largest value repeated in some rows. A case
+// where rounding could decide (a top-p group boundary, the min-p threshold, the draw near a
+// boundary) is left out and counted.
+int64_t threshold_reference(const std::vector<float>& logits, const std::vector<float>& opt, double u) {
+  const int64_t V = static_cast<int64_t>(logits.size());
+  const float t = opt[sampling::kTemperature];
+  std::vector<float> z(logits);
+  for (float& x : z) x /= t;
+  std::vector<float> sorted(z);
+  std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+  const double m = sorted[0];
+  float tau = -INFINITY;
+  const int64_t k = static_cast<int64_t>(opt[sampling::kTopK]);
+  if (k > 0 && k < V) tau = sorted[k - 1];
+  double above = 0;
+  for (float x : sorted)
+    if (x >= tau) above += std::exp(double(x) - m);
+  if (opt[sampling::kTopP] < 1.f) {
+    const double want = double(opt[sampling::kTopP]) * above;
+    double mass = 0;
+    for (size_t i = 0; i < sorted.size() && sorted[i] >= tau;) {
+      const float v = sorted[i];
+      while (i < sorted.size() && sorted[i] == v) mass += std::exp(double(sorted[i++]) - m);
+      if (std::abs(mass - want) < 1e-9 * above) return -1;
+      if (mass >= want) {
+        tau = std::max(tau, v);
+        break;
+      }
+    }
+  }
+  if (opt[sampling::kMinP] > 0.f) {
+    const float tau_min = static_cast<float>(m) + std::log(opt[sampling::kMinP]);
+    for (float x : sorted)
+      if (std::abs(double(x) - tau_min) < 1e-4) return -1;
+    tau = std::max(tau, tau_min);
+  }
+  double total = 0;
+  for (float x : z)
+    if (x >= tau) total += std::exp(double(x) - m);
+  const double target = u * total;
+  double cum = 0;
+  for (int64_t j = 0; j < V; ++j) {
+    if (z[j] < tau) continue;
+    cum += std::exp(double(z[j]) - m);
+    if (std::abs(cum - target) < 1e-9 * total) return -1;
+    if (cum > target) return j;
+  }
+  return -1;
+}
+
+TEST(SampleThresholds, TopKTopPMinPAgainstAWholeSort) {
+  int64_t compared = 0, left_out = 0, narrowed = 0;
+  const int64_t sizes[] = {50, 1000, 32000, 128256};
+  for (int trial = 0; trial < 48; ++trial) {
+    const int64_t V = sizes[trial % 4];
+    const float scale = std::array<float, 3>{0.5f, 3.f, 12.f}[(trial / 4) % 3];
+    std::normal_distribution<float> normal(0.f, scale);
+    std::uniform_real_distribution<float> unit(0.f, 1.f);
+    const int B = 3;
+    std::vector<Row> rows;
+    for (int b = 0; b < B; ++b) {
+      Row r;
+      r.logits.resize(V);
+      const bool quarters = (trial + b) % 3 == 0;
+      for (float& x : r.logits) x = quarters ? std::round(normal(rng()) * 4.f) / 4.f : normal(rng());
+      if (b == 1) r.logits[V / 3] = r.logits[V / 2] = *std::max_element(r.logits.begin(), r.logits.end());
+      const int ks[] = {0, 1, 5, 50, 400};
+      r.opt = options(0.3f + 1.2f * unit(rng()), ks[std::uniform_int_distribution<int>(0, 4)(rng())], 1.f, 0.f, 0.f);
+      r.opt[sampling::kTopP] = (trial + b) % 4 == 3 ? 1.f : 0.05f + 0.94f * unit(rng());
+      r.opt[sampling::kMinP] = (trial + b) % 5 == 0 ? 0.001f + 0.2f * unit(rng()) : 0.f;
+      r.seed = rng()();
+      r.counter = std::uniform_int_distribution<uint64_t>(0, 1000)(rng());
+      r.history = {-1};
+      rows.push_back(std::move(r));
+    }
+    const std::vector<int64_t> got = run_sample(rows);
+    for (int b = 0; b < B; ++b) {
+      const Row& r = rows[b];
+      const int64_t want = threshold_reference(r.logits, r.opt, sampling::uniform(r.seed, r.counter));
+      if (want < 0) {
+        ++left_out;
+        continue;
+      }
+      ++compared;
+      // (How often the thresholds cut the vocabulary to under a hundredth: the selection's case.)
+      narrowed += r.opt[sampling::kTopP] < 1.f || r.opt[sampling::kTopK] > 0;
+      ASSERT_EQ(got[b], want) << "trial " << trial << ", row " << b << " (V " << V << ", scale " << scale
+                              << ", t " << r.opt[0] << ", k " << r.opt[1] << ", p " << r.opt[2] << ", min_p " << r.opt[3]
+                              << ")";
+    }
+  }
+  std::printf("[ reference ] %lld rows compared (%lld with top-k or top-p), %lld left out as rounding-close\n",
+              static_cast<long long>(compared), static_cast<long long>(narrowed), static_cast<long long>(left_out));
+  EXPECT_GT(compared, 120);
+  EXPECT_GT(narrowed, 90);
 }
 
 TEST(SamplePenalties, ShapesAndTypesAreChecked) {
