@@ -109,16 +109,16 @@ const Tensor& StepLoop::fetch(RunEnv& env, int id, bool accel) const {
   return want;
 }
 
-Shape StepLoop::planned_shape(const ExecutionPlan& plan, int id, const StepBindings& b) {
+Shape StepLoop::planned_shape(int id, const ValuePlan& v, const StepBindings& b) {
   if (b.shapes && (*b.shapes)[id]) return *(*b.shapes)[id];
-  return plan.values[id].type.shape.to_shape();  // asserts that the shape is known
+  return v.type.shape.to_shape();  // asserts that the shape is known
 }
 
 // A planned output's storage: its arena bytes, its group's slot, or a fresh allocation.
 Tensor StepLoop::bind_output(int id, const ValuePlan& v, bool accel, const StepBindings& b) const {
   if (v.kind == ValueKind::kArena && !v.on_accel && b.host_arena_values && (*b.host_arena_values)[id].defined())
     return (*b.host_arena_values)[id];
-  const Shape shape = b.shapes && (*b.shapes)[id] ? *(*b.shapes)[id] : v.type.shape.to_shape();
+  const Shape shape = planned_shape(id, v, b);
   switch (v.kind) {
     case ValueKind::kArena: {
       if (v.bytes == 0)  // no bytes to place (an empty tensor)
@@ -162,7 +162,7 @@ void StepLoop::run_planned(const ExecutionPlan& plan, const Step& step, RunEnv& 
     for (auto [o, i] : step.views) {
       int in = node.inputs[i], out = node.outputs[o];
       if (in < 0 || out < 0) continue;
-      const Shape shape = planned_shape(plan, out, b);
+      const Shape shape = planned_shape(out, plan.values[out], b);
       ONYX_ASSERT(env.find(in), "input ", i, " ('", graph_.values[in].name, "') has no value");
       for (bool accel : {false, true})
         if (const Tensor& src = env.side(accel)[in]; src.defined()) env.slot(accel, out) = src.view(shape);

@@ -164,8 +164,8 @@ class StepLoop {
   // Value `id` on the accelerator (or the host), copied there from the other device if needed.
   const Tensor& fetch(RunEnv& env, int id, bool accel) const;
   Tensor bind_output(int id, const ValuePlan& v, bool accel, const StepBindings& b) const;
-  // Value `id`'s planned shape.
-  static Shape planned_shape(const ExecutionPlan& plan, int id, const StepBindings& b);
+  // Value `id`'s shape: the run's precomputed one where the bindings have it, else its plan's `v`.
+  static Shape planned_shape(int id, const ValuePlan& v, const StepBindings& b);
   // Runs the subgraphs of `node`; each call first checks the run's control.
   SubgraphRunner subgraph_runner(RunEnv& env, const Scope* outer, const RunControl* control, const Node& node) const;
 
