@@ -15,23 +15,24 @@
 
 namespace onyx::cpu {
 
-constexpr int64_t kWinogradTile = 16;  // 4 x 4 transformed values per tile (and per weight)
+// The output tile (2: F(2x2, 3x3), 4: F(4x4, 3x3)) that a 3 x 3 convolution of cin -> cout
+// channels is better run with by winograd_conv3x3, or 0: not by Winograd.
+int winograd_tile(int64_t cout, int64_t cin);
 
-// Whether a 3 x 3 convolution of cin -> cout channels is better run by winograd_conv3x3.
-bool winograd_pays(int64_t cout, int64_t cin);
-
-// The transformed weights: u[(i * 4 + j) * cout * cin + co * cin + ci] = (G w[co, ci] G^T)[i][j]
-// for w [cout, cin, 3, 3] (computed in double, rounded once). u holds 16 cout cin floats.
-void winograd_weights(const float* w, int64_t cout, int64_t cin, float* u);
+// The transformed weights for output tiles of `tile` (alpha = tile + 2):
+// u[(i * alpha + j) * cout * cin + co * cin + ci] = (G w[co, ci] G^T)[i][j] for w [cout, cin, 3, 3]
+// (computed in double, rounded once). u holds alpha^2 cout cin floats.
+void winograd_weights(const float* w, int64_t cout, int64_t cin, int tile, float* u);
 
 struct WinogradConv3x3 {
   const float* x = nullptr;     // [n, cin, ih, iw]
-  const float* u = nullptr;     // winograd_weights' layout
+  const float* u = nullptr;     // winograd_weights' layout for `tile`
   const float* bias = nullptr;  // [cout], or null
   const float* z = nullptr;     // [n, cout, oh, ow] added before the activation, or null
   float* y = nullptr;           // [n, cout, oh, ow]
   int64_t n = 0, cin = 0, cout = 0, ih = 0, iw = 0, oh = 0, ow = 0;
   int64_t ph = 0, pw = 0;  // the leading pads (>= 0); the trailing ones follow from oh, ow
+  int tile = 2;  // outputs a tile a side: 2 or 4
   Activation act;
 };
 

@@ -326,11 +326,13 @@ CpuFuseReport fuse_cpu(Graph& g) {
         kg = wt->numel() / wt->shape()[0];
       }
       // A 3 x 3 convolution of stride 1, dilation 1, one group and enough channels
-      // (cpu::winograd_pays), when it alone reads its weights: transformed for Winograd's
-      // F(2x2, 3x3) (cpu::winograd_weights, [16, M, C]; ops/conv_pool.cpp). Before panels: it
-      // does 2.25 times fewer multiplications.
-      const bool winograd = mg > 0 && group == 1 && wt->rank() == 4 && wt->shape()[2] == 3 && wt->shape()[3] == 3 &&
-                            winograd_geometry(mm) && cpu::winograd_pays(wt->shape()[0], wt->shape()[1]);
+      // (cpu::winograd_tile), when it alone reads its weights: transformed for Winograd's
+      // F(2x2, 3x3) or F(4x4, 3x3) (cpu::winograd_weights, [16 or 36, M, C]; ops/conv_pool.cpp).
+      // Before panels: it does 2.25 or 4 times fewer multiplications.
+      const int winograd = mg > 0 && group == 1 && wt->rank() == 4 && wt->shape()[2] == 3 && wt->shape()[3] == 3 &&
+                                   winograd_geometry(mm)
+                               ? cpu::winograd_tile(wt->shape()[0], wt->shape()[1])
+                               : 0;
       const bool panels = !winograd && mg > 0 && cpu::conv_panels_pay(mg, kg);
       if ((chain.empty() && !panels && !winograd) || removed[last]) continue;
       bool free = true;
@@ -342,10 +344,10 @@ CpuFuseReport fuse_cpu(Graph& g) {
       r.nodes_removed += static_cast<int>(chain.size());
       if (winograd) {
         const int64_t cout = wt->shape()[0], cin = wt->shape()[1];
-        Tensor u(DType::kFloat32, Shape{cpu::kWinogradTile, cout, cin});
-        cpu::winograd_weights(wt->data<float>(), cout, cin, u.data<float>());
+        Tensor u(DType::kFloat32, Shape{(winograd + 2) * (winograd + 2), cout, cin});
+        cpu::winograd_weights(wt->data<float>(), cout, cin, winograd, u.data<float>());
         inputs[1] = add_initializer(g, g.values[w].name + "/winograd", std::move(u));
-        attrs.push_back(make_int_attr("w_winograd", 1));
+        attrs.push_back(make_int_attr("w_winograd", winograd));
         ++r.conv_winograd;
         if (--reads_left[w] == 0 && g.initializers.erase(w)) g.values[w].is_initializer = false;
       }
