@@ -9,6 +9,7 @@
 #include "cpu/conv.h"
 #include "cpu/gemm.h"
 #include "cpu/thread_pool.h"
+#include "cpu/winograd.h"
 #include "ops/broadcast.h"
 #include "ops/gemm.h"
 #include "ops/conv_util.h"
@@ -66,6 +67,15 @@ ConvShapes conv_shapes(const NodeView& node, const Shape& x, const Shape& w, boo
   return s;
 }
 
+// W's shape [M, C, 3, 3] from its Winograd-transformed form [(tile + 2)^2, M, C] (onyx::FusedConv's
+// w_winograd = tile, cpu::winograd_weights).
+Shape winograd_weight_shape(const Shape& u, int64_t tile) {
+  ONYX_CHECK((tile == 2 || tile == 4) && u.rank() == 3 && u[0] == (tile + 2) * (tile + 2),
+             "Winograd weights for output tiles of ", tile, " must have shape [", (tile + 2) * (tile + 2),
+             ", M, C], got ", u.str());
+  return Shape{u[1], u[2], 3, 3};
+}
+
 // Output spatial dims and begin pads of ConvTranspose (spec formulas; output_shape wins).
 void conv_transpose_geometry(const NodeView& node, ConvShapes& s, const std::vector<int64_t>& in) {
   Window& w = s.w;
@@ -102,7 +112,11 @@ void conv_transpose_geometry(const NodeView& node, ConvShapes& s, const std::vec
 // X is input 0 and W input `w_input` (1; 3 for QLinearConv).
 void infer_conv_like(InferContext& ctx, DType out_dtype, bool transposed, size_t w_input = 1) {
   const PartialShape& xs = ctx.input_shape(0);
-  const PartialShape& ws = ctx.input_shape(w_input);
+  PartialShape ws = ctx.input_shape(w_input);
+  if (const int64_t tile = transposed ? 0 : ctx.attr_int("w_winograd", 0)) {
+    ONYX_CHECK(ws.fully_known(), "Winograd weights must have a known shape");
+    ws = winograd_weight_shape(ws.to_shape(), tile);
+  }
   if (!xs.fully_known() || !ws.fully_known()) {
     PartialShape out = xs.rank_known ? PartialShape::of_rank(xs.dims.size()) : PartialShape();
     // With known weights, a forward conv still knows the batch, the output
@@ -418,14 +432,35 @@ void conv_forward_panels(const float* x, const float* w, const float* bias, cons
     }
 }
 
+// How onyx::FusedConv holds its weights (passes/fuse_cpu.h): as the graph gave them, as the
+// products' packed right-hand operand (w_panels), or Winograd-transformed (w_winograd).
+enum class WeightForm { kPlain, kPanels, kWinograd2, kWinograd4 };
+
 // The float32 convolution: a depthwise 2-D one by its direct kernel, the others as matrix
 // products (the weights the left operand, im2col's columns, or the image itself for a pointwise
 // convolution, the right), with bias and activation applied as each product stores its tile.
-// `w_panels`: the weights as conv_forward_panels reads them.
-void conv_forward_float(const float* x, const float* w, bool w_panels, const float* bias, const float* z, float* y,
+// `form`: kPanels, the weights as conv_forward_panels reads them; kWinograd2 and kWinograd4, as
+// cpu::winograd_conv3x3 does with output tiles of 2 or 4 (a 3 x 3 convolution of stride 1,
+// dilation 1, one group).
+void conv_forward_float(const float* x, const float* w, WeightForm form, const float* bias, const float* z, float* y,
                         const ConvShapes& s, const Im2ColGeometry& g, const cpu::Activation& act) {
-  if (w_panels) {
+  if (form == WeightForm::kPanels) {
     conv_forward_panels(x, w, bias, z, y, s, g, act);
+    return;
+  }
+  if (form == WeightForm::kWinograd2 || form == WeightForm::kWinograd4) {
+    ONYX_CHECK(g.grid.size() == 2 && s.group == 1 && g.kernel == std::vector<int64_t>({3, 3}) &&
+                   g.strides == std::vector<int64_t>({1, 1}) && g.dilations == std::vector<int64_t>({1, 1}) &&
+                   g.pad_begin[0] >= 0 && g.pad_begin[1] >= 0,
+               "Winograd weights need a 2-D 3 x 3 convolution of stride 1, dilation 1, one group and pads >= 0");
+    cpu::WinogradConv3x3 a;
+    a.x = x, a.u = w, a.bias = bias, a.z = z, a.y = y;
+    a.n = s.n, a.cin = s.c, a.cout = s.m;
+    a.ih = g.image[0], a.iw = g.image[1], a.oh = g.grid[0], a.ow = g.grid[1];
+    a.ph = g.pad_begin[0], a.pw = g.pad_begin[1];
+    a.tile = form == WeightForm::kWinograd2 ? 2 : 4;
+    a.act = act;
+    cpu::winograd_conv3x3(a);
     return;
   }
   const int64_t in_size = g.image_size(), out_size = g.grid_size(), K = g.kernel_size();
@@ -530,7 +565,11 @@ void conv_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& w = ctx.input(1);
   ONYX_CHECK(w.dtype() == x.dtype(), "W has dtype ", dtype_name(w.dtype()), ", X ", dtype_name(x.dtype()));
-  ConvShapes s = conv_shapes(ctx, x.shape(), w.shape(), false);
+  // onyx::FusedConv's weights may be Winograd-transformed for output tiles of w_winograd
+  // (2 or 4), [(w_winograd + 2)^2, M, C] for W [M, C, 3, 3].
+  const int64_t winograd = ctx.attr_int("w_winograd", 0);
+  const bool w_winograd = winograd != 0;
+  ConvShapes s = conv_shapes(ctx, x.shape(), w_winograd ? winograd_weight_shape(w.shape(), winograd) : w.shape(), false);
   s.out = window_output_dims(s.w, spatial(x.shape().dims()));
   check_bias(ctx, 2, s.m);
   Im2ColGeometry g = make_geometry(s.w, spatial(x.shape().dims()), s.out);
@@ -540,11 +579,15 @@ void conv_kernel(KernelContext& ctx) {
   const bool w_panels = ctx.attr_int("w_panels", 0) != 0;
   ONYX_CHECK(!w_panels || (x.dtype() == DType::kFloat32 && (s.m / s.group) % cpu::kPanel == 0),
              "weights in panels need float32 and output channels per group a multiple of ", cpu::kPanel);
+  ONYX_CHECK(!w_winograd || (x.dtype() == DType::kFloat32 && !w_panels), "Winograd weights need float32");
+  const WeightForm form = w_panels     ? WeightForm::kPanels
+                          : !w_winograd ? WeightForm::kPlain
+                                        : (winograd == 2 ? WeightForm::kWinograd2 : WeightForm::kWinograd4);
   if (x.dtype() == DType::kFloat32) {
     const float* pb = ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr;
     Tensor& y = ctx.output(0);
     if (!ctx.has_input(3)) {
-      conv_forward_float(x.data<float>(), w.data<float>(), w_panels, pb, nullptr, y.data<float>(), s, g, act);
+      conv_forward_float(x.data<float>(), w.data<float>(), form, pb, nullptr, y.data<float>(), s, g, act);
       return;
     }
     // onyx::FusedConv's Z, added before the activation: in the product's epilogue when it has
@@ -555,13 +598,13 @@ void conv_kernel(KernelContext& ctx) {
     dims.insert(dims.end(), s.out.begin(), s.out.end());
     const Shape conv_shape(dims);
     if (z.shape() == conv_shape && y.shape() == conv_shape) {
-      conv_forward_float(x.data<float>(), w.data<float>(), w_panels, pb, z.data<float>(), y.data<float>(), s, g, act);
+      conv_forward_float(x.data<float>(), w.data<float>(), form, pb, z.data<float>(), y.data<float>(), s, g, act);
       return;
     }
     // Z of another shape (broadcast, perhaps raising the output's): the convolution apart, then
     // both broadcast onto the output as the Add did.
     Tensor conv(DType::kFloat32, conv_shape, ctx.allocator());
-    conv_forward_float(x.data<float>(), w.data<float>(), w_panels, pb, nullptr, conv.data<float>(), s, g,
+    conv_forward_float(x.data<float>(), w.data<float>(), form, pb, nullptr, conv.data<float>(), s, g,
                        cpu::Activation{});
     float* py = y.data<float>();
     const float* pc = conv.data<float>();

@@ -24,7 +24,10 @@
 //   -> onyx::FusedConv(X, W, B, Z; Conv's attributes, plus the activation's) (ops/conv_pool.cpp).
 //   Large weights (cpu::conv_panels_pay), when the convolution alone reads them, are packed as
 //   the products' right-hand operand (each group's W^T, cpu::pack_b; attribute w_panels = 1),
-//   a Conv with nothing to absorb becoming a FusedConv for that alone.
+//   a Conv with nothing to absorb becoming a FusedConv for that alone. A 3 x 3 convolution of
+//   stride 1, dilation 1, one group and enough channels (cpu::winograd_tile) has its weights
+//   transformed for Winograd's F(2x2, 3x3) or F(4x4, 3x3) instead ([16 or 36, M, C]; attribute
+//   w_winograd = the output tile, 2 or 4).
 //
 //   A product by a transposed operand, scaled or not (attention scores: Whisper's and others'
 //   Q (K^T s)): MatMul(A, Transpose(B)) or MatMul(A, Mul(Transpose(B), s)), the transposition
@@ -48,6 +51,7 @@ struct CpuFuseReport {
   int conv_activations = 0;  // activations absorbed into onyx::FusedConv
   int conv_residuals = 0;    // residual Adds absorbed into onyx::FusedConv
   int conv_panels = 0;       // onyx::FusedConv weights kept as the products' packed operand (w_panels)
+  int conv_winograd = 0;     // onyx::FusedConv weights transformed for Winograd (w_winograd)
   int transposed_products = 0;  // MatMul(A, [Mul(] Transpose(B) [, s)]) -> FusedMatMul(transB, alpha)
   int nodes_removed = 0;
 };
