@@ -226,6 +226,9 @@ def main():
                     help="also time N decode steps of onyx's generation loop (onyx.genai's native Generator on "
                          "a folder holding the same model: the cache written in place, greedy on the device) per "
                          "batch and past")
+    ap.add_argument("--sample", action="store_true",
+                    help="with --generate: also time the loop sampling on the device (temperature 0.6, top-p 0.9: "
+                         "Llama 3's generation_config) and with top-k 50 added")
     ap.add_argument("--profile", type=int, default=0,
                     help="also trace N steps of each (CUPTI through torch.profiler) and print GPU time by kernel")
     args = ap.parse_args()
@@ -371,17 +374,24 @@ def main():
                 profile(f"torch CUDA Graph, batch {batch}", graph.replay, args.profile)
             del graph
             if args.generate:
-                try:
-                    generate_steps(args, c, path, P, batch, g)
-                except Exception as e:  # report and go on
-                    print(f"onyx generate, batch {batch}, past {P} failed: {type(e).__name__}: {e}", flush=True)
+                modes = [("greedy", {"do_sample": False})]
+                if args.sample:
+                    modes += [("t 0.6, top-p 0.9", {"do_sample": True, "temperature": 0.6, "top_p": 0.9}),
+                              ("t 0.6, top-k 50, top-p 0.9",
+                               {"do_sample": True, "temperature": 0.6, "top_k": 50, "top_p": 0.9})]
+                for mode, search in modes:
+                    try:
+                        generate_steps(args, c, path, P, batch, g, mode, search)
+                    except Exception as e:  # report and go on
+                        print(f"onyx generate ({mode}), batch {batch}, past {P} failed: {type(e).__name__}: {e}",
+                              flush=True)
 
 
-def generate_steps(args, c, path, P, batch, g):
-    """onyx's generation loop on the same model: a folder beside it (the model linked, a
-    config.json), prompts of P random ids per row, then args.generate greedy decode steps, each
-    timed from the call to the tokens on the host (the step's graph replay, the device's argmax,
-    the ids read back): what `onyx generate` and onyx serve pay per token. The first steps (the
+def generate_steps(args, c, path, P, batch, g, mode="greedy", search=None):
+    """onyx's generation loop on the same model: a folder beside it (the model copied, a
+    config.json), prompts of P random ids per row, then args.generate decode steps (greedy, or
+    sampling as `search` says), each timed from the call to the tokens on the host (the step's
+    graph replay, the sampler on the device, the ids read back): what `onyx generate` and onyx serve pay per token. The first steps (the
     one that captures, and a few after) are left out of the median."""
     import json
     import shutil
@@ -408,7 +418,7 @@ def generate_steps(args, c, path, P, batch, g):
     rows = [torch.randint(0, c["vocab"], (P,), generator=g).tolist() for _ in range(batch)]
     gen = _onyx.Generator(model._m)
     t0 = time.perf_counter()
-    gen.begin(rows, {"max_new_tokens": budget, "do_sample": False}, False)
+    gen.begin(rows, {"max_new_tokens": budget, **(search or {"do_sample": False})}, False)
     gen.next()  # the prompt's step
     prefill = (time.perf_counter() - t0) * 1e3
     times = []
@@ -421,14 +431,14 @@ def generate_steps(args, c, path, P, batch, g):
     steady = times[warm:]
     if steady:
         med = statistics.median(steady)
-        print(f"| onyx generate | batch {batch} | past {P}-{P + len(times)} | {med:.3f} ms/step "
+        print(f"| onyx generate ({mode}) | batch {batch} | past {P}-{P + len(times)} | {med:.3f} ms/step "
               f"(min {min(steady):.3f}, {len(steady)} steps) | {batch * 1e3 / med:.0f} tokens/s | prompt of {P} in "
               f"{prefill:.1f} ms (with its first token) |", flush=True)
     else:
-        print(f"onyx generate, batch {batch}: stopped after {len(times)} steps (EOS)", flush=True)
+        print(f"onyx generate ({mode}), batch {batch}: stopped after {len(times)} steps (EOS)", flush=True)
     print(f"    onyx generate capture report: {model.capture_report()}", flush=True)
     if args.profile and not gen.done:
-        profile(f"onyx generate, batch {batch}", lambda: None if gen.done else gen.next(), args.profile)
+        profile(f"onyx generate ({mode}), batch {batch}", lambda: None if gen.done else gen.next(), args.profile)
     gen.stop()
     del gen, model
 

@@ -1,6 +1,8 @@
 #include "exec/capture.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 
 namespace onyx {
 
@@ -18,10 +20,25 @@ SignatureCapture::SignatureCapture(Backend& backend, CaptureMode mode, bool vali
       output_roots_(std::move(output_roots)) {}
 
 const std::vector<Tensor>& SignatureCapture::input_slots() {
-  if (input_slots_.empty())
-    for (const ValueType& t : input_types_)
-      input_slots_.push_back(dtype_is_object(t.dtype) ? Tensor()
-                                                       : Tensor(t.dtype, t.shape.to_shape(), backend_.allocator()));
+  if (!input_slots_.empty() || input_types_.empty()) return input_slots_;
+  const size_t align = std::max<size_t>(backend_.alignment(), 16);
+  size_t total = 0;
+  slot_offsets_.assign(input_types_.size(), 0);
+  for (size_t i = 0; i < input_types_.size(); ++i) {
+    const ValueType& t = input_types_[i];
+    if (dtype_is_object(t.dtype)) continue;
+    slot_offsets_[i] = total;
+    total += (static_cast<size_t>(t.shape.to_shape().numel()) * dtype_size(t.dtype) + align - 1) / align * align;
+  }
+  const Tensor all(DType::kUInt8, Shape{static_cast<int64_t>(std::max<size_t>(total, 1))}, backend_.allocator());
+  char* base = static_cast<char*>(all.raw());
+  for (size_t i = 0; i < input_types_.size(); ++i) {
+    const ValueType& t = input_types_[i];
+    input_slots_.push_back(dtype_is_object(t.dtype) ? Tensor()
+                                                     : Tensor::borrow(t.dtype, t.shape.to_shape(),
+                                                                      base + slot_offsets_[i], all.storage(),
+                                                                      all.device()));
+  }
   return input_slots_;
 }
 
@@ -55,26 +72,55 @@ static bool fed_and_bound(const Tensor& feed, const std::map<int, Tensor>& bound
 }
 
 // Each feed goes into its slot on the stream (nothing to do when the feed is the slot);
-// returns what the steps read per input.
+// returns what the steps read per input. Host feeds of neighbouring slots are gathered on the
+// host and go over in one copy (a decode step's ids, positions, sampling options and so on
+// are one copy, not one each).
 std::vector<Tensor> SignatureCapture::write_inputs(const std::vector<Tensor>& feeds,
                                                    const std::map<int, Tensor>& bound) {
   const std::vector<Tensor>& slots = input_slots();
   std::vector<Tensor> inputs(slots.size());
+  size_t run_first = 0, run_end = 0;  // the host feeds gathered so far: slots [run_first, run_end)
+  auto flush = [&] {
+    if (run_end == run_first) return;
+    const size_t from = slot_offsets_[run_first];
+    const size_t last = run_end - 1;
+    const size_t bytes = slot_offsets_[last] + feeds[last].bytes() - from;
+    if (run_end - run_first == 1) {
+      backend_.copy_from_host(slots[run_first].raw(), feeds[run_first].raw(), bytes);
+    } else {
+      host_run_.resize(std::max(host_run_.size(), bytes));
+      for (size_t k = run_first; k < run_end; ++k)
+        std::memcpy(host_run_.data() + (slot_offsets_[k] - from), feeds[k].raw(), feeds[k].bytes());
+      backend_.copy_from_host(slots[run_first].raw(), host_run_.data(), bytes);
+    }
+    run_first = run_end = 0;
+  };
   for (size_t i = 0; i < slots.size(); ++i) {
     ONYX_CHECK(i < feeds.size() && feeds[i].defined(), "a captured run needs every input fed; input ", i, " was not");
     const Tensor& feed = feeds[i];
     const Tensor& slot = slots[i];
     if (!slot.defined() || fed_and_bound(feed, bound)) {  // strings stay on the host; a bound cache is read in place
       inputs[i] = feed;
+      flush();
       continue;
     }
     ONYX_ASSERT(feed.shape() == slot.shape() && feed.dtype() == slot.dtype(), "feed ", feed.type_str(),
                 " does not fit its slot ", slot.type_str());
     inputs[i] = slot;
-    if (feed.raw() == slot.raw() || feed.bytes() == 0) continue;
-    if (feed.on_host()) backend_.copy_from_host(slot.raw(), feed.raw(), feed.bytes());
-    else backend_.copy_on_device(slot.raw(), feed.raw(), feed.bytes());
+    if (feed.raw() == slot.raw() || feed.bytes() == 0) {
+      flush();
+      continue;
+    }
+    if (!feed.on_host()) {
+      flush();
+      backend_.copy_on_device(slot.raw(), feed.raw(), feed.bytes());
+      continue;
+    }
+    if (run_end != i) flush();  // not the neighbour of the run gathered so far
+    if (run_end == run_first) run_first = i;
+    run_end = i + 1;
   }
+  flush();
   return inputs;
 }
 

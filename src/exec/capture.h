@@ -57,7 +57,8 @@ class SignatureCapture {
   bool run(const std::vector<Tensor>& feeds, const Arena& arena, const Record& record,
            const std::map<int, Tensor>& bound = {});
 
-  // The device tensors the graph reads its inputs from (allocated on first need).
+  // The device tensors the graph reads its inputs from (allocated on first need, side by side
+  // in one allocation, so that host feeds of neighbouring slots go over in one copy).
   // They outlive a released graph, so a caller that writes into them stays valid.
   const std::vector<Tensor>& input_slots();
   const std::map<int, Tensor>& output_slots() const { return output_slots_; }
@@ -85,6 +86,8 @@ class SignatureCapture {
   std::vector<Slot> output_roots_;
   size_t runs_ = 0;
   std::vector<Tensor> input_slots_;
+  std::vector<size_t> slot_offsets_;  // each slot's byte offset in the slots' allocation
+  std::vector<char> host_run_;        // host feeds of neighbouring slots gathered for one copy
   std::map<int, Tensor> output_slots_;
   std::map<int, const void*> adopted_;        // output groups the graph writes into the caller's tensors
   std::map<size_t, const void*> adopted_in_;  // inputs the graph reads from the caller's tensors

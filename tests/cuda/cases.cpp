@@ -318,6 +318,17 @@ void genai_ops(std::vector<Case>& v) {
                {X({2, 1, 128256}), Vals(f32, {2, 7}, {0, 0, 1, 0, 1.1, 0.5, 1, /**/ 1, 0, 1, 0, 1.05, 0.2, 2}),
                 Vals(i64, {2, 2}, {1, 1, 2, 2}), Ints({2, 9000}, -1, 3000, i64), None(), Vals(i64, {2}, {4000, 0})},
                {}, 2, 1, g});
+  // A Llama 3 vocabulary without penalties, as generation runs it: integer logits, so that the
+  // largest value repeats and the first of its indices must win; the logits read are an output.
+  v.push_back({"greedy_big_vocab_ties", "Sample", kFloats,
+               {Ints({3, 1, 128256}, -40, 40), Vals(f32, {3, 7}, {0, 0, 1, 0, 1, 0, 0, /**/ 0, 0, 1, 0, 1, 0, 0,
+                                                                 /**/ 0, 0, 1, 0, 1, 0, 0}),
+                Vals(i64, {3, 2}, {1, 0, 2, 0, 3, 0})}, {}, 2, 1, g});
+  // Top-k and top-p over the same vocabulary (their thresholds found by passes over the row),
+  // at two positions of an odd row length (rows not aligned to 16 bytes).
+  v.push_back({"sampled_big_vocab", "Sample", kFloats,
+               {X({2, 2, 128255}), Vals(f32, {2, 7}, {0.8, 50, 0.9, 0, 1, 0, 0, /**/ 1.0, 0, 0.95, 0.01, 1, 0, 0}),
+                Vals(i64, {2, 2}, {31, 7, 32, 8}), None(), Vals(i64, {2}, {0, 1})}, {}, 2, 1, g});
   v.push_back({"fill_f32", "ConstantOfShape", {D::kFloat32}, {Vals(D::kInt64, {3}, {2, 3, 5})},
                {attr_tensor("value", Tensor::from_vector<float>({-2.5f}, Shape{1}))}, 1, 9});
   v.push_back({"fill_i64", "ConstantOfShape", {D::kFloat32}, {Vals(D::kInt64, {2}, {4, 7})},

@@ -111,15 +111,69 @@ struct SampleRow {
   const uint32_t* counts;   // per rank: generated entries of that id (null: no count penalty)
   float opt[sampling::kOptionCount];
   float inv_t;
-  __device__ float z(int64_t j) const {
-    float l = load_f(a.logits, a.code, base + j);
+  // z of token j from its logit l: penalized, then divided by the temperature.
+  __device__ __forceinline__ float z_of(float l, int64_t j) const {
     if (seen) {
       const uint32_t word = seen[j >> 5], bit = 1u << (j & 31);
       if (word & bit) l = sampling::penalized(l, opt, counts ? counts[before[j >> 5] + __popc(word & (bit - 1))] : 0);
     }
     return l * inv_t;
   }
+  __device__ float z(int64_t j) const { return z_of(load_f(a.logits, a.code, base + j), j); }
 };
+
+// The row passes are bound by the latency of their loads, not by bandwidth: one block reads a
+// whole row (128,256 logits for Llama 3). So each thread has kInFlight 16-byte packs loading
+// before it uses the first (a strided pass), or 8 logits of its chunk (a chunk pass).
+constexpr int kInFlight = 4;
+
+// f(l, j) for every logit l = row[j] of this thread's share: 16-byte packs strided over the
+// block, the elements before the first aligned pack and after the last one singly.
+template <class T, class F>
+__device__ __forceinline__ void visit_typed(const T* row, int64_t V, F& f) {
+  constexpr int E = 16 / sizeof(T);
+  const int64_t step = blockDim.x;
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(row);
+  int64_t head = addr % sizeof(T) ? V : static_cast<int64_t>(((16 - addr % 16) % 16) / sizeof(T));
+  if (head > V) head = V;
+  for (int64_t j = threadIdx.x; j < head; j += step) f(static_cast<float>(to_compute(row[j])), j);
+  const int64_t packs = (V - head) / E;
+  const uint4* p = reinterpret_cast<const uint4*>(row + head);
+  int64_t q = threadIdx.x;
+  for (; q + (kInFlight - 1) * step < packs; q += kInFlight * step) {
+    uint4 w[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) w[u] = __ldcg(p + q + u * step);
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      float l[E];
+      pack_to_floats<T>(w[u], l);
+      const int64_t j0 = head + (q + u * step) * E;
+#pragma unroll
+      for (int e = 0; e < E; ++e) f(l[e], j0 + e);
+    }
+  }
+  for (; q < packs; q += step) {
+    float l[E];
+    pack_to_floats<T>(__ldcg(p + q), l);
+#pragma unroll
+    for (int e = 0; e < E; ++e) f(l[e], head + q * E + e);
+  }
+  for (int64_t j = head + packs * E + threadIdx.x; j < V; j += step) f(static_cast<float>(to_compute(row[j])), j);
+}
+
+template <class F>
+__device__ __forceinline__ void visit_row(const SampleArgs& a, int64_t base, F&& f) {
+  if (a.code == kF32) visit_typed(static_cast<const float*>(a.logits) + base, a.V, f);
+  else if (a.code == kF16) visit_typed(static_cast<const __half*>(a.logits) + base, a.V, f);
+  else visit_typed(static_cast<const __nv_bfloat16*>(a.logits) + base, a.V, f);
+}
+
+// The logits [j, j + n) (n <= 8) into l, loaded before any is used.
+__device__ __forceinline__ void load_run(const SampleArgs& a, int64_t at, int n, float (&l)[8]) {
+#pragma unroll
+  for (int k = 0; k < 8; ++k) l[k] = k < n ? load_f(a.logits, a.code, at + k) : 0.f;
+}
 
 struct MaxIdx {  // the larger value; the smaller index among equals
   float v;
@@ -145,14 +199,76 @@ __device__ uint32_t exclusive_scan(uint32_t v, uint32_t* scratch) {
   return base + inclusive - v;
 }
 
+// The thresholds of top-k and top-p: the largest key K in [lo, hi) whose tokens at or above it
+// weigh at least `want` (the weight of a token 1 for a count, exp(z - m) for a mass), given that
+// K = lo qualifies and no key at or above hi does. Each pass over the row weighs kProbes keys
+// spread over the range at once (one accumulator each per thread), so the range shrinks 16-fold
+// a pass: 8 passes for 32-bit keys, where a bisection takes 32.
+constexpr int kProbes = 15;
+constexpr int kProbeScratch = (kSampleThreads / 32) * kProbes + kProbes;
+
+template <class Acc, class Weight>
+__device__ float largest_at_least(const SampleArgs& a, const SampleRow& row, uint32_t lo, uint32_t hi, Acc want,
+                                  Weight weight, Acc* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  Acc* total = scratch + warps * kProbes;
+  while (hi - lo > 1) {
+    const uint64_t width = hi - lo;
+    auto probe = [&](int i) { return lo + static_cast<uint32_t>(width * (i + 1) / (kProbes + 1)); };
+    float at[kProbes];
+#pragma unroll
+    for (int i = 0; i < kProbes; ++i) at[i] = key_value(probe(i));
+    // The keys below every float's (negative NaNs) compare false: the first real probe bounds
+    // the tokens worth weighing.
+    float least = INFINITY;
+#pragma unroll
+    for (int i = kProbes - 1; i >= 0; --i)
+      if (!isnan(at[i])) least = at[i];
+    Acc acc[kProbes];
+#pragma unroll
+    for (int i = 0; i < kProbes; ++i) acc[i] = Acc(0);
+    visit_row(a, row.base, [&](float l, int64_t j) {
+      const float z = row.z_of(l, j);
+      if (!(z >= least)) return;
+      const Acc w = weight(z);
+#pragma unroll
+      for (int i = 0; i < kProbes; ++i)
+        if (z >= at[i]) acc[i] += w;
+    });
+#pragma unroll
+    for (int i = 0; i < kProbes; ++i)
+      for (int o = 16; o > 0; o >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+    __syncthreads();  // the last pass's totals may still be read
+    if (lane == 0)
+#pragma unroll
+      for (int i = 0; i < kProbes; ++i) scratch[warp * kProbes + i] = acc[i];
+    __syncthreads();
+    if (threadIdx.x < kProbes) {
+      Acc t = 0;
+      for (int w = 0; w < warps; ++w) t += scratch[w * kProbes + threadIdx.x];
+      total[threadIdx.x] = t;
+    }
+    __syncthreads();
+    // The weights fall as the key rises (each probe's tokens are a subset of the one before's,
+    // summed in the same order), so the probes that qualify are a prefix.
+    int last = -1;
+    for (int i = 0; i < kProbes; ++i)
+      if (total[i] >= want) last = i;
+    const uint32_t next_lo = last >= 0 ? probe(last) : lo;
+    if (last + 1 < kProbes) hi = probe(last + 1);
+    lo = next_lo;
+  }
+  return key_value(lo);
+}
+
 __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
   ONYX_KERNEL_PROLOGUE();
   extern __shared__ uint32_t shared[];
   __shared__ double dscratch[32];
   __shared__ float fscratch[32];
   __shared__ int64_t iscratch[32];
-  __shared__ int64_t cscratch[32];
   __shared__ uint32_t uscratch[32];
+  __shared__ double probe_scratch[kProbeScratch];
   const int64_t b = blockIdx.x, V = a.V;
   SampleRow row{a, 0, nullptr, nullptr, nullptr, {}, 1.f};
   for (int o = 0; o < sampling::kOptionCount; ++o) row.opt[o] = a.options[b * sampling::kOptionCount + o];
@@ -205,11 +321,13 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
   if (s < 0 || s >= a.S) s = a.S - 1;  // checked on the host where positions are known; never read outside
   row.base = (b * a.S + s) * V;
   row.inv_t = t == 0.f ? 1.f : 1.f / t;
-  if (a.read)
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) a.read[b * V + j] = load_f(a.logits, a.code, row.base + j);
-  // The largest z (and, for greedy, its first index).
+  // The largest z (and, for greedy, its first index); the logits read are kept where asked.
   MaxIdx best{-INFINITY, V};
-  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) best = better(best, MaxIdx{row.z(j), j});
+  float* read = a.read ? a.read + b * V : nullptr;
+  visit_row(a, row.base, [&](float l, int64_t j) {
+    if (read) read[j] = l;
+    best = better(best, MaxIdx{row.z_of(l, j), j});
+  });
   for (int o = 16; o > 0; o >>= 1) {
     MaxIdx other{__shfl_xor_sync(0xffffffffu, best.v, o), __shfl_xor_sync(0xffffffffu, best.i, o)};
     best = better(best, other);
@@ -228,36 +346,25 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
     return;
   }
   const float m = best.v;
-  auto count_at_least = [&](float tau) {
-    int64_t c = 0;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) c += row.z(j) >= tau;
-    return block_reduce(c, [](int64_t x, int64_t y) { return x + y; }, cscratch);
-  };
   auto mass_at_least = [&](float tau) {
     double s = 0;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-      const float v = row.z(j);
+    visit_row(a, row.base, [&](float l, int64_t j) {
+      const float v = row.z_of(l, j);
       if (v >= tau) s += exp(double(v) - m);
-    }
+    });
     return block_reduce(s, [](double x, double y) { return x + y; }, dscratch);
-  };
-  // The largest key whose predicate holds, the predicate true at `lo` and false above `hi`.
-  auto largest = [&](uint32_t lo, uint32_t hi, auto holds) {
-    while (hi - lo > 1) {
-      const uint32_t mid = lo + (hi - lo) / 2;
-      if (holds(key_value(mid))) lo = mid;
-      else hi = mid;
-    }
-    return key_value(lo);
   };
   float tau = -INFINITY;
   const uint32_t top = order_key(m) + 1;  // no z reaches key_value(top)
   const float* opt = row.opt;
   const int64_t k = static_cast<int64_t>(opt[sampling::kTopK]);
-  if (k > 0 && k < V) tau = largest(0u, top, [&](float x) { return count_at_least(x) >= k; });
+  if (k > 0 && k < V)
+    tau = largest_at_least<uint32_t>(a, row, 0u, top, static_cast<uint32_t>(k), [](float) { return 1u; },
+                                     reinterpret_cast<uint32_t*>(probe_scratch));
   if (opt[sampling::kTopP] < 1.f) {
     const double want = double(opt[sampling::kTopP]) * mass_at_least(tau);
-    tau = largest(order_key(tau), top, [&](float x) { return mass_at_least(x) >= want; });
+    tau = largest_at_least<double>(a, row, order_key(tau), top, want, [m](float z) { return exp(double(z) - m); },
+                                   probe_scratch);
   }
   if (opt[sampling::kMinP] > 0.f) tau = fmaxf(tau, m + logf(opt[sampling::kMinP]));
   // Draw: the first kept token whose running mass passes u * total, in index order. Each
@@ -265,9 +372,15 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
   const int64_t chunk = (V + blockDim.x - 1) / blockDim.x;
   const int64_t begin = threadIdx.x * chunk, end = min(V, begin + chunk);
   double own = 0;
-  for (int64_t j = begin; j < end; ++j) {
-    const float v = row.z(j);
-    if (v >= tau) own += exp(double(v) - m);
+  for (int64_t j = begin; j < end; j += 8) {
+    const int n = static_cast<int>(min(int64_t{8}, end - j));
+    float l[8];
+    load_run(a, row.base + j, n, l);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float v = k < n ? row.z_of(l[k], j + k) : -INFINITY;
+      if (v >= tau) own += exp(double(v) - m);
+    }
   }
   // An exclusive scan of the chunk masses across the block (blockDim.x <= 32 * 32).
   double inclusive = own;
@@ -288,12 +401,21 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
   if (own > 0 && before <= target && target < before + own) {
     double cum = before;
     int64_t last = begin;
-    for (int64_t j = begin; j < end; ++j) {
-      const float v = row.z(j);
-      if (v < tau) continue;
-      last = j;
-      cum += exp(double(v) - m);
-      if (cum > target) break;
+    bool found = false;
+    for (int64_t j = begin; j < end && !found; j += 8) {
+      const int n = static_cast<int>(min(int64_t{8}, end - j));
+      float l[8];
+      load_run(a, row.base + j, n, l);
+      for (int k = 0; k < n; ++k) {
+        const float v = row.z_of(l[k], j + k);
+        if (v < tau) continue;
+        last = j + k;
+        cum += exp(double(v) - m);
+        if (cum > target) {
+          found = true;
+          break;
+        }
+      }
     }
     a.out[b] = last;
   }
