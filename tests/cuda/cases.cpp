@@ -329,6 +329,11 @@ void genai_ops(std::vector<Case>& v) {
   v.push_back({"sampled_big_vocab", "Sample", kFloats,
                {X({2, 2, 128255}), Vals(f32, {2, 7}, {0.8, 50, 0.9, 0, 1, 0, 0, /**/ 1.0, 0, 0.95, 0.01, 1, 0, 0}),
                 Vals(i64, {2, 2}, {31, 7, 32, 8}), None(), Vals(i64, {2}, {0, 1})}, {}, 2, 1, g});
+  // Nearly flat logits over the same vocabulary: the tokens inside the thresholds' range stay
+  // more than the shared-memory pool holds, so the passes keep reading the row.
+  v.push_back({"sampled_flat_big_vocab", "Sample", kFloats,
+               {Uni({2, 1, 128256}, 1.0, 1.01), Vals(f32, {2, 7}, {1.0, 1000, 0.5, 0, 1, 0, 0, /**/ 1.0, 0, 0.3, 0, 1, 0, 0}),
+                Vals(i64, {2, 2}, {41, 2, 42, 3})}, {}, 2, 1, g});
   v.push_back({"fill_f32", "ConstantOfShape", {D::kFloat32}, {Vals(D::kInt64, {3}, {2, 3, 5})},
                {attr_tensor("value", Tensor::from_vector<float>({-2.5f}, Shape{1}))}, 1, 9});
   v.push_back({"fill_i64", "ConstantOfShape", {D::kFloat32}, {Vals(D::kInt64, {2}, {4, 7})},

@@ -201,18 +201,72 @@ __device__ uint32_t exclusive_scan(uint32_t v, uint32_t* scratch) {
 
 // The thresholds of top-k and top-p: the largest key K in [lo, hi) whose tokens at or above it
 // weigh at least `want` (the weight of a token 1 for a count, exp(z - m) for a mass), given that
-// K = lo qualifies and no key at or above hi does. Each pass over the row weighs kProbes keys
-// spread over the range at once (one accumulator each per thread), so the range shrinks 16-fold
-// a pass: 8 passes for 32-bit keys, where a bisection takes 32.
+// K = lo qualifies and no key at or above hi does. Each pass weighs kProbes keys spread over the
+// range at once (one accumulator each per thread), so the range shrinks 16-fold a pass: 8
+// passes for 32-bit keys, where a bisection takes 32. After the second pass (and again after
+// the fourth) the tokens still inside the range are gathered into shared memory, when there
+// are at most kPool of them (the weight of those above it summed once): the passes after that
+// read the pool, not the row.
 constexpr int kProbes = 15;
 constexpr int kProbeScratch = (kSampleThreads / 32) * kProbes + kProbes;
+constexpr int kPool = 4096;
+
+struct SamplePool {
+  float* z;  // kPool
+  int* n;
+};
+
+template <class Acc>
+__device__ Acc block_sum(Acc v, Acc* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  Acc t = 0;
+  for (int w = 0; w < warps; ++w) t += scratch[w];
+  __syncthreads();
+  return t;
+}
 
 template <class Acc, class Weight>
 __device__ float largest_at_least(const SampleArgs& a, const SampleRow& row, uint32_t lo, uint32_t hi, Acc want,
-                                  Weight weight, Acc* scratch) {
+                                  Weight weight, Acc* scratch, SamplePool pool) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   Acc* total = scratch + warps * kProbes;
-  while (hi - lo > 1) {
+  int pooled = -1;  // the tokens in the pool, once gathered
+  Acc above = 0;    // the weight of the tokens above the pool's range
+  for (int pass = 0; hi - lo > 1; ++pass) {
+    const float lo_v = key_value(lo), hi_v = key_value(hi);
+    if (pooled < 0 && (pass == 2 || pass == 4) && !isnan(lo_v)) {
+      if (threadIdx.x == 0) *pool.n = 0;
+      __syncthreads();
+      Acc up = 0;
+      visit_row(a, row.base, [&](float l, int64_t j) {
+        const float z = row.z_of(l, j);
+        const bool over = z >= hi_v;  // (false for every z where hi is a NaN key: none is above)
+        const bool in = !over && z >= lo_v;
+        if (over) up += weight(z);
+        // One atomic per warp for the slots of its lanes' tokens.
+        const unsigned active = __activemask();
+        const unsigned ins = __ballot_sync(active, in);
+        if (ins) {
+          const int leader = __ffs(active) - 1;
+          int base = 0;
+          if (lane == leader) base = atomicAdd(pool.n, __popc(ins));
+          base = __shfl_sync(active, base, leader);
+          const int at = base + __popc(ins & ((1u << lane) - 1u));
+          if (in && at < kPool) pool.z[at] = z;
+        }
+      });
+      up = block_sum(up, scratch);
+      const int n = *pool.n;
+      __syncthreads();  // every thread has read the count before a later gather resets it
+      if (n <= kPool) {
+        pooled = n;
+        above = up;
+      }
+    }
     const uint64_t width = hi - lo;
     auto probe = [&](int i) { return lo + static_cast<uint32_t>(width * (i + 1) / (kProbes + 1)); };
     float at[kProbes];
@@ -227,14 +281,17 @@ __device__ float largest_at_least(const SampleArgs& a, const SampleRow& row, uin
     Acc acc[kProbes];
 #pragma unroll
     for (int i = 0; i < kProbes; ++i) acc[i] = Acc(0);
-    visit_row(a, row.base, [&](float l, int64_t j) {
-      const float z = row.z_of(l, j);
+    auto weigh = [&](float z) {
       if (!(z >= least)) return;
       const Acc w = weight(z);
 #pragma unroll
       for (int i = 0; i < kProbes; ++i)
         if (z >= at[i]) acc[i] += w;
-    });
+    };
+    if (pooled >= 0)
+      for (int i = threadIdx.x; i < pooled; i += blockDim.x) weigh(pool.z[i]);
+    else
+      visit_row(a, row.base, [&](float l, int64_t j) { weigh(row.z_of(l, j)); });
 #pragma unroll
     for (int i = 0; i < kProbes; ++i)
       for (int o = 16; o > 0; o >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
@@ -244,7 +301,7 @@ __device__ float largest_at_least(const SampleArgs& a, const SampleRow& row, uin
       for (int i = 0; i < kProbes; ++i) scratch[warp * kProbes + i] = acc[i];
     __syncthreads();
     if (threadIdx.x < kProbes) {
-      Acc t = 0;
+      Acc t = pooled >= 0 ? above : Acc(0);
       for (int w = 0; w < warps; ++w) t += scratch[w * kProbes + threadIdx.x];
       total[threadIdx.x] = t;
     }
@@ -269,6 +326,8 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
   __shared__ int64_t iscratch[32];
   __shared__ uint32_t uscratch[32];
   __shared__ double probe_scratch[kProbeScratch];
+  __shared__ float pool_z[kPool];
+  __shared__ int pool_n;
   const int64_t b = blockIdx.x, V = a.V;
   SampleRow row{a, 0, nullptr, nullptr, nullptr, {}, 1.f};
   for (int o = 0; o < sampling::kOptionCount; ++o) row.opt[o] = a.options[b * sampling::kOptionCount + o];
@@ -360,11 +419,11 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
   const int64_t k = static_cast<int64_t>(opt[sampling::kTopK]);
   if (k > 0 && k < V)
     tau = largest_at_least<uint32_t>(a, row, 0u, top, static_cast<uint32_t>(k), [](float) { return 1u; },
-                                     reinterpret_cast<uint32_t*>(probe_scratch));
+                                     reinterpret_cast<uint32_t*>(probe_scratch), SamplePool{pool_z, &pool_n});
   if (opt[sampling::kTopP] < 1.f) {
     const double want = double(opt[sampling::kTopP]) * mass_at_least(tau);
     tau = largest_at_least<double>(a, row, order_key(tau), top, want, [m](float z) { return exp(double(z) - m); },
-                                   probe_scratch);
+                                   probe_scratch, SamplePool{pool_z, &pool_n});
   }
   if (opt[sampling::kMinP] > 0.f) tau = fmaxf(tau, m + logf(opt[sampling::kMinP]));
   // Draw: the first kept token whose running mass passes u * total, in index order. Each
