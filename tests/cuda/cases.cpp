@@ -334,6 +334,16 @@ void genai_ops(std::vector<Case>& v) {
   v.push_back({"sampled_flat_big_vocab", "Sample", kFloats,
                {Uni({2, 1, 128256}, 1.0, 1.01), Vals(f32, {2, 7}, {1.0, 1000, 0.5, 0, 1, 0, 0, /**/ 1.0, 0, 0.3, 0, 1, 0, 0}),
                 Vals(i64, {2, 2}, {41, 2, 42, 3})}, {}, 2, 1, g});
+  // Rows split over clusters of 3 and 8 blocks (slices of 2,048 tokens or more, the last one
+  // shorter), with penalties, top-k, top-p and min-p: every threshold and the draw cross slices.
+  v.push_back({"sampled_cluster_slices", "Sample", kFloats,
+               {X({3, 2, 6007}), Vals(f32, {3, 7}, {0.9, 300, 0.8, 0, 1.1, 0.4, 0.6, /**/ 1.2, 0, 0.97, 0.001, 1, 0, 0,
+                                                   /**/ 0.7, 2000, 1, 0, 1.3, 0, 1.5}),
+                Vals(i64, {3, 2}, {51, 1, 52, 2, 53, 3}), Ints({3, 40}, -1, 6006, i64), Vals(i64, {3}, {1, 0, 1}),
+                Vals(i64, {3}, {5, 0, 39})}, {}, 2, 1, g});
+  v.push_back({"sampled_cluster_of_8", "Sample", kFloats,
+               {X({2, 1, 16383}), Vals(f32, {2, 7}, {1.0, 0, 0.9, 0, 1, 0, 0, /**/ 0.6, 100, 0.95, 0, 1, 0, 0}),
+                Vals(i64, {2, 2}, {61, 4, 62, 5})}, {}, 2, 1, g});
   v.push_back({"fill_f32", "ConstantOfShape", {D::kFloat32}, {Vals(D::kInt64, {3}, {2, 3, 5})},
                {attr_tensor("value", Tensor::from_vector<float>({-2.5f}, Shape{1}))}, 1, 9});
   v.push_back({"fill_i64", "ConstantOfShape", {D::kFloat32}, {Vals(D::kInt64, {2}, {4, 7})},

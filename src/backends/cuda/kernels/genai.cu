@@ -10,9 +10,13 @@
 #include "backends/cuda/kernels/common/pdl.cuh"
 #include "ops/sampling.h"
 
+#include <cooperative_groups.h>
+
 namespace onyx::cuda {
 
 namespace {
+
+namespace cg = cooperative_groups;
 
 // dst[b, index + p, i] = src[b, p, i] over [outer, length, inner] views of `new`, in units U;
 // the index is one position for all, or one per batch row (`per_row` outer rows each).
@@ -68,9 +72,16 @@ void run_cache_update(KernelContext& ctx, CudaContext& cu) {
 }
 
 
-// ---- Sample: one block per sequence ----
+// ---- Sample: one cluster of blocks per sequence ----
+//
+// A row of logits (128,256 for Llama 3) is split over the blocks of a cluster (up to
+// kSampleCluster, each a contiguous slice of the row): each pass over the row (the largest z,
+// the threshold probes, the draw's masses) is one pass over each block's slice, and the blocks
+// agree on its result through distributed shared memory. One block per row left the passes bound
+// by one SM's instructions (an exp in double per token and 15 probes).
 
 constexpr int kSampleThreads = 512;
+constexpr int kSampleCluster = 8;  // Hopper's portable cluster size
 
 // Floats as unsigned keys in the same order (for bisection over values).
 __device__ __forceinline__ uint32_t order_key(float x) {
@@ -106,6 +117,7 @@ struct SampleShared {
 struct SampleRow {
   const SampleArgs& a;
   int64_t base;             // element offset of the row's position
+  int64_t begin, end;       // this block's slice of the row's tokens
   const uint32_t* seen;     // bitmap of the history ids penalized (null: no penalty)
   const uint32_t* before;   // per bitmap word: the bits set before it
   const uint32_t* counts;   // per rank: generated entries of that id (null: no count penalty)
@@ -162,12 +174,46 @@ __device__ __forceinline__ void visit_typed(const T* row, int64_t V, F& f) {
   for (int64_t j = head + packs * E + threadIdx.x; j < V; j += step) f(static_cast<float>(to_compute(row[j])), j);
 }
 
+// f(l, j) for every logit l = row[j] of this block's slice of the row.
 template <class F>
-__device__ __forceinline__ void visit_row(const SampleArgs& a, int64_t base, F&& f) {
-  if (a.code == kF32) visit_typed(static_cast<const float*>(a.logits) + base, a.V, f);
-  else if (a.code == kF16) visit_typed(static_cast<const __half*>(a.logits) + base, a.V, f);
-  else visit_typed(static_cast<const __nv_bfloat16*>(a.logits) + base, a.V, f);
+__device__ __forceinline__ void visit_row(const SampleRow& row, F&& f) {
+  const SampleArgs& a = row.a;
+  const int64_t at = row.base + row.begin, n = row.end - row.begin, first = row.begin;
+  auto g = [&](float l, int64_t j) { f(l, first + j); };
+  if (a.code == kF32) visit_typed(static_cast<const float*>(a.logits) + at, n, g);
+  else if (a.code == kF16) visit_typed(static_cast<const __half*>(a.logits) + at, n, g);
+  else visit_typed(static_cast<const __nv_bfloat16*>(a.logits) + at, n, g);
 }
+
+// The blocks of a row's cluster agree on sums and maxima through distributed shared memory:
+// each block leaves its part in its own exchange buffer, and after the cluster's barrier each
+// reads every block's in rank order, so that every block computes the same result to the bit
+// and takes the same branches. The buffers alternate: a block writes one again only after the
+// barrier that follows every read of it.
+constexpr int kExchange = 16;  // values per exchange (kProbes and one)
+
+struct RowCluster {
+  cg::cluster_group g;
+  double* buffers;  // this block's: 2 x kExchange
+  unsigned blocks, rank;
+  int phase;
+  // This block's buffer for the next exchange (written by its threads, then share()).
+  __device__ double* mine() const { return buffers + phase * kExchange; }
+  // Every block's values visible; returns the buffer to read with part().
+  __device__ int share() {
+    g.sync();
+    const int p = phase;
+    phase ^= 1;
+    return p;
+  }
+  __device__ const double* part(unsigned r, int p) const { return g.map_shared_rank(buffers, r) + p * kExchange; }
+  // The sum over the blocks (in rank order) of value i, and that of the blocks before this one.
+  __device__ double sum(int p, int i) const {
+    double t = 0;
+    for (unsigned r = 0; r < blocks; ++r) t += part(r, p)[i];
+    return t;
+  }
+};
 
 // The logits [j, j + n) (n <= 8) into l, loaded before any is used.
 __device__ __forceinline__ void load_run(const SampleArgs& a, int64_t at, int n, float (&l)[8]) {
@@ -230,19 +276,19 @@ __device__ Acc block_sum(Acc v, Acc* scratch) {
 }
 
 template <class Acc, class Weight>
-__device__ float largest_at_least(const SampleArgs& a, const SampleRow& row, uint32_t lo, uint32_t hi, Acc want,
-                                  Weight weight, Acc* scratch, SamplePool pool) {
+__device__ float largest_at_least(const SampleRow& row, RowCluster& cl, uint32_t lo, uint32_t hi, double want,
+                                  Weight weight, Acc* scratch, double* totals, SamplePool pool) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  Acc* total = scratch + warps * kProbes;
-  int pooled = -1;  // the tokens in the pool, once gathered
-  Acc above = 0;    // the weight of the tokens above the pool's range
+  bool pooled = false;  // the pool holds this block's tokens inside the range
+  int pool_n = 0;
+  double above = 0;     // the weight of the row's tokens above the pool's range
   for (int pass = 0; hi - lo > 1; ++pass) {
     const float lo_v = key_value(lo), hi_v = key_value(hi);
-    if (pooled < 0 && (pass == 2 || pass == 4) && !isnan(lo_v)) {
+    if (!pooled && (pass == 2 || pass == 4) && !isnan(lo_v)) {
       if (threadIdx.x == 0) *pool.n = 0;
       __syncthreads();
       Acc up = 0;
-      visit_row(a, row.base, [&](float l, int64_t j) {
+      visit_row(row, [&](float l, int64_t j) {
         const float z = row.z_of(l, j);
         const bool over = z >= hi_v;  // (false for every z where hi is a NaN key: none is above)
         const bool in = !over && z >= lo_v;
@@ -261,10 +307,22 @@ __device__ float largest_at_least(const SampleArgs& a, const SampleRow& row, uin
       });
       up = block_sum(up, scratch);
       const int n = *pool.n;
-      __syncthreads();  // every thread has read the count before a later gather resets it
-      if (n <= kPool) {
-        pooled = n;
-        above = up;
+      if (threadIdx.x == 0) {
+        cl.mine()[0] = static_cast<double>(up);
+        cl.mine()[1] = n;
+      }
+      const int p = cl.share();
+      // Every block pools, or none does (so that each reads what the others count).
+      double most = 0, sum_up = 0;
+      for (unsigned r = 0; r < cl.blocks; ++r) {
+        const double* q = cl.part(r, p);
+        sum_up += q[0];
+        most = fmax(most, q[1]);
+      }
+      if (most <= kPool) {
+        pooled = true;
+        pool_n = n;
+        above = sum_up;
       }
     }
     const uint64_t width = hi - lo;
@@ -288,29 +346,31 @@ __device__ float largest_at_least(const SampleArgs& a, const SampleRow& row, uin
       for (int i = 0; i < kProbes; ++i)
         if (z >= at[i]) acc[i] += w;
     };
-    if (pooled >= 0)
-      for (int i = threadIdx.x; i < pooled; i += blockDim.x) weigh(pool.z[i]);
+    if (pooled)
+      for (int i = threadIdx.x; i < pool_n; i += blockDim.x) weigh(pool.z[i]);
     else
-      visit_row(a, row.base, [&](float l, int64_t j) { weigh(row.z_of(l, j)); });
+      visit_row(row, [&](float l, int64_t j) { weigh(row.z_of(l, j)); });
 #pragma unroll
     for (int i = 0; i < kProbes; ++i)
       for (int o = 16; o > 0; o >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
-    __syncthreads();  // the last pass's totals may still be read
+    __syncthreads();  // the last pass's block sums may still be read
     if (lane == 0)
 #pragma unroll
       for (int i = 0; i < kProbes; ++i) scratch[warp * kProbes + i] = acc[i];
     __syncthreads();
     if (threadIdx.x < kProbes) {
-      Acc t = pooled >= 0 ? above : Acc(0);
+      Acc t = 0;
       for (int w = 0; w < warps; ++w) t += scratch[w * kProbes + threadIdx.x];
-      total[threadIdx.x] = t;
+      cl.mine()[threadIdx.x] = static_cast<double>(t);
     }
+    const int p = cl.share();
+    if (threadIdx.x < kProbes) totals[threadIdx.x] = (pooled ? above : 0.0) + cl.sum(p, threadIdx.x);
     __syncthreads();
     // The weights fall as the key rises (each probe's tokens are a subset of the one before's,
     // summed in the same order), so the probes that qualify are a prefix.
     int last = -1;
     for (int i = 0; i < kProbes; ++i)
-      if (total[i] >= want) last = i;
+      if (totals[i] >= want) last = i;
     const uint32_t next_lo = last >= 0 ? probe(last) : lo;
     if (last + 1 < kProbes) hi = probe(last + 1);
     lo = next_lo;
@@ -318,6 +378,7 @@ __device__ float largest_at_least(const SampleArgs& a, const SampleRow& row, uin
   return key_value(lo);
 }
 
+// One cluster of `gridDim.x / B` blocks per row (blockIdx.x / blocks is the row).
 __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
   ONYX_KERNEL_PROLOGUE();
   extern __shared__ uint32_t shared[];
@@ -326,17 +387,28 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
   __shared__ int64_t iscratch[32];
   __shared__ uint32_t uscratch[32];
   __shared__ double probe_scratch[kProbeScratch];
+  __shared__ double totals[kProbes];
+  __shared__ double exchange[2 * kExchange];
   __shared__ float pool_z[kPool];
   __shared__ int pool_n;
-  const int64_t b = blockIdx.x, V = a.V;
-  SampleRow row{a, 0, nullptr, nullptr, nullptr, {}, 1.f};
+  RowCluster cl{cg::this_cluster(), exchange, 0, 0, 0};
+  cl.blocks = cl.g.num_blocks();
+  cl.rank = cl.g.block_rank();
+  const int64_t b = blockIdx.x / cl.blocks, V = a.V;
+  SampleRow row{a, 0, 0, 0, nullptr, nullptr, nullptr, {}, 1.f};
+  {
+    // Slices of whole 16-byte packs of 16-bit logits where the row allows.
+    const int64_t per = ((V + cl.blocks - 1) / cl.blocks + 7) / 8 * 8;
+    row.begin = min(V, per * cl.rank);
+    row.end = min(V, row.begin + per);
+  }
   for (int o = 0; o < sampling::kOptionCount; ++o) row.opt[o] = a.options[b * sampling::kOptionCount + o];
   const float t = row.opt[sampling::kTemperature];
   const bool repetition = sampling::repetition_applies(row.opt), counted = sampling::counts_apply(row.opt);
   if (a.history && (repetition || counted)) {
     // The bitmap of the ids penalized (every entry for the repetition penalty, else the
     // generated ones), then, for the count penalties, each id's rank among the bits set and
-    // the count of its generated entries by rank.
+    // the count of its generated entries by rank. Each block of the row makes its own.
     const SampleShared sh = SampleShared::of(V, a.H);
     uint32_t* seen = shared;
     uint32_t* before = shared + sh.words;
@@ -383,7 +455,7 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
   // The largest z (and, for greedy, its first index); the logits read are kept where asked.
   MaxIdx best{-INFINITY, V};
   float* read = a.read ? a.read + b * V : nullptr;
-  visit_row(a, row.base, [&](float l, int64_t j) {
+  visit_row(row, [&](float l, int64_t j) {
     if (read) read[j] = l;
     best = better(best, MaxIdx{row.z_of(l, j), j});
   });
@@ -397,39 +469,63 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
     iscratch[warp] = best.i;
   }
   __syncthreads();
-  best = MaxIdx{fscratch[0], iscratch[0]};
-  for (int w = 1; w < warps; ++w) best = better(best, MaxIdx{fscratch[w], iscratch[w]});
-  __syncthreads();
+  if (threadIdx.x == 0) {
+    best = MaxIdx{fscratch[0], iscratch[0]};
+    for (int w = 1; w < warps; ++w) best = better(best, MaxIdx{fscratch[w], iscratch[w]});
+    cl.mine()[0] = best.v;  // (a float and an index below 2^53: exact in a double)
+    cl.mine()[1] = static_cast<double>(best.i);
+  }
+  {
+    const int p = cl.share();
+    if (threadIdx.x == 0) {
+      best = MaxIdx{-INFINITY, V};
+      for (unsigned r = 0; r < cl.blocks; ++r) {
+        const double* q = cl.part(r, p);
+        best = better(best, MaxIdx{static_cast<float>(q[0]), static_cast<int64_t>(q[1])});
+      }
+      fscratch[0] = best.v;
+      iscratch[0] = best.i;
+    }
+    __syncthreads();
+    best = MaxIdx{fscratch[0], iscratch[0]};
+  }
   if (t == 0.f) {
-    if (threadIdx.x == 0) a.out[b] = best.i;
+    if (cl.rank == 0 && threadIdx.x == 0) a.out[b] = best.i;
+    cl.g.sync();  // no block leaves while another may still read its exchange buffer
     return;
   }
   const float m = best.v;
   auto mass_at_least = [&](float tau) {
     double s = 0;
-    visit_row(a, row.base, [&](float l, int64_t j) {
+    visit_row(row, [&](float l, int64_t j) {
       const float v = row.z_of(l, j);
       if (v >= tau) s += exp(double(v) - m);
     });
-    return block_reduce(s, [](double x, double y) { return x + y; }, dscratch);
+    s = block_reduce(s, [](double x, double y) { return x + y; }, dscratch);
+    if (threadIdx.x == 0) cl.mine()[0] = s;
+    const int p = cl.share();
+    return cl.sum(p, 0);
   };
   float tau = -INFINITY;
   const uint32_t top = order_key(m) + 1;  // no z reaches key_value(top)
   const float* opt = row.opt;
   const int64_t k = static_cast<int64_t>(opt[sampling::kTopK]);
   if (k > 0 && k < V)
-    tau = largest_at_least<uint32_t>(a, row, 0u, top, static_cast<uint32_t>(k), [](float) { return 1u; },
-                                     reinterpret_cast<uint32_t*>(probe_scratch), SamplePool{pool_z, &pool_n});
+    tau = largest_at_least<uint32_t>(row, cl, 0u, top, static_cast<double>(k), [](float) { return 1u; },
+                                     reinterpret_cast<uint32_t*>(probe_scratch), totals, SamplePool{pool_z, &pool_n});
   if (opt[sampling::kTopP] < 1.f) {
     const double want = double(opt[sampling::kTopP]) * mass_at_least(tau);
-    tau = largest_at_least<double>(a, row, order_key(tau), top, want, [m](float z) { return exp(double(z) - m); },
-                                   probe_scratch, SamplePool{pool_z, &pool_n});
+    tau = largest_at_least<double>(row, cl, order_key(tau), top, want, [m](float z) { return exp(double(z) - m); },
+                                   probe_scratch, totals, SamplePool{pool_z, &pool_n});
   }
   if (opt[sampling::kMinP] > 0.f) tau = fmaxf(tau, m + logf(opt[sampling::kMinP]));
   // Draw: the first kept token whose running mass passes u * total, in index order. Each
-  // thread takes one contiguous chunk; the chunk holding the target walks it.
-  const int64_t chunk = (V + blockDim.x - 1) / blockDim.x;
-  const int64_t begin = threadIdx.x * chunk, end = min(V, begin + chunk);
+  // thread takes one contiguous chunk of its block's slice; the chunk holding the target walks
+  // it. The chunks' ranges [before, after) of running mass are computed so that each one's end
+  // is, to the bit, the next one's start (and the last one's end the total), so exactly one
+  // chunk holds a target below the total.
+  const int64_t chunk = (row.end - row.begin + blockDim.x - 1) / blockDim.x;
+  const int64_t begin = min(row.end, row.begin + threadIdx.x * chunk), end = min(row.end, begin + chunk);
   double own = 0;
   for (int64_t j = begin; j < end; j += 8) {
     const int n = static_cast<int>(min(int64_t{8}, end - j));
@@ -441,23 +537,35 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
       if (v >= tau) own += exp(double(v) - m);
     }
   }
-  // An exclusive scan of the chunk masses across the block (blockDim.x <= 32 * 32).
+  // An inclusive scan of the chunk masses over the warp, then over the warps (blockDim.x <= 32 * 32).
   double inclusive = own;
   for (int o = 1; o < 32; o <<= 1) {
     const double up = __shfl_up_sync(0xffffffffu, inclusive, o);
     if (lane >= o) inclusive += up;
   }
+  double previous = __shfl_up_sync(0xffffffffu, inclusive, 1);
+  if (lane == 0) previous = 0;
   __syncthreads();  // the last reduction may still be reading dscratch
   if (lane == 31) dscratch[warp] = inclusive;
   __syncthreads();
   double warp_base = 0;
   for (int w = 0; w < warp; ++w) warp_base += dscratch[w];
-  double total = 0;
-  for (int w = 0; w < warps; ++w) total += dscratch[w];
-  const double before = warp_base + inclusive - own;
+  if (threadIdx.x == 0) {
+    double block_total = 0;
+    for (int w = 0; w < warps; ++w) block_total += dscratch[w];
+    cl.mine()[0] = block_total;
+  }
+  const int p = cl.share();
+  double block_base = 0, total = 0;
+  for (unsigned r = 0; r < cl.blocks; ++r) {
+    const double q = cl.part(r, p)[0];
+    if (r < cl.rank) block_base += q;
+    total += q;
+  }
+  const double before = (previous + warp_base) + block_base, after = (inclusive + warp_base) + block_base;
   const int64_t* r = a.rng + b * 2;
   const double target = sampling::uniform(static_cast<uint64_t>(r[0]), static_cast<uint64_t>(r[1])) * total;
-  if (own > 0 && before <= target && target < before + own) {
+  if (before <= target && target < after) {
     double cum = before;
     int64_t last = begin;
     bool found = false;
@@ -479,7 +587,7 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
     a.out[b] = last;
   }
   // Rounding can leave the target at the very end: the last kept token then.
-  if (threadIdx.x == blockDim.x - 1 && target >= total) {
+  if (cl.rank + 1 == cl.blocks && threadIdx.x == blockDim.x - 1 && target >= total) {
     int64_t last = 0;
     for (int64_t j = V - 1; j >= 0; --j)
       if (row.z(j) >= tau) {
@@ -488,6 +596,7 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
       }
     a.out[b] = last;
   }
+  cl.g.sync();  // no block leaves while another may still read its exchange buffer
 }
 
 // The dynamic shared memory a Sample block may have on `device`: without asking (48 KiB less
@@ -528,6 +637,44 @@ void allow_sample_shared(int device, const SampleLimits& limits) {
   done[device].store(true, std::memory_order_release);
 }
 
+// The blocks of a row's cluster: `want` at most, at most kSampleCluster, and no more than the
+// device holds at once with `shared` bytes of dynamic shared memory per block (asked once per
+// device and size; not a stream operation, so harmless during graph capture).
+int sample_cluster(int device, size_t shared, int64_t want) {
+  int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kSampleCluster, want)));
+  if (blocks == 1 || device < 0 || device >= 64) return blocks;
+  // Per device and cluster size: one more than the largest shared memory known to fit (0: none).
+  static std::atomic<int64_t> fits[64][kSampleCluster + 1] = {};
+  for (; blocks > 1; blocks /= 2) {
+    const int slot = blocks;
+    if (static_cast<size_t>(fits[device][slot].load(std::memory_order_acquire)) >= shared + 1) return blocks;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+    cfg.blockDim = dim3(kSampleThreads);
+    cfg.dynamicSmemBytes = shared;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(blocks);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, sample_kernel, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear it so that the next launch check does not report it
+      clusters = 0;
+    }
+    if (clusters > 0) {
+      int64_t known = fits[device][slot].load(std::memory_order_relaxed);
+      const int64_t now = static_cast<int64_t>(shared) + 1;
+      while (known < now && !fits[device][slot].compare_exchange_weak(known, now)) {
+      }
+      return blocks;
+    }
+  }
+  return 1;
+}
+
 std::string sample_shared_refusal(int64_t V, int64_t H, size_t shared, size_t limit) {
   return cat("Sample on CUDA: the penalties of ", V, " tokens over a history of ", H, " ids need ", shared,
              " bytes of shared memory, more than the ", limit, " a block can have");
@@ -557,7 +704,25 @@ void run_sample(KernelContext& ctx, CudaContext& cu) {
     ONYX_CHECK(shared <= limits.at_most, sample_shared_refusal(a.V, a.H, shared, limits.at_most));
     allow_sample_shared(cu.device, limits);
   }
-  launch_kernel(sample_kernel, static_cast<unsigned>(B), kSampleThreads, shared, cu, a);
+  // A cluster of blocks per row, each a slice of at least 2,048 tokens; fewer where the device
+  // cannot hold the cluster with this much shared memory per block.
+  const int blocks = sample_cluster(cu.device, shared, (a.V + 2047) / 2048);
+  ONYX_CHECK(B <= INT32_MAX / blocks, "Sample on CUDA: ", B, " rows are more than one launch takes");
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(B * blocks));
+  cfg.blockDim = dim3(kSampleThreads);
+  cfg.dynamicSmemBytes = shared;
+  cfg.stream = cu.stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(blocks);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = cu.overlap_launches ? 2 : 1;
+  ONYX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sample_kernel, a));
   ONYX_CUDA_CHECK_LAUNCH("Sample");
 }
 
