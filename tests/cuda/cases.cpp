@@ -334,14 +334,14 @@ void genai_ops(std::vector<Case>& v) {
   v.push_back({"sampled_flat_big_vocab", "Sample", kFloats,
                {Uni({2, 1, 128256}, 1.0, 1.01), Vals(f32, {2, 7}, {1.0, 1000, 0.5, 0, 1, 0, 0, /**/ 1.0, 0, 0.3, 0, 1, 0, 0}),
                 Vals(i64, {2, 2}, {41, 2, 42, 3})}, {}, 2, 1, g});
-  // Rows split over clusters of 3 and 8 blocks (slices of 2,048 tokens or more, the last one
+  // Rows split over clusters of 6 and 16 blocks (slices of 1,024 tokens or more, the last one
   // shorter), with penalties, top-k, top-p and min-p: every threshold and the draw cross slices.
   v.push_back({"sampled_cluster_slices", "Sample", kFloats,
                {X({3, 2, 6007}), Vals(f32, {3, 7}, {0.9, 300, 0.8, 0, 1.1, 0.4, 0.6, /**/ 1.2, 0, 0.97, 0.001, 1, 0, 0,
                                                    /**/ 0.7, 2000, 1, 0, 1.3, 0, 1.5}),
                 Vals(i64, {3, 2}, {51, 1, 52, 2, 53, 3}), Ints({3, 40}, -1, 6006, i64), Vals(i64, {3}, {1, 0, 1}),
                 Vals(i64, {3}, {5, 0, 39})}, {}, 2, 1, g});
-  v.push_back({"sampled_cluster_of_8", "Sample", kFloats,
+  v.push_back({"sampled_cluster_of_16", "Sample", kFloats,
                {X({2, 1, 16383}), Vals(f32, {2, 7}, {1.0, 0, 0.9, 0, 1, 0, 0, /**/ 0.6, 100, 0.95, 0, 1, 0, 0}),
                 Vals(i64, {2, 2}, {61, 4, 62, 5})}, {}, 2, 1, g});
   v.push_back({"fill_f32", "ConstantOfShape", {D::kFloat32}, {Vals(D::kInt64, {3}, {2, 3, 5})},
@@ -561,11 +561,14 @@ void contrib(std::vector<Case>& v) {
     lin("rows2_k2048_one_copy", {2, 1, 2048}, 37, 2048);
     // The streaming kernel's tensor-core form (three to eight 16-bit rows): whole-row tiles with a
     // partial last tile and many tiles per block, a row in two chunks with a short last one (the
-    // warps' last steps partial), splits; x too wide for shared memory goes to cuBLASLt.
+    // warps' last steps partial), splits; x wider than the kernel keeps in shared memory (32 KiB)
+    // read from global memory as the warps go (batch 8's down projection), at one row too.
     lin("rows8_k2048_one_copy", {8, 2048}, 4100, 2048, {4000, 100});
     lin("rows3_k3000_chunks", {3, 3000}, 70, 3000);
     lin("rows5_k2048_splits", {5, 1, 2048}, 50, 2048, {16, 30, 4});
-    lin("rows4_k8192_lt", {4, 8192}, 24, 8192);
+    lin("rows4_k8192_x_global", {4, 8192}, 24, 8192);
+    lin("rows8_k8192_x_global_splits", {8, 8192}, 200, 8192, {64, 136});
+    lin("row1_k20480_x_global", {1, 20480}, 40, 20480);
     lin("rows9_lt", {9, 72}, 40, 72, {16, 24});
     lin("rows64_lt", {4, 16, 128}, 96, 128, {32, 64});
     auto gated = [&](std::string name, Shape x, int64_t f, int64_t k) {
@@ -588,6 +591,7 @@ void contrib(std::vector<Case>& v) {
     gated("rows8_k2048_two_copies", {8, 2048}, 203, 2048);
     gated("rows6_tail", {2, 3, 1040}, 33, 1040);
     gated("rows40_lt", {40, 96}, 50, 96);
+    gated("rows6_k4096_x_global", {6, 4096}, 45, 4096);
     // onyx::RmsNormLinear: x, skip, gamma, w -> sum, y...: the norm in the kernel's prologue (few
     // rows) or into the workspace before cuBLASLt (more rows).
     auto normed = [&](std::string name, Shape x, bool skip, int64_t n, int64_t k, std::vector<int64_t> splits,
@@ -609,6 +613,7 @@ void contrib(std::vector<Case>& v) {
     normed("rows4_skip_splits_k2048", {4, 1, 2048}, true, 96, 2048, {64, 16, 16}, false);
     normed("rows7_no_skip", {7, 1024}, false, 40, 1024, {}, false);
     normed("rows12_lt", {12, 128}, true, 32, 128, {8, 24}, false);
+    normed("rows8_k4096_lt", {8, 4096}, true, 40, 4096, {}, false);  // normalized x too wide for the kernel
     normed("rows40_lt_gated", {40, 96}, true, 100, 96, {}, true);
   }
 

@@ -12,6 +12,8 @@
 
 #include <cooperative_groups.h>
 
+#include <mutex>
+
 namespace onyx::cuda {
 
 namespace {
@@ -81,7 +83,7 @@ void run_cache_update(KernelContext& ctx, CudaContext& cu) {
 // by one SM's instructions (an exp in double per token and 15 probes).
 
 constexpr int kSampleThreads = 512;
-constexpr int kSampleCluster = 8;  // Hopper's portable cluster size
+constexpr int kSampleCluster = 16;  // Hopper's largest (non-portable: asked for, 8 where refused)
 
 // Floats as unsigned keys in the same order (for bisection over values).
 __device__ __forceinline__ uint32_t order_key(float x) {
@@ -645,6 +647,11 @@ int sample_cluster(int device, size_t shared, int64_t want) {
   if (blocks == 1 || device < 0 || device >= 64) return blocks;
   // Per device and cluster size: one more than the largest shared memory known to fit (0: none).
   static std::atomic<int64_t> fits[64][kSampleCluster + 1] = {};
+  static std::once_flag non_portable[64];
+  std::call_once(non_portable[device], [] {
+    if (cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
+      (void)cudaGetLastError();  // then the size query below refuses more than 8
+  });
   for (; blocks > 1; blocks /= 2) {
     const int slot = blocks;
     if (static_cast<size_t>(fits[device][slot].load(std::memory_order_acquire)) >= shared + 1) return blocks;
@@ -704,9 +711,10 @@ void run_sample(KernelContext& ctx, CudaContext& cu) {
     ONYX_CHECK(shared <= limits.at_most, sample_shared_refusal(a.V, a.H, shared, limits.at_most));
     allow_sample_shared(cu.device, limits);
   }
-  // A cluster of blocks per row, each a slice of at least 2,048 tokens; fewer where the device
-  // cannot hold the cluster with this much shared memory per block.
-  const int blocks = sample_cluster(cu.device, shared, (a.V + 2047) / 2048);
+  // A cluster of blocks per row, each a slice of at least 1,024 tokens: up to 16 for up to 4
+  // rows, 8 for more (a cluster of 16 needs 16 free SMs of one GPC, which not every GPC of an
+  // H200 has); fewer where the device cannot hold the cluster with this much shared memory per block.
+  const int blocks = sample_cluster(cu.device, shared, std::min<int64_t>(B <= 4 ? 16 : 8, (a.V + 1023) / 1024));
   ONYX_CHECK(B <= INT32_MAX / blocks, "Sample on CUDA: ", B, " rows are more than one launch takes");
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(B * blocks));

@@ -370,7 +370,7 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
 }
 
 template <class T, int R, int G, bool kNorm, bool kMma>
-__global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, int stage_count) {
+__global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, int stage_count, bool x_shared) {
   static_assert(!kMma || R == 8, "the tensor-core form takes up to 8 rows (the MMA's columns)");
   constexpr int P = 16 / sizeof(T);
   constexpr int kOuts = kTileRows / G;      // outputs per tile
@@ -418,9 +418,10 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
   wait_for_prior_grids();
   allow_dependent_grids();
   const int rows = min(R, a.m);
+  const uint4* xg = static_cast<const uint4*>(a.x);
   if constexpr (kNorm) {
     normalize_rows<T, R>(a, 0, rows, xs);
-  } else {  // x into shared memory: every load of a thread asked for before its stores
+  } else if (x_shared) {  // x into shared memory: every load of a thread asked for before its stores
     constexpr int kPer = static_cast<int>(kStreamXBytes / 16 / (kStreamWarps * 32));
     const uint4* x = static_cast<const uint4*>(a.x);
     const int total = rows * a.k_packs;
@@ -445,23 +446,37 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stage's reads before its refill
       issue(i + stage_count - 1);
     }
-    barrier_wait(&full[i % stage_count], static_cast<uint32_t>((i / stage_count) & 1));
     const int tile = blockIdx.x + (i / chunks) * gridDim.x, chunk = i % chunks;
     const int first = chunk * kChunkPacks, packs = min(kChunkPacks, a.k_packs - first);
     const bool last = chunk == chunks - 1;
+    // The tensor-core form: lane (g, t) takes pack p0 + t of weight rows g and g + 8 and of x's
+    // row g, for p0 = warp * 4 + s * kStreamWarps * 4 (step s of the chunk). Where x is not in
+    // shared memory, its packs for the chunk are asked for before the wait for the weights.
+    constexpr int kSteps = kChunkPacks / (kStreamWarps * 4);
+    [[maybe_unused]] const int g = lane >> 2, t = lane & 3;
+    [[maybe_unused]] uint4 xpre[kMma ? kSteps : 1];
     if constexpr (kMma) {
-      // Lane (g, t) takes pack p0 + t of weight rows g and g + 8 and of x's row g: values 0-3 of
-      // each pack are one MMA's k, values 4-7 the other's (the same order for weights and x, so
-      // the sum over the chunk is the dot product).
-      const int g = lane >> 2, t = lane & 3;
+      ONYX_UNROLL
+      for (int st = 0; st < kSteps; ++st) {
+        const int p = warp * 4 + st * kStreamWarps * 4 + t;
+        xpre[st] = make_uint4(0, 0, 0, 0);
+        if (!x_shared && p < packs && g < rows) xpre[st] = __ldg(xg + g * a.k_packs + first + p);
+      }
+    }
+    barrier_wait(&full[i % stage_count], static_cast<uint32_t>((i / stage_count) & 1));
+    if constexpr (kMma) {
+      // Values 0-3 of each pack are one MMA's k, values 4-7 the other's (the same order for
+      // weights and x, so the sum over the chunk is the dot product).
       uint4* stage = stages + (i % stage_count) * kTileRows * kChunkPacks;
-      for (int p0 = warp * 4; p0 < packs; p0 += kStreamWarps * 4) {
-        const int p = p0 + t;
-        uint4 wa = make_uint4(0, 0, 0, 0), wb = wa, xv = wa;
+      ONYX_UNROLL
+      for (int st = 0; st < kSteps; ++st) {
+        const int p = warp * 4 + st * kStreamWarps * 4 + t;
+        if (p - t >= packs) break;
+        uint4 wa = make_uint4(0, 0, 0, 0), wb = wa, xv = xpre[st];
         if (p < packs) {
           wa = stage[g * kChunkPacks + p];
           wb = stage[(g + 8) * kChunkPacks + p];
-          if (g < rows) xv = xs[g * a.k_packs + first + p];
+          if (x_shared && g < rows) xv = xs[g * a.k_packs + first + p];
         }
         mma_16816<T>(c0, wa.x, wb.x, wa.y, wb.y, xv.x, xv.y);
         mma_16816<T>(c1, wa.z, wb.z, wa.w, wb.w, xv.z, xv.w);
@@ -504,7 +519,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
         for (int r = 0; r < R; ++r) {
           if (r >= rows) continue;
           float xf[P];
-          pack_to_floats<T>(xs[r * a.k_packs + first + p], xf);
+          pack_to_floats<T>(x_shared ? xs[r * a.k_packs + first + p] : __ldg(xg + r * a.k_packs + first + p), xf);
           acc[r] += dot_pack<T>(wv, xf);
         }
       }
@@ -533,11 +548,19 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
   }
 }
 
-// Whether the streaming kernel takes the product: 16-bit, up to eight rows of x that fit its
-// shared memory (normalized or not), the kernel's arguments otherwise as the few-row kernel's.
+// Whether x sits in the streaming kernel's shared memory: where it fits, and always where the
+// kernel normalizes it; else the warps read it from global memory as they go (batch 8's down
+// projection: 8 rows of 8,192, one tile per block, so each block reads x once either way, and
+// no block waits for all of it before its first product).
+bool stream_x_shared(const GemvArgs& a) {
+  return a.gamma != nullptr || static_cast<size_t>(a.m) * a.k_packs * 16 <= kStreamXBytes;
+}
+
+// Whether the streaming kernel takes the product: 16-bit, up to eight rows of x, which fit its
+// shared memory where it normalizes them; the kernel's arguments otherwise as the few-row kernel's.
 bool stream_fits(const GemvArgs& a, DType dt) {
   return (dt == DType::kBFloat16 || dt == DType::kFloat16) && a.m <= 8 &&
-         static_cast<size_t>(a.m) * a.k_packs * 16 <= kStreamXBytes;
+         (a.gamma == nullptr || static_cast<size_t>(a.m) * a.k_packs * 16 <= kStreamXBytes);
 }
 
 std::atomic<int> g_few_row_path{static_cast<int>(FewRowPath::kDefault)};
@@ -546,7 +569,8 @@ template <class T, int R, int G, bool kNorm, bool kMma>
 void launch_stream(const GemvArgs& a, CudaContext& cu) {
   auto kernel = stream_kernel<T, R, G, kNorm, kMma>;
   constexpr size_t stage_bytes = static_cast<size_t>(kTileRows) * kChunkPacks * 16;
-  const size_t x_bytes = static_cast<size_t>(a.m) * a.k_packs * 16;
+  const bool x_shared = stream_x_shared(a);
+  const size_t x_bytes = x_shared ? static_cast<size_t>(a.m) * a.k_packs * 16 : 0;
   // The static part (the barriers, the tile's sums, the norm's partial sums) comes out of the
   // same 227 KiB.
   static size_t dynamic[64] = {};
@@ -561,7 +585,7 @@ void launch_stream(const GemvArgs& a, CudaContext& cu) {
   const int stages = static_cast<int>(std::min<size_t>(kMaxStages, (dynamic[cu.device & 63] - x_bytes) / stage_bytes));
   const int64_t tiles = (a.n + kTileRows / G - 1) / (kTileRows / G);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count(cu.device)));
-  launch_kernel(kernel, dim3(blocks), dim3(kStreamWarps * 32), stages * stage_bytes + x_bytes, cu, a, stages);
+  launch_kernel(kernel, dim3(blocks), dim3(kStreamWarps * 32), stages * stage_bytes + x_bytes, cu, a, stages, x_shared);
 }
 
 // One row: a warp per weight row; two to eight (or one under FewRowPath::kTensorCores): the
