@@ -515,6 +515,79 @@ TEST(CpuConv, DepthwiseMatchesFloat64AcrossStridesPadsAndDilations) {
   }
 }
 
+// y[q, i, j] = act(bias[q] + sum over taps of x at (i sh - ph + u dh, j sw - pw + v dw)), in
+// double; positions outside the image read zero (so an output past the image's end is padding).
+std::vector<float> depthwise_reference(const std::vector<float>& x, const std::vector<float>& w,
+                                       const std::vector<float>& bias, const DepthwiseConv2d& a) {
+  std::vector<float> y(static_cast<size_t>(a.channels * a.oh * a.ow));
+  for (int64_t q = 0; q < a.channels; ++q)
+    for (int64_t i = 0; i < a.oh; ++i)
+      for (int64_t j = 0; j < a.ow; ++j) {
+        double s = bias[q];
+        for (int64_t u = 0; u < a.kh; ++u)
+          for (int64_t v = 0; v < a.kw; ++v) {
+            const int64_t r = i * a.sh - a.ph + u * a.dh, col = j * a.sw - a.pw + v * a.dw;
+            if (r >= 0 && r < a.ih && col >= 0 && col < a.iw)
+              s += double(x[(q * a.ih + r) * a.iw + col]) * w[(q * a.kh + u) * a.kw + v];
+          }
+        y[(q * a.oh + i) * a.ow + j] = activate_reference(static_cast<float>(s), a.act);
+      }
+  return y;
+}
+
+TEST(CpuConv, DepthwiseMatchesFloat64AtUnevenGeometries) {
+  // The flat-plane kernel: rectangular kernels, strides and dilations per axis, stride 3, pads
+  // at the start and a different reach past the end (outputs read padding past the image),
+  // widths that leave every tail of the stride-2 split (odd and even leading pads), one
+  // column, one row, many channels split over the pool; on every target.
+  std::mt19937 rng(31);
+  struct Case {
+    int64_t ch, ih, iw, kh, kw, sh, sw, ph, pw, dh, dw, extra_h, extra_w;
+  };
+  const Case cases[] = {
+      {5, 7, 7, 5, 5, 1, 1, 2, 2, 1, 1, 0, 0},     {4, 14, 14, 5, 5, 2, 2, 2, 2, 1, 1, 0, 0},
+      {3, 9, 17, 3, 5, 1, 2, 1, 2, 1, 1, 0, 1},    {3, 11, 33, 3, 3, 2, 2, 0, 1, 1, 1, 1, 0},
+      {2, 6, 31, 3, 3, 2, 2, 1, 1, 1, 1, 0, 2},    {2, 6, 32, 3, 3, 2, 2, 1, 0, 1, 1, 0, 0},
+      {2, 5, 1, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0},     {2, 1, 40, 1, 3, 1, 1, 0, 1, 1, 1, 0, 0},
+      {3, 13, 12, 3, 3, 3, 3, 1, 2, 1, 1, 1, 1},   {2, 10, 19, 3, 3, 1, 1, 2, 1, 2, 3, 0, 0},
+      {2, 12, 12, 5, 3, 2, 1, 4, 0, 1, 2, 2, 3},   {37, 15, 15, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0},
+      {3, 28, 28, 5, 5, 2, 2, 2, 2, 1, 1, 0, 0},   {2, 16, 113, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0},
+      {2, 3, 2, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0},     {2, 8, 70, 7, 7, 1, 1, 3, 3, 1, 1, 0, 0},
+  };
+  ThreadPool pool(3);
+  PoolScope scope(&pool);
+  for (int64_t target : targets()) {
+    ForceTarget force(target);
+    SCOPED_TRACE(simd_target());
+    for (const Case& c : cases) {
+      SCOPED_TRACE(&c - cases);
+      DepthwiseConv2d a;
+      a.channels = c.ch, a.ih = c.ih, a.iw = c.iw, a.kh = c.kh, a.kw = c.kw, a.sh = c.sh, a.sw = c.sw;
+      a.ph = c.ph, a.pw = c.pw, a.dh = c.dh, a.dw = c.dw;
+      // The outputs a symmetric pad gives, plus extra_h, extra_w (an uneven pad at the end).
+      a.oh = (c.ih + 2 * c.ph - c.dh * (c.kh - 1) - 1) / c.sh + 1 + c.extra_h;
+      a.ow = (c.iw + 2 * c.pw - c.dw * (c.kw - 1) - 1) / c.sw + 1 + c.extra_w;
+      auto x = random_floats(c.ch * c.ih * c.iw, rng), w = random_floats(c.ch * c.kh * c.kw, rng);
+      auto bias = random_floats(c.ch, rng);
+      // Guards on both sides of y: the kernel writes its outputs and nothing else.
+      const int64_t guard = 64;
+      std::vector<float> y(a.channels * a.oh * a.ow + 2 * guard, 12345.f);
+      a.x = x.data(), a.w = w.data(), a.bias = bias.data(), a.y = y.data() + guard;
+      const Act acts[] = {Act::kNone, Act::kRelu, Act::kHardSwish, Act::kGelu};
+      a.act = Activation{acts[(&c - cases) % 4]};
+      depthwise_conv2d(a);
+      const auto want = depthwise_reference(x, w, bias, a);
+      for (int64_t i = 0; i < guard; ++i) {
+        ASSERT_EQ(y[i], 12345.f) << "written before the output at " << i;
+        ASSERT_EQ(y[guard + want.size() + i], 12345.f) << "written past the output at " << i;
+      }
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(y[guard + i], want[i], 1e-5 + 1e-5 * std::fabs(want[i]))
+            << "output " << i << " of " << a.channels << " x " << a.oh << " x " << a.ow;
+    }
+  }
+}
+
 TEST(ThreadPool, CoversEveryIndexOnceAndRethrows) {
   ThreadPool pool(3);
   PoolScope scope(&pool);
