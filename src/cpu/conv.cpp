@@ -42,6 +42,15 @@ struct FlatStore {
   uint64_t bits;
   int64_t count;
 };
+// Targets with a compress instruction pack a vector's kept lanes by its mask; the others by a
+// permutation made with the mask (`from`: kL lanes a vector, the i-th kept lane's index at
+// i), as Highway's Compress there copies a table onto the stack at every call.
+#undef ONYX_DW_NATIVE_COMPRESS
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#define ONYX_DW_NATIVE_COMPRESS 1
+#else
+#define ONYX_DW_NATIVE_COMPRESS 0
+#endif
 
 // NV vectors of flat positions from f0 of CH channels at once (channel h's plane at
 // plane + h plane_step, its taps' weights at w + h taps, its output at y + h y_step): bias plus
@@ -50,8 +59,8 @@ struct FlatStore {
 template <int NV, int CH>
 HWY_NOINLINE void DwFlat(const float* HWY_RESTRICT plane, int64_t plane_step, const int64_t* HWY_RESTRICT toff,
                          const float* HWY_RESTRICT w, int64_t taps, const float* HWY_RESTRICT bias, int64_t f0,
-                         const FlatStore* HWY_RESTRICT st, const Activation& act, float* HWY_RESTRICT y,
-                         int64_t y_step) {
+                         const FlatStore* HWY_RESTRICT st, const int32_t* HWY_RESTRICT from,
+                         const Activation& act, float* HWY_RESTRICT y, int64_t y_step) {
   const DF d;
   VF acc[CH][NV];
   HWY_UNROLL(2)
@@ -77,8 +86,12 @@ HWY_NOINLINE void DwFlat(const float* HWY_RESTRICT plane, int64_t plane_step, co
       if (st[v].count == kL) {
         hn::StoreU(out, d, dst);
       } else if (st[v].count > 0) {
-        const auto keep = hn::LoadMaskBits(d, reinterpret_cast<const uint8_t*>(&st[v].bits));
-        hn::BlendedStore(hn::Compress(out, keep), hn::FirstN(d, static_cast<size_t>(st[v].count)), d, dst);
+#if ONYX_DW_NATIVE_COMPRESS
+        const VF kept = hn::Compress(out, hn::LoadMaskBits(d, reinterpret_cast<const uint8_t*>(&st[v].bits)));
+#else
+        const VF kept = hn::TableLookupLanes(out, hn::SetTableIndices(d, from + v * kL));
+#endif
+        hn::BlendedStore(kept, hn::FirstN(d, static_cast<size_t>(st[v].count)), d, dst);
       }
     }
 }
@@ -86,13 +99,13 @@ HWY_NOINLINE void DwFlat(const float* HWY_RESTRICT plane, int64_t plane_step, co
 // `nv` (<= NV) vectors: DwFlat<nv, CH>.
 template <int NV, int CH>
 HWY_INLINE void DwFlatUpTo(int64_t nv, const float* plane, int64_t plane_step, const int64_t* toff, const float* w,
-                           int64_t taps, const float* bias, int64_t f0, const FlatStore* st, const Activation& act,
-                           float* y, int64_t y_step) {
+                           int64_t taps, const float* bias, int64_t f0, const FlatStore* st, const int32_t* from,
+                           const Activation& act, float* y, int64_t y_step) {
   if constexpr (NV > 1) {
     if (nv < NV)
-      return DwFlatUpTo<NV - 1, CH>(nv, plane, plane_step, toff, w, taps, bias, f0, st, act, y, y_step);
+      return DwFlatUpTo<NV - 1, CH>(nv, plane, plane_step, toff, w, taps, bias, f0, st, from, act, y, y_step);
   }
-  DwFlat<NV, CH>(plane, plane_step, toff, w, taps, bias, f0, st, act, y, y_step);
+  DwFlat<NV, CH>(plane, plane_step, toff, w, taps, bias, f0, st, from, act, y, y_step);
 }
 
 // dst[0, n) = src[0, n): whole vectors, then the last lanes masked.
@@ -152,6 +165,7 @@ void DepthwiseImpl(const DepthwiseConv2d* ap) {
   const int64_t flat = (a.oh - 1) * wq + a.ow;
   const int64_t nvec = (flat + kL - 1) / kL;
   std::vector<FlatStore> stores(static_cast<size_t>(nvec), FlatStore{0, 0, 0});
+  std::vector<int32_t> from(ONYX_DW_NATIVE_COMPRESS ? 0 : static_cast<size_t>(nvec * kL), 0);
   for (int64_t v = 0; v < nvec; ++v) {
     const int64_t f = v * kL;
     stores[v].dst = f / wq * a.ow + std::min(f % wq, a.ow);
@@ -159,8 +173,12 @@ void DepthwiseImpl(const DepthwiseConv2d* ap) {
   for (int64_t oy = 0; oy < a.oh; ++oy)  // output row oy: flat positions [oy wq, oy wq + ow)
     for (int64_t f = oy * wq, end = f + a.ow; f < end;) {
       const int64_t v = f / kL, l0 = f - v * kL, l1 = std::min(kL, end - v * kL);
-      stores[v].bits |= (l1 - l0 == 64 ? ~uint64_t{0} : ((uint64_t{1} << (l1 - l0)) - 1)) << l0;
-      stores[v].count += l1 - l0;
+      FlatStore& st = stores[v];
+      for (int64_t l = l0; l < l1; ++l) {
+        if (!from.empty()) from[v * kL + st.count] = static_cast<int32_t>(l);
+        st.bits |= uint64_t{1} << l;
+        ++st.count;
+      }
       f = v * kL + l1;
     }
   // The planes, and room for the last vectors' reads past them (lanes that are dropped).
@@ -177,6 +195,7 @@ void DepthwiseImpl(const DepthwiseConv2d* ap) {
     float* const planes = planes_buf.data();
     const int64_t* const to = toff.data();
     const FlatStore* const st = stores.data();
+    const int32_t* const fr = from.data();
     const DF d;
     // (The geometry in locals: the stores into the planes would otherwise reload it each row.)
     const int64_t ih = a.ih, iw = a.iw, sh = a.sh, sw = a.sw, pw = a.pw, pf = plane_floats;
@@ -211,14 +230,15 @@ void DepthwiseImpl(const DepthwiseConv2d* ap) {
       float b[2] = {0.f, 0.f};
       for (int64_t h = 0; h < n; ++h) b[h] = a.bias ? a.bias[c + h] : 0.f;
       if (n == 2) {
-        DwFlatUpTo<kMaxNV / 2, 2>(nvec, planes, buf_floats, to, wc, taps, b, 0, st, a.act, yc, out_floats);
+        DwFlatUpTo<kMaxNV / 2, 2>(nvec, planes, buf_floats, to, wc, taps, b, 0, st, fr, a.act, yc, out_floats);
       } else {
         int64_t v = 0;
         for (; v + kMaxNV <= nvec; v += kMaxNV)
-          DwFlat<kMaxNV, 1>(planes, buf_floats, to, wc, taps, b, v * kL, st + v, a.act, yc, out_floats);
+          DwFlat<kMaxNV, 1>(planes, buf_floats, to, wc, taps, b, v * kL, st + v, fr + (fr ? v * kL : 0), a.act, yc,
+                            out_floats);
         if (v < nvec)
-          DwFlatUpTo<kMaxNV - 1, 1>(nvec - v, planes, buf_floats, to, wc, taps, b, v * kL, st + v, a.act, yc,
-                                    out_floats);
+          DwFlatUpTo<kMaxNV - 1, 1>(nvec - v, planes, buf_floats, to, wc, taps, b, v * kL, st + v,
+                                    fr + (fr ? v * kL : 0), a.act, yc, out_floats);
       }
       if (!cheap)
         for (int64_t h = 0; h < n; ++h) ActivateSpan(d, yc + h * out_floats, out_floats, a.act);
