@@ -167,13 +167,7 @@ HWY_NOINLINE void Tile(const TileArgs& t) {
           HWY_UNROLL(16)
           for (int v = 0; v < NV; ++v) acc[r][v] = hn::Add(acc[r][v], hn::LoadU(d, residual + r * ldr + v * kL));
       }
-      if (cheap) {
-        const Activation act = *t.act;
-        HWY_UNROLL(16)
-        for (int r = 0; r < MR; ++r)
-          HWY_UNROLL(16)
-          for (int v = 0; v < NV; ++v) acc[r][v] = ActivateCheap(d, acc[r][v], act);
-      }
+      if (cheap) ActivateCheapAll<MR * NV>(d, &acc[0][0], *t.act);
     }
     HWY_UNROLL(16)
     for (int r = 0; r < MR; ++r)

@@ -104,6 +104,43 @@ TEST(CpuGemm, PackedMatchesFloat64OnEveryTargetAndTail) {
   }
 }
 
+TEST(CpuGemm, FullTilesApplyEveryTermAndCheapActivation) {
+  // Whole register tiles (rows and columns multiples of the large tile's) take the epilogue
+  // that runs as passes over the registers: each cheap activation, with every combination of
+  // accumulate, column bias, row bias and residual, K of one pass and of two.
+  std::mt19937 rng(17);
+  const Activation acts[] = {{Act::kNone},          {Act::kRelu},      {Act::kLeakyRelu, 0.1f},
+                             {Act::kClip, -0.5f, 0.25f}, {Act::kHardSigmoid, 0.2f, 0.5f}, {Act::kHardSwish}};
+  for (int64_t target : targets()) {
+    ForceTarget force(target);
+    SCOPED_TRACE(simd_target());
+    for (const Activation& act : acts)
+      for (int terms = 0; terms < 16; ++terms)
+        for (int64_t k : {24, 300}) {
+          const int64_t m = 24, n = 64;
+          const bool accumulate = terms & 1, with_bias = terms & 2, with_row_bias = terms & 4, with_residual = terms & 8;
+          auto a = random_floats(m * k, rng), b = random_floats(k * n, rng), bias = random_floats(n, rng);
+          auto row_bias = random_floats(m, rng), residual = random_floats(m * n, rng), c0 = random_floats(m * n, rng);
+          std::vector<float> packed(packed_size(k, n)), c = c0;
+          pack_b(b.data(), n, false, k, n, packed.data());
+          Epilogue ep;
+          ep.bias = with_bias ? bias.data() : nullptr;
+          ep.row_bias = with_row_bias ? row_bias.data() : nullptr;
+          ep.residual = with_residual ? residual.data() : nullptr;
+          ep.ldr = n;
+          ep.act = act;
+          ep.accumulate = accumulate;
+          gemm_packed(m, n, k, a.data(), k, packed.data(), c.data(), n, ep);
+          std::vector<double> mag;
+          auto want =
+              reference_gemm(m, n, k, a, b, ep.bias, accumulate ? &c0 : nullptr, act, &mag, ep.row_bias, ep.residual);
+          for (size_t i = 0; i < c.size(); ++i)
+            ASSERT_NEAR(c[i], want[i], 1e-6 * mag[i] + 1e-6)
+                << "act " << act_name(act.kind) << " terms " << terms << " k " << k << " at " << i;
+        }
+  }
+}
+
 TEST(CpuGemm, IndirectRowsMatchFloat64) {
   // B's rows found through offsets into one buffer (a stride-1 convolution's shifted views of
   // its padded image, here also random and overlapping), read up to n rounded up to 16.
