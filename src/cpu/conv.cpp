@@ -1,6 +1,10 @@
-// The depthwise convolution (conv.h), per Highway target. Each output row accumulates its
-// kh x kw taps as contiguous vector operations: a strided convolution first splits each input
-// row into its `sw` phases (every sw-th element), so every tap reads a contiguous run.
+// The depthwise convolution (conv.h), per Highway target. Each channel's image is copied once
+// into zero-padded planes, split into its sh x sw stride phases (phase (a, b) holds the padded
+// image's rows a, a + sh, ... and columns b, b + sw, ...), each plane wq floats a row. Output
+// (oy, ox) reads tap (i, j) in phase ((i dh) % sh, (j dw) % sw) at row oy + (i dh) / sh, column
+// ox + (j dw) / sw; so at flat position f = oy wq + ox every tap is the phase plane read at
+// f + a fixed offset, and the kernel computes contiguous runs of flat positions, a vector of
+// lanes at a time, the columns ox >= ow among them dropped as they are stored.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/conv.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -19,167 +23,225 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 constexpr int64_t kL = HWY_LANES(float);
+// Vectors of flat positions accumulated at once: independent FMA chains, as many as leave
+// registers for a tap's weight and loads.
+constexpr int kMaxNV = kL >= 16 ? 16 : 8;
+// Masked loads that never touch the lanes they leave out (so a row's last columns can be read
+// at the end of a tensor); the portable targets load whole vectors.
+#undef ONYX_DW_SAFE_MASKED_LOAD
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#define ONYX_DW_SAFE_MASKED_LOAD 1
+#else
+#define ONYX_DW_SAFE_MASKED_LOAD 0
+#endif
 
-// R output rows' columns [o0, o0 + count) of a block of NV vectors, accumulated in registers
-// over the taps: rows[r * kh + i] is output row r's tap row i, the phase-split padded input row
-// (a zero row for padding), tap (i, j) reading it at tap_off[j] + o0 contiguously. Several rows
-// at once give narrow images (7 or 14 columns: one vector) independent accumulation chains.
-template <int NV, int R>
-HWY_NOINLINE void DwBlock(const float* const* rows, int64_t kh, int64_t kw, const float* w, const int64_t* tap_off,
-                        int64_t o0, float bias, const Activation& act, float* out, int64_t ldo, int64_t count) {
+// Where each vector of flat positions goes: the output index of its first kept lane, the
+// kept lanes (ox < ow) as mask bits and their count.
+struct FlatStore {
+  int64_t dst;
+  uint64_t bits;
+  int64_t count;
+};
+// Targets with a compress instruction pack a vector's kept lanes by its mask; the others by a
+// permutation made with the mask (`from`: kL lanes a vector, the i-th kept lane's index at
+// i), as Highway's Compress there copies a table onto the stack at every call.
+#undef ONYX_DW_NATIVE_COMPRESS
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#define ONYX_DW_NATIVE_COMPRESS 1
+#else
+#define ONYX_DW_NATIVE_COMPRESS 0
+#endif
+
+// NV vectors of flat positions from f0 of CH channels at once (channel h's plane at
+// plane + h plane_step, its taps' weights at w + h taps, its output at y + h y_step): bias plus
+// every tap, then stored through `st`. Two channels of a small image give twice the
+// independent FMA chains of one.
+template <int NV, int CH>
+HWY_NOINLINE void DwFlat(const float* HWY_RESTRICT plane, int64_t plane_step, const int64_t* HWY_RESTRICT toff,
+                         const float* HWY_RESTRICT w, int64_t taps, const float* HWY_RESTRICT bias, int64_t f0,
+                         const FlatStore* HWY_RESTRICT st, const int32_t* HWY_RESTRICT from,
+                         const Activation& act, float* HWY_RESTRICT y, int64_t y_step) {
   const DF d;
-  VF acc[R][NV];
-  HWY_UNROLL(8)
-  for (int r = 0; r < R; ++r)
-    HWY_UNROLL(8)
-    for (int v = 0; v < NV; ++v) acc[r][v] = hn::Set(d, bias);
-  for (int64_t i = 0; i < kh; ++i) {
-    for (int64_t j = 0; j < kw; ++j) {
-      const VF wv = hn::Set(d, w[i * kw + j]);
-      HWY_UNROLL(8)
-      for (int r = 0; r < R; ++r) {
-        const float* src = rows[r * kh + i] + tap_off[j] + o0;
-        HWY_UNROLL(8)
-        for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(wv, hn::LoadU(d, src + v * kL), acc[r][v]);
+  VF acc[CH][NV];
+  HWY_UNROLL(2)
+  for (int h = 0; h < CH; ++h)
+    HWY_UNROLL(16)
+    for (int v = 0; v < NV; ++v) acc[h][v] = hn::Set(d, bias[h]);
+  const float* HWY_RESTRICT base = plane + f0;
+  for (int64_t t = 0; t < taps; ++t) {
+    HWY_UNROLL(2)
+    for (int h = 0; h < CH; ++h) {
+      const VF wv = hn::Set(d, w[h * taps + t]);
+      const float* HWY_RESTRICT src = base + h * plane_step + toff[t];
+      HWY_UNROLL(16)
+      for (int v = 0; v < NV; ++v) acc[h][v] = hn::MulAdd(wv, hn::LoadU(d, src + v * kL), acc[h][v]);
+    }
+  }
+  HWY_UNROLL(2)
+  for (int h = 0; h < CH; ++h)
+    HWY_UNROLL(16)
+    for (int v = 0; v < NV; ++v) {
+      const VF out = ActivateCheap(d, acc[h][v], act);
+      float* dst = y + h * y_step + st[v].dst;
+      if (st[v].count == kL) {
+        hn::StoreU(out, d, dst);
+      } else if (st[v].count > 0) {
+#if ONYX_DW_NATIVE_COMPRESS
+        const VF kept = hn::Compress(out, hn::LoadMaskBits(d, reinterpret_cast<const uint8_t*>(&st[v].bits)));
+#else
+        const VF kept = hn::TableLookupLanes(out, hn::SetTableIndices(d, from + v * kL));
+#endif
+        hn::BlendedStore(kept, hn::FirstN(d, static_cast<size_t>(st[v].count)), d, dst);
       }
     }
-  }
-  HWY_UNROLL(8)
-  for (int r = 0; r < R; ++r)
-    HWY_UNROLL(8)
-    for (int v = 0; v < NV; ++v) {
-      const int64_t o = v * kL;
-      float* dst = out + r * ldo + o;
-      const VF y = ActivateCheap(d, acc[r][v], act);
-      if (o + kL <= count) hn::StoreU(y, d, dst);
-      else if (o < count) hn::BlendedStore(y, hn::FirstN(d, static_cast<size_t>(count - o)), d, dst);
-    }
-  if (!IsCheap(act.kind))
-    for (int r = 0; r < R; ++r) ActivateSpan(d, out + r * ldo, count, act);
 }
 
-// Rows [0, g) of a group (g <= RMax) with NV vectors each: DwBlock<NV, g>.
-template <int NV, int RMax>
-HWY_INLINE void DwRows(int64_t g, const float* const* rows, int64_t kh, int64_t kw, const float* w,
-                       const int64_t* tap_off, int64_t o0, float bias, const Activation& act, float* out, int64_t ldo,
-                       int64_t count) {
-  if constexpr (RMax > 1) {
-    if (g < RMax) return DwRows<NV, RMax - 1>(g, rows, kh, kw, w, tap_off, o0, bias, act, out, ldo, count);
+// `nv` (<= NV) vectors: DwFlat<nv, CH>.
+template <int NV, int CH>
+HWY_INLINE void DwFlatUpTo(int64_t nv, const float* plane, int64_t plane_step, const int64_t* toff, const float* w,
+                           int64_t taps, const float* bias, int64_t f0, const FlatStore* st, const int32_t* from,
+                           const Activation& act, float* y, int64_t y_step) {
+  if constexpr (NV > 1) {
+    if (nv < NV)
+      return DwFlatUpTo<NV - 1, CH>(nv, plane, plane_step, toff, w, taps, bias, f0, st, from, act, y, y_step);
   }
-  DwBlock<NV, RMax>(rows, kh, kw, w, tap_off, o0, bias, act, out, ldo, count);
+  DwFlat<NV, CH>(plane, plane_step, toff, w, taps, bias, f0, st, from, act, y, y_step);
+}
+
+// dst[0, n) = src[0, n): whole vectors, then the last lanes masked.
+HWY_INLINE void CopyRow(const float* HWY_RESTRICT src, int64_t n, float* HWY_RESTRICT dst) {
+  const DF d;
+  int64_t q = 0;
+  for (; q + kL <= n; q += kL) hn::StoreU(hn::LoadU(d, src + q), d, dst + q);
+  if (q == n) return;
+#if ONYX_DW_SAFE_MASKED_LOAD
+  const auto m = hn::FirstN(d, static_cast<size_t>(n - q));
+  hn::BlendedStore(hn::MaskedLoad(m, d, src + q), m, d, dst + q);
+#else
+  for (; q < n; ++q) dst[q] = src[q];
+#endif
+}
+
+// A row of n input columns split into two phases: column q to ph0 (q even) or ph1 (q odd), at
+// q / 2.
+HWY_INLINE void SplitRow2(const float* HWY_RESTRICT src, int64_t n, float* HWY_RESTRICT ph0, float* HWY_RESTRICT ph1) {
+  const DF d;
+  int64_t q = 0;
+  for (; q + 2 * kL <= n; q += 2 * kL) {
+    VF even, odd;
+    hn::LoadInterleaved2(d, src + q, even, odd);
+    hn::StoreU(even, d, ph0 + q / 2);
+    hn::StoreU(odd, d, ph1 + q / 2);
+  }
+  if (q == n) return;
+#if ONYX_DW_SAFE_MASKED_LOAD
+  const int64_t rem = n - q;
+  const VF lo = hn::MaskedLoad(hn::FirstN(d, static_cast<size_t>(std::min(rem, kL))), d, src + q);
+  const VF hi = hn::MaskedLoad(hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(rem - kL, 0))), d, src + q + kL);
+  hn::BlendedStore(hn::ConcatEven(d, hi, lo), hn::FirstN(d, static_cast<size_t>((rem + 1) / 2)), d, ph0 + q / 2);
+  hn::BlendedStore(hn::ConcatOdd(d, hi, lo), hn::FirstN(d, static_cast<size_t>(rem / 2)), d, ph1 + q / 2);
+#else
+  for (; q < n; ++q) (q % 2 ? ph1 : ph0)[q / 2] = src[q];
+#endif
 }
 
 void DepthwiseImpl(const DepthwiseConv2d* ap) {
   const DepthwiseConv2d& a = *ap;
-  // Each input row, padded with zeros to the left (pw) and right, split into its sw phases
-  // (phase p holds padded[p], padded[p + sw], ...), each phase `stride` floats long with room
-  // for the last vector's over-read. Output column o of tap j reads phase (j dw) % sw at
-  // o + (j dw) / sw.
-  const int64_t padded_w = a.pw + a.iw + (a.kw - 1) * a.dw + (a.ow + 1) * a.sw;
-  const int64_t stride = (padded_w + a.sw - 1) / a.sw + 8 * kL;
-  std::vector<int64_t> tap_off(static_cast<size_t>(a.kw));
-  for (int64_t j = 0; j < a.kw; ++j) tap_off[j] = ((j * a.dw) % a.sw) * stride + (j * a.dw) / a.sw;
-  const int64_t row_floats = a.sw * stride;
-  parallel_for(a.channels, std::max<int64_t>(1, 4096 / std::max<int64_t>(a.oh * a.ow * a.kh * a.kw, 1)),
+  // The padded image's extent: its input, and every row and column a tap of an output reads.
+  const int64_t padded_h = std::max(a.ph + a.ih, (a.oh - 1) * a.sh + (a.kh - 1) * a.dh + 1);
+  const int64_t padded_w = std::max(a.pw + a.iw, (a.ow - 1) * a.sw + (a.kw - 1) * a.dw + 1);
+  const int64_t hq = (padded_h + a.sh - 1) / a.sh, wq = (padded_w + a.sw - 1) / a.sw;
+  const int64_t plane_floats = hq * wq;
+  const int64_t taps = a.kh * a.kw;
+  std::vector<int64_t> toff(static_cast<size_t>(taps));
+  int64_t max_off = 0;
+  for (int64_t i = 0; i < a.kh; ++i)
+    for (int64_t j = 0; j < a.kw; ++j) {
+      const int64_t pr = (i * a.dh) % a.sh, pc = (j * a.dw) % a.sw;
+      toff[i * a.kw + j] = (pr * a.sw + pc) * plane_floats + (i * a.dh) / a.sh * wq + (j * a.dw) / a.sw;
+      max_off = std::max(max_off, toff[i * a.kw + j]);
+    }
+  // Flat positions up to the last output's; each vector's kept lanes and where they go.
+  const int64_t flat = (a.oh - 1) * wq + a.ow;
+  const int64_t nvec = (flat + kL - 1) / kL;
+  std::vector<FlatStore> stores(static_cast<size_t>(nvec), FlatStore{0, 0, 0});
+  std::vector<int32_t> from(ONYX_DW_NATIVE_COMPRESS ? 0 : static_cast<size_t>(nvec * kL), 0);
+  for (int64_t v = 0; v < nvec; ++v) {
+    const int64_t f = v * kL;
+    stores[v].dst = f / wq * a.ow + std::min(f % wq, a.ow);
+  }
+  for (int64_t oy = 0; oy < a.oh; ++oy)  // output row oy: flat positions [oy wq, oy wq + ow)
+    for (int64_t f = oy * wq, end = f + a.ow; f < end;) {
+      const int64_t v = f / kL, l0 = f - v * kL, l1 = std::min(kL, end - v * kL);
+      FlatStore& st = stores[v];
+      for (int64_t l = l0; l < l1; ++l) {
+        if (!from.empty()) from[v * kL + st.count] = static_cast<int32_t>(l);
+        st.bits |= uint64_t{1} << l;
+        ++st.count;
+      }
+      f = v * kL + l1;
+    }
+  // The planes, and room for the last vectors' reads past them (lanes that are dropped).
+  const int64_t buf_floats = std::max(a.sh * a.sw * plane_floats, max_off + nvec * kL);
+  const bool cheap = IsCheap(a.act.kind);
+  // Channels computed together: two where two images' vectors fit the accumulators.
+  const int64_t group = 2 * nvec <= kMaxNV ? 2 : 1;
+  const int64_t out_floats = a.oh * a.ow;
+  parallel_for(a.channels, std::max<int64_t>(1, 4096 / std::max<int64_t>(out_floats * taps, 1)),
                [&](int64_t c0, int64_t c1) {
-    thread_local std::vector<float> image_buf;  // the channel's padded, phase-split rows
-    thread_local std::vector<const float*> rows_buf;
-    // (One more row, never written: the zero row that padding rows read.)
-    image_buf.assign(static_cast<size_t>((a.ih + 1) * row_floats), 0.f);
-    rows_buf.resize(static_cast<size_t>(8 * a.kh));
-    // Plain pointers: the loops below would otherwise reload the thread-local vectors' data.
-    float* const image = image_buf.data();
-    const float** const rows = rows_buf.data();
+    thread_local std::vector<float> planes_buf;
+    // Zero once: the padding is never written, each channel writes its input's positions only.
+    planes_buf.assign(static_cast<size_t>(group * buf_floats), 0.f);
+    float* const planes = planes_buf.data();
+    const int64_t* const to = toff.data();
+    const FlatStore* const st = stores.data();
+    const int32_t* const fr = from.data();
     const DF d;
-    for (int64_t c = c0; c < c1; ++c) {
-      const float* xc = a.x + c * a.ih * a.iw;
-      for (int64_t r = 0; r < a.ih; ++r) {
-        float* dst = image + r * row_floats;
-        const float* src = xc + r * a.iw;
-        if (a.sw == 1) {
-          std::copy_n(src, a.iw, dst + a.pw);
-          continue;
-        }
-        if (a.sw == 2) {
-          // Input column q lands in padded column q + pw: phase (q + pw) % 2, at (q + pw) / 2.
-          // From the first q with q + pw even, pairs of vectors split into both phases at once;
-          // the columns before and after it one at a time. Padding columns are never written
-          // (zero since the buffer was filled).
-          float* ph0 = dst;
-          float* ph1 = dst + stride;
-          int64_t q = 0;
-          if (a.pw % 2) {  // column 0 is odd in the padded row: phase 1 at (0 + pw) / 2
-            ph1[a.pw / 2] = src[0];
-            q = 1;
+    // (The geometry in locals: the stores into the planes would otherwise reload it each row.)
+    const int64_t ih = a.ih, iw = a.iw, sh = a.sh, sw = a.sw, pw = a.pw, pf = plane_floats;
+    // Channel c's input into the planes at `dst`. Input row r is padded row r + ph, in row
+    // phase (r + ph) % sh at (r + ph) / sh; input column q padded column q + pw.
+    auto copy_in = [&](int64_t c, float* dst) {
+      const float* src = a.x + c * ih * iw;
+      int64_t phase = a.ph % sh, at = a.ph / sh;
+      for (int64_t r = 0; r < ih; ++r, src += iw) {
+        float* row = dst + phase * sw * pf + at * wq;
+        if (++phase == sh) phase = 0, ++at;
+        if (sw == 1) {
+          CopyRow(src, iw, row + pw);
+        } else if (sw == 2) {
+          // With pw odd, input column 0 is phase 1's, and the pairs start at input column 1.
+          if (pw % 2) {
+            row[pf + pw / 2] = src[0];
+            if (iw > 1) SplitRow2(src + 1, iw - 1, row + (pw + 1) / 2, row + pf + (pw + 1) / 2);
+          } else {
+            SplitRow2(src, iw, row + pw / 2, row + pf + pw / 2);
           }
-          for (; q + 2 * kL <= a.iw; q += 2 * kL) {
-            VF even, odd;
-            hn::LoadInterleaved2(d, src + q, even, odd);
-            const int64_t at = (q + a.pw) / 2;
-            hn::StoreU(even, d, ph0 + at);
-            hn::StoreU(odd, d, ph1 + at);
-          }
-          if (q < a.iw) {  // the last columns (fewer than two vectors) through a zeroed copy
-            HWY_ALIGN float tail[2 * kL] = {};
-            const int64_t rem = a.iw - q;
-            std::copy_n(src + q, rem, tail);
-            VF even, odd;
-            hn::LoadInterleaved2(d, tail, even, odd);
-            const int64_t at = (q + a.pw) / 2;
-            hn::BlendedStore(even, hn::FirstN(d, static_cast<size_t>((rem + 1) / 2)), d, ph0 + at);
-            hn::BlendedStore(odd, hn::FirstN(d, static_cast<size_t>(rem / 2)), d, ph1 + at);
-          }
-          continue;
-        }
-        // Input column q lands in padded column q + pw: phase (q + pw) % sw, at (q + pw) / sw.
-        for (int64_t p = 0; p < a.sw; ++p) {
-          const int64_t q0 = ((p - a.pw) % a.sw + a.sw) % a.sw;  // the first column of phase p
-          float* out = dst + p * stride + (q0 + a.pw) / a.sw;
-          for (int64_t q = q0, i = 0; q < a.iw; q += a.sw, ++i) out[i] = src[q];
+        } else {
+          for (int64_t q = 0; q < iw; ++q) row[((q + pw) % sw) * pf + (q + pw) / sw] = src[q];
         }
       }
-      const float* wc = a.w + c * a.kh * a.kw;
-      const float b = a.bias ? a.bias[c] : 0.f;
-      float* yc = a.y + c * a.oh * a.ow;
-      // Output rows in groups (8 for one-vector rows, 4 for two, 2 for three or four, else 1:
-      // about 8 independent accumulators), each group's tap rows looked up once.
-      const int64_t nv_row = (std::min<int64_t>(a.ow, 8 * kL) + kL - 1) / kL;
-      const int64_t group = nv_row == 1 ? 8 : nv_row == 2 ? 4 : nv_row <= 4 ? 2 : 1;
-      const float* zero_row = image + a.ih * row_floats;
-      const int64_t* toff = tap_off.data();
-      // (The geometry in locals: the stores into rows would otherwise reload it each time.)
-      const int64_t kh = a.kh, ih = a.ih, sh = a.sh, ph = a.ph, dh = a.dh, rf = row_floats;
-      for (int64_t orow = 0; orow < a.oh; orow += group) {
-        const int64_t g = std::min(group, a.oh - orow);
-        for (int64_t r = 0; r < g; ++r)
-          for (int64_t i = 0; i < kh; ++i) {
-            const int64_t ir = (orow + r) * sh - ph + i * dh;
-            rows[r * kh + i] = ir < 0 || ir >= ih ? zero_row : image + ir * rf;
-          }
-        const float* const* use = rows;
-        for (int64_t o0 = 0; o0 < a.ow; o0 += 8 * kL) {
-          const int64_t count = std::min<int64_t>(8 * kL, a.ow - o0);
-          float* out = yc + orow * a.ow + o0;
-          const int64_t nv = (count + kL - 1) / kL;
-          switch (nv) {  // (a row's last block may have fewer vectors than the group was sized for)
-            case 1: DwRows<1, 8>(g, use, a.kh, a.kw, wc, toff, o0, b, a.act, out, a.ow, count); continue;
-            case 2: DwRows<2, 4>(g, use, a.kh, a.kw, wc, toff, o0, b, a.act, out, a.ow, count); continue;
-            case 3: DwRows<3, 2>(g, use, a.kh, a.kw, wc, toff, o0, b, a.act, out, a.ow, count); continue;
-            case 4: DwRows<4, 2>(g, use, a.kh, a.kw, wc, toff, o0, b, a.act, out, a.ow, count); continue;
-            default: break;
-          }
-          for (int64_t r = 0; r < g; ++r) {  // wide rows: one at a time
-            const float* const* ur = use + r * a.kh;
-            float* orow_out = out + r * a.ow;
-            switch (nv) {
-              case 5: DwBlock<5, 1>(ur, a.kh, a.kw, wc, toff, o0, b, a.act, orow_out, a.ow, count); break;
-              case 6: DwBlock<6, 1>(ur, a.kh, a.kw, wc, toff, o0, b, a.act, orow_out, a.ow, count); break;
-              case 7: DwBlock<7, 1>(ur, a.kh, a.kw, wc, toff, o0, b, a.act, orow_out, a.ow, count); break;
-              default: DwBlock<8, 1>(ur, a.kh, a.kw, wc, toff, o0, b, a.act, orow_out, a.ow, count); break;
-            }
-          }
-        }
+    };
+    for (int64_t c = c0; c < c1; c += group) {
+      const int64_t n = std::min(group, c1 - c);
+      for (int64_t h = 0; h < n; ++h) copy_in(c + h, planes + h * buf_floats);
+      const float* wc = a.w + c * taps;
+      float* yc = a.y + c * out_floats;
+      float b[2] = {0.f, 0.f};
+      for (int64_t h = 0; h < n; ++h) b[h] = a.bias ? a.bias[c + h] : 0.f;
+      if (n == 2) {
+        DwFlatUpTo<kMaxNV / 2, 2>(nvec, planes, buf_floats, to, wc, taps, b, 0, st, fr, a.act, yc, out_floats);
+      } else {
+        int64_t v = 0;
+        for (; v + kMaxNV <= nvec; v += kMaxNV)
+          DwFlat<kMaxNV, 1>(planes, buf_floats, to, wc, taps, b, v * kL, st + v, fr + (fr ? v * kL : 0), a.act, yc,
+                            out_floats);
+        if (v < nvec)
+          DwFlatUpTo<kMaxNV - 1, 1>(nvec - v, planes, buf_floats, to, wc, taps, b, v * kL, st + v,
+                                    fr + (fr ? v * kL : 0), a.act, yc, out_floats);
       }
+      if (!cheap)
+        for (int64_t h = 0; h < n; ++h) ActivateSpan(d, yc + h * out_floats, out_floats, a.act);
     }
   });
 }

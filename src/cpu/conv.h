@@ -15,7 +15,7 @@ struct DepthwiseConv2d {
   const float* bias = nullptr;  // [channels], or null
   float* y = nullptr;           // [channels, oh, ow]
   int64_t channels = 0, ih = 0, iw = 0, oh = 0, ow = 0;
-  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;  // pads: the leading ones
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;  // pads: the leading ones, >= 0
   Activation act;
 };
 

@@ -132,6 +132,28 @@ HWY_INLINE V ActivateCheap(D d, V x, const Activation& act) {
   }
 }
 
+// x[i] = ActivateCheap(x[i]) for N registers, the kind tested once: ReLU and HardSwish (the
+// convolutions' usual ones) as straight-line code, the other kinds per register.
+template <size_t N, class D, class V>
+HWY_INLINE void ActivateCheapAll(D d, V* x, const Activation& act) {
+  switch (act.kind) {
+    case Act::kRelu:
+      HWY_UNROLL(64)
+      for (size_t i = 0; i < N; ++i) x[i] = hn::Max(x[i], hn::Zero(d));
+      return;
+    case Act::kHardSwish:
+      HWY_UNROLL(64)
+      for (size_t i = 0; i < N; ++i) {
+        const V g = hn::MulAdd(x[i], hn::Set(d, 1.0f / 6), hn::Set(d, 0.5f));
+        x[i] = hn::Mul(x[i], hn::Min(hn::Max(g, hn::Zero(d)), hn::Set(d, 1.0f)));
+      }
+      return;
+    default:
+      HWY_UNROLL(64)
+      for (size_t i = 0; i < N; ++i) x[i] = ActivateCheap(d, x[i], act);
+  }
+}
+
 // p[i] = act(p[i]) for i in [0, n). A fused kernel's epilogue stores its registers and then calls
 // this once per stored row for the costly kinds: Activate inlined per register of every tile shape
 // multiplied each kernel's code (the gemm and depthwise files took clang with the sanitizers many

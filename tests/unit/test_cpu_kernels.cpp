@@ -104,6 +104,43 @@ TEST(CpuGemm, PackedMatchesFloat64OnEveryTargetAndTail) {
   }
 }
 
+TEST(CpuGemm, FullTilesApplyEveryTermAndCheapActivation) {
+  // Whole register tiles (rows and columns multiples of the large tile's) take the epilogue
+  // that runs as passes over the registers: each cheap activation, with every combination of
+  // accumulate, column bias, row bias and residual, K of one pass and of two.
+  std::mt19937 rng(17);
+  const Activation acts[] = {{Act::kNone},          {Act::kRelu},      {Act::kLeakyRelu, 0.1f},
+                             {Act::kClip, -0.5f, 0.25f}, {Act::kHardSigmoid, 0.2f, 0.5f}, {Act::kHardSwish}};
+  for (int64_t target : targets()) {
+    ForceTarget force(target);
+    SCOPED_TRACE(simd_target());
+    for (const Activation& act : acts)
+      for (int terms = 0; terms < 16; ++terms)
+        for (int64_t k : {24, 300}) {
+          const int64_t m = 24, n = 64;
+          const bool accumulate = terms & 1, with_bias = terms & 2, with_row_bias = terms & 4, with_residual = terms & 8;
+          auto a = random_floats(m * k, rng), b = random_floats(k * n, rng), bias = random_floats(n, rng);
+          auto row_bias = random_floats(m, rng), residual = random_floats(m * n, rng), c0 = random_floats(m * n, rng);
+          std::vector<float> packed(packed_size(k, n)), c = c0;
+          pack_b(b.data(), n, false, k, n, packed.data());
+          Epilogue ep;
+          ep.bias = with_bias ? bias.data() : nullptr;
+          ep.row_bias = with_row_bias ? row_bias.data() : nullptr;
+          ep.residual = with_residual ? residual.data() : nullptr;
+          ep.ldr = n;
+          ep.act = act;
+          ep.accumulate = accumulate;
+          gemm_packed(m, n, k, a.data(), k, packed.data(), c.data(), n, ep);
+          std::vector<double> mag;
+          auto want =
+              reference_gemm(m, n, k, a, b, ep.bias, accumulate ? &c0 : nullptr, act, &mag, ep.row_bias, ep.residual);
+          for (size_t i = 0; i < c.size(); ++i)
+            ASSERT_NEAR(c[i], want[i], 1e-6 * mag[i] + 1e-6)
+                << "act " << act_name(act.kind) << " terms " << terms << " k " << k << " at " << i;
+        }
+  }
+}
+
 TEST(CpuGemm, IndirectRowsMatchFloat64) {
   // B's rows found through offsets into one buffer (a stride-1 convolution's shifted views of
   // its padded image, here also random and overlapping), read up to n rounded up to 16.
@@ -511,6 +548,79 @@ TEST(CpuConv, DepthwiseMatchesFloat64AcrossStridesPadsAndDilations) {
             ASSERT_NEAR(y[(q * oh + i) * ow + j], want, 1e-5 + 1e-5 * std::fabs(want))
                 << "ih " << c.ih << " iw " << c.iw << " k " << c.k << " stride " << c.s << " at " << i << "," << j;
           }
+    }
+  }
+}
+
+// y[q, i, j] = act(bias[q] + sum over taps of x at (i sh - ph + u dh, j sw - pw + v dw)), in
+// double; positions outside the image read zero (so an output past the image's end is padding).
+std::vector<float> depthwise_reference(const std::vector<float>& x, const std::vector<float>& w,
+                                       const std::vector<float>& bias, const DepthwiseConv2d& a) {
+  std::vector<float> y(static_cast<size_t>(a.channels * a.oh * a.ow));
+  for (int64_t q = 0; q < a.channels; ++q)
+    for (int64_t i = 0; i < a.oh; ++i)
+      for (int64_t j = 0; j < a.ow; ++j) {
+        double s = bias[q];
+        for (int64_t u = 0; u < a.kh; ++u)
+          for (int64_t v = 0; v < a.kw; ++v) {
+            const int64_t r = i * a.sh - a.ph + u * a.dh, col = j * a.sw - a.pw + v * a.dw;
+            if (r >= 0 && r < a.ih && col >= 0 && col < a.iw)
+              s += double(x[(q * a.ih + r) * a.iw + col]) * w[(q * a.kh + u) * a.kw + v];
+          }
+        y[(q * a.oh + i) * a.ow + j] = activate_reference(static_cast<float>(s), a.act);
+      }
+  return y;
+}
+
+TEST(CpuConv, DepthwiseMatchesFloat64AtUnevenGeometries) {
+  // The flat-plane kernel: rectangular kernels, strides and dilations per axis, stride 3, pads
+  // at the start and a different reach past the end (outputs read padding past the image),
+  // widths that leave every tail of the stride-2 split (odd and even leading pads), one
+  // column, one row, many channels split over the pool; on every target.
+  std::mt19937 rng(31);
+  struct Case {
+    int64_t ch, ih, iw, kh, kw, sh, sw, ph, pw, dh, dw, extra_h, extra_w;
+  };
+  const Case cases[] = {
+      {5, 7, 7, 5, 5, 1, 1, 2, 2, 1, 1, 0, 0},     {4, 14, 14, 5, 5, 2, 2, 2, 2, 1, 1, 0, 0},
+      {3, 9, 17, 3, 5, 1, 2, 1, 2, 1, 1, 0, 1},    {3, 11, 33, 3, 3, 2, 2, 0, 1, 1, 1, 1, 0},
+      {2, 6, 31, 3, 3, 2, 2, 1, 1, 1, 1, 0, 2},    {2, 6, 32, 3, 3, 2, 2, 1, 0, 1, 1, 0, 0},
+      {2, 5, 1, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0},     {2, 1, 40, 1, 3, 1, 1, 0, 1, 1, 1, 0, 0},
+      {3, 13, 12, 3, 3, 3, 3, 1, 2, 1, 1, 1, 1},   {2, 10, 19, 3, 3, 1, 1, 2, 1, 2, 3, 0, 0},
+      {2, 12, 12, 5, 3, 2, 1, 4, 0, 1, 2, 2, 3},   {37, 15, 15, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0},
+      {3, 28, 28, 5, 5, 2, 2, 2, 2, 1, 1, 0, 0},   {2, 16, 113, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0},
+      {2, 3, 2, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0},     {2, 8, 70, 7, 7, 1, 1, 3, 3, 1, 1, 0, 0},
+  };
+  ThreadPool pool(3);
+  PoolScope scope(&pool);
+  for (int64_t target : targets()) {
+    ForceTarget force(target);
+    SCOPED_TRACE(simd_target());
+    for (const Case& c : cases) {
+      SCOPED_TRACE(&c - cases);
+      DepthwiseConv2d a;
+      a.channels = c.ch, a.ih = c.ih, a.iw = c.iw, a.kh = c.kh, a.kw = c.kw, a.sh = c.sh, a.sw = c.sw;
+      a.ph = c.ph, a.pw = c.pw, a.dh = c.dh, a.dw = c.dw;
+      // The outputs a symmetric pad gives, plus extra_h, extra_w (an uneven pad at the end).
+      a.oh = (c.ih + 2 * c.ph - c.dh * (c.kh - 1) - 1) / c.sh + 1 + c.extra_h;
+      a.ow = (c.iw + 2 * c.pw - c.dw * (c.kw - 1) - 1) / c.sw + 1 + c.extra_w;
+      auto x = random_floats(c.ch * c.ih * c.iw, rng), w = random_floats(c.ch * c.kh * c.kw, rng);
+      auto bias = random_floats(c.ch, rng);
+      // Guards on both sides of y: the kernel writes its outputs and nothing else.
+      const int64_t guard = 64;
+      std::vector<float> y(a.channels * a.oh * a.ow + 2 * guard, 12345.f);
+      a.x = x.data(), a.w = w.data(), a.bias = bias.data(), a.y = y.data() + guard;
+      const Act acts[] = {Act::kNone, Act::kRelu, Act::kHardSwish, Act::kGelu};
+      a.act = Activation{acts[(&c - cases) % 4]};
+      depthwise_conv2d(a);
+      const auto want = depthwise_reference(x, w, bias, a);
+      for (int64_t i = 0; i < guard; ++i) {
+        ASSERT_EQ(y[i], 12345.f) << "written before the output at " << i;
+        ASSERT_EQ(y[guard + want.size() + i], 12345.f) << "written past the output at " << i;
+      }
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(y[guard + i], want[i], 1e-5 + 1e-5 * std::fabs(want[i]))
+            << "output " << i << " of " << a.channels << " x " << a.oh << " x " << a.ow;
     }
   }
 }

@@ -138,6 +138,55 @@ TEST(OpsConv, Conv2dGeometriesOfTheDirectPathMatchReference) {
   }
 }
 
+TEST(OpsConv, DepthwiseConv2dGeometriesMatchReference) {
+  // A group per channel takes the depthwise kernel (cpu::depthwise_conv2d): MobileNet's
+  // geometries (3 x 3 and 5 x 5, strides 1 and 2, 7 x 7 and 14 x 14 images), uneven pads
+  // (more at the end than the start and the reverse), rectangular kernels and strides,
+  // dilations, a batch, one column; with onyx::FusedConv's activation too.
+  struct Case {
+    int64_t n, c, h, w, kh, kw;
+    Conv2dParams p;
+  };
+  auto params = [](std::vector<int64_t> s, std::vector<int64_t> d, std::vector<int64_t> pads) {
+    Conv2dParams p;
+    p.strides = s, p.dilations = d, p.pads = pads;
+    return p;
+  };
+  const Case cases[] = {
+      {1, 6, 7, 7, 5, 5, params({1, 1}, {1, 1}, {2, 2, 2, 2})},      // MobileNet's last stage
+      {1, 5, 14, 14, 5, 5, params({2, 2}, {1, 1}, {2, 2, 2, 2})},    // 14 -> 7, 5 x 5
+      {1, 4, 28, 28, 3, 3, params({2, 2}, {1, 1}, {1, 1, 1, 1})},    // 28 -> 14
+      {2, 3, 9, 10, 3, 3, params({1, 1}, {1, 1}, {0, 1, 2, 3})},     // uneven pads, a batch
+      {1, 3, 11, 13, 3, 5, params({2, 1}, {1, 2}, {3, 0, 0, 2})},    // rectangular, dilated
+      {1, 2, 8, 9, 3, 3, params({3, 2}, {2, 1}, {1, 2, 1, 0})},      // stride 3
+      {1, 3, 6, 1, 3, 3, params({1, 1}, {1, 1}, {1, 1, 1, 1})},      // one column
+      {1, 4, 37, 35, 3, 3, params({2, 2}, {1, 1}, {0, 0, 1, 1})},    // wide stride-2 rows
+  };
+  int case_no = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(case_no);
+    Conv2dParams p = c.p;
+    p.group = c.c;
+    Tensor x = test::random_tensor<float>(Shape{c.n, c.c, c.h, c.w});
+    Tensor w = test::random_tensor<float>(Shape{c.c, 1, c.kh, c.kw});
+    Tensor b = test::random_tensor<float>(Shape{c.c});
+    Shape shape;
+    std::vector<double> want = conv2d_reference(x, w, &b, p, shape);
+    auto out = test::run_op("Conv", {x, w, b}, conv_attrs(p));
+    ASSERT_EQ(out[0].shape(), shape);
+    expect_close(out[0], want, 1e-5);
+    auto attrs = conv_attrs(p);
+    attrs.push_back(test::attr_string("activation", case_no % 2 ? "relu" : "hard_swish"));
+    auto fused = test::run_op("FusedConv", {x, w, b}, attrs, 1, 1, "onyx");
+    ASSERT_EQ(fused[0].shape(), shape);
+    std::vector<double> want_fused(want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      want_fused[i] = case_no % 2 ? std::max(want[i], 0.0) : want[i] * std::clamp(want[i] / 6 + 0.5, 0.0, 1.0);
+    expect_close(fused[0], want_fused, 1e-5);
+    ++case_no;
+  }
+}
+
 TEST(OpsConv, FusedConvWithWeightsInPanelsMatchesReference) {
   // onyx::FusedConv with w_panels = 1 (passes/fuse_cpu.h): each group's W^T packed (cpu::pack_b),
   // the pixels the product's rows: pointwise (the image read in place), 3 x 3 and strided
