@@ -229,6 +229,9 @@ def main():
     ap.add_argument("--sample", action="store_true",
                     help="with --generate: also time the loop sampling on the device (temperature 0.6, top-p 0.9: "
                          "Llama 3's generation_config) and with top-k 50 added")
+    ap.add_argument("--only-generate", action="store_true",
+                    help="with --generate: time the generation loop alone (no session, no PyTorch), e.g. to "
+                         "compare settings of the environment in several runs on the model made by the first")
     ap.add_argument("--profile", type=int, default=0,
                     help="also trace N steps of each (CUPTI through torch.profiler) and print GPU time by kernel")
     args = ap.parse_args()
@@ -262,6 +265,12 @@ def main():
     floor = weight_bytes / bw * 1e3
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s; weights {weight_bytes / 1e9:.2f} GB; floor {floor:.3f} ms/step",
           flush=True)
+
+    if args.only_generate:
+        g = torch.Generator(device="cpu").manual_seed(1)
+        for P, batch in [(p, b) for p in args.past for b in args.batch]:
+            generate_modes(args, c, path, P, batch, g)
+        return
 
     # onyx as it runs by default, and with one load-time or launch feature off each (ablations).
     variants = {"onyx": {}}
@@ -374,17 +383,20 @@ def main():
                 profile(f"torch CUDA Graph, batch {batch}", graph.replay, args.profile)
             del graph
             if args.generate:
-                modes = [("greedy", {"do_sample": False})]
-                if args.sample:
-                    modes += [("t 0.6, top-p 0.9", {"do_sample": True, "temperature": 0.6, "top_p": 0.9}),
-                              ("t 0.6, top-k 50, top-p 0.9",
-                               {"do_sample": True, "temperature": 0.6, "top_k": 50, "top_p": 0.9})]
-                for mode, search in modes:
-                    try:
-                        generate_steps(args, c, path, P, batch, g, mode, search)
-                    except Exception as e:  # report and go on
-                        print(f"onyx generate ({mode}), batch {batch}, past {P} failed: {type(e).__name__}: {e}",
-                              flush=True)
+                generate_modes(args, c, path, P, batch, g)
+
+
+def generate_modes(args, c, path, P, batch, g):
+    """The generation loop greedy, and with --sample sampling too."""
+    modes = [("greedy", {"do_sample": False})]
+    if args.sample:
+        modes += [("t 0.6, top-p 0.9", {"do_sample": True, "temperature": 0.6, "top_p": 0.9}),
+                  ("t 0.6, top-k 50, top-p 0.9", {"do_sample": True, "temperature": 0.6, "top_k": 50, "top_p": 0.9})]
+    for mode, search in modes:
+        try:
+            generate_steps(args, c, path, P, batch, g, mode, search)
+        except Exception as e:  # report and go on
+            print(f"onyx generate ({mode}), batch {batch}, past {P} failed: {type(e).__name__}: {e}", flush=True)
 
 
 def generate_steps(args, c, path, P, batch, g, mode="greedy", search=None):

@@ -711,10 +711,11 @@ void run_sample(KernelContext& ctx, CudaContext& cu) {
     ONYX_CHECK(shared <= limits.at_most, sample_shared_refusal(a.V, a.H, shared, limits.at_most));
     allow_sample_shared(cu.device, limits);
   }
-  // A cluster of blocks per row, each a slice of at least 1,024 tokens: up to 16 for up to 4
-  // rows, 8 for more (a cluster of 16 needs 16 free SMs of one GPC, which not every GPC of an
-  // H200 has); fewer where the device cannot hold the cluster with this much shared memory per block.
-  const int blocks = sample_cluster(cu.device, shared, std::min<int64_t>(B <= 4 ? 16 : 8, (a.V + 1023) / 1024));
+  // A cluster of up to 16 blocks per row, each a slice of at least 1,024 tokens; fewer where the
+  // device cannot hold the cluster with this much shared memory per block. (A cluster of 16 needs
+  // 16 free SMs of one GPC, which not every GPC of an H200 has: at 8 rows some clusters may wait
+  // for others, which still took less than clusters of 8 there.)
+  const int blocks = sample_cluster(cu.device, shared, (a.V + 1023) / 1024);
   ONYX_CHECK(B <= INT32_MAX / blocks, "Sample on CUDA: ", B, " rows are more than one launch takes");
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(B * blocks));
