@@ -36,9 +36,8 @@ int available_cpus() {
 
 ThreadPool::ThreadPool(int threads) {
   const int workers = std::max(threads, 1) - 1;
-  claimed_ = std::make_unique<std::atomic<uint8_t>[]>(4 * (workers + 1));
   workers_.reserve(workers);
-  for (int i = 0; i < workers; ++i) workers_.emplace_back([this, i] { worker_loop(i + 1); });
+  for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -50,31 +49,23 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-bool ThreadPool::claim(int64_t part) {
-  return claimed_[part].load(std::memory_order_relaxed) == 0 && claimed_[part].exchange(1, std::memory_order_acq_rel) == 0;
-}
-
-void ThreadPool::run_part(int64_t part) {
-  try {
-    (*fn_)(part * n_ / parts_, (part + 1) * n_ / parts_);
-  } catch (...) {
-    std::lock_guard<std::mutex> lk(m_);
-    if (!error_) error_ = std::current_exception();
-  }
-}
-
-void ThreadPool::run_chunks(int index) {
+void ThreadPool::run_chunks() {
   const bool was_in = t_in_chunk;
   t_in_chunk = true;
-  const int64_t own0 = first_chunk(index, threads(), parts_), own1 = first_chunk(index + 1, threads(), parts_);
-  for (int64_t part = own0; part < own1; ++part)
-    if (claim(part)) run_part(part);
-  for (int64_t part = parts_ - 1; part >= 0; --part)
-    if ((part < own0 || part >= own1) && claim(part)) run_part(part);
+  for (;;) {
+    const int64_t part = next_.fetch_add(1, std::memory_order_relaxed);
+    if (part >= parts_) break;
+    try {
+      (*fn_)(part * n_ / parts_, (part + 1) * n_ / parts_);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(m_);
+      if (!error_) error_ = std::current_exception();
+    }
+  }
   t_in_chunk = was_in;
 }
 
-void ThreadPool::worker_loop(int index) {
+void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
     bool changed = false;
@@ -95,7 +86,7 @@ void ThreadPool::worker_loop(int index) {
     // every chunk leaves it alone, so the caller never waits for a thread that is not running.
     // (Sequentially consistent with the caller's close-then-count: one of the two sees the other.)
     active_.fetch_add(1, std::memory_order_seq_cst);
-    if (open_.load(std::memory_order_seq_cst) == seen) run_chunks(index);
+    if (open_.load(std::memory_order_seq_cst) == seen) run_chunks();
     if (active_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
       std::lock_guard<std::mutex> lk(m_);
       done_.notify_one();
@@ -120,14 +111,14 @@ void ThreadPool::run(int64_t n, int64_t grain, ChunkFn fn) {
     fn_ = &fn;
     n_ = n;
     parts_ = parts;
-    for (int64_t i = 0; i < parts; ++i) claimed_[i].store(0, std::memory_order_relaxed);
+    next_.store(0, std::memory_order_relaxed);
     error_ = nullptr;
     gen = generation_.load(std::memory_order_relaxed) + 1;
     open_.store(gen, std::memory_order_release);
     generation_.store(gen, std::memory_order_release);
   }
   wake_.notify_all();
-  run_chunks(0);
+  run_chunks();
   // Every chunk is taken: close the job, then wait for the workers inside it (each is running
   // a chunk it took, or leaving).
   open_.store(0, std::memory_order_seq_cst);

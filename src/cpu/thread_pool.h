@@ -57,10 +57,8 @@ class ThreadPool {
   void run(int64_t n, int64_t grain, ChunkFn fn);
 
  private:
-  void worker_loop(int index);
-  void run_chunks(int index);  // index: 0 the caller, 1.. the workers
-  bool claim(int64_t part);
-  void run_part(int64_t part);
+  void worker_loop();
+  void run_chunks();
 
   std::vector<std::thread> workers_;
   std::mutex busy_;  // held by the caller of run() for the whole job
@@ -69,10 +67,7 @@ class ThreadPool {
   // The current job (valid while a generation is in flight).
   const ChunkFn* fn_ = nullptr;
   int64_t n_ = 0, parts_ = 1;  // chunk i is [i n / parts, (i + 1) n / parts)
-  // Chunk i is claimed once, by whichever thread first sets claimed_[i]. Thread w first takes
-  // its own share, chunks [first_chunk(w), first_chunk(w + 1)), in order, then the others' from
-  // the end: the same thread runs the same part of n in consecutive jobs when it keeps up.
-  std::unique_ptr<std::atomic<uint8_t>[]> claimed_;
+  std::atomic<int64_t> next_{0};
   std::atomic<uint64_t> generation_{0};
   std::atomic<uint64_t> open_{0};  // the generation workers may still enter (0: none)
   std::atomic<int> active_{0};     // workers inside the current job
@@ -106,8 +101,5 @@ void parallel_for(int64_t n, int64_t grain, ChunkFn fn);
 // (column tile, chunk of row blocks): one chunk while its `col_tiles` column tiles give every
 // thread four tasks, more when they do not (up to one per row block).
 int64_t row_chunks(int64_t col_tiles, int64_t row_blocks);
-
-// The first of the `parts` chunks that thread `index` of `threads` owns (index == threads: parts).
-inline int64_t first_chunk(int index, int threads, int64_t parts) { return index * parts / threads; }
 
 }  // namespace onyx::cpu

@@ -683,20 +683,6 @@ TEST(ThreadPool, SplitsIntoEvenChunks) {
   }
 }
 
-// Each thread's own share of the chunks: consecutive, covering them all, even within one.
-TEST(ThreadPool, OwnSharesCoverTheChunksEvenly) {
-  for (int threads : {1, 2, 3, 4})
-    for (int64_t parts = 1; parts <= 4 * threads; ++parts) {
-      EXPECT_EQ(first_chunk(0, threads, parts), 0);
-      EXPECT_EQ(first_chunk(threads, threads, parts), parts);
-      for (int w = 0; w < threads; ++w) {
-        const int64_t size = first_chunk(w + 1, threads, parts) - first_chunk(w, threads, parts);
-        EXPECT_GE(size, parts / threads);
-        EXPECT_LE(size, (parts + threads - 1) / threads);
-      }
-    }
-}
-
 TEST(ThreadPool, TwoCallersAtOnceBothFinish) {
   ThreadPool pool(2);
   std::atomic<int64_t> total{0};
