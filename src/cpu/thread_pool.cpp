@@ -102,8 +102,8 @@ void ThreadPool::run(int64_t n, int64_t grain, ChunkFn fn) {
     return;
   }
   // Exactly `parts` chunks whose sizes differ by at most one item. (Chunks of ceil(n / parts)
-  // items came out fewer and odd: 13 column tiles as 7 chunks of 2 and 1, 8 tiles against 5 on
-  // two threads; mobilenet_v3's 14 x 14 products.)
+  // items came out fewer and odd: mobilenet_v3's 14 x 14 products, 7 column tiles x 2 row
+  // chunks = 14 tasks, as 7 chunks of 2: 8 tasks against 6 on two threads.)
   const int64_t parts = std::min<int64_t>(threads() * 4, std::max<int64_t>(1, n / std::max<int64_t>(grain, 1)));
   uint64_t gen;
   {

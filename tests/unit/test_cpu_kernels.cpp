@@ -650,8 +650,8 @@ TEST(ThreadPool, CoversEveryIndexOnceAndRethrows) {
 }
 
 // A small job splits into as many chunks as the pool allows, of sizes differing by at most one
-// item, so two threads can share it evenly (13 tasks as 8 chunks: 7 against 6, not 7 chunks of
-// 2 and 1: 8 against 5).
+// item, so two threads can share it evenly (14 tasks as 8 chunks: 7 against 7, not 7 chunks of
+// 2: 8 against 6).
 TEST(ThreadPool, SplitsIntoEvenChunks) {
   for (int threads : {2, 3}) {
     ThreadPool pool(threads);
