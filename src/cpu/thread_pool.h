@@ -48,7 +48,8 @@ class ThreadPool {
 
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
 
-  // Calls fn(begin, end) over chunks covering [0, n) of at least `grain` items each, on the
+  // Calls fn(begin, end) over chunks covering [0, n) of at least `grain` items each (at most
+  // 4 per thread, their sizes differing by at most one item), on the
   // calling thread and the workers, and returns when every chunk is done. The first
   // exception a chunk throws is rethrown here (the remaining chunks still run). A second
   // caller while the pool is busy (two runs of one session at once), or a call from inside
@@ -65,7 +66,7 @@ class ThreadPool {
   std::condition_variable wake_, done_;
   // The current job (valid while a generation is in flight).
   const ChunkFn* fn_ = nullptr;
-  int64_t n_ = 0, chunk_ = 1;
+  int64_t n_ = 0, parts_ = 1;  // chunk i is [i n / parts, (i + 1) n / parts)
   std::atomic<int64_t> next_{0};
   std::atomic<uint64_t> generation_{0};
   std::atomic<uint64_t> open_{0};  // the generation workers may still enter (0: none)

@@ -3,9 +3,11 @@
 // vector width and register tile; and the intra-op thread pool.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -645,6 +647,40 @@ TEST(ThreadPool, CoversEveryIndexOnceAndRethrows) {
   std::atomic<int64_t> total{0};
   parallel_for(100, 1, [&](int64_t b, int64_t e) { total += e - b; });
   EXPECT_EQ(total.load(), 100);
+}
+
+// A small job splits into as many chunks as the pool allows, of sizes differing by at most one
+// item, so two threads can share it evenly (14 tasks as 8 chunks: 7 against 7, not 7 chunks of
+// 2: 8 against 6).
+TEST(ThreadPool, SplitsIntoEvenChunks) {
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    PoolScope scope(&pool);
+    for (int64_t n : {5, 13, 14, 25, 1001}) {
+      for (int64_t grain : {1, 2, 3}) {
+        std::mutex m;
+        std::vector<std::pair<int64_t, int64_t>> chunks;
+        parallel_for(n, grain, [&](int64_t b, int64_t e) {
+          std::lock_guard<std::mutex> lk(m);
+          chunks.emplace_back(b, e);
+        });
+        if (n <= grain) continue;
+        const int64_t want = std::min<int64_t>(4 * threads, n / grain);
+        ASSERT_EQ(static_cast<int64_t>(chunks.size()), want) << "threads " << threads << " n " << n << " grain " << grain;
+        std::sort(chunks.begin(), chunks.end());
+        int64_t lo = n, hi = 0, at = 0;
+        for (auto [b, e] : chunks) {
+          ASSERT_EQ(b, at);
+          lo = std::min(lo, e - b);
+          hi = std::max(hi, e - b);
+          at = e;
+        }
+        EXPECT_EQ(at, n);
+        EXPECT_LE(hi - lo, 1) << "threads " << threads << " n " << n << " grain " << grain;
+        EXPECT_GE(lo, grain);
+      }
+    }
+  }
 }
 
 TEST(ThreadPool, TwoCallersAtOnceBothFinish) {
