@@ -68,6 +68,30 @@ std::vector<double> reference_gemm(int64_t m, int64_t n, int64_t k, const std::v
   return c;
 }
 
+// gemm_packed over fresh random operands, with the epilogue's terms asked for, against the
+// float64 reference (each output within 1e-6 of its terms' magnitude).
+void expect_gemm_packed_matches(int64_t m, int64_t n, int64_t k, const Activation& act, bool accumulate,
+                                bool with_bias, bool with_row_bias, bool with_residual, std::mt19937& rng) {
+  auto a = random_floats(m * k, rng), b = random_floats(k * n, rng), bias = random_floats(n, rng);
+  auto row_bias = random_floats(m, rng), residual = random_floats(m * n, rng), c0 = random_floats(m * n, rng);
+  std::vector<float> packed(packed_size(k, n)), c = c0;
+  pack_b(b.data(), n, false, k, n, packed.data());
+  Epilogue ep;
+  ep.bias = with_bias ? bias.data() : nullptr;
+  ep.row_bias = with_row_bias ? row_bias.data() : nullptr;
+  ep.residual = with_residual ? residual.data() : nullptr;
+  ep.ldr = n;
+  ep.act = act;
+  ep.accumulate = accumulate;
+  gemm_packed(m, n, k, a.data(), k, packed.data(), c.data(), n, ep);
+  std::vector<double> mag;
+  auto want = reference_gemm(m, n, k, a, b, ep.bias, accumulate ? &c0 : nullptr, act, &mag, ep.row_bias, ep.residual);
+  for (size_t i = 0; i < c.size(); ++i)
+    ASSERT_NEAR(c[i], want[i], 1e-6 * mag[i] + 1e-6)
+        << "m " << m << " k " << k << " n " << n << " act " << act_name(act.kind) << " accumulate " << accumulate
+        << " bias " << with_bias << " row bias " << with_row_bias << " residual " << with_residual << " at " << i;
+}
+
 TEST(CpuGemm, PackedMatchesFloat64OnEveryTargetAndTail) {
   std::mt19937 rng(7);
   const Activation acts[] = {{Act::kNone}, {Act::kRelu}, {Act::kGelu}, {Act::kClip, -0.5f, 0.25f}};
@@ -81,27 +105,9 @@ TEST(CpuGemm, PackedMatchesFloat64OnEveryTargetAndTail) {
           const Activation act = acts[case_no % 4];
           const bool with_bias = case_no % 3 != 0, accumulate = case_no % 5 == 0;
           ++case_no;
-          const bool with_row_bias = case_no % 4 == 1;
-          auto a = random_floats(m * k, rng), b = random_floats(k * n, rng), bias = random_floats(n, rng);
-          auto row_bias = random_floats(m, rng), residual = random_floats(m * n, rng);
-          const bool with_residual = case_no % 7 == 3;
-          auto c0 = random_floats(m * n, rng);
-          std::vector<float> packed(packed_size(k, n)), c = c0;
-          pack_b(b.data(), n, false, k, n, packed.data());
-          Epilogue ep;
-          ep.bias = with_bias ? bias.data() : nullptr;
-          ep.act = act;
-          ep.accumulate = accumulate;
-          ep.row_bias = with_row_bias ? row_bias.data() : nullptr;
-          ep.residual = with_residual ? residual.data() : nullptr;
-          ep.ldr = n;
-          gemm_packed(m, n, k, a.data(), k, packed.data(), c.data(), n, ep);
-          std::vector<double> mag;
-          auto want =
-              reference_gemm(m, n, k, a, b, ep.bias, accumulate ? &c0 : nullptr, act, &mag, ep.row_bias, ep.residual);
-          for (size_t i = 0; i < c.size(); ++i)
-            ASSERT_NEAR(c[i], want[i], 1e-6 * mag[i] + 1e-6)
-                << "m " << m << " k " << k << " n " << n << " act " << act_name(act.kind) << " at " << i;
+          const bool with_row_bias = case_no % 4 == 1, with_residual = case_no % 7 == 3;
+          expect_gemm_packed_matches(m, n, k, act, accumulate, with_bias, with_row_bias, with_residual, rng);
+          if (testing::Test::HasFatalFailure()) return;
         }
   }
 }
@@ -119,26 +125,8 @@ TEST(CpuGemm, FullTilesApplyEveryTermAndCheapActivation) {
     for (const Activation& act : acts)
       for (int terms = 0; terms < 16; ++terms)
         for (int64_t k : {24, 300}) {
-          const int64_t m = 24, n = 64;
-          const bool accumulate = terms & 1, with_bias = terms & 2, with_row_bias = terms & 4, with_residual = terms & 8;
-          auto a = random_floats(m * k, rng), b = random_floats(k * n, rng), bias = random_floats(n, rng);
-          auto row_bias = random_floats(m, rng), residual = random_floats(m * n, rng), c0 = random_floats(m * n, rng);
-          std::vector<float> packed(packed_size(k, n)), c = c0;
-          pack_b(b.data(), n, false, k, n, packed.data());
-          Epilogue ep;
-          ep.bias = with_bias ? bias.data() : nullptr;
-          ep.row_bias = with_row_bias ? row_bias.data() : nullptr;
-          ep.residual = with_residual ? residual.data() : nullptr;
-          ep.ldr = n;
-          ep.act = act;
-          ep.accumulate = accumulate;
-          gemm_packed(m, n, k, a.data(), k, packed.data(), c.data(), n, ep);
-          std::vector<double> mag;
-          auto want =
-              reference_gemm(m, n, k, a, b, ep.bias, accumulate ? &c0 : nullptr, act, &mag, ep.row_bias, ep.residual);
-          for (size_t i = 0; i < c.size(); ++i)
-            ASSERT_NEAR(c[i], want[i], 1e-6 * mag[i] + 1e-6)
-                << "act " << act_name(act.kind) << " terms " << terms << " k " << k << " at " << i;
+          expect_gemm_packed_matches(24, 64, k, act, terms & 1, terms & 2, terms & 4, terms & 8, rng);
+          if (testing::Test::HasFatalFailure()) return;
         }
   }
 }

@@ -56,6 +56,13 @@ std::vector<double> conv2d_reference(const Tensor& x, const Tensor& w, const Ten
   return y;
 }
 
+// A 2-D convolution's strides, dilations and pads (one group).
+Conv2dParams params(std::vector<int64_t> strides, std::vector<int64_t> dilations, std::vector<int64_t> pads) {
+  Conv2dParams p;
+  p.strides = std::move(strides), p.dilations = std::move(dilations), p.pads = std::move(pads);
+  return p;
+}
+
 std::vector<Attribute> conv_attrs(const Conv2dParams& p) {
   return {test::attr_int("group", p.group), test::attr_ints("strides", p.strides),
           test::attr_ints("dilations", p.dilations), test::attr_ints("pads", p.pads)};
@@ -93,11 +100,6 @@ TEST(OpsConv, Conv2dGeometriesOfTheDirectPathMatchReference) {
   struct Case {
     int64_t n, c, m, group, h, w, kh, kw;
     Conv2dParams p;
-  };
-  auto params = [](std::vector<int64_t> s, std::vector<int64_t> d, std::vector<int64_t> pads) {
-    Conv2dParams p;
-    p.strides = s, p.dilations = d, p.pads = pads;
-    return p;
   };
   const Case cases[] = {
       {1, 3, 16, 1, 23, 23, 3, 3, params({2, 2}, {1, 1}, {1, 1, 1, 1})},   // a stem, odd size
@@ -146,11 +148,6 @@ TEST(OpsConv, DepthwiseConv2dGeometriesMatchReference) {
   struct Case {
     int64_t n, c, h, w, kh, kw;
     Conv2dParams p;
-  };
-  auto params = [](std::vector<int64_t> s, std::vector<int64_t> d, std::vector<int64_t> pads) {
-    Conv2dParams p;
-    p.strides = s, p.dilations = d, p.pads = pads;
-    return p;
   };
   const Case cases[] = {
       {1, 6, 7, 7, 5, 5, params({1, 1}, {1, 1}, {2, 2, 2, 2})},      // MobileNet's last stage
