@@ -155,6 +155,44 @@ def profile(label, step, n):
           f"kernels/step; by kernel (ms/step, launches/step):", flush=True)
     for name, (t, k) in sorted(rows.items(), key=lambda r: -r[1][0])[:14]:
         print(f"      {t / n / 1e3:7.3f}  {k // n:4d}  {name}", flush=True)
+    exposed(label, p, n)
+
+
+def exposed(label, p, n):
+    """The step's time by what it waited on. A kernel launched early (programmatic dependent launch)
+    is resident while the one before it runs, so its span overlaps that one's; what each adds to
+    the step is its exposed time: from the later of its start and the previous kernel's end to its
+    own end. A gap is time with no kernel running (between the previous end and a later start).
+    Printed per kernel name, and per position in the step for the first layers and the end."""
+    ev = []
+    for e in p.events():
+        if e.device_type.name != "CUDA":
+            continue
+        name = e.name.replace("(anonymous namespace)::", "").replace("void ", "").replace("onyx::cuda::", "")
+        ev.append((e.time_range.start, e.time_range.end, name.split("(")[0][:60]))
+    ev.sort()
+    if not ev or len(ev) % n:
+        print(f"    {label}: {len(ev)} events over {n} steps, not one sequence per step: no exposed times", flush=True)
+        return
+    k = len(ev) // n
+    pos_exp, pos_gap, by_name = [0.0] * k, [0.0] * k, {}
+    for s in range(n):
+        step = ev[s * k:(s + 1) * k]
+        for i, (t0, t1, name) in enumerate(step):
+            prev = step[i - 1][1] if i else t0
+            x = max(0.0, t1 - max(prev, t0))
+            pos_exp[i] += x / n
+            pos_gap[i] += max(0.0, t0 - prev) / n
+            by_name[name] = by_name.get(name, 0.0) + x / n
+    span = (sum(pos_exp) + sum(pos_gap)) / 1e3
+    print(f"    {label}: exposed {sum(pos_exp) / 1e3:.3f} + gaps {sum(pos_gap) / 1e3:.3f} = {span:.3f} ms/step from the "
+          f"first kernel's start to the last's end; exposed by kernel (ms/step):", flush=True)
+    for name, x in sorted(by_name.items(), key=lambda r: -r[1])[:10]:
+        print(f"      {x / 1e3:7.3f}  {name}", flush=True)
+    shown = list(range(min(k, 22))) + list(range(max(22, k - 6), k))
+    print("      by position (us exposed, us gap before): " + "; ".join(
+        f"{i} {ev[i][2].split('<')[0]}{'<' + ev[i][2].split('<')[1][:22] if '<' in ev[i][2] else ''} "
+        f"{pos_exp[i]:.1f}/{pos_gap[i]:.1f}" for i in shown), flush=True)
 
 
 def prefill(args, c, sess, model, sdpa_model, tdt, dev, g):
