@@ -270,6 +270,10 @@ def main():
     ap.add_argument("--only-generate", action="store_true",
                     help="with --generate: time the generation loop alone (no session, no PyTorch), e.g. to "
                          "compare settings of the environment in several runs on the model made by the first")
+    ap.add_argument("--env", nargs="*", default=[], metavar="K=V[,K=V]",
+                    help="with --generate: run each mode of the loop once per setting here, in turn, --rounds "
+                         "times, with those environment variables set as the step is captured (A/B of a "
+                         "measurement knob in one process)")
     ap.add_argument("--profile", type=int, default=0,
                     help="also trace N steps of each (CUPTI through torch.profiler) and print GPU time by kernel")
     args = ap.parse_args()
@@ -430,11 +434,19 @@ def generate_modes(args, c, path, P, batch, g):
     if args.sample:
         modes += [("t 0.6, top-p 0.9", {"do_sample": True, "temperature": 0.6, "top_p": 0.9}),
                   ("t 0.6, top-k 50, top-p 0.9", {"do_sample": True, "temperature": 0.6, "top_k": 50, "top_p": 0.9})]
-    for mode, search in modes:
-        try:
-            generate_steps(args, c, path, P, batch, g, mode, search)
-        except Exception as e:  # report and go on
-            print(f"onyx generate ({mode}), batch {batch}, past {P} failed: {type(e).__name__}: {e}", flush=True)
+    settings = [s for _ in range(args.rounds) for s in args.env] if args.env else [None]
+    for setting in settings:
+        pairs = [kv.split("=", 1) for kv in setting.split(",")] if setting else []
+        for k, v in pairs:
+            os.environ[k] = v
+        for mode, search in modes:
+            label = f"{mode}, {setting}" if setting else mode
+            try:
+                generate_steps(args, c, path, P, batch, g, label, search)
+            except Exception as e:  # report and go on
+                print(f"onyx generate ({label}), batch {batch}, past {P} failed: {type(e).__name__}: {e}", flush=True)
+        for k, _ in pairs:
+            os.environ.pop(k, None)
 
 
 def generate_steps(args, c, path, P, batch, g, mode="greedy", search=None):
