@@ -158,6 +158,7 @@ class LanguageModel : public TokenModel {
   ModelFolder folder_;
   std::unique_ptr<Tokenizer> tokenizer_;
   Model model_;
+  Graph prompt_graph_;  // the decoder for prompts: the LM head on each row's last position (slice_prompt_logits)
   Graph step_graph_;   // the rewritten decoder (static cache)
   Graph fill_graph_;   // writes a prompt's presents into the static cache
   std::shared_ptr<DeviceWeights> weights_;

@@ -91,6 +91,14 @@ Graph make_fill_graph(size_t tensors);
 // an id not to draw) are what Sample reads.
 void append_sampler(Graph& g, const std::string& logits_name, bool logit_bias = false);
 
+// On a decoder with Sample appended, for prompts whose rows end at the last position (left
+// padding): the product that makes the logits (MatMul by a 2-D constant, the onyx linear ops,
+// the CPU's packed product without a residual, the 4-bit products), when it has no other
+// output, reads its input (and a normalized product's skip) sliced to the last position, and
+// Sample reads that one position.
+// Returns whether it rewrote; the graph is unchanged when not.
+bool slice_prompt_logits(Graph& g, const std::string& logits_name);
+
 // The Sample node's inputs for `size` rows, of which the first `rows` are sequences (the rest
 // pad a bucket and draw greedily): options, seeds and draw counter, the ids for the penalties
 // (up to `history_width` of each row's last ids) and the position each row's logits are read at.
