@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -57,6 +58,7 @@ struct GemvArgs {
   const void* gamma;
   void* sum;
   float eps;
+  int gamma_late;  // the streaming kernel loads gamma after its wait, not before (ONYX_NORM_GAMMA_LATE=1, measurements)
 };
 
 // 16 bytes of weight: read once, so not kept in L1 (x is).
@@ -129,8 +131,10 @@ __device__ __forceinline__ uint4 pack_of(const float* f) {
 // to 4096 16-bit values at 512 threads: the decode shapes), every row's pack is loaded at once
 // and kept in registers for both passes: one round trip to L2 for all rows, where the general
 // loop below makes two per row, one after another.
+// `gamma_pack`: this thread's pack of gamma where the caller loaded it already (the fast path
+// only), else null.
 template <class T, int R>
-__device__ void normalize_rows(const GemvArgs& a, int row0, int rows, uint4* xs) {
+__device__ void normalize_rows(const GemvArgs& a, int row0, int rows, uint4* xs, const uint4* gamma_pack = nullptr) {
   constexpr int P = 16 / sizeof(T);
   __shared__ float partial[32][R];  // per warp of the block (up to 32)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -168,6 +172,9 @@ __device__ void normalize_rows(const GemvArgs& a, int row0, int rows, uint4* xs)
         for (int i = 0; i < P; ++i) h[r][i] = 0.f;
       }
     }
+    // gamma with the rows (in flight together), not after the reduction.
+    float g[P];
+    if (mine && !a.gamma_late) pack_to_floats<T>(gamma_pack ? *gamma_pack : gamma[p], g);
     ONYX_UNROLL
     for (int r = 0; r < R; ++r) {
       if (write_sum && mine && r < rows) static_cast<uint4*>(a.sum)[static_cast<size_t>(row0 + r) * a.k_packs + p] = pack_of<T>(h[r]);
@@ -176,8 +183,7 @@ __device__ void normalize_rows(const GemvArgs& a, int row0, int rows, uint4* xs)
     }
     inverse_rms(sq, inv);
     if (mine) {
-      float g[P];
-      pack_to_floats<T>(gamma[p], g);
+      if (a.gamma_late) pack_to_floats<T>(gamma[p], g);
       ONYX_UNROLL
       for (int r = 0; r < R; ++r) {
         if (r >= rows) continue;
@@ -412,15 +418,21 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  // The weights do not depend on the kernels before this one: start them now.
+  // The weights do not depend on the kernels before this one: start them now, and the norm's
+  // gamma (a weight too) where each thread takes one pack of it.
   if (warp == 0)
     for (int i = 0; i < stage_count - 1 && i < items; ++i) issue(i);
+  [[maybe_unused]] uint4 gamma_pack = make_uint4(0, 0, 0, 0);
+  [[maybe_unused]] const bool gamma_early = kNorm && !a.gamma_late && a.k_packs <= static_cast<int>(blockDim.x);
+  if constexpr (kNorm)
+    if (gamma_early && static_cast<int>(threadIdx.x) < a.k_packs)
+      gamma_pack = __ldg(static_cast<const uint4*>(a.gamma) + threadIdx.x);
   wait_for_prior_grids();
   allow_dependent_grids();
   const int rows = min(R, a.m);
   const uint4* xg = static_cast<const uint4*>(a.x);
   if constexpr (kNorm) {
-    normalize_rows<T, R>(a, 0, rows, xs);
+    normalize_rows<T, R>(a, 0, rows, xs, gamma_early ? &gamma_pack : nullptr);
   } else if (x_shared) {  // x into shared memory: every load of a thread asked for before its stores
     constexpr int kPer = static_cast<int>(kStreamXBytes / 16 / (kStreamWarps * 32));
     const uint4* x = static_cast<const uint4*>(a.x);
@@ -777,6 +789,8 @@ bool gemv_args(const Product& p, const void* x, int64_t m, const NormInputs* nor
     a.gamma = norm->gamma;
     a.sum = norm->sum;
     a.eps = norm->eps;
+    const char* late = std::getenv("ONYX_NORM_GAMMA_LATE");
+    a.gamma_late = late && late[0] == '1' ? 1 : 0;
   }
   return true;
 }
