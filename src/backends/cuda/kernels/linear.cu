@@ -19,7 +19,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -58,7 +57,6 @@ struct GemvArgs {
   const void* gamma;
   void* sum;
   float eps;
-  int gamma_late;  // the streaming kernel loads gamma after its wait, not before (ONYX_NORM_GAMMA_LATE=1, measurements)
 };
 
 // 16 bytes of weight: read once, so not kept in L1 (x is).
@@ -174,7 +172,7 @@ __device__ void normalize_rows(const GemvArgs& a, int row0, int rows, uint4* xs,
     }
     // gamma with the rows (in flight together), not after the reduction.
     float g[P];
-    if (mine && !a.gamma_late) pack_to_floats<T>(gamma_pack ? *gamma_pack : gamma[p], g);
+    if (mine) pack_to_floats<T>(gamma_pack ? *gamma_pack : gamma[p], g);
     ONYX_UNROLL
     for (int r = 0; r < R; ++r) {
       if (write_sum && mine && r < rows) static_cast<uint4*>(a.sum)[static_cast<size_t>(row0 + r) * a.k_packs + p] = pack_of<T>(h[r]);
@@ -183,7 +181,6 @@ __device__ void normalize_rows(const GemvArgs& a, int row0, int rows, uint4* xs,
     }
     inverse_rms(sq, inv);
     if (mine) {
-      if (a.gamma_late) pack_to_floats<T>(gamma[p], g);
       ONYX_UNROLL
       for (int r = 0; r < R; ++r) {
         if (r >= rows) continue;
@@ -423,7 +420,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
   if (warp == 0)
     for (int i = 0; i < stage_count - 1 && i < items; ++i) issue(i);
   [[maybe_unused]] uint4 gamma_pack = make_uint4(0, 0, 0, 0);
-  [[maybe_unused]] const bool gamma_early = kNorm && !a.gamma_late && a.k_packs <= static_cast<int>(blockDim.x);
+  [[maybe_unused]] const bool gamma_early = kNorm && a.k_packs <= static_cast<int>(blockDim.x);
   if constexpr (kNorm)
     if (gamma_early && static_cast<int>(threadIdx.x) < a.k_packs)
       gamma_pack = __ldg(static_cast<const uint4*>(a.gamma) + threadIdx.x);
@@ -789,8 +786,6 @@ bool gemv_args(const Product& p, const void* x, int64_t m, const NormInputs* nor
     a.gamma = norm->gamma;
     a.sum = norm->sum;
     a.eps = norm->eps;
-    const char* late = std::getenv("ONYX_NORM_GAMMA_LATE");
-    a.gamma_late = late && late[0] == '1' ? 1 : 0;
   }
   return true;
 }
