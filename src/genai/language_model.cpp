@@ -33,9 +33,9 @@ Draw greedy(size_t sequences) {
 // A prompt's run reads the logits of each row's last position only (left-padded rows: the
 // sequence's last position), so the LM head need not run on the others: where the product that
 // makes the decoder's logits reads its input row by row (MatMul by a 2-D constant, the linear
-// ops, the CPU's packed product, the 4-bit products) and makes nothing else, its input (and the skip of a
-// normalized product) is sliced to the last position first, and Sample (appended already)
-// reads that one row. For a prompt of P tokens this leaves 1 / P of the LM head's work and of
+// ops, the CPU's packed product, the 4-bit products) and makes nothing else, its input (and the
+// skip of a normalized product) is sliced to the last position first, and Sample (appended
+// already) reads that one row. For a prompt of P tokens this leaves 1 / P of the LM head's work and of
 // its logits in memory (at batch 32 over 8,138 tokens of a 128,256-token vocabulary: 62 GiB in
 // bfloat16). Returns whether it rewrote.
 bool slice_prompt_logits(Graph& g, const std::string& logits_name) {
@@ -55,7 +55,7 @@ bool slice_prompt_logits(Graph& g, const std::string& logits_name) {
   if (!(onyx_linear || matmul || nbits || dense) || head.inputs.empty() || head.inputs[0] < 0) return false;
   for (int out : head.outputs)  // the logits alone (a norm's residual sum, other splits: not sliced)
     if (out >= 0 && out != logits) return false;
-  std::vector<int> sample;  // Sample nodes reading the logits (through the logit bias's Cast and Add)
+  std::vector<int> sample;  // the Sample node append_sampler made
   for (size_t k = 0; k < g.nodes.size(); ++k)
     if (g.nodes[k].op_type == "Sample" && g.nodes[k].domain == "onyx.genai") sample.push_back(static_cast<int>(k));
   if (sample.size() != 1) return false;
