@@ -223,9 +223,12 @@ LanguageModel::LanguageModel(const std::string& dir, const SessionOptions& optio
     prompt_options.capture = CaptureMode::kOff;  // a prompt's shape is its own: run eagerly
     // Prompts of the shared-buffer layout read each row at its own length (right padding): they
     // run the whole decoder; the others, left-padded, only their last position's LM head.
-    prompt_graph_ = *model_.graph;
-    const bool sliced = !folder_.shared_buffer && slice_prompt_logits(prompt_graph_, folder_.logits);
-    if (!sliced) prompt_graph_ = Graph{};
+    bool sliced = false;
+    if (!folder_.shared_buffer) {
+      prompt_graph_ = *model_.graph;  // nodes and values; the weights' storage is shared
+      sliced = slice_prompt_logits(prompt_graph_, folder_.logits);
+      if (!sliced) prompt_graph_ = Graph{};
+    }
     prompt_ = std::make_unique<Runner>(sliced ? prompt_graph_ : *model_.graph, prompt_options, backend_.get(), host_,
                                        weights_);
     for (const auto& [name, i] : prompt_->inputs) {
