@@ -46,6 +46,7 @@ struct AttnArgs {
   int rows_per_warp, tiles, splits;
   int vec8;  // D % 8 == 0 and K, V 16-byte aligned: K and V tiles load 8 features at a time
   int64_t chunk;  // keys per split
+  int prefetch;   // the decode kernel asks L2 for its first keys before it waits on the kernel before it
   float scale;
 };
 
@@ -258,27 +259,16 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(AttnArgs a) {
 }
 
 // Launches `kernel(a)` with clusters of `splits` blocks along x (the key splits of one tile,
-// merged through distributed shared memory); past 8 blocks a cluster is Hopper's non-portable
-// size, allowed per kernel here.
+// merged through distributed shared memory), a programmatic dependent of the kernel before it
+// (both kernels begin with ONYX_KERNEL_PROLOGUE or its wait); past 8 blocks a cluster is
+// Hopper's non-portable size, allowed per kernel here.
 template <class Kernel>
-void launch_clusters(Kernel kernel, dim3 grid, int threads, size_t smem, int splits, CudaContext& cu,
-                     const AttnArgs& a) {
+void launch_key_splits(Kernel kernel, dim3 grid, int threads, size_t smem, int splits, CudaContext& cu,
+                       const AttnArgs& a) {
   if (smem > 48 * 1024)
     ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   if (splits > 8) ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = cu.stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(splits);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  ONYX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+  launch_clusters(kernel, grid, dim3(static_cast<unsigned>(threads)), smem, static_cast<unsigned>(splits), cu, a);
 }
 
 // Decode (at most kDecodeRows query rows per KV head: a group's heads at one or a few positions),
@@ -293,7 +283,7 @@ constexpr int kDecodeRows = 8;
 int attention_decode_splits_for_bench = 0;
 namespace {
 constexpr int kDecodeWarps = 8;
-constexpr int kMaxClusterBlocks = 16;  // launch_clusters' largest cluster
+constexpr int kMaxClusterBlocks = 16;  // launch_key_splits' largest cluster
 
 template <int R, int D>
 struct DecodeShared {
@@ -315,17 +305,26 @@ __device__ __forceinline__ void merge_softmax(float& m, float& l, float* acc, fl
 
 template <class T, int D, int R>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs a) {
-  ONYX_KERNEL_PROLOGUE();
   constexpr int kLanesPerKey = D / 8, kKeysPerLoad = 32 / kLanesPerKey, kU = 4;
+  constexpr int kStep = kDecodeWarps * kKeysPerLoad * kU;  // keys of one step of the block's warps
   __shared__ DecodeShared<R, D> sh;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = lane / kLanesPerKey, part = lane % kLanesPerKey;
   const int split = blockIdx.x;
   const int64_t kvh = blockIdx.y, b = blockIdx.z;
   const int rows = static_cast<int>(a.R);
+  const int64_t lo = split * a.chunk, hi = min(a.S, lo + a.chunk);
   const T* qp = static_cast<const T*>(a.q);
   const T* kp = static_cast<const T*>(a.k) + (b * a.Hkv + kvh) * a.S * D + part * 8;
   const T* vp = static_cast<const T*>(a.v) + (b * a.Hkv + kvh) * a.S * D + part * 8;
+  // The keys and values of the block's first step, asked of L2 before the wait: the kernel before
+  // (the cache write) changes at most the new positions among them, and a later write reaches L2
+  // too, so the loads after the wait read them from L2 either way, fresh.
+  if (a.prefetch && threadIdx.x < 2 && hi > lo) {
+    const T* base = (threadIdx.x == 0 ? kp : vp) - part * 8 + lo * D;
+    prefetch_l2(base, static_cast<uint32_t>(min(hi - lo, static_cast<int64_t>(kStep)) * D * sizeof(T)));
+  }
+  ONYX_KERNEL_PROLOGUE();
   float q[R][8];
   ONYX_UNROLL
   for (int r = 0; r < R; ++r) {
@@ -339,7 +338,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
       for (int i = 0; i < 8; ++i) q[r][i] = 0.f;
     }
   }
-  const int64_t lo = split * a.chunk, hi = min(a.S, lo + a.chunk);
   float m[R], lsum[R], acc[R][8];
   ONYX_UNROLL
   for (int r = 0; r < R; ++r) {
@@ -348,7 +346,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
     ONYX_UNROLL
     for (int i = 0; i < 8; ++i) acc[r][i] = 0.f;
   }
-  constexpr int kStep = kDecodeWarps * kKeysPerLoad * kU;
   for (int64_t t0 = lo + warp * kKeysPerLoad * kU; t0 < hi; t0 += kStep) {
     // All loads of the step first: K, V and the mask's value of each (key, row).
     uint4 kr[kU], vr[kU];
@@ -542,9 +539,10 @@ bool attention_decode(AttnArgs& a, DType dt, CudaContext& cu) {
     splits = std::max<int64_t>(1, splits);
     a.chunk = (a.S + splits - 1) / splits;
     a.splits = static_cast<int>(std::max<int64_t>(1, (a.S + a.chunk - 1) / std::max<int64_t>(1, a.chunk)));
-    launch_clusters(kernel,
-                    dim3(static_cast<unsigned>(a.splits), static_cast<unsigned>(a.Hkv), static_cast<unsigned>(a.B)),
-                    kDecodeWarps * 32, 0, a.splits, cu, a);
+    a.prefetch = cu.overlap_launches;
+    launch_key_splits(kernel,
+                      dim3(static_cast<unsigned>(a.splits), static_cast<unsigned>(a.Hkv), static_cast<unsigned>(a.B)),
+                      kDecodeWarps * 32, 0, a.splits, cu, a);
   };
   auto by_rows = [&](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
@@ -739,10 +737,10 @@ void run_attention(KernelContext& ctx, CudaContext& cu) {
   dispatch_float(q.dtype(), "Attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto launch = [&](auto kernel) {
-      launch_clusters(kernel,
-                      dim3(static_cast<unsigned>(tiles * a.splits), static_cast<unsigned>(a.Hkv),
-                           static_cast<unsigned>(a.B)),
-                      kAttnWarps * 32, smem, a.splits, cu, a);
+      launch_key_splits(kernel,
+                        dim3(static_cast<unsigned>(tiles * a.splits), static_cast<unsigned>(a.Hkv),
+                             static_cast<unsigned>(a.B)),
+                        kAttnWarps * 32, smem, a.splits, cu, a);
     };
     auto by_rows = [&](auto lanes) {
       constexpr int L = decltype(lanes)::value;

@@ -655,19 +655,10 @@ int sample_cluster(int device, size_t shared, int64_t want) {
   for (; blocks > 1; blocks /= 2) {
     const int slot = blocks;
     if (static_cast<size_t>(fits[device][slot].load(std::memory_order_acquire)) >= shared + 1) return blocks;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-    cfg.blockDim = dim3(kSampleThreads);
-    cfg.dynamicSmemBytes = shared;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(blocks);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    const ClusterLaunch query(dim3(static_cast<unsigned>(blocks)), dim3(kSampleThreads), shared,
+                              static_cast<unsigned>(blocks), nullptr, false);
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, sample_kernel, &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&clusters, sample_kernel, &query.cfg) != cudaSuccess) {
       (void)cudaGetLastError();  // clear it so that the next launch check does not report it
       clusters = 0;
     }
@@ -717,21 +708,8 @@ void run_sample(KernelContext& ctx, CudaContext& cu) {
   // for others, which still took less than clusters of 8 there.)
   const int blocks = sample_cluster(cu.device, shared, (a.V + 1023) / 1024);
   ONYX_CHECK(B <= INT32_MAX / blocks, "Sample on CUDA: ", B, " rows are more than one launch takes");
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(B * blocks));
-  cfg.blockDim = dim3(kSampleThreads);
-  cfg.dynamicSmemBytes = shared;
-  cfg.stream = cu.stream;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(blocks);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = cu.overlap_launches ? 2 : 1;
-  ONYX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sample_kernel, a));
+  launch_clusters(sample_kernel, dim3(static_cast<unsigned>(B * blocks)), dim3(kSampleThreads), shared,
+                  static_cast<unsigned>(blocks), cu, a);
   ONYX_CUDA_CHECK_LAUNCH("Sample");
 }
 
