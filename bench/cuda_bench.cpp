@@ -249,6 +249,55 @@ void few_row_products(Gpu& g, double bw) {
               paths.c_str());
 }
 
+// What the norm costs a product at 1 and 8 rows: onyx::RmsNormLinear (x + skip normalized by
+// gamma in the product's kernel, the decode step's q,k,v and gate,up nodes) against the same
+// product without the norm (Linear, SiluGateLinear), us per launch in a graph over weight copies
+// larger than L2, launched back to back as programmatic dependents, as in a captured step.
+void norm_products(Gpu& g) {
+  struct Case {
+    const char* name;
+    int64_t n, k;
+    bool gated;
+  };
+  const std::vector<Case> cases = {{"q,k,v 3072x2048", 3072, 2048, false}, {"gate,up 2x8192x2048", 8192, 2048, true}};
+  std::printf("\nthe norm in the product, us per launch (bf16):\n\n| rows | product | without the norm | "
+              "with the norm | difference |\n|---:|---|---:|---:|---:|\n");
+  const DType dt = DType::kBFloat16;
+  for (const Case& c : cases) {
+    const int64_t rows_w = c.gated ? 2 * c.n : c.n;
+    const double bytes = static_cast<double>(rows_w * c.k) * 2;
+    const int copies = static_cast<int>(std::max(2.0, std::ceil(400e6 / bytes)));
+    std::vector<Tensor> w;
+    for (int i = 0; i < copies; ++i) w.push_back(device_tensor(dt, Shape{rows_w, c.k}));
+    Tensor gamma = device_tensor(dt, Shape{c.k});
+    for (int64_t m : {1, 8}) {
+      Tensor x = device_tensor(dt, Shape{m, c.k});
+      Tensor skip = device_tensor(dt, Shape{m, c.k});
+      Tensor sum = device_tensor(dt, Shape{m, c.k}, false);
+      Tensor y = device_tensor(dt, Shape{m, c.n}, false);
+      Attribute eps;
+      eps.name = "epsilon";
+      eps.kind = Attribute::Kind::kFloat;
+      eps.f = 1e-5f;
+      std::vector<OpLaunch> plain, normed;
+      for (int i = 0; i < copies; ++i) {
+        plain.emplace_back("onyx", c.gated ? "SiluGateLinear" : "Linear", std::vector<Tensor>{x, w[i]},
+                           std::vector<Tensor>{y}, std::vector<Attribute>{}, 1);
+        normed.emplace_back("onyx", "RmsNormLinear", std::vector<Tensor>{x, skip, gamma, w[i]},
+                            std::vector<Tensor>{sum, y},
+                            std::vector<Attribute>{eps, int_attr("gated", c.gated ? 1 : 0)}, 1);
+      }
+      auto per_launch = [&](std::vector<OpLaunch>& ops) {
+        return graph_ms(g, [&] {
+                 for (auto& op : ops) op.run(g, true);
+               }) * 1e3 / copies;
+      };
+      const double a = per_launch(plain), b = per_launch(normed);
+      std::printf("| %lld | %s | %.2f | %.2f | %+.2f |\n", static_cast<long long>(m), c.name, a, b, b - a);
+    }
+  }
+}
+
 // The same shapes with 4-bit weights (com.microsoft MatMulNBits, bfloat16 A and scales, blocks of
 // 32 and 128, no zero points), 1 and 8 rows of A: time per launch in a graph over weight copies,
 // and the bandwidth over the packed weights and scales, for each kernel the 4-bit product can take
@@ -360,6 +409,10 @@ int main(int argc, char** argv) {
       decode_attention(g);
       return 0;
     }
+    if (argc > 1 && std::string(argv[1]) == "norm") {  // the norm-in-the-product table alone
+      norm_products(g);
+      return 0;
+    }
     double bw = copy_bandwidth(g);
     std::printf("| measurement | time | achieved | ceiling | fraction |\n|---|---:|---:|---:|---:|\n");
     std::printf("| D2D copy 2 GiB (read+write) | | %.2f TB/s | | |\n", bw);
@@ -400,6 +453,7 @@ int main(int argc, char** argv) {
                   rms_bytes / (rms_ms * 1e-3) / 1e12 / bw);
     }
     few_row_products(g, bw);
+    norm_products(g);
     four_bit_products(g);
     decode_attention(g);
     CHECK(cudaDeviceSynchronize());
