@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "cpu/gemm.h"
+#include "cpu/thread_pool.h"
 #include "cpu/winograd.h"
 #include "graph_builder.h"
 #include "op_test_util.h"
@@ -311,6 +312,14 @@ TEST(OpsConv, FusedConvWithWinogradWeightsMatchesFloat64) {
         }
         auto got = test::run_op("FusedConv", in, a2, 1, 1, "onyx");
         ASSERT_EQ(got[0].shape(), shape);
+        {  // split over two threads (the transforms by channels, the products by point): the same sums
+          cpu::ThreadPool pool(2);
+          cpu::PoolScope scope(&pool);
+          auto two = test::run_op("FusedConv", in, a2, 1, 1, "onyx");
+          ASSERT_EQ(two[0].shape(), shape);
+          for (int64_t i = 0; i < two[0].numel(); ++i)
+            ASSERT_EQ(two[0].data<float>()[i], got[0].data<float>()[i]) << "two threads, variant " << variant << " at " << i;
+        }
         for (size_t i = 0; i < want.size(); ++i) {
           double v = want[i] + (variant == 2 ? z.data<float>()[i] : 0.0);
           const double scale = mag[i] + (variant == 2 ? std::abs(z.data<float>()[i]) : 0.0);
