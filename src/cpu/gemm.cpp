@@ -418,16 +418,23 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool
     // (At least as many chunks as the other order splits rows into for the pool's threads.)
     const int64_t achunks = std::max((mblocks + want - 1) / want, row_chunks(ntiles, mblocks));
     const int64_t per_chunk = (mblocks + achunks - 1) / achunks;  // blocks of rows per chunk
-    const int64_t grain = std::max<int64_t>(1, 65536 / (per_chunk * kBigMR * kBlockK * kBigNP * kPanel + 1));
-    for (int64_t k0 = 0; k0 < k; k0 += kBlockK) {
-      parallel_for(achunks * ntiles, grain, [&](int64_t t0, int64_t t1) {
-        for (int64_t task = t0; task < t1; ++task) {
-          const int64_t chunk = task / ntiles, tile = task % ntiles;
-          const int64_t r0 = chunk * per_chunk * kBigMR, r1 = std::min(m, r0 + per_chunk * kBigMR);
-          run_slice(tile * kBigNP, r0, r1, k0, tile + 1 < ntiles ? (tile + 1) * kBigNP : panels, k0);
-        }
-      });
-    }
+    // The tasks (chunk of rows, column tile) in one contiguous range per thread, each thread
+    // passing over K in blocks over its own range: a task's tile of C stays in the L2 of the
+    // thread that accumulates it over every block of K. (A fork per block of K handed the
+    // tasks out afresh each time, and C's partial sums crossed between the cores' caches.)
+    const int64_t tasks = achunks * ntiles;
+    const int64_t parts = std::min<int64_t>(tasks, parallelism());
+    parallel_for(parts, 1, [&](int64_t q0, int64_t q1) {
+      for (int64_t q = q0; q < q1; ++q) {
+        const int64_t t0 = q * tasks / parts, t1 = (q + 1) * tasks / parts;
+        for (int64_t k0 = 0; k0 < k; k0 += kBlockK)
+          for (int64_t task = t0; task < t1; ++task) {
+            const int64_t chunk = task / ntiles, tile = task % ntiles;
+            const int64_t r0 = chunk * per_chunk * kBigMR, r1 = std::min(m, r0 + per_chunk * kBigMR);
+            run_slice(tile * kBigNP, r0, r1, k0, tile + 1 < ntiles ? (tile + 1) * kBigNP : panels, k0);
+          }
+      }
+    });
     return;
   }
   // Otherwise: tasks are (column tile, chunk of rows); in each, K in blocks whose B slice

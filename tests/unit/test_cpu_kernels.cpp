@@ -251,7 +251,9 @@ TEST(CpuGemm, UnpackedOperandsAndTranspositions) {
 // rows of which the last is empty with AVX-512).
 TEST(CpuGemm, ManyRowOrdersMatchFloat64) {
   std::mt19937 rng(27);
-  for (const auto [m, n] : {std::pair<int64_t, int64_t>{517, 229}, {37, 229}, {60, 100}}) {
+  // (517 x 300: A past L2, K in blocks outermost; with 63 columns, two column tiles, its rows
+  // chunked too: each thread's tasks one contiguous range over every block of K.)
+  for (const auto [m, n] : {std::pair<int64_t, int64_t>{517, 229}, {517, 63}, {37, 229}, {60, 100}}) {
     const int64_t k = 300;
     SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n));
     auto a = random_floats(m * k, rng), b = random_floats(k * n, rng), bias = random_floats(n, rng);
@@ -294,11 +296,15 @@ TEST(CpuGemm, ManyRowOrdersMatchFloat64) {
           ASSERT_NEAR(c[i], want[i], 1e-6 * mag[i] + 1e-6) << "mode " << mode << " at " << i;
           ASSERT_NEAR(c_acc[i], want_acc[i], 1e-6 * mag_acc[i] + 1e-6) << "mode " << mode << " accumulating, at " << i;
         }
-        ThreadPool pool(4);
-        PoolScope scope(&pool);
-        std::vector<float> four(m * n, -7.f);
-        run(ep, four);
-        EXPECT_EQ(c, four) << "mode " << mode;
+        for (int threads : {2, 3, 4}) {
+          ThreadPool pool(threads);
+          PoolScope scope(&pool);
+          std::vector<float> split(m * n, -7.f), split_acc = c0;
+          run(ep, split);
+          run(acc, split_acc);
+          EXPECT_EQ(c, split) << "mode " << mode << " threads " << threads;
+          EXPECT_EQ(c_acc, split_acc) << "mode " << mode << " threads " << threads << " accumulating";
+        }
       }
     }
   }
