@@ -411,7 +411,11 @@ void global_pool_kernel(KernelContext& ctx, PoolKind kind) {
   if (kind == PoolKind::kLp) lp = static_cast<double>(ctx.attr_int("p", 2));
   const T* px = x.data<T>();
   T* py = y.data<T>();
-  for (int64_t i = 0; i < planes; ++i) {
+  // Planes split over the pool (each plane's sum in the same order on any thread): its input
+  // was just written by a kernel split over the pool (squeeze-and-excitation after a depthwise
+  // convolution), half of it in the other threads' caches.
+  cpu::parallel_for(planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(size, 1)), [&](int64_t p0, int64_t p1) {
+  for (int64_t i = p0; i < p1; ++i) {
     const T* s = px + i * size;
     double r = 0;
     if (kind == PoolKind::kMax) {
@@ -437,6 +441,7 @@ void global_pool_kernel(KernelContext& ctx, PoolKind kind) {
     }
     py[i] = static_cast<T>(static_cast<C>(r));
   }
+  });
 }
 
 // MaxUnpool: scatters X into a zero tensor at the flat positions in I.

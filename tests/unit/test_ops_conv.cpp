@@ -670,6 +670,27 @@ TEST(OpsConv, GlobalAveragePoolMatchesFloat64AtEveryPlaneSize) {
   }
 }
 
+TEST(OpsConv, GlobalPoolsSplitOverThePoolMatchFloat64) {
+  // Enough planes (2 x 700 of 49) that the planes split into chunks over 2 threads; each
+  // output against a float64 mean or max, at 1 and 2 threads.
+  Tensor x = test::random_tensor<float>(Shape{2, 700, 7, 7});
+  const int64_t planes = 1400, hw = 49;
+  for (int threads : {1, 2}) {
+    cpu::ThreadPool pool(threads);
+    cpu::PoolScope scope(&pool);
+    for (const char* op : {"GlobalAveragePool", "GlobalMaxPool"}) {
+      SCOPED_TRACE(std::string(op) + " threads " + std::to_string(threads));
+      auto out = test::run_op(op, {x});
+      ASSERT_EQ(out[0].shape(), (Shape{2, 700, 1, 1}));
+      for (int64_t p = 0; p < planes; ++p) {
+        double sum = 0, mx = -INFINITY;
+        for (int64_t i = 0; i < hw; ++i) sum += at(x, p * hw + i), mx = std::max(mx, at(x, p * hw + i));
+        ASSERT_NEAR(at(out[0], p), op[6] == 'A' ? sum / hw : mx, 1e-6) << "plane " << p;
+      }
+    }
+  }
+}
+
 TEST(OpsConv, ResizeLinearHalfPixelMatchesBilinearReference) {
   Tensor x = test::random_tensor<float>(Shape{2, 3, 5, 7});
   const std::vector<float> scales{1.f, 1.f, 1.8f, 0.6f};
