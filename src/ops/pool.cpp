@@ -415,32 +415,32 @@ void global_pool_kernel(KernelContext& ctx, PoolKind kind) {
   // was just written by a kernel split over the pool (squeeze-and-excitation after a depthwise
   // convolution), half of it in the other threads' caches.
   cpu::parallel_for(planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(size, 1)), [&](int64_t p0, int64_t p1) {
-  for (int64_t i = p0; i < p1; ++i) {
-    const T* s = px + i * size;
-    double r = 0;
-    if (kind == PoolKind::kMax) {
-      r = size ? static_cast<double>(static_cast<C>(s[0])) : 0.0;
-      for (int64_t j = 1; j < size; ++j) {
-        double v = static_cast<C>(s[j]);
-        if (std::isnan(v) || v > r) r = v;
-        if (std::isnan(v)) break;
+    for (int64_t i = p0; i < p1; ++i) {
+      const T* s = px + i * size;
+      double r = 0;
+      if (kind == PoolKind::kMax) {
+        r = size ? static_cast<double>(static_cast<C>(s[0])) : 0.0;
+        for (int64_t j = 1; j < size; ++j) {
+          double v = static_cast<C>(s[j]);
+          if (std::isnan(v) || v > r) r = v;
+          if (std::isnan(v)) break;
+        }
+      } else if (kind == PoolKind::kAverage) {
+        // Eight partial sums in double: independent chains instead of one add's latency per
+        // element (squeeze-and-excitation pools whole feature maps).
+        double part[8] = {};
+        int64_t j = 0;
+        for (; j + 8 <= size; j += 8)
+          for (int u = 0; u < 8; ++u) part[u] += static_cast<C>(s[j + u]);
+        for (; j < size; ++j) part[0] += static_cast<C>(s[j]);
+        r = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+        r = size ? r / static_cast<double>(size) : 0.0;
+      } else {
+        for (int64_t j = 0; j < size; ++j) r += abs_pow(static_cast<double>(static_cast<C>(s[j])), lp);
+        r = std::pow(r, 1.0 / lp);
       }
-    } else if (kind == PoolKind::kAverage) {
-      // Eight partial sums in double: independent chains instead of one add's latency per
-      // element (squeeze-and-excitation pools whole feature maps).
-      double part[8] = {};
-      int64_t j = 0;
-      for (; j + 8 <= size; j += 8)
-        for (int u = 0; u < 8; ++u) part[u] += static_cast<C>(s[j + u]);
-      for (; j < size; ++j) part[0] += static_cast<C>(s[j]);
-      r = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-      r = size ? r / static_cast<double>(size) : 0.0;
-    } else {
-      for (int64_t j = 0; j < size; ++j) r += abs_pow(static_cast<double>(static_cast<C>(s[j])), lp);
-      r = std::pow(r, 1.0 / lp);
+      py[i] = static_cast<T>(static_cast<C>(r));
     }
-    py[i] = static_cast<T>(static_cast<C>(r));
-  }
   });
 }
 
