@@ -127,8 +127,8 @@ __device__ __forceinline__ uint4 pack_of(const float* f) {
 // The block's rows of x normalized into xs (rows x k_packs packs of T): the sums of squares of
 // h reduced across the block, then h scaled. Where each row is at most one pack per thread (K up
 // to 4096 16-bit values at 512 threads: the decode shapes), every row's pack is loaded at once
-// and kept in registers for both passes: one round trip to L2 for all rows, where the general
-// loop below makes two per row, one after another.
+// and kept in registers for both passes (one row: h; more: the packs of x and skip): one round
+// trip to L2 for all rows, where the general loop below makes two per row, one after another.
 // `gamma_pack`: this thread's pack of gamma where the caller loaded it already (the fast path
 // only), else null.
 template <class T, int R>
