@@ -2,6 +2,8 @@
 // run: device-to-device copy bandwidth (the memory ceiling), and cuBLASLt's best
 // algorithm for the same GEMM (the matrix ceiling). Timing: CUDA events around
 // repeated launches on one stream after warm-up; the median of the repeats.
+// `onyx_cuda_bench` prints every table; `onyx_cuda_bench attention` only the decode attention's,
+// `onyx_cuda_bench norm` only the norm-in-the-product one.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
