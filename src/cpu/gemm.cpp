@@ -446,7 +446,7 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool
   const int64_t tasks = ntiles * mchunks;
   const int64_t work = m * k * kBigNP * kPanel / std::max<int64_t>(mchunks, 1);
   const int64_t grain = std::max<int64_t>(1, 65536 / (work + 1));
-  parallel_for(tasks, grain, [&](int64_t t0, int64_t t1) {
+  auto run_tasks = [&](int64_t t0, int64_t t1) {
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t tile = task / mchunks, chunk = task % mchunks;
       const int64_t p0 = tile * kBigNP;
@@ -457,7 +457,27 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool
         else run_slice(p0, r0, r1, k0, p0 + kBigNP, 0);
       }
     }
-  });
+  };
+  const int64_t parts = parallelism();
+  if (in_place && mchunks == 1 && k <= kBlockK && m > kBigMR && m * n * fsize > kCInL2) {
+    // One block of K over a large image read in place (a pointwise convolution of few input
+    // channels, its C past L2): each thread's column tiles (one contiguous range of pixels)
+    // swept per block of rows, so C is written as kBigMR streams at a time instead of all m
+    // rows' at once (mobilenet_v3's 16 -> 64 channels over 112 x 112: 250-290 -> 190 us at 2
+    // threads, 360 -> 340 at 1). The tiles and their sums are the same.
+    parallel_for(parts, 1, [&](int64_t q0, int64_t q1) {
+      for (int64_t q = q0; q < q1; ++q) {
+        const int64_t c0 = q * ntiles / parts, c1 = (q + 1) * ntiles / parts;
+        for (int64_t row = 0, mr = 0; row < m; row += mr) {
+          mr = block_rows(m - row);
+          for (int64_t tile = c0; tile < c1; ++tile)
+            run_slice(tile * kBigNP, row, row + mr, 0, tile + 1 < c1 ? (tile + 1) * kBigNP : panels, 0);
+        }
+      }
+    });
+    return;
+  }
+  parallel_for(tasks, grain, run_tasks);
 }
 
 // y[j0, j0 + NV lanes) (+)= a B over those columns, held in NV registers.

@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "cpu/activation.h"
@@ -305,6 +306,39 @@ TEST(CpuGemm, ManyRowOrdersMatchFloat64) {
           EXPECT_EQ(c, split) << "mode " << mode << " threads " << threads;
           EXPECT_EQ(c_acc, split_acc) << "mode " << mode << " threads " << threads << " accumulating";
         }
+      }
+    }
+  }
+}
+
+TEST(CpuGemm, FewInputChannelsOverALargeImageMatchFloat64) {
+  // B read in place with one block of K and C past L2 (a pointwise convolution from few input
+  // channels over a large image): each thread's column tiles swept per block of rows. Row
+  // counts that end in uneven blocks, a partial last panel; the same values at 1 to 3 threads.
+  std::mt19937 rng(41);
+  for (const auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{64, 12544, 16}, {41, 7001, 24}, {26, 11000, 7}}) {
+    SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k));
+    auto a = random_floats(m * k, rng), b = random_floats(k * n, rng), row_bias = random_floats(m, rng);
+    auto residual = random_floats(m * n, rng);
+    Epilogue ep;
+    ep.row_bias = row_bias.data();
+    ep.residual = residual.data();
+    ep.ldr = n;
+    ep.act = Activation{Act::kHardSwish};
+    std::vector<double> mag;
+    const auto want = reference_gemm(m, n, k, a, b, nullptr, nullptr, ep.act, &mag, ep.row_bias, ep.residual);
+    for (int64_t target : targets()) {
+      ForceTarget force(target);
+      SCOPED_TRACE(simd_target());
+      std::vector<float> one(m * n, -7.f);
+      gemm(false, false, m, n, k, a.data(), k, b.data(), n, one.data(), n, ep);
+      for (size_t i = 0; i < one.size(); ++i) ASSERT_NEAR(one[i], want[i], 1e-6 * mag[i] + 1e-6) << "at " << i;
+      for (int threads : {2, 3}) {
+        ThreadPool pool(threads);
+        PoolScope scope(&pool);
+        std::vector<float> split(m * n, -7.f);
+        gemm(false, false, m, n, k, a.data(), k, b.data(), n, split.data(), n, ep);
+        EXPECT_EQ(one, split) << "threads " << threads;
       }
     }
   }
