@@ -246,6 +246,27 @@ void DepthwiseImpl(const DepthwiseConv2d* ap) {
   });
 }
 
+// The max-pool row helpers (conv.h).
+void SplitRow2Impl(const float* src, int64_t n, float* even, float* odd) { SplitRow2(src, n, even, odd); }
+
+void MaxNanIntoImpl(float* HWY_RESTRICT best, const float* HWY_RESTRICT v, int64_t n) {
+  const DF d;
+  int64_t j = 0;
+  // v where v > best or v is NaN, else best: a NaN taken once is kept (nothing compares above it).
+  for (; j + kL <= n; j += kL) {
+    const VF b = hn::LoadU(d, best + j), x = hn::LoadU(d, v + j);
+    hn::StoreU(hn::IfThenElse(hn::Or(hn::Gt(x, b), hn::IsNaN(x)), x, b), d, best + j);
+  }
+  if (j == n) return;
+#if ONYX_DW_SAFE_MASKED_LOAD
+  const auto m = hn::FirstN(d, static_cast<size_t>(n - j));
+  const VF b = hn::MaskedLoad(m, d, best + j), x = hn::MaskedLoad(m, d, v + j);
+  hn::BlendedStore(hn::IfThenElse(hn::Or(hn::Gt(x, b), hn::IsNaN(x)), x, b), m, d, best + j);
+#else
+  for (; j < n; ++j) best[j] = v[j] > best[j] || v[j] != v[j] ? v[j] : best[j];
+#endif
+}
+
 }  // namespace onyx::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -253,6 +274,16 @@ HWY_AFTER_NAMESPACE();
 namespace onyx::cpu {
 
 HWY_EXPORT(DepthwiseImpl);
+HWY_EXPORT(SplitRow2Impl);
+HWY_EXPORT(MaxNanIntoImpl);
+
+void split_row2(const float* src, int64_t n, float* even, float* odd) {
+  if (n > 0) HWY_DYNAMIC_DISPATCH(SplitRow2Impl)(src, n, even, odd);
+}
+
+void max_nan_into(float* best, const float* v, int64_t n) {
+  if (n > 0) HWY_DYNAMIC_DISPATCH(MaxNanIntoImpl)(best, v, n);
+}
 
 void depthwise_conv2d(const DepthwiseConv2d& a) {
   if (a.channels <= 0 || a.oh <= 0 || a.ow <= 0) return;

@@ -22,4 +22,9 @@ struct DepthwiseConv2d {
 // y = act(depthwise conv(x, w) + bias), channels split over the intra-op pool.
 void depthwise_conv2d(const DepthwiseConv2d& a);
 
+// A max pool's row steps: src[0, n) split into its even columns (even[q / 2] = src[q]) and odd
+// ones; best[j] = v[j] where v[j] > best[j] or v[j] is NaN (a NaN wins a max window), j < n.
+void split_row2(const float* src, int64_t n, float* even, float* odd);
+void max_nan_into(float* best, const float* v, int64_t n);
+
 }  // namespace onyx::cpu

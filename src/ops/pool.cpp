@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "cpu/conv.h"
 #include "cpu/thread_pool.h"
 #include "ops/conv_util.h"
 
@@ -222,7 +223,9 @@ void row_window_max(const float* row, int64_t iw, int64_t off, int64_t sw, int64
   const float* tap_row[64];
   int64_t tap_at[64];
   const int64_t plen = (iw + sw - 1) / sw;
-  if (sw > 1) {
+  if (sw == 2) {
+    cpu::split_row2(row, iw, phases, phases + plen);
+  } else if (sw > 1) {
     for (int64_t b = 0; b < sw; ++b) {
       float* ph = phases + b * plen;
       for (int64_t t = 0, c = b; c < iw; ++t, c += sw) ph[t] = row[c];
@@ -235,11 +238,8 @@ void row_window_max(const float* row, int64_t iw, int64_t off, int64_t sw, int64
     tap_at[kc] = q;
   }
   const float* t0 = tap_row[0] + tap_at[0];
-  for (int64_t j = j0; j < j1; ++j) best[j] = t0[j];
-  for (int64_t kc = 1; kc < kw; ++kc) {
-    const float* t = tap_row[kc] + tap_at[kc];
-    for (int64_t j = j0; j < j1; ++j) best[j] = max_nan(best[j], t[j]);
-  }
+  std::copy(t0 + j0, t0 + j1, best + j0);
+  for (int64_t kc = 1; kc < kw; ++kc) cpu::max_nan_into(best + j0, tap_row[kc] + tap_at[kc] + j0, j1 - j0);
 }
 
 // MaxPool of float32 over two spatial dims (no dilation), separably: each input row's column
@@ -272,7 +272,8 @@ void max_pool2d_float(const float* px, float* py, const PoolPlan& p, const std::
         float* hr = h + r * ow;
         if (j1 > j0) row_window_max(row, iw, -pw, sw, kw, j0, j1, ph, hr);
         for (int64_t j = 0; j < ow; ++j) {
-          if (j >= j0 && j < j1) continue;
+          if (j == j0 && j1 > j0) j = j1;  // past the windows inside the row
+          if (j == ow) break;
           const auto& cols = taps[1].pos[j];
           if (cols.empty()) continue;
           float best = row[cols.front()];
@@ -288,10 +289,7 @@ void max_pool2d_float(const float* px, float* py, const PoolPlan& p, const std::
           continue;
         }
         std::copy_n(h + rows[0] * ow, ow, d);
-        for (size_t t = 1; t < rows.size(); ++t) {
-          const float* hr = h + rows[t] * ow;
-          for (int64_t j = 0; j < ow; ++j) d[j] = max_nan(d[j], hr[j]);
-        }
+        for (size_t t = 1; t < rows.size(); ++t) cpu::max_nan_into(d, h + rows[t] * ow, ow);
         for (int64_t j = 0; j < ow; ++j)
           if (taps[1].pos[j].empty()) d[j] = 0.f;  // a window wholly in the padding
       }

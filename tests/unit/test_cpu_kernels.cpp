@@ -655,6 +655,37 @@ TEST(CpuConv, DepthwiseMatchesFloat64AtUnevenGeometries) {
   }
 }
 
+TEST(CpuConv, MaxPoolRowStepsMatchScalarWithNaNs) {
+  // split_row2 and max_nan_into (the float max pool's row steps) on every target, every length
+  // up to a few vectors past a tail: even and odd columns; the larger value, a NaN in v taken,
+  // a NaN in best kept, ties keeping best.
+  std::mt19937 rng(53);
+  for (int64_t target : targets()) {
+    ForceTarget force(target);
+    SCOPED_TRACE(simd_target());
+    for (int64_t n = 1; n <= 70; ++n) {
+      auto src = random_floats(n, rng), best = random_floats(n, rng), v = random_floats(n, rng);
+      for (int64_t j = 0; j < n; j += 7) v[j] = std::numeric_limits<float>::quiet_NaN();
+      for (int64_t j = 3; j < n; j += 11) best[j] = std::numeric_limits<float>::quiet_NaN();
+      for (int64_t j = 5; j < n; j += 13) v[j] = best[j];
+      std::vector<float> even((n + 1) / 2 + 1, 9.f), odd(n / 2 + 1, 9.f);
+      split_row2(src.data(), n, even.data(), odd.data());
+      for (int64_t q = 0; q < n; ++q) ASSERT_EQ((q % 2 ? odd : even)[q / 2], src[q]) << "n " << n << " at " << q;
+      ASSERT_EQ(even[(n + 1) / 2], 9.f) << "written past the even columns, n " << n;
+      ASSERT_EQ(odd[n / 2], 9.f) << "written past the odd columns, n " << n;
+      std::vector<float> got = best;
+      got.push_back(9.f);
+      max_nan_into(got.data(), v.data(), n);
+      ASSERT_EQ(got[n], 9.f) << "written past n " << n;
+      for (int64_t j = 0; j < n; ++j) {
+        const float want = v[j] > best[j] || std::isnan(v[j]) ? v[j] : best[j];
+        if (std::isnan(want)) ASSERT_TRUE(std::isnan(got[j])) << "n " << n << " at " << j;
+        else ASSERT_EQ(got[j], want) << "n " << n << " at " << j;
+      }
+    }
+  }
+}
+
 TEST(ThreadPool, CoversEveryIndexOnceAndRethrows) {
   ThreadPool pool(3);
   PoolScope scope(&pool);
