@@ -3,10 +3,12 @@
 // arithmetic and the one numeric conversion that Cast and friends use.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
+#include "cpu/thread_pool.h"
 #include "ops/broadcast.h"
 #include "ops/common.h"
 
@@ -108,6 +110,19 @@ inline bool block_broadcast(const Shape& small, const Shape& out, BlockBroadcast
   return true;
 }
 
+// body(b0, b1) over blocks [0, blocks) of `inner` elements each: on the intra-op pool when
+// there are several blocks and enough elements (MobileNet's squeeze-and-excitation scale, a
+// [C, 1, 1] factor onto [C, H, W]: serial, it read on one core the planes the depthwise
+// convolution before it had written on both), chunks of at least 16384 elements.
+template <class Body>
+void parallel_blocks(int64_t blocks, int64_t inner, Body&& body) {
+  if (blocks > 1 && blocks * inner >= 32768) {
+    cpu::parallel_for(blocks, std::max<int64_t>(1, 16384 / std::max<int64_t>(inner, 1)), body);
+  } else {
+    body(0, blocks);
+  }
+}
+
 // out[i] = fn(a[ia], b[ib]) over numpy broadcasting. Equal element counts need
 // no index arithmetic (a shape that broadcasts to `out` with out's element
 // count has out's flat layout); a one-element side is hoisted out of the loop.
@@ -134,13 +149,15 @@ void broadcast_binary(const Tensor& a, const Tensor& b, Tensor& out, Fn&& fn) {
         R* ro = po + o * bb.mid;
         for (int64_t m = 0; m < bb.mid; ++m) ro[m] = fn(ra[m], pb[m]);
       }
-    } else {  // one b value per block of `inner` elements
-      for (int64_t om = 0; om < bb.outer * bb.mid; ++om) {
-        const B vb = pb[om % bb.mid];
-        const A* ra = pa + om * bb.inner;
-        R* ro = po + om * bb.inner;
-        for (int64_t i = 0; i < bb.inner; ++i) ro[i] = fn(ra[i], vb);
-      }
+    } else {  // one b value per block of `inner` elements (a per-channel scale), blocks split over the pool
+      parallel_blocks(bb.outer * bb.mid, bb.inner, [&](int64_t om0, int64_t om1) {
+        for (int64_t om = om0; om < om1; ++om) {
+          const B vb = pb[om % bb.mid];
+          const A* ra = pa + om * bb.inner;
+          R* ro = po + om * bb.inner;
+          for (int64_t i = 0; i < bb.inner; ++i) ro[i] = fn(ra[i], vb);
+        }
+      });
     }
   } else if (BlockBroadcast bb; nb == n && block_broadcast(a.shape(), out.shape(), bb)) {
     if (bb.inner == 1) {
@@ -150,12 +167,14 @@ void broadcast_binary(const Tensor& a, const Tensor& b, Tensor& out, Fn&& fn) {
         for (int64_t m = 0; m < bb.mid; ++m) ro[m] = fn(pa[m], rb[m]);
       }
     } else {
-      for (int64_t om = 0; om < bb.outer * bb.mid; ++om) {
-        const A va = pa[om % bb.mid];
-        const B* rb = pb + om * bb.inner;
-        R* ro = po + om * bb.inner;
-        for (int64_t i = 0; i < bb.inner; ++i) ro[i] = fn(va, rb[i]);
-      }
+      parallel_blocks(bb.outer * bb.mid, bb.inner, [&](int64_t om0, int64_t om1) {
+        for (int64_t om = om0; om < om1; ++om) {
+          const A va = pa[om % bb.mid];
+          const B* rb = pb + om * bb.inner;
+          R* ro = po + om * bb.inner;
+          for (int64_t i = 0; i < bb.inner; ++i) ro[i] = fn(va, rb[i]);
+        }
+      });
     }
   } else {
     for_each_broadcast<2>(out.shape(), {&a.shape(), &b.shape()},

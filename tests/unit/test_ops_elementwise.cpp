@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 
+#include "cpu/thread_pool.h"
 #include "op_test_util.h"
 
 namespace onyx {
@@ -492,6 +493,33 @@ TEST(ElementwiseLogical, BitwiseAndShifts) {
   Tensor q = Tensor::from_vector<bool>({true, false, false}, Shape{3});
   auto x = test::run_op("Xor", {p, q});
   EXPECT_EQ(std::vector<bool>(x[0].span<bool>().begin(), x[0].span<bool>().end()), (std::vector<bool>{false, true, false}));
+}
+
+TEST(OpsElementwise, PerChannelFactorsSplitOverThePoolMatchFloat64) {
+  // A [C, 1, 1] factor onto [N, C, H, W] (squeeze-and-excitation's scale) on either side, and a
+  // [C] x [C, 1] pair whose blocks are single rows: large enough that the blocks split over the
+  // pool; each output against float64, at 1 to 3 threads, and an integer divisor of zero still
+  // throws from a chunk.
+  Tensor x = test::random_tensor<float>(Shape{2, 120, 28, 28});
+  Tensor s = test::random_tensor<float>(Shape{1, 120, 1, 1});
+  const int64_t hw = 28 * 28;
+  for (int threads : {1, 2, 3}) {
+    cpu::ThreadPool pool(threads);
+    cpu::PoolScope scope(&pool);
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    auto xs = test::run_op("Mul", {x, s});
+    auto sx = test::run_op("Sub", {s, x});
+    ASSERT_EQ(xs[0].shape(), x.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const double f = s.get_as_double((i / hw) % 120), v = x.get_as_double(i);
+      ASSERT_EQ(xs[0].get_as_double(i), static_cast<double>(static_cast<float>(v * f))) << "at " << i;
+      ASSERT_EQ(sx[0].get_as_double(i), static_cast<double>(static_cast<float>(f - v))) << "at " << i;
+    }
+    Tensor num = test::random_tensor<int32_t>(Shape{64, 1024}, 1, 9);
+    Tensor den = test::random_tensor<int32_t>(Shape{64, 1}, 1, 9);
+    den.data<int32_t>()[37] = 0;
+    EXPECT_THROW(test::run_op("Div", {num, den}), std::exception);
+  }
 }
 
 }  // namespace
