@@ -312,14 +312,23 @@ TEST(CpuGemm, ManyRowOrdersMatchFloat64) {
 }
 
 TEST(CpuGemm, FewInputChannelsOverALargeImageMatchFloat64) {
-  // B read in place with one block of K and C past L2 (a pointwise convolution from few input
-  // channels over a large image): each thread's column tiles swept per block of rows. Row
+  // B read in place or through offsets, one block of K and C past L2 (a pointwise convolution
+  // from few input channels over a large image, a stem): each thread's column tiles swept per
+  // block of rows. Row
   // counts that end in uneven blocks, a partial last panel; the same values at 1 to 3 threads.
   std::mt19937 rng(41);
   for (const auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{64, 12544, 16}, {41, 7001, 24}, {26, 11000, 7}}) {
     SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k));
     auto a = random_floats(m * k, rng), b = random_floats(k * n, rng), row_bias = random_floats(m, rng);
     auto residual = random_floats(m * n, rng);
+    // B's rows at random offsets of one buffer (a convolution's shifted views), for gemm_indirect.
+    const int64_t stride = n + 16;
+    std::vector<float> buf(k * stride + 16, 0.f);
+    std::vector<int64_t> koff(k);
+    for (int64_t p = 0; p < k; ++p) {
+      koff[p] = p * stride + std::uniform_int_distribution<int64_t>(0, 15)(rng);
+      std::copy(b.begin() + p * n, b.begin() + (p + 1) * n, buf.begin() + koff[p]);
+    }
     Epilogue ep;
     ep.row_bias = row_bias.data();
     ep.residual = residual.data();
@@ -330,15 +339,22 @@ TEST(CpuGemm, FewInputChannelsOverALargeImageMatchFloat64) {
     for (int64_t target : targets()) {
       ForceTarget force(target);
       SCOPED_TRACE(simd_target());
-      std::vector<float> one(m * n, -7.f);
-      gemm(false, false, m, n, k, a.data(), k, b.data(), n, one.data(), n, ep);
-      for (size_t i = 0; i < one.size(); ++i) ASSERT_NEAR(one[i], want[i], 1e-6 * mag[i] + 1e-6) << "at " << i;
-      for (int threads : {2, 3}) {
-        ThreadPool pool(threads);
-        PoolScope scope(&pool);
-        std::vector<float> split(m * n, -7.f);
-        gemm(false, false, m, n, k, a.data(), k, b.data(), n, split.data(), n, ep);
-        EXPECT_EQ(one, split) << "threads " << threads;
+      for (int mode = 0; mode < 2; ++mode) {  // B in place; B's rows through offsets
+        auto run = [&](std::vector<float>& c) {
+          if (mode == 0) gemm(false, false, m, n, k, a.data(), k, b.data(), n, c.data(), n, ep);
+          else gemm_indirect(m, n, k, a.data(), k, buf.data(), koff.data(), c.data(), n, ep);
+        };
+        std::vector<float> one(m * n, -7.f);
+        run(one);
+        for (size_t i = 0; i < one.size(); ++i)
+          ASSERT_NEAR(one[i], want[i], 1e-6 * mag[i] + 1e-6) << "mode " << mode << " at " << i;
+        for (int threads : {2, 3}) {
+          ThreadPool pool(threads);
+          PoolScope scope(&pool);
+          std::vector<float> split(m * n, -7.f);
+          run(split);
+          EXPECT_EQ(one, split) << "mode " << mode << " threads " << threads;
+        }
       }
     }
   }
