@@ -267,6 +267,36 @@ void MaxNanIntoImpl(float* HWY_RESTRICT best, const float* HWY_RESTRICT v, int64
 #endif
 }
 
+// dst[j] = the max_nan fold over taps t < count of src[t * step + j], j < n, taps in order.
+void MaxNanTapsImpl(const float* const* taps, int64_t count, int64_t n, float* HWY_RESTRICT dst) {
+  const DF d;
+  int64_t j = 0;
+  for (; j + kL <= n; j += kL) {
+    VF b = hn::LoadU(d, taps[0] + j);
+    for (int64_t t = 1; t < count; ++t) {
+      const VF x = hn::LoadU(d, taps[t] + j);
+      b = hn::IfThenElse(hn::Or(hn::Gt(x, b), hn::IsNaN(x)), x, b);
+    }
+    hn::StoreU(b, d, dst + j);
+  }
+  if (j == n) return;
+#if ONYX_DW_SAFE_MASKED_LOAD
+  const auto m = hn::FirstN(d, static_cast<size_t>(n - j));
+  VF b = hn::MaskedLoad(m, d, taps[0] + j);
+  for (int64_t t = 1; t < count; ++t) {
+    const VF x = hn::MaskedLoad(m, d, taps[t] + j);
+    b = hn::IfThenElse(hn::Or(hn::Gt(x, b), hn::IsNaN(x)), x, b);
+  }
+  hn::BlendedStore(b, m, d, dst + j);
+#else
+  for (; j < n; ++j) {
+    float b = taps[0][j];
+    for (int64_t t = 1; t < count; ++t) b = taps[t][j] > b || taps[t][j] != taps[t][j] ? taps[t][j] : b;
+    dst[j] = b;
+  }
+#endif
+}
+
 }  // namespace onyx::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -276,9 +306,14 @@ namespace onyx::cpu {
 HWY_EXPORT(DepthwiseImpl);
 HWY_EXPORT(SplitRow2Impl);
 HWY_EXPORT(MaxNanIntoImpl);
+HWY_EXPORT(MaxNanTapsImpl);
 
 void split_row2(const float* src, int64_t n, float* even, float* odd) {
   if (n > 0) HWY_DYNAMIC_DISPATCH(SplitRow2Impl)(src, n, even, odd);
+}
+
+void max_nan_taps(const float* const* taps, int64_t count, int64_t n, float* dst) {
+  if (n > 0 && count > 0) HWY_DYNAMIC_DISPATCH(MaxNanTapsImpl)(taps, count, n, dst);
 }
 
 void max_nan_into(float* best, const float* v, int64_t n) {

@@ -26,5 +26,8 @@ void depthwise_conv2d(const DepthwiseConv2d& a);
 // ones; best[j] = v[j] where v[j] > best[j] or v[j] is NaN (a NaN wins a max window), j < n.
 void split_row2(const float* src, int64_t n, float* even, float* odd);
 void max_nan_into(float* best, const float* v, int64_t n);
+// dst[j] = taps[0][j], then max_nan_into'd with taps[1][j], ... taps[count - 1][j], for j < n (dst
+// may be none of the taps).
+void max_nan_taps(const float* const* taps, int64_t count, int64_t n, float* dst);
 
 }  // namespace onyx::cpu

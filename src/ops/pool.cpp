@@ -237,9 +237,8 @@ void row_window_max(const float* row, int64_t iw, int64_t off, int64_t sw, int64
     tap_row[kc] = sw > 1 ? phases + b * plen : row;
     tap_at[kc] = q;
   }
-  const float* t0 = tap_row[0] + tap_at[0];
-  std::copy(t0 + j0, t0 + j1, best + j0);
-  for (int64_t kc = 1; kc < kw; ++kc) cpu::max_nan_into(best + j0, tap_row[kc] + tap_at[kc] + j0, j1 - j0);
+  for (int64_t kc = 0; kc < kw; ++kc) tap_row[kc] += tap_at[kc] + j0;
+  cpu::max_nan_taps(tap_row, kw, j1 - j0, best + j0);
 }
 
 // MaxPool of float32 over two spatial dims (no dilation), separably: each input row's column
@@ -288,8 +287,14 @@ void max_pool2d_float(const float* px, float* py, const PoolPlan& p, const std::
           std::fill_n(d, ow, 0.f);
           continue;
         }
-        std::copy_n(h + rows[0] * ow, ow, d);
-        for (size_t t = 1; t < rows.size(); ++t) cpu::max_nan_into(d, h + rows[t] * ow, ow);
+        const float* row_taps[64];
+        if (rows.size() <= 64) {
+          for (size_t t = 0; t < rows.size(); ++t) row_taps[t] = h + rows[t] * ow;
+          cpu::max_nan_taps(row_taps, static_cast<int64_t>(rows.size()), ow, d);
+        } else {
+          std::copy_n(h + rows[0] * ow, ow, d);
+          for (size_t t = 1; t < rows.size(); ++t) cpu::max_nan_into(d, h + rows[t] * ow, ow);
+        }
         for (int64_t j = 0; j < ow; ++j)
           if (taps[1].pos[j].empty()) d[j] = 0.f;  // a window wholly in the padding
       }

@@ -672,7 +672,7 @@ TEST(CpuConv, DepthwiseMatchesFloat64AtUnevenGeometries) {
 }
 
 TEST(CpuConv, MaxPoolRowStepsMatchScalarWithNaNs) {
-  // split_row2 and max_nan_into (the float max pool's row steps) on every target, every length
+  // split_row2, max_nan_into and max_nan_taps (the float max pool's row steps) on every target, every length
   // up to a few vectors past a tail: even and odd columns; the larger value, a NaN in v taken,
   // a NaN in best kept, ties keeping best.
   std::mt19937 rng(53);
@@ -697,6 +697,21 @@ TEST(CpuConv, MaxPoolRowStepsMatchScalarWithNaNs) {
         const float want = v[j] > best[j] || std::isnan(v[j]) ? v[j] : best[j];
         if (std::isnan(want)) ASSERT_TRUE(std::isnan(got[j])) << "n " << n << " at " << j;
         else ASSERT_EQ(got[j], want) << "n " << n << " at " << j;
+      }
+      // max_nan_taps: 1 to 4 taps folded in order, as max_nan_into one after another.
+      const std::vector<float>* rows[4] = {&best, &v, &src, &v};
+      for (int64_t count = 1; count <= 4; ++count) {
+        const float* taps[4];
+        for (int64_t t = 0; t < count; ++t) taps[t] = rows[t]->data();
+        std::vector<float> folded(rows[0]->begin(), rows[0]->end());
+        for (int64_t t = 1; t < count; ++t) max_nan_into(folded.data(), taps[t], n);
+        std::vector<float> fused(n + 1, 9.f);
+        max_nan_taps(taps, count, n, fused.data());
+        ASSERT_EQ(fused[n], 9.f) << "written past n " << n;
+        for (int64_t j = 0; j < n; ++j) {
+          if (std::isnan(folded[j])) ASSERT_TRUE(std::isnan(fused[j])) << "taps " << count << " at " << j;
+          else ASSERT_EQ(fused[j], folded[j]) << "n " << n << " taps " << count << " at " << j;
+        }
       }
     }
   }
