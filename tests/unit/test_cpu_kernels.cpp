@@ -32,6 +32,20 @@ std::vector<float> random_floats(size_t n, std::mt19937& rng, float lo = -1.f, f
   return v;
 }
 
+// B's k rows of n (b, row-major) each placed at a random offset (0-15) of one buffer, row p at
+// koff[p]: a convolution's shifted views of its image, for gemm_indirect.
+std::vector<float> scatter_rows(const std::vector<float>& b, int64_t k, int64_t n, std::mt19937& rng,
+                                std::vector<int64_t>& koff) {
+  const int64_t stride = n + 16;
+  std::vector<float> buf(k * stride + 16, 0.f);
+  koff.resize(k);
+  for (int64_t p = 0; p < k; ++p) {
+    koff[p] = p * stride + std::uniform_int_distribution<int64_t>(0, 15)(rng);
+    std::copy(b.begin() + p * n, b.begin() + (p + 1) * n, buf.begin() + koff[p]);
+  }
+  return buf;
+}
+
 // The targets to run each test on: those the CPU supports among AVX3, AVX2 and EMU128.
 std::vector<int64_t> targets() {
   std::vector<int64_t> out;
@@ -261,14 +275,8 @@ TEST(CpuGemm, ManyRowOrdersMatchFloat64) {
     auto row_bias = random_floats(m, rng), residual = random_floats(m * n, rng), c0 = random_floats(m * n, rng);
     std::vector<float> packed(packed_size(k, n));
     pack_b(b.data(), n, false, k, n, packed.data());
-    // B's rows through offsets: each row of b placed at a random offset of one buffer.
-    const int64_t stride = n + 16;
-    std::vector<float> buf(k * stride + 16, 0.f);
-    std::vector<int64_t> koff(k);
-    for (int64_t p = 0; p < k; ++p) {
-      koff[p] = p * stride + std::uniform_int_distribution<int64_t>(0, 15)(rng);
-      std::copy(b.begin() + p * n, b.begin() + (p + 1) * n, buf.begin() + koff[p]);
-    }
+    std::vector<int64_t> koff;  // B's rows through offsets
+    const std::vector<float> buf = scatter_rows(b, k, n, rng, koff);
     std::vector<double> mag;
     Epilogue ep;
     ep.bias = bias.data();
@@ -314,21 +322,15 @@ TEST(CpuGemm, ManyRowOrdersMatchFloat64) {
 TEST(CpuGemm, FewInputChannelsOverALargeImageMatchFloat64) {
   // B read in place or through offsets, one block of K and C past L2 (a pointwise convolution
   // from few input channels over a large image, a stem): each thread's column tiles swept per
-  // block of rows. Row
-  // counts that end in uneven blocks, a partial last panel; the same values at 1 to 3 threads.
+  // block of rows. Row counts that end in uneven blocks, a partial last panel; the same values
+  // at 1 to 3 threads.
   std::mt19937 rng(41);
   for (const auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{64, 12544, 16}, {41, 7001, 24}, {26, 11000, 7}}) {
     SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k));
     auto a = random_floats(m * k, rng), b = random_floats(k * n, rng), row_bias = random_floats(m, rng);
     auto residual = random_floats(m * n, rng);
-    // B's rows at random offsets of one buffer (a convolution's shifted views), for gemm_indirect.
-    const int64_t stride = n + 16;
-    std::vector<float> buf(k * stride + 16, 0.f);
-    std::vector<int64_t> koff(k);
-    for (int64_t p = 0; p < k; ++p) {
-      koff[p] = p * stride + std::uniform_int_distribution<int64_t>(0, 15)(rng);
-      std::copy(b.begin() + p * n, b.begin() + (p + 1) * n, buf.begin() + koff[p]);
-    }
+    std::vector<int64_t> koff;  // B's rows through offsets
+    const std::vector<float> buf = scatter_rows(b, k, n, rng, koff);
     Epilogue ep;
     ep.row_bias = row_bias.data();
     ep.residual = residual.data();
