@@ -87,6 +87,8 @@ namespace {
 // image coordinates of the last dimension handled by the caller.
 template <class Fn>
 void for_each_row(const Im2ColGeometry& g, int64_t channels, int64_t row0, int64_t row1, Fn fn) {
+  // No rows (an empty grid dimension): nothing to visit, and no grid extent to divide by.
+  if (row0 >= row1) return;
   const size_t nd = g.grid.size();
   const int64_t K = g.kernel_size();
   const int64_t img_size = g.image_size();

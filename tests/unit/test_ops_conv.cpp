@@ -525,6 +525,20 @@ TEST(OpsConv, ConvTransposeMatchesScatterReference) {
   expect_close(out[0], want, 1e-4);
 }
 
+// An input with an empty spatial dimension scatters nothing: the output given by output_shape is
+// the bias alone. (The CI fuzzer found the scatter dividing by the empty grid's extent; that
+// division is undefined behaviour which the optimized build drops, so the fuzz reproducer
+// tests/fixtures/fuzz/load_conv_transpose_empty_input.crash, replayed under UBSan, is what checks it.)
+TEST(OpsConv, ConvTransposeOfAnEmptyInputIsTheBias) {
+  Tensor x = test::random_tensor<float>(Shape{1, 2, 0, 3});
+  Tensor w = test::random_tensor<float>(Shape{2, 3, 3, 3});
+  Tensor b = test::random_tensor<float>(Shape{3});
+  auto out = test::run_op("ConvTranspose", {x, w, b},
+                          {test::attr_ints("strides", {3, 2}), test::attr_ints("output_shape", {8, 8})});
+  ASSERT_EQ(out[0].shape(), (Shape{1, 3, 8, 8}));
+  for (int64_t i = 0; i < out[0].numel(); ++i) ASSERT_EQ(at(out[0], i), at(b, i / 64)) << "at flat index " << i;
+}
+
 namespace {
 
 struct PoolRef {
