@@ -68,6 +68,16 @@ bool order_preserving_transpose(const Node& n, const std::vector<ValueType>& in)
   return true;
 }
 
+// A Cast or CastLike to the element type its input already has: the output is the input, byte
+// for byte (HF's attention casts its float32 softmax back to float32), so it is a view.
+bool same_type_cast(const Node& n, const std::vector<ValueType>& in, const ExecutionPlan& p) {
+  if ((n.op_type != "Cast" && n.op_type != "CastLike") || !(n.domain.empty() || n.domain == "ai.onnx") ||
+      n.outputs.size() != 1 || n.outputs[0] < 0 || in.empty())
+    return false;
+  const DType from = in[0].dtype;
+  return from != DType::kUndefined && from == p.values[n.outputs[0]].type.dtype;
+}
+
 // Each node that runs becomes a step with its device and kernel, resolved once.
 void choose_places(Planning& P) {
   ExecutionPlan& p = P.p;
@@ -84,7 +94,7 @@ void choose_places(Planning& P) {
       st.place = StepPlace::kRunTime;
     } else if (def.is_view() && def.views.size() == n.outputs.size()) {
       st.place = StepPlace::kNone;
-    } else if (order_preserving_transpose(n, P.node_inputs[s])) {
+    } else if (order_preserving_transpose(n, P.node_inputs[s]) || same_type_cast(n, P.node_inputs[s], p)) {
       st.place = StepPlace::kNone;
       st.views = {{0, 0}};
     } else {

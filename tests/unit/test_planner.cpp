@@ -266,6 +266,38 @@ TEST(Planner, TransposeMovingOnlySizeOneAxesIsAView) {
   }
 }
 
+TEST(Planner, CastToTheInputsOwnTypeIsAView) {
+  // y = Relu(Cast(x, to=FLOAT)) and z = Cast(x, to=FLOAT) (a graph output): fed float32, both
+  // casts are views (no kernel); fed float64 they run. Either way the values are x's.
+  Graph g;
+  g.name = "cast_view";
+  int x = g.value_id("x");
+  g.values[x].is_input = true;
+  g.inputs.push_back(x);
+  int c = add_node(g, "Cast", {x}, {test::attr_int("to", 1)});
+  g.outputs.push_back(add_node(g, "Relu", {c}));
+  g.outputs.push_back(add_node(g, "Cast", {x}, {test::attr_int("to", 1)}));
+  GraphExecutor exec(g, OpRegistry::global(), make_cpu_allocator());
+  for (bool same : {true, false}) {
+    Tensor in32 = test::random_tensor<float>(Shape{3, 5}, -1.0, 1.0);
+    Tensor in = same ? in32 : Tensor(DType::kFloat64, in32.shape());
+    if (!same)
+      for (int64_t i = 0; i < in.numel(); ++i) in.data<double>()[i] = in32.data<float>()[i];
+    auto plan = exec.plan_for({in});
+    ASSERT_EQ(plan->steps.size(), 3u);
+    EXPECT_EQ(plan->steps[0].place == StepPlace::kNone, same);
+    EXPECT_EQ(plan->steps[2].place == StepPlace::kNone, same);
+    auto out = exec.run({in});
+    ASSERT_EQ(out[0].dtype(), DType::kFloat32);
+    ASSERT_EQ(out[1].dtype(), DType::kFloat32);
+    for (int64_t i = 0; i < in.numel(); ++i) {
+      const float v = in32.data<float>()[i];
+      ASSERT_EQ(out[0].data<float>()[i], v > 0 ? v : 0.f) << (same ? "float32" : "float64") << " at " << i;
+      ASSERT_EQ(out[1].data<float>()[i], v) << (same ? "float32" : "float64") << " at " << i;
+    }
+  }
+}
+
 }  // namespace onyx
 
 namespace onyx {
