@@ -1,12 +1,14 @@
 // Helpers for the data-movement ops (tensor_ops, layout_ops, slice_pad, gather_scatter).
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "cpu/thread_pool.h"
 #include "ops/common.h"
 
 namespace onyx {
@@ -46,7 +48,8 @@ inline void copy_elements(const Tensor& src, int64_t src_off, Tensor& dst, int64
 }
 
 // out[i0..ik] = in[base + sum_a i_a * strides[a]] over an output of `dims`, row-major.
-// Strides may be zero (broadcast) or negative (reversal); the caller guarantees bounds.
+// Strides may be zero (broadcast) or negative (reversal); the caller guarantees bounds. The
+// output's rows (its last dimension) are split over the intra-op pool from 32K elements on.
 template <class T>
 void strided_copy(const T* in, int64_t base, std::span<const int64_t> dims, const std::vector<int64_t>& strides,
                   T* out) {
@@ -59,22 +62,36 @@ void strided_copy(const T* in, int64_t base, std::span<const int64_t> dims, cons
     return;
   }
   const int64_t inner = dims[r - 1], step = strides[r - 1];
-  std::vector<int64_t> counter(r, 0);
-  int64_t off = base;
-  for (int64_t o = 0; o < total; o += inner) {
-    const T* p = in + off;
-    if (step == 1) {
-      for (int64_t j = 0; j < inner; ++j) out[o + j] = p[j];
-    } else {
-      for (int64_t j = 0; j < inner; ++j) out[o + j] = p[j * step];
-    }
+  // Output rows [row0, row1): the input offset of row0 from its index over the outer dimensions,
+  // then a counter carried from row to row.
+  auto copy_rows = [&](int64_t row0, int64_t row1) {
+    std::vector<int64_t> counter(r, 0);
+    int64_t off = base;
+    int64_t left = row0;
     for (size_t a = r - 1; a-- > 0;) {
-      off += strides[a];
-      if (++counter[a] < dims[a]) break;
-      off -= strides[a] * counter[a];
-      counter[a] = 0;
+      counter[a] = left % dims[a];
+      left /= dims[a];
+      off += counter[a] * strides[a];
     }
-  }
+    for (int64_t row = row0; row < row1; ++row) {
+      const T* p = in + off;
+      T* o = out + row * inner;
+      if (step == 1) {
+        for (int64_t j = 0; j < inner; ++j) o[j] = p[j];
+      } else {
+        for (int64_t j = 0; j < inner; ++j) o[j] = p[j * step];
+      }
+      for (size_t a = r - 1; a-- > 0;) {
+        off += strides[a];
+        if (++counter[a] < dims[a]) break;
+        off -= strides[a] * counter[a];
+        counter[a] = 0;
+      }
+    }
+  };
+  const int64_t rows = total / inner;
+  if (total < (int64_t{1} << 15)) return copy_rows(0, rows);
+  cpu::parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 13) / std::max<int64_t>(inner, 1)), copy_rows);
 }
 
 // strided_copy on whole tensors of any dtype.

@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 
+#include "cpu/thread_pool.h"
 #include "op_test_util.h"
 
 namespace onyx {
@@ -232,6 +233,30 @@ TYPED_TEST(TensorOpsTyped, TransposeWithPermAndDefault) {
         EXPECT_EQ(at<T>(out, {j, k, i}), at<T>(x, {i, j, k}));
         EXPECT_EQ(at<T>(rev, {k, j, i}), at<T>(x, {i, j, k}));
       }
+}
+
+// From 32K elements the copy's rows are split over the intra-op pool: each chunk starts at a row
+// of its own, its input offset found from that row's index. Compared element by element at 1-3
+// threads, with row counts no thread count divides and a reversed axis.
+TYPED_TEST(TensorOpsTyped, LargeTransposeAndReversedSliceOverThreads) {
+  using T = TypeParam;
+  Tensor x = rnd<T>(Shape{37, 29, 41});
+  const int64_t kMin = std::numeric_limits<int64_t>::min();
+  for (int threads : {1, 2, 3}) {
+    cpu::ThreadPool pool(threads);
+    cpu::PoolScope scope(&pool);
+    auto t = run_op("Transpose", {x}, {attr_ints("perm", {2, 0, 1})})[0];
+    ASSERT_EQ(t.shape(), (Shape{41, 37, 29}));
+    auto r = run_op("Slice", {x, i64({-1, 0}), i64({kMin, 41}), i64({0, 2}), i64({-1, 1})}, {}, 1, 13)[0];
+    ASSERT_EQ(r.shape(), (Shape{37, 29, 41}));
+    for (int64_t i = 0; i < 37; ++i)
+      for (int64_t j = 0; j < 29; ++j)
+        for (int64_t k = 0; k < 41; ++k) {
+          ASSERT_EQ(at<T>(t, {k, i, j}), at<T>(x, {i, j, k})) << threads << " threads at " << i << "," << j << "," << k;
+          ASSERT_EQ(at<T>(r, {i, j, k}), at<T>(x, {36 - i, j, k})) << threads << " threads at " << i << "," << j << ","
+                                                                    << k;
+        }
+  }
 }
 
 TEST(TensorOps, SplitInputsAttributesAndUnevenNumOutputs) {
