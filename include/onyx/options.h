@@ -124,6 +124,9 @@ struct RunOptions {
   // Set from any thread to stop the run at its next check (an onyx::Error "run cancelled").
   // Either way the session stays usable.
   std::shared_ptr<std::atomic<bool>> cancel;
+  // Time each node of the run (Session::last_run_stats().nodes). On a GPU each node then waits
+  // for the device, so the run is slower; a run replayed from a CUDA graph has no per-node times.
+  bool profile = false;
 };
 
 }  // namespace onyx

@@ -110,10 +110,21 @@ struct ModelInfo {
 };
 ModelInfo inspect_model(const std::string& path);
 
+// One node's time in a profiled run (RunOptions::profile).
+struct NodeTime {
+  std::string node;  // "node 'name' (Op)", as errors name it
+  std::string op;    // "Op", or "domain::Op" outside the ONNX domain
+  double seconds = 0;
+};
+
 struct RunStats {
   size_t peak_bytes = 0;     // the allocator's high-water mark during the run, above the bytes held before it
   size_t allocations = 0;    // allocations made during the run
   double seconds = 0;
+  // With RunOptions::profile: the nodes that ran, in order, each with its time (subgraphs
+  // counted in their node's). Nodes the plan makes views of their input take no step and are
+  // not listed.
+  std::vector<NodeTime> nodes;
 };
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;

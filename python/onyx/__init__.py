@@ -28,7 +28,9 @@ class RunOptions:
     """Per-run options, as onnxruntime's. `terminate = True` (from any thread) stops the runs
     given these options at their next node, with onyx.Error "run cancelled"; set it back to
     False to run again. onyx's own: `timeout_seconds` (0: none), the run's deadline, checked
-    between nodes and between a Loop's iterations. The logging fields are accepted and unused."""
+    between nodes and between a Loop's iterations; `profile` (False), time each node of the run:
+    InferenceSession.last_run_stats()["nodes"] lists them (node, op, seconds), in the order they
+    ran. The logging fields are accepted and unused."""
 
     def __init__(self):
         self.log_severity_level = 2
@@ -36,6 +38,7 @@ class RunOptions:
         self.logid = ""
         self.only_execute_path_to_fetches = False
         self.timeout_seconds = 0.0
+        self.profile = False
         self._control = _onyx.RunControl()
 
     @property

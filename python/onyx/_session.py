@@ -189,13 +189,13 @@ def _numpy_of(v, copy=False):
 
 
 def _run_controls(run_options):
-    """(timeout_seconds, control) for the native run from an onyx.RunOptions (or None)."""
+    """(timeout_seconds, control, profile) for the native run from an onyx.RunOptions (or None)."""
     if run_options is None:
-        return 0.0, None
+        return 0.0, None, False
     control = getattr(run_options, "_control", None)
     if control is None:
         raise TypeError("run_options must be an onyx.RunOptions")
-    return float(run_options.timeout_seconds), control
+    return float(run_options.timeout_seconds), control, bool(getattr(run_options, "profile", False))
 
 
 class GraphOptimizationLevel(enum.IntEnum):
@@ -714,6 +714,8 @@ class InferenceSession:
         return self._native().cpu_fallbacks()
 
     def last_run_stats(self):
+        """The last finished run: peak_bytes and allocations (its intermediates), seconds, and
+        nodes (with RunOptions.profile: dicts of node, op and seconds, in the order they ran)."""
         return self._native().last_run_stats()
 
     def close(self):

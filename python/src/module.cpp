@@ -381,7 +381,7 @@ class PySession {
                          std::optional<std::vector<std::string>> output_names,
                          const std::vector<std::string>& device_outputs,
                          const std::vector<std::pair<std::string, PyValue*>>& bound, double timeout_seconds,
-                         const PyRunControl* control) {
+                         const PyRunControl* control, bool profile) {
     std::shared_ptr<Session> s = get();
     NamedTensors in;
     for (const auto& [name, v] : feeds) {
@@ -401,6 +401,7 @@ class PySession {
     else for (size_t i = 0; i < outs.size(); ++i) pick.push_back(i);
     RunOptions ro;
     ro.timeout_seconds = timeout_seconds;
+    ro.profile = profile;
     if (control) ro.cancel = control->flag;
     for (const auto& n : device_outputs) {
       index_of(n);
@@ -704,7 +705,7 @@ NB_MODULE(_onyx, m) {
       .def("inputs", &PySession::inputs)
       .def("outputs", &PySession::outputs)
       .def("run", &PySession::run, "feeds"_a, "output_names"_a.none(), "device_outputs"_a, "bound"_a,
-           "timeout_seconds"_a = 0.0, "control"_a.none() = nb::none())
+           "timeout_seconds"_a = 0.0, "control"_a.none() = nb::none(), "profile"_a = false)
       .def("close", &PySession::close)
       .def_prop_ro("closed", &PySession::closed)
       .def("device", [](const PySession& s) { return s.get()->device(); })
@@ -732,6 +733,15 @@ NB_MODULE(_onyx, m) {
         d["peak_bytes"] = r.peak_bytes;
         d["allocations"] = r.allocations;
         d["seconds"] = r.seconds;
+        nb::list nodes;
+        for (const NodeTime& n : r.nodes) {
+          nb::dict e;
+          e["node"] = n.node;
+          e["op"] = n.op;
+          e["seconds"] = n.seconds;
+          nodes.append(e);
+        }
+        d["nodes"] = nodes;
         return d;
       })
       .def("release_captured_graphs", [](const PySession& s) { s.get()->release_captured_graphs(); });

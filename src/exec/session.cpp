@@ -241,7 +241,9 @@ NamedTensors Session::run(const NamedTensors& feeds, const RunOptions& options) 
 
     AllocatorStats before = m.alloc->stats();
     m.alloc->reset_high_water();
-    const RunControl control(options.timeout_seconds, options.cancel.get());
+    RunControl control(options.timeout_seconds, options.cancel.get());
+    std::vector<std::pair<int, double>> node_times;
+    if (options.profile) control.profile = &node_times;
     auto t0 = std::chrono::steady_clock::now();
     std::vector<Tensor> outs =
         m.executor->run(ordered, nullptr, placed ? &places : nullptr, bound.empty() ? nullptr : &bound, &control);
@@ -251,6 +253,11 @@ NamedTensors Session::run(const NamedTensors& feeds, const RunOptions& options) 
     stats.peak_bytes = after.high_water_bytes > before.in_use_bytes ? after.high_water_bytes - before.in_use_bytes : 0;
     stats.allocations = after.allocations - before.allocations;
     stats.seconds = std::chrono::duration<double>(t1 - t0).count();
+    stats.nodes.reserve(node_times.size());
+    for (const auto& [index, seconds] : node_times) {
+      const Node& n = m.executor->graph().nodes[index];
+      stats.nodes.push_back({n.describe(), n.domain.empty() || n.domain == "ai.onnx" ? n.op_type : cat(n.domain, "::", n.op_type), seconds});
+    }
     {
       std::lock_guard<std::mutex> stats_lock(m.stats_mutex);
       m.stats = stats;

@@ -80,13 +80,22 @@ void RunEnvPool::give_back(std::unique_ptr<RunEnv> env, const RunEnv& start) noe
 }
 
 void StepLoop::run(const ExecutionPlan& plan, RunEnv& env, const StepBindings& b, const Scope* outer) const {
+  // Profiled: the top-level graph's steps that run a kernel (a subgraph's time is its node's).
+  std::vector<std::pair<int, double>>* profile = b.control && !outer ? b.control->profile : nullptr;
   for (const Step& step : plan.steps) {
     const Node& node = graph_.nodes[step.node];
     if (b.control) b.control->check(&node);
+    const bool timed = profile && step.place != StepPlace::kNone;
+    const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     with_lazy_context([&] { return node.describe(); }, [&] {
       if (step.place == StepPlace::kRunTime) run_dynamic(step, env, b, outer);
       else run_planned(plan, step, env, b, outer);
+      if (timed && backend_) {  // the device's work for this step, not only its launch
+        const std::string errors = backend_->finish();
+        ONYX_CHECK(errors.empty(), "the device reported: ", errors);
+      }
     });
+    if (timed) profile->emplace_back(step.node, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     for (int id : step.release_after) env.release(id);
     if (b.after_step) b.after_step(node);
   }

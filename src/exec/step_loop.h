@@ -103,10 +103,12 @@ struct RunControl {
   double timeout_seconds = 0;  // 0: no deadline
   std::chrono::steady_clock::time_point deadline;
   const std::atomic<bool>* cancel = nullptr;
+  // Profiling (RunOptions::profile): each top-level step's node index and seconds, appended.
+  std::vector<std::pair<int, double>>* profile = nullptr;
 
   RunControl() = default;
   RunControl(double timeout, const std::atomic<bool>* flag);
-  bool active() const { return timeout_seconds > 0 || cancel; }
+  bool active() const { return timeout_seconds > 0 || cancel || profile; }
   // Throws onyx::Error when the run is cancelled or past its deadline; `at` (if any)
   // is the node about to run.
   void check(const Node* at) const {

@@ -64,3 +64,19 @@ def test_host_memory_budget_refuses_and_names_the_value(onyx, models, feed_for):
     small = feed_for("big", batch=1)  # 4 KiB rows fit
     ref = onyx.InferenceSession(models["big"]).run(None, small)[0]
     assert np.array_equal(sess.run(None, small)[0], ref)
+
+
+def test_profile_lists_each_node_that_ran(onyx, models, feed_for):
+    sess = onyx.InferenceSession(models["big"])
+    feed = feed_for("big", batch=64)
+    want = sess.run(None, feed)[0]
+    assert sess.last_run_stats()["nodes"] == []  # not profiled
+    opts = onyx.RunOptions()
+    opts.profile = True
+    assert np.array_equal(sess.run(None, feed, opts)[0], want)
+    stats = sess.last_run_stats()
+    nodes = stats["nodes"]
+    assert nodes, "a profiled run lists its nodes"
+    for n in nodes:
+        assert n["node"].startswith("node ") and n["op"] in n["node"] and n["seconds"] > 0
+    assert sum(n["seconds"] for n in nodes) <= stats["seconds"]

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <random>
 #include <thread>
 
 #include "onnx/onnx.pb.h"
@@ -322,6 +323,44 @@ TEST(Limits, ARunPastItsDeadlineStopsAndTheSessionStaysUsable) {
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(took, 5.0);
   EXPECT_EQ(s->run(trips(4), ro)[0].second.data<int64_t>()[0], 4);
+}
+
+TEST(Limits, AProfiledRunTimesEachNodeThatRuns) {
+  // x -> Relu -> Reshape (a view: no step) -> Exp -> y: the profile lists Relu and Exp, in order.
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {64, 256});
+  b.int64_initializer("shape", {256, 64}, {2});
+  b.node("relu", "Relu", {"x"}, {"r"});
+  b.node("reshape", "Reshape", {"r", "shape"}, {"v"});
+  b.node("exp", "Exp", {"v"}, {"y"});
+  b.output("y", onnx::TensorProto::FLOAT);
+  auto s = b.load();
+  Tensor x(DType::kFloat32, Shape{64, 256});
+  std::mt19937 rng(std::random_device{}());
+  for (float& v : x.span<float>()) v = std::uniform_real_distribution<float>(-2.f, 2.f)(rng);
+  const NamedTensors feeds = {{"x", x}};
+  s->run(feeds);
+  EXPECT_TRUE(s->last_run_stats().nodes.empty()) << "not profiled, no node times";
+  RunOptions ro;
+  ro.profile = true;
+  s->run(feeds, ro);
+  RunStats st = s->last_run_stats();
+  ASSERT_EQ(st.nodes.size(), 2u);
+  EXPECT_EQ(st.nodes[0].node, "node 'relu' (Relu)");
+  EXPECT_EQ(st.nodes[0].op, "Relu");
+  EXPECT_EQ(st.nodes[1].node, "node 'exp' (Exp)");
+  double sum = 0;
+  for (const NodeTime& n : st.nodes) {
+    EXPECT_GT(n.seconds, 0.0) << n.node;
+    sum += n.seconds;
+  }
+  EXPECT_LE(sum, st.seconds);
+  // A Loop's body is timed as its node: one entry, not one per body node and iteration.
+  auto loop = endless_loop_model(false).load();
+  EXPECT_EQ(loop->run(trips(50), ro)[0].second.data<int64_t>()[0], 50);
+  st = loop->last_run_stats();
+  ASSERT_EQ(st.nodes.size(), 1u);
+  EXPECT_EQ(st.nodes[0].node, "node 'loop' (Loop)");
 }
 
 TEST(Limits, ACancelledRunStopsAndTheSessionStaysUsable) {

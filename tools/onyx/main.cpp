@@ -48,6 +48,9 @@ run options:
                                physical memory); an allocation past it fails, naming the value
   --timeout SECONDS            stop each run that takes longer (checked between nodes and
                                between Loop iterations)
+  --profile N                  time every node and print, as means over the repeated runs (the first
+                               run when --repeat is 0), the time per op type and the N slowest nodes;
+                               on a GPU each node waits for the device (no CUDA-graph replays)
   --capture off|auto|require   on a GPU, replay repeated input shapes from CUDA graphs (default off)
   --validate-replays           check staged bytes and poison the arena before each replay (slower)
   --json                       print one JSON object: outputs, timings, plan, capture report

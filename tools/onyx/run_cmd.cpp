@@ -24,6 +24,7 @@ struct RunArgs {
   bool memory_report = false;
   bool json = false;
   double timeout_seconds = 0;              // each run's deadline (0: none)
+  int profile = -1;                         // --profile N: the N slowest nodes listed (-1: no profile)
   bool device_inputs = false;              // feeds uploaded once, before the runs
   std::vector<std::string> keep_on_device;  // outputs left on the device ("all": every one)
   uint64_t seed = std::random_device{}();
@@ -94,6 +95,10 @@ RunArgs parse(const std::vector<std::string>& args) {
     }
     else if (opt == "--validate-replays") r.session.validate_replays = true;
     else if (opt == "--json") r.json = true;
+    else if (opt == "--profile") {
+      r.profile = static_cast<int>(to_int(a.value()));
+      if (r.profile < 0) throw UsageError("--profile takes the number of nodes to list (0: only the op table)");
+    }
     else if (opt == "--device-inputs") r.device_inputs = true;
     else if (opt == "--keep-on-device") {
       for (const auto& n : comma_list(a.value())) r.keep_on_device.push_back(n);
@@ -145,16 +150,63 @@ struct Timing {
   int runs = 0;
 };
 
+// --profile: each node's time summed over the profiled runs (the repeats; the first run when
+// there are none), in the order the nodes first ran.
+struct Profile {
+  int runs = 0;
+  double run_seconds = 0;  // the runs' own times, summed
+  std::vector<NodeTime> nodes;
+  std::map<std::string, size_t> index;  // node -> position in `nodes`
+
+  void add(const RunStats& s) {
+    ++runs;
+    run_seconds += s.seconds;
+    for (const NodeTime& n : s.nodes) {
+      auto [it, fresh] = index.emplace(n.node, nodes.size());
+      if (fresh) nodes.push_back({n.node, n.op, 0.0});
+      nodes[it->second].seconds += n.seconds;
+    }
+  }
+  struct Op {
+    std::string op;
+    int count = 0;
+    double seconds = 0;
+  };
+  // Per op type, the slowest first.
+  std::vector<Op> by_op() const {
+    std::map<std::string, Op> m;
+    for (const NodeTime& n : nodes) {
+      Op& o = m[n.op];
+      o.op = n.op;
+      ++o.count;
+      o.seconds += n.seconds;
+    }
+    std::vector<Op> out;
+    for (auto& [k, o] : m) out.push_back(o);
+    std::stable_sort(out.begin(), out.end(), [](const Op& a, const Op& b) { return a.seconds > b.seconds; });
+    return out;
+  }
+  std::vector<NodeTime> slowest(int n) const {
+    std::vector<NodeTime> s = nodes;
+    std::stable_sort(s.begin(), s.end(), [](const NodeTime& a, const NodeTime& b) { return a.seconds > b.seconds; });
+    if (static_cast<int>(s.size()) > n) s.resize(static_cast<size_t>(n));
+    return s;
+  }
+};
+
 Timing time_runs(const RunArgs& a, Session& session, const NamedTensors& feeds, const RunOptions& ro,
-                 NamedTensors& outputs, RunStats& first) {
+                 NamedTensors& outputs, RunStats& first, Profile& profile) {
   Timing t;
   outputs = session.run(feeds, ro);
   first = session.last_run_stats();
   t.first_ms = first.seconds * 1e3;
+  if (a.repeat == 0 && ro.profile) profile.add(first);
   std::vector<double> times;
   for (int r = 0; r < a.repeat; ++r) {
     outputs = session.run(feeds, ro);  // the last run's outputs are printed and saved (a replay, when capturing)
-    times.push_back(session.last_run_stats().seconds * 1e3);
+    const RunStats s = session.last_run_stats();
+    times.push_back(s.seconds * 1e3);
+    if (ro.profile) profile.add(s);
   }
   t.runs = static_cast<int>(times.size());
   if (!times.empty()) {
@@ -174,7 +226,7 @@ std::map<std::string, std::vector<int64_t>> shapes_of(const NamedTensors& feeds)
 }
 
 void print_json(const std::string& path, const RunArgs& a, Session& session, const NamedTensors& feeds,
-                const NamedTensors& host_outputs, const Timing& t, const RunStats& first,
+                const NamedTensors& host_outputs, const Timing& t, const RunStats& first, const Profile& prof,
                 const std::vector<std::string>& saved) {
   using J = nlohmann::ordered_json;
   J j;
@@ -224,12 +276,43 @@ void print_json(const std::string& path, const RunArgs& a, Session& session, con
                     {"retained_staging_bytes", c.retained_staging_bytes}};
   }
   if (a.memory_report) j["memory_report"] = session.memory_report();
+  if (a.profile >= 0) {
+    const double runs = std::max(prof.runs, 1);
+    J ops = J::array(), nodes = J::array();
+    for (const auto& o : prof.by_op())
+      ops.push_back({{"op", o.op}, {"nodes", o.count}, {"ms_per_run", o.seconds * 1e3 / runs}});
+    for (const auto& n : prof.slowest(a.profile))
+      nodes.push_back({{"node", n.node}, {"op", n.op}, {"ms_per_run", n.seconds * 1e3 / runs}});
+    j["profile"] = {{"runs", prof.runs}, {"run_ms", prof.run_seconds * 1e3 / runs}, {"ops", ops}, {"slowest", nodes}};
+  }
   j["saved"] = saved;
   std::cout << j.dump(2) << "\n";
 }
 
+// The op table and the slowest nodes, each time a mean over the profiled runs.
+void print_profile(const RunArgs& a, const Profile& prof) {
+  if (prof.runs == 0 || prof.nodes.empty()) {
+    std::cout << "profile: no node times (a run replayed from a CUDA graph runs no nodes one by one)\n";
+    return;
+  }
+  const double runs = prof.runs, run_ms = prof.run_seconds * 1e3 / runs;
+  double node_ms = 0;
+  for (const auto& n : prof.nodes) node_ms += n.seconds * 1e3 / runs;
+  std::printf("profile: %d run(s), %.3f ms a run, %.3f ms of it in nodes (the rest: the executor between them)\n",
+              prof.runs, run_ms, node_ms);
+  std::printf("  %-34s %6s %11s %7s\n", "op", "nodes", "ms a run", "share");
+  for (const auto& o : prof.by_op())
+    std::printf("  %-34s %6d %11.3f %6.1f%%\n", o.op.c_str(), o.count, o.seconds * 1e3 / runs,
+                run_ms > 0 ? 100.0 * o.seconds * 1e3 / runs / run_ms : 0.0);
+  if (a.profile == 0) return;
+  std::printf("  slowest nodes:\n");
+  for (const auto& n : prof.slowest(a.profile))
+    std::printf("  %11.3f ms %6.1f%%  %s\n", n.seconds * 1e3 / runs,
+                run_ms > 0 ? 100.0 * n.seconds * 1e3 / runs / run_ms : 0.0, n.node.c_str());
+}
+
 void print_text(const RunArgs& a, Session& session, const NamedTensors& host_outputs, const Timing& t,
-                const RunStats& first, const std::vector<std::string>& saved) {
+                const RunStats& first, const Profile& prof, const std::vector<std::string>& saved) {
   for (const auto& [name, x] : host_outputs)
     std::cout << "output " << name << ": " << x.type_str() << "  " << summarize(x) << "\n";
   std::printf("load: %.3f ms\nfirst run: %.3f ms\n", t.load_ms, t.first_ms);
@@ -250,6 +333,7 @@ void print_text(const RunArgs& a, Session& session, const NamedTensors& host_out
     std::printf("cuda graphs: %zu captured (%.3f ms capturing), %zu replays, %zu eager runs; shared arena %zu B\n",
                 c.captures, c.capture_seconds * 1e3, c.replays, c.eager_runs, c.shared_arena_bytes);
   }
+  if (a.profile >= 0) print_profile(a, prof);
   for (const auto& f : saved) std::cout << "saved " << f << "\n";
 }
 
@@ -271,13 +355,15 @@ int cmd_run(const std::string& path, const std::vector<std::string>& args) {
     for (auto& [name, t] : run_feeds) t = session->to_device(t);
   RunOptions ro;
   ro.timeout_seconds = a.timeout_seconds;
+  ro.profile = a.profile >= 0;
   for (const auto& name : a.keep_on_device) {
     if (name == "all") ro.outputs = OutputPlace::kDevice;
     else ro.output_places[name] = OutputPlace::kDevice;
   }
   NamedTensors outputs;
   RunStats first;
-  Timing t = time_runs(a, *session, run_feeds, ro, outputs, first);
+  Profile prof;
+  Timing t = time_runs(a, *session, run_feeds, ro, outputs, first, prof);
   t.load_ms = load_ms;
   for (auto& [name, x] : outputs) x = session->to_host(x);
   std::vector<std::string> saved;
@@ -299,8 +385,8 @@ int cmd_run(const std::string& path, const std::vector<std::string>& args) {
       saved.push_back(file);
     }
   }
-  if (a.json) print_json(path, a, *session, feeds, outputs, t, first, saved);
-  else print_text(a, *session, outputs, t, first, saved);
+  if (a.json) print_json(path, a, *session, feeds, outputs, t, first, prof, saved);
+  else print_text(a, *session, outputs, t, first, prof, saved);
   return 0;
 }
 
