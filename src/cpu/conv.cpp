@@ -1,15 +1,23 @@
-// The depthwise convolution (conv.h), per Highway target. Each channel's image is copied once
-// into zero-padded planes, split into its sh x sw stride phases (phase (a, b) holds the padded
-// image's rows a, a + sh, ... and columns b, b + sw, ...), each plane wq floats a row. Output
-// (oy, ox) reads tap (i, j) in phase ((i dh) % sh, (j dw) % sw) at row oy + (i dh) / sh, column
-// ox + (j dw) / sw; so at flat position f = oy wq + ox every tap is the phase plane read at
-// f + a fixed offset, and the kernel computes contiguous runs of flat positions, a vector of
-// lanes at a time, the columns ox >= ow among them dropped as they are stored.
+// The depthwise convolution (conv.h), per Highway target, by one of two kernels.
+//
+// The flat kernel: each channel's image is copied once into zero-padded planes, split into its
+// sh x sw stride phases (phase (a, b) holds the padded image's rows a, a + sh, ... and columns
+// b, b + sw, ...), each plane wq floats a row. Output (oy, ox) reads tap (i, j) in phase
+// ((i dh) % sh, (j dw) % sw) at row oy + (i dh) / sh, column ox + (j dw) / sw; so at flat
+// position f = oy wq + ox every tap is the phase plane read at f + a fixed offset, and the
+// kernel computes contiguous runs of flat positions, a vector of lanes at a time, the columns
+// ox >= ow among them dropped as they are stored.
+//
+// The blocked kernel: kL channels at a time, a pixel one vector of their values. The block's
+// planes are transposed (kL pixels by kL channels in registers) into a zero-padded
+// [row][column][kL] buffer, each output is then bias plus one load and one multiply-add per
+// tap, and the [row][column][kL] outputs are transposed back into the channels' planes.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/conv.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "cpu/conv.h"
@@ -145,8 +153,7 @@ HWY_INLINE void SplitRow2(const float* HWY_RESTRICT src, int64_t n, float* HWY_R
 #endif
 }
 
-void DepthwiseImpl(const DepthwiseConv2d* ap) {
-  const DepthwiseConv2d& a = *ap;
+void DepthwiseFlat(const DepthwiseConv2d& a) {
   // The padded image's extent: its input, and every row and column a tap of an output reads.
   const int64_t padded_h = std::max(a.ph + a.ih, (a.oh - 1) * a.sh + (a.kh - 1) * a.dh + 1);
   const int64_t padded_w = std::max(a.pw + a.iw, (a.ow - 1) * a.sw + (a.kw - 1) * a.dw + 1);
@@ -244,6 +251,237 @@ void DepthwiseImpl(const DepthwiseConv2d* ap) {
         for (int64_t h = 0; h < n; ++h) ActivateSpan(d, yc + h * out_floats, out_floats, a.act);
     }
   });
+}
+
+// ---- The blocked kernel: kL channels a vector (not on the one-lane scalar target) ----
+#if HWY_TARGET != HWY_SCALAR
+
+// Stage B of a kL x kL transposition in registers (v[r] lane c holds element (r, c)): the
+// off-diagonal B x B blocks of every 2B x 2B block swap, then the next stage halves B. After
+// the stage for B = 1, v[c] lane r holds what v[r] lane c held.
+template <int B>
+HWY_INLINE void TransposeStages(VF* v) {
+  if constexpr (B >= 1) {
+    const DF d;
+    HWY_UNROLL(16)
+    for (int r = 0; r < kL; ++r) {
+      if (r & B) continue;
+      const VF a = v[r], c = v[r + B];
+      if constexpr (B == kL / 2) {  // halves
+        v[r] = hn::ConcatLowerLower(d, c, a);
+        v[r + B] = hn::ConcatUpperUpper(d, c, a);
+      } else if constexpr (B == 4) {  // 128-bit blocks (16 lanes)
+        v[r] = hn::OddEvenBlocks(hn::SwapAdjacentBlocks(c), a);
+        v[r + B] = hn::OddEvenBlocks(c, hn::SwapAdjacentBlocks(a));
+      } else if constexpr (B == 2) {  // pairs, as 64-bit lanes
+        const hn::Repartition<double, DF> d64;
+        const auto a64 = hn::BitCast(d64, a), c64 = hn::BitCast(d64, c);
+        v[r] = hn::BitCast(d, hn::OddEven(hn::DupEven(c64), a64));
+        v[r + B] = hn::BitCast(d, hn::OddEven(c64, hn::DupOdd(a64)));
+      } else {  // single lanes
+        v[r] = hn::OddEven(hn::DupEven(c), a);
+        v[r + B] = hn::OddEven(c, hn::DupOdd(a));
+      }
+    }
+    TransposeStages<B / 2>(v);
+  }
+}
+
+// U outputs of one row, ox0 .. ox0 + U - 1, for the block's kL channels: bias plus every tap, each
+// tap one vector load per output and the tap's kL weights. `in` is the input row of tap row 0
+// at padded column 0, `ws` the taps' weights, kL a tap.
+template <int U>
+HWY_NOINLINE void DwBlockRow(const float* HWY_RESTRICT in, int64_t row_step, const float* HWY_RESTRICT ws,
+                             const float* HWY_RESTRICT bias, int64_t kh, int64_t kw, int64_t sw, int64_t dw,
+                             int64_t ox0, const Activation& act, float* HWY_RESTRICT out) {
+  const DF d;
+  VF acc[U];
+  const VF b = hn::LoadU(d, bias);
+  HWY_UNROLL(16)
+  for (int u = 0; u < U; ++u) acc[u] = b;
+  for (int64_t i = 0; i < kh; ++i) {
+    const float* HWY_RESTRICT row = in + i * row_step + ox0 * sw * kL;
+    for (int64_t j = 0; j < kw; ++j, ws += kL) {
+      const VF w = hn::LoadU(d, ws);
+      const float* HWY_RESTRICT p = row + j * dw * kL;
+      HWY_UNROLL(16)
+      for (int u = 0; u < U; ++u) acc[u] = hn::MulAdd(hn::LoadU(d, p + u * sw * kL), w, acc[u]);
+    }
+  }
+  HWY_UNROLL(16)
+  for (int u = 0; u < U; ++u) hn::StoreU(ActivateCheap(d, acc[u], act), d, out + u * kL);
+}
+
+constexpr int kBlockU = kL >= 16 ? 12 : 6;  // outputs a call: accumulators, leaving registers for loads
+
+template <int U>
+HWY_INLINE void DwBlockRowUpTo(int64_t n, const float* in, int64_t row_step, const float* ws, const float* bias,
+                               int64_t kh, int64_t kw, int64_t sw, int64_t dw, int64_t ox0, const Activation& act,
+                               float* out) {
+  if constexpr (U > 1) {
+    if (n < U) return DwBlockRowUpTo<U - 1>(n, in, row_step, ws, bias, kh, kw, sw, dw, ox0, act, out);
+  }
+  DwBlockRow<U>(in, row_step, ws, bias, kh, kw, sw, dw, ox0, act, out);
+}
+
+// v[l] = kL floats from src + l * step for l < rows (lanes past n zero), zero vectors for l >= rows.
+HWY_INLINE void LoadRows(const float* HWY_RESTRICT src, int64_t step, int64_t rows, int64_t n, VF* v) {
+  const DF d;
+  if (rows == kL && n == kL) {
+    HWY_UNROLL(16)
+    for (int l = 0; l < kL; ++l) v[l] = hn::LoadU(d, src + l * step);
+    return;
+  }
+#if ONYX_DW_SAFE_MASKED_LOAD
+  const auto m = hn::FirstN(d, static_cast<size_t>(n));
+  for (int l = 0; l < kL; ++l) v[l] = l < rows ? hn::MaskedLoad(m, d, src + l * step) : hn::Zero(d);
+#else
+  HWY_ALIGN float buf[kL];
+  for (int l = 0; l < kL; ++l) {
+    for (int64_t q = 0; q < kL; ++q) buf[q] = l < rows && q < n ? src[l * step + q] : 0.f;
+    v[l] = hn::Load(d, buf);
+  }
+#endif
+}
+
+// dst + l * step gets v[l]'s first n lanes, l < rows; nothing else is written (other threads
+// write beside them).
+HWY_INLINE void StoreRows(const VF* v, int64_t rows, int64_t n, float* HWY_RESTRICT dst, int64_t step) {
+  const DF d;
+  if (rows == kL && n == kL) {
+    HWY_UNROLL(16)
+    for (int l = 0; l < kL; ++l) hn::StoreU(v[l], d, dst + l * step);
+    return;
+  }
+#if ONYX_DW_SAFE_MASKED_LOAD
+  const auto m = hn::FirstN(d, static_cast<size_t>(n));
+  for (int64_t l = 0; l < rows; ++l) hn::BlendedStore(v[l], m, d, dst + l * step);
+#else
+  HWY_ALIGN float buf[kL];
+  for (int64_t l = 0; l < rows; ++l) {
+    hn::Store(v[l], d, buf);
+    for (int64_t q = 0; q < n; ++q) dst[l * step + q] = buf[q];
+  }
+#endif
+}
+
+void DepthwiseBlocked(const DepthwiseConv2d& a) {
+  const DF d;
+  // The padded row's extent, as the flat kernel's; each padded pixel a vector of kL floats.
+  // (Rows past the image's end that a tap reaches are zeroed as the band's rows are.)
+  const int64_t padded_w = std::max(a.pw + a.iw, (a.ow - 1) * a.sw + (a.kw - 1) * a.dw + 1);
+  const int64_t taps = a.kh * a.kw, row_floats = padded_w * kL;
+  const int64_t blocks = (a.channels + kL - 1) / kL;
+  // Output rows a task: its input rows (with the taps' reach) about 128 KiB, then fewer while
+  // the tasks do not give each thread four.
+  auto in_rows = [&](int64_t rows) { return (rows - 1) * a.sh + (a.kh - 1) * a.dh + 1; };
+  int64_t band = std::max<int64_t>(1, ((int64_t{32} << 10) / row_floats - (a.kh - 1) * a.dh - 1) / a.sh + 1);
+  band = std::min(band, a.oh);
+  const int64_t want_tasks = 4 * parallelism();
+  if (blocks * ((a.oh + band - 1) / band) < want_tasks)
+    band = std::max<int64_t>(1, a.oh / std::max<int64_t>(1, (want_tasks + blocks - 1) / blocks));
+  const int64_t bands = (a.oh + band - 1) / band;
+  const int64_t plane = a.ih * a.iw, out_plane = a.oh * a.ow;
+  const bool cheap = IsCheap(a.act.kind);
+  parallel_for(blocks * bands, 1, [&](int64_t t0, int64_t t1) {
+    // One buffer, each part aligned to 64 bytes (a pixel's vector then never straddles two lines).
+    thread_local std::vector<float> buf;
+    const int64_t xb_floats = (in_rows(band) * row_floats + 15) / 16 * 16;
+    const int64_t yb_floats = ((band * a.ow + kL) * kL + 15) / 16 * 16;
+    const int64_t wb_floats = ((taps + kL) * kL + 15) / 16 * 16;
+    buf.resize(static_cast<size_t>(xb_floats + yb_floats + wb_floats + 16));
+    float* const xb = buf.data() + ((64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64) / sizeof(float);
+    float* const yb = xb + xb_floats;
+    float* const wb = yb + yb_floats;
+    VF v[kL];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t blk = t / bands, oy0 = (t % bands) * band, oy1 = std::min(a.oh, oy0 + band);
+      const int64_t c0 = blk * kL, nch = std::min<int64_t>(kL, a.channels - c0);
+      // The block's weights, tap-major (channel lanes past the last channel zero), then its bias.
+      for (int64_t k = 0; k < taps; k += kL) {
+        LoadRows(a.w + c0 * taps + k, taps, nch, std::min<int64_t>(kL, taps - k), v);
+        TransposeStages<kL / 2>(v);
+        for (int64_t q = 0; q < std::min<int64_t>(kL, taps - k); ++q) hn::Store(v[q], d, wb + (k + q) * kL);
+      }
+      std::fill(wb + taps * kL, wb + (taps + 1) * kL, 0.f);
+      if (a.bias) std::copy(a.bias + c0, a.bias + c0 + nch, wb + taps * kL);
+      // Input: padded rows r0 .. r0 + rows - 1, each [padded_w][kL]. The padding is zeroed, then
+      // the image rows iy0 .. iy1 - 1 in it are transposed in kL pixels at a time (pixels in
+      // the order of the channel planes, each to its padded row and column).
+      const int64_t r0 = oy0 * a.sh, rows = in_rows(oy1 - oy0);
+      const int64_t iy0 = std::max<int64_t>(0, r0 - a.ph), iy1 = std::min(a.ih, r0 + rows - a.ph);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = xb + r * row_floats;
+        const int64_t iy = r0 + r - a.ph;
+        if (iy < iy0 || iy >= iy1) {
+          std::fill(row, row + row_floats, 0.f);
+        } else {
+          std::fill(row, row + a.pw * kL, 0.f);
+          std::fill(row + (a.pw + a.iw) * kL, row + row_floats, 0.f);
+        }
+      }
+      {
+        // (The geometry in locals: the stores would otherwise reload it for every pixel.)
+        const int64_t iw = a.iw, skip = (padded_w - iw) * kL;
+        const float* src = a.x + c0 * plane;
+        float* dst = xb + (iy0 + a.ph - r0) * row_floats + a.pw * kL;  // pixel (iy0, 0)
+        int64_t ix = 0;
+        for (int64_t p = iy0 * iw, end = iy1 * iw; p < end; p += kL) {
+          const int64_t n = std::min<int64_t>(kL, end - p);
+          LoadRows(src + p, plane, nch, n, v);
+          TransposeStages<kL / 2>(v);
+          for (int64_t q = 0; q < n; ++q) {
+            hn::Store(v[q], d, dst);
+            dst += kL;
+            if (++ix == iw) ix = 0, dst += skip;
+          }
+        }
+      }
+      // Outputs, kBlockU at a time along each row, into [rows][ow][kL].
+      for (int64_t oy = oy0; oy < oy1; ++oy) {
+        const float* in = xb + (oy - oy0) * a.sh * row_floats;
+        float* out = yb + (oy - oy0) * a.ow * kL;
+        int64_t ox = 0;
+        for (; ox + kBlockU <= a.ow; ox += kBlockU)
+          DwBlockRow<kBlockU>(in, a.dh * row_floats, wb, wb + taps * kL, a.kh, a.kw, a.sw, a.dw, ox, a.act,
+                              out + ox * kL);
+        if (ox < a.ow)
+          DwBlockRowUpTo<kBlockU - 1>(a.ow - ox, in, a.dh * row_floats, wb, wb + taps * kL, a.kh, a.kw, a.sw, a.dw,
+                                      ox, a.act, out + ox * kL);
+      }
+      const int64_t outs = (oy1 - oy0) * a.ow;
+      if (!cheap) ActivateSpan(d, yb, outs * kL, a.act);
+      // Back to channel-major, kL outputs (in the planes' order) at a time.
+      float* dst = a.y + c0 * out_plane + oy0 * a.ow;
+      for (int64_t f = 0; f < outs; f += kL) {
+        const int64_t n = std::min<int64_t>(kL, outs - f);
+        HWY_UNROLL(16)
+        for (int q = 0; q < kL; ++q) v[q] = hn::Load(d, yb + (f + q) * kL);
+        TransposeStages<kL / 2>(v);
+        StoreRows(v, nch, n, dst + f, out_plane);
+      }
+    }
+  });
+}
+
+#endif  // HWY_TARGET != HWY_SCALAR
+
+// Which kernel (conv.h). The blocked one on output rows narrower than 32, and with a column
+// stride: there the flat one's vectors of flat positions waste lanes on each row's overhang (a
+// 7-wide row of a 5 x 5 kernel: 7 of 11 positions kept), and it copies short rows or splits
+// them into stride phases, while the blocked one's loads are whole pixels. On wide rows at
+// stride 1 the flat one wins: its copies are whole vectors and its overhang small, and the
+// blocked one pays two transpositions. Measured on AVX-512 (docs/cpu-speed.md), flat against
+// blocked: at 7 x 7 with 960 channels and 5 x 5 taps 72.5 against 39.5 us, at 56 x 56 with
+// 64 channels and 3 x 3 taps 82 against 103.
+void DepthwiseImpl(const DepthwiseConv2d* ap) {
+  const DepthwiseConv2d& a = *ap;
+  const bool blocked = a.path == DepthwiseConv2d::Path::kAuto ? a.ow < 32 || a.sw > 1 : a.path == DepthwiseConv2d::Path::kBlocked;
+#if HWY_TARGET != HWY_SCALAR
+  if (blocked) return DepthwiseBlocked(a);
+#endif
+  (void)blocked;
+  DepthwiseFlat(a);
 }
 
 // The max-pool row helpers (conv.h).

@@ -17,9 +17,14 @@ struct DepthwiseConv2d {
   int64_t channels = 0, ih = 0, iw = 0, oh = 0, ow = 0;
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;  // pads: the leading ones, >= 0
   Activation act;
+  // Which kernel: chosen by the geometry (kAuto), or one of the two (tests).
+  enum class Path : uint8_t { kAuto, kFlat, kBlocked } path = Path::kAuto;
 };
 
-// y = act(depthwise conv(x, w) + bias), channels split over the intra-op pool.
+// y = act(depthwise conv(x, w) + bias), split over the intra-op pool. Two kernels: the flat one
+// (zero-padded planes per channel, runs of flat positions a vector at a time) and the blocked one
+// (a vector of channels per pixel: kL channels' rows transposed into pixel-major tiles, each tap
+// one load and one multiply-add, the outputs transposed back).
 void depthwise_conv2d(const DepthwiseConv2d& a);
 
 // A max pool's row steps: src[0, n) split into its even columns (even[q / 2] = src[q]) and odd

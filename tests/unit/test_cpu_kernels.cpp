@@ -581,6 +581,10 @@ TEST(CpuConv, DepthwiseMatchesFloat64AcrossStridesPadsAndDilations) {
       // HardSwish and ReLU are applied in registers, GELU by the span pass after the store.
       const Act acts[] = {Act::kHardSwish, Act::kGelu, Act::kRelu, Act::kNone};
       a.act = Activation{acts[(&c - cases) % 4]};
+      for (auto path : {DepthwiseConv2d::Path::kFlat, DepthwiseConv2d::Path::kBlocked}) {
+      SCOPED_TRACE(path == DepthwiseConv2d::Path::kFlat ? "flat" : "blocked");
+      a.path = path;
+      std::fill(y.begin(), y.end(), 12345.f);
       depthwise_conv2d(a);
       for (int64_t q = 0; q < ch; ++q)
         for (int64_t i = 0; i < oh; ++i)
@@ -596,6 +600,7 @@ TEST(CpuConv, DepthwiseMatchesFloat64AcrossStridesPadsAndDilations) {
             ASSERT_NEAR(y[(q * oh + i) * ow + j], want, 1e-5 + 1e-5 * std::fabs(want))
                 << "ih " << c.ih << " iw " << c.iw << " k " << c.k << " stride " << c.s << " at " << i << "," << j;
           }
+      }
     }
   }
 }
@@ -660,8 +665,12 @@ TEST(CpuConv, DepthwiseMatchesFloat64AtUnevenGeometries) {
       a.x = x.data(), a.w = w.data(), a.bias = bias.data(), a.y = y.data() + guard;
       const Act acts[] = {Act::kNone, Act::kRelu, Act::kHardSwish, Act::kGelu};
       a.act = Activation{acts[(&c - cases) % 4]};
-      depthwise_conv2d(a);
       const auto want = depthwise_reference(x, w, bias, a);
+      for (auto path : {DepthwiseConv2d::Path::kFlat, DepthwiseConv2d::Path::kBlocked}) {
+      SCOPED_TRACE(path == DepthwiseConv2d::Path::kFlat ? "flat" : "blocked");
+      a.path = path;
+      std::fill(y.begin(), y.end(), 12345.f);
+      depthwise_conv2d(a);
       for (int64_t i = 0; i < guard; ++i) {
         ASSERT_EQ(y[i], 12345.f) << "written before the output at " << i;
         ASSERT_EQ(y[guard + want.size() + i], 12345.f) << "written past the output at " << i;
@@ -669,6 +678,7 @@ TEST(CpuConv, DepthwiseMatchesFloat64AtUnevenGeometries) {
       for (size_t i = 0; i < want.size(); ++i)
         ASSERT_NEAR(y[guard + i], want[i], 1e-5 + 1e-5 * std::fabs(want[i]))
             << "output " << i << " of " << a.channels << " x " << a.oh << " x " << a.ow;
+      }
     }
   }
 }
