@@ -1,17 +1,27 @@
 // The depthwise convolution's two kernels (src/cpu/conv.h) side by side on MobileNet-v3-large's
-// depthwise shapes (and two more 56 x 56 ones), one thread, ReLU, random inputs: the best of
-// 300 calls each, in microseconds. Built on request only:
-//   ninja -C build onyx_cpu_depthwise_bench && build/onyx_cpu_depthwise_bench
+// depthwise shapes (and two more 56 x 56 ones), ReLU, random inputs: the best of 300 calls each,
+// in microseconds, on THREADS threads of the intra-op pool (default 1). Built on request only:
+//   ninja -C build onyx_cpu_depthwise_bench && build/onyx_cpu_depthwise_bench [THREADS]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
 #include "cpu/conv.h"
+#include "cpu/thread_pool.h"
 
-int main() {
+int main(int argc, char** argv) {
   using onyx::cpu::DepthwiseConv2d;
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
+  if (threads < 1) {
+    std::fprintf(stderr, "usage: %s [THREADS >= 1]\n", argv[0]);
+    return 2;
+  }
+  onyx::cpu::ThreadPool pool(threads);
+  onyx::cpu::PoolScope scope(&pool);
+  std::printf("%d thread(s)\n", threads);
   struct Shape {
     const char* name;
     int64_t channels, size, k, stride;
@@ -46,7 +56,7 @@ int main() {
         best[p] = std::min(best[p], std::chrono::duration<double, std::micro>(t1 - t0).count());
       }
     }
-    const bool blocked = a.ow < 32 || a.sw > 1;  // the rule in src/cpu/conv.cpp
+    const bool blocked = a.iw < 32;  // the rule in src/cpu/conv.cpp
     std::printf("%-12s %8ld %5ld %4ld %7ld %10.1f %10.1f %6s\n", s.name, static_cast<long>(s.channels),
                 static_cast<long>(s.size), static_cast<long>(s.k), static_cast<long>(s.stride), best[0], best[1],
                 blocked ? "blocked" : "flat");

@@ -466,17 +466,18 @@ void DepthwiseBlocked(const DepthwiseConv2d& a) {
 
 #endif  // HWY_TARGET != HWY_SCALAR
 
-// Which kernel (conv.h). The blocked one on output rows narrower than 32, and with a column
-// stride: there the flat one's vectors of flat positions waste lanes on each row's overhang (a
-// 7-wide row of a 5 x 5 kernel: 7 of 11 positions kept), and it copies short rows or splits
-// them into stride phases, while the blocked one's loads are whole pixels. On wide rows at
-// stride 1 the flat one wins: its copies are whole vectors and its overhang small, and the
-// blocked one pays two transpositions. Measured on AVX-512 (docs/cpu-speed.md), flat against
-// blocked: at 7 x 7 with 960 channels and 5 x 5 taps 72.5 against 39.5 us, at 56 x 56 with
-// 64 channels and 3 x 3 taps 82 against 103.
+// Which kernel (conv.h). The blocked one on images narrower than 32 columns: the flat one
+// copies the image row by row and computes each output row's overhang (a 7-wide row of a
+// 5 x 5 kernel: 7 of 11 flat positions kept), both large against short rows, while the
+// blocked one's loads are whole pixels. On wide images the flat one wins: its copies are whole
+// vectors and its overhang small, and the blocked one pays two transpositions. Measured with
+// bench/cpu_depthwise.cpp on AVX-512 at 1 and 2 threads (docs/cpu-speed.md), flat against
+// blocked at 1 thread: 7 x 7 with 960 channels and 5 x 5 taps 73 against 38 us, 28 x 28 with 120
+// channels and 5 x 5 taps 92 against 88, 56 x 56 at stride 2 with 72 channels 70 against 77,
+// 56 x 56 with 64 channels and 3 x 3 taps 81 against 110.
 void DepthwiseImpl(const DepthwiseConv2d* ap) {
   const DepthwiseConv2d& a = *ap;
-  const bool blocked = a.path == DepthwiseConv2d::Path::kAuto ? a.ow < 32 || a.sw > 1 : a.path == DepthwiseConv2d::Path::kBlocked;
+  const bool blocked = a.path == DepthwiseConv2d::Path::kAuto ? a.iw < 32 : a.path == DepthwiseConv2d::Path::kBlocked;
 #if HWY_TARGET != HWY_SCALAR
   if (blocked) return DepthwiseBlocked(a);
 #endif
