@@ -1,6 +1,7 @@
 // The static memory planner: random graphs, guard cases, and plan invariants.
 #include <gtest/gtest.h>
 
+#include "graph_builder.h"
 #include "op_test_util.h"
 
 namespace onyx {
@@ -269,15 +270,11 @@ TEST(Planner, TransposeMovingOnlySizeOneAxesIsAView) {
 TEST(Planner, CastToTheInputsOwnTypeIsAView) {
   // y = Relu(Cast(x, to=FLOAT)) and z = Cast(x, to=FLOAT) (a graph output): fed float32, both
   // casts are views (no kernel); fed float64 they run. Either way the values are x's.
-  Graph g;
-  g.name = "cast_view";
-  int x = g.value_id("x");
-  g.values[x].is_input = true;
-  g.inputs.push_back(x);
-  int c = add_node(g, "Cast", {x}, {test::attr_int("to", 1)});
-  g.outputs.push_back(add_node(g, "Relu", {c}));
-  g.outputs.push_back(add_node(g, "Cast", {x}, {test::attr_int("to", 1)}));
-  GraphExecutor exec(g, OpRegistry::global(), make_cpu_allocator());
+  test::GraphBuilder b;
+  const int x = b.input("x");
+  b.g.outputs.push_back(b.node("Relu", {b.node("Cast", {x}, {test::attr_int("to", 1)})}));
+  b.g.outputs.push_back(b.node("Cast", {x}, {test::attr_int("to", 1)}));
+  GraphExecutor exec(b.g, OpRegistry::global(), make_cpu_allocator());
   for (bool same : {true, false}) {
     Tensor in32 = test::random_tensor<float>(Shape{3, 5}, -1.0, 1.0);
     Tensor in = same ? in32 : Tensor(DType::kFloat64, in32.shape());
