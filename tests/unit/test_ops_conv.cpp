@@ -201,6 +201,7 @@ TEST(OpsConv, FusedConvWithWeightsInPanelsMatchesReference) {
       {1, 33, 16, 1, 1, 1, 1, 1, 1, 0},    // a 1 x 1 image
       {1, 20, 16, 1, 2, 1, 1, 1, 1, 0},    // two pixels
       {1, 300, 64, 1, 14, 14, 1, 1, 1, 0},  // K past one block, 196 pixels
+      {1, 96, 32, 1, 12, 13, 3, 3, 1, 1},   // im2col split over the threads by channels
   };
   int case_no = 0;
   for (const Case& c : cases) {
@@ -223,6 +224,14 @@ TEST(OpsConv, FusedConvWithWeightsInPanelsMatchesReference) {
     auto plain = test::run_op("FusedConv", {x, wp, b}, attrs, 1, 1, "onyx");
     ASSERT_EQ(plain[0].shape(), shape);
     expect_close(plain[0], want, 1e-4);
+    {  // three threads (im2col split by channels, the products by tiles): the same sums
+      cpu::ThreadPool pool(3);
+      cpu::PoolScope scope(&pool);
+      auto three = test::run_op("FusedConv", {x, wp, b}, attrs, 1, 1, "onyx");
+      ASSERT_EQ(three[0].shape(), shape);
+      for (int64_t i = 0; i < three[0].numel(); ++i)
+        ASSERT_EQ(three[0].data<float>()[i], plain[0].data<float>()[i]) << "three threads at " << i;
+    }
     Tensor z = test::random_tensor<float>(shape);
     for (int with_z = 0; with_z < 2; ++with_z) {
       auto a2 = attrs;
@@ -312,7 +321,7 @@ TEST(OpsConv, FusedConvWithWinogradWeightsMatchesFloat64) {
         }
         auto got = test::run_op("FusedConv", in, a2, 1, 1, "onyx");
         ASSERT_EQ(got[0].shape(), shape);
-        {  // split over two threads (the transforms by channels, the products by point): the same sums
+        {  // split over two threads (by blocks of tile rows where each thread has rows): the same sums
           cpu::ThreadPool pool(2);
           cpu::PoolScope scope(&pool);
           auto two = test::run_op("FusedConv", in, a2, 1, 1, "onyx");
