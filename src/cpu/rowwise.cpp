@@ -38,10 +38,10 @@ void SoftmaxRowsImpl(const float* x, float* y, int64_t rows, int64_t n, bool log
       VF vsum = hn::Zero(d);
       j = 0;
       if (log) {
-        for (; j + L <= n; j += L) vsum = hn::Add(vsum, ExpClamped(d, hn::Sub(hn::LoadU(d, xr + j), vm)));
+        for (; j + L <= n; j += L) vsum = hn::Add(vsum, ExpNonPositive(d, hn::Sub(hn::LoadU(d, xr + j), vm)));
       } else {
         for (; j + L <= n; j += L) {
-          const VF e = ExpClamped(d, hn::Sub(hn::LoadU(d, xr + j), vm));
+          const VF e = ExpNonPositive(d, hn::Sub(hn::LoadU(d, xr + j), vm));
           hn::StoreU(e, d, yr + j);
           vsum = hn::Add(vsum, e);
         }
@@ -49,7 +49,7 @@ void SoftmaxRowsImpl(const float* x, float* y, int64_t rows, int64_t n, bool log
       if (j < n) {  // the tail through a padded vector: padding contributes e^-inf = 0
         HWY_ALIGN float buf[HWY_LANES(float)] = {};
         for (int64_t t = 0; t < L; ++t) buf[t] = j + t < n ? xr[j + t] : -std::numeric_limits<float>::infinity();
-        const VF e = ExpClamped(d, hn::Sub(hn::Load(d, buf), vm));
+        const VF e = ExpNonPositive(d, hn::Sub(hn::Load(d, buf), vm));
         vsum = hn::Add(vsum, e);
         hn::Store(e, d, buf);
         if (!log)

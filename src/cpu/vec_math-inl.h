@@ -28,6 +28,29 @@ HWY_INLINE V ExpClamped(D d, V x) {
   return hn::IfThenElse(hn::IsNaN(x), x, hn::IfThenZeroElse(hn::Lt(x, lo), with_inf));
 }
 
+// e^x for x <= 0, a softmax's x - max: 2^n e^r with n = round(x log2 e) and r = x - n ln 2 (ln 2
+// in two parts), |r| <= ln 2 / 2, e^r by its Taylor polynomial of degree 6 (truncation below
+// 1.2e-7 relative); 0 below -87.3, NaN kept. About a third fewer operations than ExpClamped,
+// which serves any x: 2^n is made from n's bits without a range check (n is in [-126, 0]).
+template <class D, class V>
+HWY_INLINE V ExpNonPositive(D d, V x) {
+  const hn::RebindToSigned<D> di;
+  const V lo = hn::Set(d, -87.3f);
+  const V xc = hn::Max(x, lo);
+  const V n = hn::Round(hn::Mul(xc, hn::Set(d, 1.44269504088896341f)));
+  V r = hn::NegMulAdd(n, hn::Set(d, 0.693359375f), xc);  // ln 2's leading bits: n times it is exact
+  r = hn::NegMulAdd(n, hn::Set(d, -2.12194440e-4f), r);  // and the rest
+  V p = hn::Set(d, 1.0f / 720);
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 120));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 24));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 6));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+  const V two_n = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
+  return hn::IfThenElse(hn::IsNaN(x), x, hn::IfThenZeroElse(hn::Lt(x, lo), hn::Mul(p, two_n)));
+}
+
 template <class D, class V>
 HWY_INLINE V Sigmoid(D d, V x) {
   const V one = hn::Set(d, 1.0f);
