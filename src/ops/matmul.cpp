@@ -99,13 +99,16 @@ void matmul_kernel(KernelContext& ctx) {
   const int64_t lda = std::max<int64_t>(k, 1), ldb = std::max<int64_t>(n, 1);
   if constexpr (std::is_same_v<T, float>) {
     // Batched products (attention's per-head matrices) split over the pool by batch entry
-    // when there are enough of them; each product splits its own columns otherwise.
+    // when there are enough of them, one contiguous run of entries per thread (in chunks of one
+    // or two entries, taken as threads came free, vit-base's 12 heads of 197 x 64 by 64 x 197
+    // and back took 0.56-0.60 ms at 2 threads, 0.45-0.48 so); each product splits its own
+    // columns otherwise.
     const int64_t batch = static_cast<int64_t>(p.off_a.size());
     const bool by_entry = batch >= 2 * cpu::parallelism();
     auto one = [&](int64_t t) {
       cpu::gemm(false, false, m, n, k, pa + p.off_a[t], lda, pb + p.off_b[t], ldb, po + t * m * n, ldb);
     };
-    if (by_entry) cpu::parallel_for(batch, 1, [&](int64_t t0, int64_t t1) {
+    if (by_entry) cpu::parallel_for(batch, batch / cpu::parallelism(), [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) one(t);
       });
     else

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 
+#include "cpu/thread_pool.h"
 #include "op_test_util.h"
 
 namespace onyx {
@@ -169,6 +170,31 @@ TEST(OpsNn, CumSumExclusiveReverseAgainstLoop) {
       for (int64_t k = j + 1; k < 5; ++k) s += x.data<int64_t>()[i * 5 + k];
       EXPECT_EQ(out[0].data<int64_t>()[i * 5 + j], s);
     }
+}
+
+TEST(OpsNn, BatchedMatMulSplitsOverThreadsWithTheSameSums) {
+  // Float32 products of many batch entries split over the pool by entry (13 entries: runs of 6
+  // and 7 at 2 threads, 4-5 at 3), each entry's sums as on one thread, and all of them against
+  // float64.
+  const Tensor a = test::random_tensor<float>(Shape{1, 13, 21, 9});
+  const Tensor b = test::random_tensor<float>(Shape{1, 13, 9, 17});
+  const auto one = test::run_op("MatMul", {a, b}, {}, 1, 13);
+  ASSERT_EQ(one[0].shape(), (Shape{1, 13, 21, 17}));
+  for (int64_t t = 0; t < 13; ++t)
+    for (int64_t i = 0; i < 21; ++i)
+      for (int64_t j = 0; j < 17; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < 9; ++k)
+          s += double(a.data<float>()[(t * 21 + i) * 9 + k]) * b.data<float>()[(t * 9 + k) * 17 + j];
+        ASSERT_NEAR(one[0].data<float>()[(t * 21 + i) * 17 + j], s, 1e-5) << "entry " << t;
+      }
+  for (int threads : {2, 3}) {
+    cpu::ThreadPool pool(threads);
+    cpu::PoolScope scope(&pool);
+    const auto split = test::run_op("MatMul", {a, b}, {}, 1, 13);
+    for (int64_t e = 0; e < one[0].numel(); ++e)
+      ASSERT_EQ(split[0].data<float>()[e], one[0].data<float>()[e]) << threads << " threads at " << e;
+  }
 }
 
 TEST(OpsNn, MatMulBroadcastsBatchDims) {
