@@ -2,6 +2,7 @@
 // of jinja2 and transformers (namespace, range, dict, raise_exception, strftime_now), and
 // Python's two string formatting languages (% and str.format).
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -471,11 +472,37 @@ std::optional<Value> call_method(Renderer& r, const Value& self, const std::stri
 
 namespace {
 
+// The widest field and the longest precision a format may ask for: larger ones are refused (the
+// digits used to overflow an int, and a field of millions of characters is a template's bug).
+constexpr int kMaxFormatCount = 1 << 20;
+
+// The count whose digits start at s[i] (a width or precision), i moved past them; -1 if there are
+// none.
+int read_format_count(const std::string& s, size_t& i, const char* what) {
+  if (i >= s.size() || !std::isdigit(static_cast<unsigned char>(s[i]))) return -1;
+  int64_t n = 0;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) {
+    n = n * 10 + (s[i++] - '0');
+    if (n > kMaxFormatCount) throw Error(cat("format ", what, " past ", kMaxFormatCount, " in '", s, "'"));
+  }
+  return static_cast<int>(n);
+}
+
+// printf's output for one value, as long as it is.
+template <class T>
+std::string printf_string(const std::string& spec, T value) {
+  const int n = std::snprintf(nullptr, 0, spec.c_str(), value);
+  if (n < 0) throw Error(cat("format '", spec, "' failed"));
+  std::string out(static_cast<size_t>(n) + 1, '\0');
+  std::snprintf(out.data(), out.size(), spec.c_str(), value);
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
 std::string format_number(char type, const std::string& flags, int width, int precision, const Value& v) {
   std::string spec = "%" + flags;
   if (width >= 0) spec += std::to_string(width);
   if (precision >= 0) spec += "." + std::to_string(precision);
-  char buf[512];
   if (type == 'd' || type == 'i' || type == 'u' || type == 'x' || type == 'X' || type == 'o' || type == 'c') {
     int64_t i;
     if (v.is_integral()) i = v.as_int();
@@ -488,13 +515,11 @@ std::string format_number(char type, const std::string& flags, int width, int pr
     }
     spec += "ll";
     spec += type == 'i' || type == 'u' ? 'd' : type;
-    std::snprintf(buf, sizeof buf, spec.c_str(), static_cast<long long>(i));
-    return buf;
+    return printf_string(spec, static_cast<long long>(i));
   }
   if (!v.is_number()) throw Error(cat("%", type, " format: a real number is required, not ", v.type_name()));
   spec += type;
-  std::snprintf(buf, sizeof buf, spec.c_str(), v.as_float());
-  return buf;
+  return printf_string(spec, v.as_float());
 }
 
 }  // namespace
@@ -523,13 +548,11 @@ std::string percent_format(const std::string& format, const Value& args) {
     }
     std::string flags;
     while (i < format.size() && std::string("-+ #0").find(format[i]) != std::string::npos) flags += format[i++];
-    int width = -1, precision = -1;
-    while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i])))
-      width = std::max(width, 0) * 10 + (format[i++] - '0');
+    const int width = read_format_count(format, i, "width");
+    int precision = -1;
     if (i < format.size() && format[i] == '.') {
-      precision = 0;
       ++i;
-      while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i]))) precision = precision * 10 + (format[i++] - '0');
+      precision = std::max(read_format_count(format, i, "precision"), 0);
     }
     if (i >= format.size()) throw Error("incomplete format");
     char type = format[i];
@@ -584,12 +607,11 @@ std::string apply_spec(const Value& v, const std::string& spec) {
   if (i < spec.size() && (spec[i] == '+' || spec[i] == '-' || spec[i] == ' ')) sign = spec[i++];
   bool zero = false;
   if (i < spec.size() && spec[i] == '0') zero = true, ++i;
-  int width = -1, precision = -1;
-  while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) width = std::max(width, 0) * 10 + (spec[i++] - '0');
+  const int width = read_format_count(spec, i, "width");
+  int precision = -1;
   if (i < spec.size() && spec[i] == '.') {
-    precision = 0;
     ++i;
-    while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) precision = precision * 10 + (spec[i++] - '0');
+    precision = std::max(read_format_count(spec, i, "precision"), 0);
   }
   char type = i < spec.size() ? spec[i++] : 0;
   if (i != spec.size()) throw Error(cat("invalid format specifier '", spec, "'"));

@@ -213,6 +213,24 @@ TEST(ChatTemplate, IntegerArithmeticPast64BitsIsAnError) {
   EXPECT_EQ(ChatTemplate("{{ 'ab' * 3 }}{{ [1] * 2 }}").render(OJson::object()), "ababab[1, 1]");
 }
 
+// tests/fixtures/fuzz/chat_template_format_width_overflow.crash (the fuzz target's finding, UBSan):
+// a %-format's width of 14 digits overflowed the int it was read into. Widths and precisions past
+// 2^20 are an error naming them; those below are honored whole, where a number's field used to be
+// cut at 511 characters.
+TEST(ChatTemplate, FormatWidthsPastTheLimitAreAnErrorAndWideFieldsAreWhole) {
+  std::ifstream in(std::string(ONYX_SOURCE_DIR) + "/tests/fixtures/fuzz/chat_template_format_width_overflow.crash",
+                   std::ios::binary);
+  const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(source.empty());
+  EXPECT_NE(error_of(source).find("format width past"), std::string::npos) << error_of(source);
+  EXPECT_NE(error_of("{{ '%.99999999999f' % 1.5 }}").find("format precision past"), std::string::npos);
+  EXPECT_NE(error_of("{{ '{:99999999999d}'.format(7) }}").find("format width past"), std::string::npos);
+  EXPECT_EQ(ChatTemplate("{{ '%600d' % 7 }}").render(OJson::object()), std::string(599, ' ') + "7");
+  EXPECT_EQ(ChatTemplate("{{ '%-5d|%.3f|%05.1f' % (42, 2.5, 3.14159) }}").render(OJson::object()),
+            "42   |2.500|003.1");
+  EXPECT_EQ(ChatTemplate("{{ '{:>8.2f}|{:<4d}|'.format(3.14159, 7) }}").render(OJson::object()), "    3.14|7   |");
+}
+
 // A namespace is the one value that changes after it is built, so the only way to a cycle of
 // shared values ({% set ns.me = ns %}, two namespaces holding each other, a list holding the
 // namespace that holds it). The render breaks them when it ends: the namespaces are freed.
