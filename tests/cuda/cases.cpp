@@ -453,6 +453,10 @@ void contrib(std::vector<Case>& v) {
   // masked, in every row differently), past 64 keys per split.
   attn("decode_bool_per_head_rows4", {X({2, 8, 1, 64}), X({2, 2, 400, 64}), X({2, 2, 400, 64}), Bools({2, 8, 1, 400})},
        {attr_float("scale", 0.125f)});
+  // 8 rows of head size 128 split over 3000 keys: the first block's gathering space past 48 KiB
+  // of shared memory with the kernel's own (a launch that needs the kernel's attribute raised).
+  attn("decode_rows8_h128_split", {X({1, 8, 1, 128}), X({1, 1, 3000, 128}), X({1, 1, 3000, 128}), Uni({1, 1, 1, 3000}, -3, 0)},
+       {attr_float("scale", 0.09f)});
   attn("decode_rows1_few_keys", {X({3, 2, 1, 64}), X({3, 2, 5, 64}), X({3, 2, 5, 64})}, {attr_float("scale", 0.125f)});
   // A prompt chunk: 5 queries, head size 80, no mask, the default scale, one KV head for 4 query heads.
   attn("chunk_h80_default_scale", {X({1, 4, 5, 80}), X({1, 1, 37, 80}), X({1, 1, 37, 80})}, {});

@@ -276,8 +276,13 @@ void launch_key_splits(Kernel kernel, dim3 grid, int threads, size_t smem, int s
 // so a warp reads 32 / (D / 8) keys per load with every lane busy, and U such loads of K and of V
 // are in flight per lane. Each lane keeps a running softmax (max, sum, its 8 features of the
 // weighted values) over the keys its lane group sees; the groups of a warp merge by shuffles, the
-// warps of a block in shared memory, and the blocks of a cluster (the key splits) through
-// distributed shared memory into the cluster's first block, which writes Y.
+// warps of a block in shared memory, and the blocks of a cluster (the key splits) in the first
+// block's shared memory, which each block writes its part into before it leaves; the first block
+// waits once for all of them and writes Y. Each merge takes the largest max first, then scales
+// every part to it at once (no chain of pairwise merges). Left out one by one on an H200 (batch
+// 1, past 512, 8.4 us a launch), the merges cost about 3.2 us of it: the warps' and the block's
+// 1.55, the cluster's (two full cluster barriers and reads of the others' shared memory) 1.65;
+// this form took the launch to 6.2-6.3 us.
 constexpr int kDecodeRows = 8;
 }  // namespace
 int attention_decode_splits_for_bench = 0;
@@ -289,19 +294,17 @@ template <int R, int D>
 struct DecodeShared {
   float m[kDecodeWarps][R], l[kDecodeWarps][R];
   float acc[kDecodeWarps][R][D];
-  float bm[R], bl[R];  // the block's (max, sum) per row; its values are in acc[0]
 };
 
-// (m, l, acc) <- the merge of two running softmaxes over disjoint keys.
-__device__ __forceinline__ void merge_softmax(float& m, float& l, float* acc, float m2, float l2, const float* acc2,
-                                              int n) {
-  const float mn = fmaxf(m, m2);
-  if (mn == -INFINITY) return;  // both saw only masked keys
-  const float f1 = m == -INFINITY ? 0.f : __expf(m - mn), f2 = m2 == -INFINITY ? 0.f : __expf(m2 - mn);
-  l = l * f1 + l2 * f2;
-  for (int i = 0; i < n; ++i) acc[i] = acc[i] * f1 + acc2[i] * f2;
-  m = mn;
+// The cluster barrier in two halves (every thread of the cluster arrives, then waits; a thread
+// that has exited counts as arrived).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
+__device__ __forceinline__ void cluster_arrive_release() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
 template <class T, int D, int R>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs a) {
@@ -317,6 +320,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
   const T* qp = static_cast<const T*>(a.q);
   const T* kp = static_cast<const T*>(a.k) + (b * a.Hkv + kvh) * a.S * D + part * 8;
   const T* vp = static_cast<const T*>(a.v) + (b * a.Hkv + kvh) * a.S * D + part * 8;
+  if (a.splits > 1) cluster_arrive_relaxed();  // waited for before the first write into another block
   // The keys and values of the block's first step, asked of L2 before the wait: the kernel before
   // (the cache write) changes at most the new positions among them, and a later write reaches L2
   // too, so the loads after the wait read them from L2 either way, fresh.
@@ -436,18 +440,31 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
       }
     }
   }
-  // The lane groups of the warp (the same features, other keys) into lanes [0, kLanesPerKey).
+  // The lane groups of the warp (the same features, other keys) into lanes [0, kLanesPerKey):
+  // each row's largest max first, then every group's sum and values scaled to it and added.
   ONYX_UNROLL
   for (int r = 0; r < R; ++r) {
+    float mw = m[r];
     ONYX_UNROLL
-    for (int o = kLanesPerKey; o < 32; o <<= 1) {
-      float acc2[8];
-      const float m2 = __shfl_xor_sync(0xffffffffu, m[r], o), l2 = __shfl_xor_sync(0xffffffffu, lsum[r], o);
+    for (int o = kLanesPerKey; o < 32; o <<= 1) mw = fmaxf(mw, __shfl_xor_sync(0xffffffffu, mw, o));
+    const float f = m[r] == -INFINITY ? 0.f : __expf(m[r] - mw);
+    lsum[r] *= f;
+    ONYX_UNROLL
+    for (int i = 0; i < 8; ++i) acc[r][i] *= f;
+    m[r] = mw;
+  }
+  ONYX_UNROLL
+  for (int o = kLanesPerKey; o < 32; o <<= 1) {
+    ONYX_UNROLL
+    for (int r = 0; r < R; ++r) {
+      lsum[r] += __shfl_xor_sync(0xffffffffu, lsum[r], o);
       ONYX_UNROLL
-      for (int i = 0; i < 8; ++i) acc2[i] = __shfl_xor_sync(0xffffffffu, acc[r][i], o);
-      merge_softmax(m[r], lsum[r], acc[r], m2, l2, acc2, 8);
+      for (int i = 0; i < 8; ++i) acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], o);
     }
-    if (sub == 0) {
+  }
+  if (sub == 0) {
+    ONYX_UNROLL
+    for (int r = 0; r < R; ++r) {
       if (part == 0) {
         sh.m[warp][r] = m[r];
         sh.l[warp][r] = lsum[r];
@@ -456,55 +473,89 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
       for (int i = 0; i < 8; ++i) sh.acc[warp][r][part * 8 + i] = acc[r][i];
     }
   }
-  __syncthreads();
-  // The block's warps into warp 0's slots: one thread per (row, feature).
-  for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
-    const int r = e / D, d = e - r * D;
-    float mb = sh.m[0][r], lb = sh.l[0][r], ab = sh.acc[0][r][d];
-    for (int w = 1; w < kDecodeWarps; ++w) merge_softmax(mb, lb, &ab, sh.m[w][r], sh.l[w][r], &sh.acc[w][r][d], 1);
-    sh.acc[0][r][d] = ab;  // only this thread reads or writes element (r, d)
-    if (d == 0) {
-      sh.bm[r] = mb;
-      sh.bl[r] = lb;
-    }
+  // With key splits, the cluster's first block gathers each block's (max, sum, values) in its
+  // dynamic shared memory, pushed there by their owners: [split][row] maxes, then sums, then
+  // [split][row][D] values. Every block first waits until the cluster's blocks have all
+  // started (the arrival at the top, long passed by now), as writes into another block's
+  // shared memory need.
+  extern __shared__ float cluster_part[];
+  cg::cluster_group cluster = cg::this_cluster();
+  float* gather = nullptr;
+  if (a.splits > 1) {
+    cluster_wait();
+    gather = cluster.map_shared_rank(cluster_part, 0);
   }
   __syncthreads();
+  // The block's warps: one thread per (row, feature); every warp's scale to the block's max
+  // at once, then the sums.
   auto write = [&](int r, int d, float value, float den) {
     const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
     static_cast<T*>(a.y)[((b * a.Hq + h) * a.L + l) * D + d] = from_compute<T>(den > 0.f ? value / den : 0.f);
   };
-  if (a.splits == 1) {
-    for (int e = threadIdx.x; e < rows * D; e += blockDim.x) write(e / D, e % D, sh.acc[0][e / D][e % D], sh.bl[e / D]);
-    return;
-  }
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  if (cluster.block_rank() == 0) {
-    const unsigned n = cluster.num_blocks();
-    for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
-      const int r = e / D, d = e - r * D;
-      // Every block's part of (r, d) asked for at once, so that the reads of the other blocks'
-      // shared memory wait once, not once per block (-1.6% of a batch-1 decode step's exposed
-      // time on an H200); then merged in rank order.
-      float pm[kMaxClusterBlocks], pl[kMaxClusterBlocks], pa[kMaxClusterBlocks];
+  const int ns = a.splits;
+  for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
+    const int r = e / D, d = e - r * D;
+    float mb = -INFINITY;
+    ONYX_UNROLL
+    for (int w = 0; w < kDecodeWarps; ++w) mb = fmaxf(mb, sh.m[w][r]);
+    float lb = 0.f, ab = 0.f;
+    if (mb != -INFINITY) {
       ONYX_UNROLL
-      for (int qb = 0; qb < kMaxClusterBlocks; ++qb) {
-        if (qb >= static_cast<int>(n)) break;
-        const DecodeShared<R, D>* o = cluster.map_shared_rank(&sh, qb);
-        pm[qb] = o->bm[r];
-        pl[qb] = o->bl[r];
-        pa[qb] = o->acc[0][r][d];
+      for (int w = 0; w < kDecodeWarps; ++w) {
+        const float mw = sh.m[w][r];
+        const float f = mw == -INFINITY ? 0.f : __expf(mw - mb);
+        lb = fmaf(sh.l[w][r], f, lb);
+        ab = fmaf(sh.acc[w][r][d], f, ab);
       }
-      float mb = -INFINITY, lb = 0.f, ab = 0.f;
-      ONYX_UNROLL
-      for (int qb = 0; qb < kMaxClusterBlocks; ++qb) {
-        if (qb >= static_cast<int>(n)) break;
-        merge_softmax(mb, lb, &ab, pm[qb], pl[qb], &pa[qb], 1);
-      }
+    }
+    if (ns == 1) {
       write(r, d, ab, lb);
+    } else {
+      if (d == 0) {
+        gather[split * R + r] = mb;
+        gather[ns * R + split * R + r] = lb;
+      }
+      gather[2 * ns * R + (split * R + r) * D + d] = ab;
     }
   }
-  cluster.sync();  // the others' shared memory stays until the first block has read it
+  if (ns == 1) return;
+  // The others arrive (their writes released to the first block) and leave; the first block
+  // waits for them, then merges the splits in its own shared memory.
+  cluster_arrive_release();
+  if (split != 0) return;
+  cluster_wait();
+  const float* pm = cluster_part;
+  const float* pl = cluster_part + ns * R;
+  const float* pa = cluster_part + 2 * ns * R;
+  for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
+    const int r = e / D, d = e - r * D;
+    float mb = -INFINITY;
+    for (int q2 = 0; q2 < ns; ++q2) mb = fmaxf(mb, pm[q2 * R + r]);
+    float lb = 0.f, ab = 0.f;
+    if (mb != -INFINITY) {
+      for (int q2 = 0; q2 < ns; ++q2) {
+        const float mq = pm[q2 * R + r];
+        const float f = mq == -INFINITY ? 0.f : __expf(mq - mb);
+        lb = fmaf(pl[q2 * R + r], f, lb);
+        ab = fmaf(pa[(q2 * R + r) * D + d], f, ab);
+      }
+    }
+    write(r, d, ab, lb);
+  }
+}
+
+// The first block's gathering space for `splits` blocks' partial softmaxes (decode kernel).
+constexpr size_t decode_gather_bytes(int splits, int rows, int d) {
+  return splits > 1 ? static_cast<size_t>(splits) * rows * (d + 2) * sizeof(float) : 0;
+}
+
+// Past 48 KiB of shared memory in all, a kernel launches with dynamic shared memory only once
+// allowed: the decode kernel is allowed its largest gathering space.
+template <class T, int D, int R>
+void set_decode_gather_limit(void (*kernel)(AttnArgs), int rows, int d) {
+  const size_t most = decode_gather_bytes(kMaxClusterBlocks, rows, d);
+  if (most + sizeof(DecodeShared<R, D>) > 48 * 1024)
+    ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(most)));
 }
 
 // How many blocks of the decode kernel an SM holds at once (its registers decide), asked once.
@@ -512,7 +563,9 @@ template <class T, int D, int R>
 int decode_blocks_per_sm() {
   static const int n = [] {
     int blocks = 1;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attn_decode_kernel<T, D, R>, kDecodeWarps * 32, 0) !=
+    set_decode_gather_limit<T, D, R>(attn_decode_kernel<T, D, R>, R, D);
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attn_decode_kernel<T, D, R>, kDecodeWarps * 32,
+                                                      decode_gather_bytes(kMaxClusterBlocks, R, D)) !=
         cudaSuccess) {
       cudaGetLastError();
       blocks = 1;
@@ -532,7 +585,7 @@ bool attention_decode(AttnArgs& a, DType dt, CudaContext& cu) {
   // needs 16 free SMs of one GPC, which not every GPC of an H200 has (16 splits of a past of 8,192
   // took 34.7 us against 25.5 for 8, bench/cuda_bench.cpp); 16 where SMs hold two.
   const int64_t heads = a.Hkv * a.B;
-  auto launch = [&](auto kernel, int per_sm) {
+  auto launch = [&](auto kernel, int per_sm, int rows) {
     const int64_t slots = static_cast<int64_t>(sm_count(cu.device)) * per_sm;
     int64_t splits = std::min<int64_t>({per_sm >= 2 ? 16 : 8, slots / heads, (a.S + 63) / 64});
     if (attention_decode_splits_for_bench > 0) splits = std::min<int64_t>(16, attention_decode_splits_for_bench);
@@ -542,15 +595,21 @@ bool attention_decode(AttnArgs& a, DType dt, CudaContext& cu) {
     a.prefetch = cu.overlap_launches;
     launch_key_splits(kernel,
                       dim3(static_cast<unsigned>(a.splits), static_cast<unsigned>(a.Hkv), static_cast<unsigned>(a.B)),
-                      kDecodeWarps * 32, 0, a.splits, cu, a);
+                      kDecodeWarps * 32, decode_gather_bytes(a.splits, rows, static_cast<int>(a.D)), a.splits, cu, a);
   };
   auto by_rows = [&](auto tag, auto dim) {
     using T = typename decltype(tag)::type;
     constexpr int Dc = decltype(dim)::value;
-    if (a.R <= 1) launch(attn_decode_kernel<T, Dc, 1>, decode_blocks_per_sm<T, Dc, 1>());
-    else if (a.R <= 2) launch(attn_decode_kernel<T, Dc, 2>, decode_blocks_per_sm<T, Dc, 2>());
-    else if (a.R <= 4) launch(attn_decode_kernel<T, Dc, 4>, decode_blocks_per_sm<T, Dc, 4>());
-    else launch(attn_decode_kernel<T, Dc, 8>, decode_blocks_per_sm<T, Dc, 8>());
+    auto with = [&](auto rows_tag) {
+      constexpr int R = decltype(rows_tag)::value;
+      const int per_sm = decode_blocks_per_sm<T, Dc, R>();
+      set_decode_gather_limit<T, Dc, R>(attn_decode_kernel<T, Dc, R>, R, Dc);  // (on this device too)
+      launch(attn_decode_kernel<T, Dc, R>, per_sm, R);
+    };
+    if (a.R <= 1) with(std::integral_constant<int, 1>{});
+    else if (a.R <= 2) with(std::integral_constant<int, 2>{});
+    else if (a.R <= 4) with(std::integral_constant<int, 4>{});
+    else with(std::integral_constant<int, 8>{});
   };
   dispatch_float(dt, "Attention", [&](auto tag) {
     if constexpr (!std::is_same_v<typename decltype(tag)::type, float>) {
