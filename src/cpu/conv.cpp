@@ -17,6 +17,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -181,11 +182,11 @@ void DepthwiseFlat(const DepthwiseConv2d& a) {
     for (int64_t f = oy * wq, end = f + a.ow; f < end;) {
       const int64_t v = f / kL, l0 = f - v * kL, l1 = std::min(kL, end - v * kL);
       FlatStore& st = stores[v];
-      for (int64_t l = l0; l < l1; ++l) {
-        if (!from.empty()) from[v * kL + st.count] = static_cast<int32_t>(l);
-        st.bits |= uint64_t{1} << l;
-        ++st.count;
-      }
+      if (!from.empty())
+        for (int64_t l = l0; l < l1; ++l) from[v * kL + st.count + (l - l0)] = static_cast<int32_t>(l);
+      const uint64_t upto = l1 == 64 ? ~uint64_t{0} : (uint64_t{1} << l1) - 1;
+      st.bits |= upto & ~((uint64_t{1} << l0) - 1);
+      st.count += l1 - l0;
       f = v * kL + l1;
     }
   // The planes, and room for the last vectors' reads past them (lanes that are dropped).
@@ -196,9 +197,15 @@ void DepthwiseFlat(const DepthwiseConv2d& a) {
   const int64_t out_floats = a.oh * a.ow;
   parallel_for(a.channels, std::max<int64_t>(1, 4096 / std::max<int64_t>(out_floats * taps, 1)),
                [&](int64_t c0, int64_t c1) {
+    // Zeroed once per geometry on each thread: the padding is never written, each channel
+    // writes its input's positions only (the same ones for every channel of one geometry).
     thread_local std::vector<float> planes_buf;
-    // Zero once: the padding is never written, each channel writes its input's positions only.
-    planes_buf.assign(static_cast<size_t>(group * buf_floats), 0.f);
+    thread_local std::array<int64_t, 9> zeroed_for{};
+    const std::array<int64_t, 9> geometry{group * buf_floats, a.ih, a.iw, a.ph, a.pw, a.sh, a.sw, wq, plane_floats};
+    if (zeroed_for != geometry || planes_buf.size() != static_cast<size_t>(group * buf_floats)) {
+      planes_buf.assign(static_cast<size_t>(group * buf_floats), 0.f);
+      zeroed_for = geometry;
+    }
     float* const planes = planes_buf.data();
     const int64_t* const to = toff.data();
     const FlatStore* const st = stores.data();

@@ -683,6 +683,38 @@ TEST(CpuConv, DepthwiseMatchesFloat64AtUnevenGeometries) {
   }
 }
 
+TEST(CpuConv, DepthwiseFlatPlanesReusedAcrossGeometriesKeepTheirPaddingZero) {
+  // The flat kernel keeps its zero-padded planes per thread from call to call and zeroes them
+  // again only for another geometry. A 12 x 38 image padded by 1 and a 14 x 40 image unpadded
+  // have planes of one size, the second's input covering the first's padding: run in turns on
+  // one thread, with inputs of large values, every output against float64.
+  std::mt19937 rng(57);
+  struct Shape {
+    int64_t ih, iw, p;
+  };
+  const Shape shapes[] = {{12, 38, 1}, {14, 40, 0}, {12, 38, 1}, {14, 40, 0}, {12, 38, 1}};
+  for (int64_t target : targets()) {
+    ForceTarget force(target);
+    SCOPED_TRACE(simd_target());
+    for (const Shape& sh : shapes) {
+      SCOPED_TRACE(&sh - shapes);
+      DepthwiseConv2d a;
+      a.channels = 3, a.ih = sh.ih, a.iw = sh.iw, a.kh = a.kw = 3, a.ph = a.pw = sh.p;
+      a.oh = sh.ih + 2 * sh.p - 2, a.ow = sh.iw + 2 * sh.p - 2;
+      a.path = DepthwiseConv2d::Path::kFlat;
+      auto x = random_floats(a.channels * a.ih * a.iw, rng), w = random_floats(a.channels * 9, rng);
+      for (float& v : x) v = 100.f + 50.f * v;  // stale values in the padding would show
+      auto bias = random_floats(a.channels, rng);
+      std::vector<float> y(a.channels * a.oh * a.ow, 12345.f);
+      a.x = x.data(), a.w = w.data(), a.bias = bias.data(), a.y = y.data();
+      depthwise_conv2d(a);
+      const auto want = depthwise_reference(x, w, bias, a);
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(y[i], want[i], 1e-4 + 1e-5 * std::fabs(want[i])) << "output " << i;
+    }
+  }
+}
+
 TEST(CpuConv, MaxPoolRowStepsMatchScalarWithNaNs) {
   // split_row2, max_nan_into and max_nan_taps (the float max pool's row steps) on every target, every length
   // up to a few vectors past a tail: even and odd columns; the larger value, a NaN in v taken,
