@@ -112,7 +112,15 @@ TEST(OpsConv, Conv2dGeometriesOfTheDirectPathMatchReference) {
       {1, 2, 3, 1, 6, 1, 3, 1, params({1, 1}, {1, 1}, {1, 0, 1, 0})},      // one column
       {1, 3, 5, 1, 5, 6, 3, 3, params({1, 1}, {1, 1}, {4, 4, 4, 4})},      // pads past the kernel
       {1, 40, 33, 1, 14, 14, 3, 3, params({1, 1}, {1, 1}, {1, 1, 1, 1})},  // K past one block
+      {1, 4, 10, 1, 31, 29, 3, 3, params({2, 2}, {1, 1}, {1, 0, 2, 1})},   // a larger stride-2 image
+      {1, 3, 9, 1, 27, 19, 5, 3, params({1, 1}, {2, 1}, {3, 1, 2, 1})},    // dilated rows, uneven pads
   };
+  // At 1, 2 and 3 threads: the copies into the planes split by channel, the product by its own
+  // tasks, the copies out by channel.
+  for (int threads : {1, 2, 3}) {
+  SCOPED_TRACE(threads);
+  cpu::ThreadPool pool(threads);
+  cpu::PoolScope scope(&pool);
   int case_no = 0;
   for (const Case& c : cases) {
     SCOPED_TRACE(case_no);
@@ -138,6 +146,7 @@ TEST(OpsConv, Conv2dGeometriesOfTheDirectPathMatchReference) {
     }
     expect_close(fused[0], want_fused, 1e-4);
     ++case_no;
+  }
   }
 }
 
