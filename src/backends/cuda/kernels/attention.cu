@@ -552,10 +552,11 @@ constexpr size_t decode_gather_bytes(int splits, int rows, int d) {
 // Past 48 KiB of shared memory in all, a kernel launches with dynamic shared memory only once
 // allowed: the decode kernel is allowed its largest gathering space.
 template <class T, int D, int R>
-void set_decode_gather_limit(void (*kernel)(AttnArgs), int rows, int d) {
-  const size_t most = decode_gather_bytes(kMaxClusterBlocks, rows, d);
+void set_decode_gather_limit() {
+  const size_t most = decode_gather_bytes(kMaxClusterBlocks, R, D);
   if (most + sizeof(DecodeShared<R, D>) > 48 * 1024)
-    ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(most)));
+    ONYX_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_kernel<T, D, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(most)));
 }
 
 // How many blocks of the decode kernel an SM holds at once (its registers decide), asked once.
@@ -563,7 +564,7 @@ template <class T, int D, int R>
 int decode_blocks_per_sm() {
   static const int n = [] {
     int blocks = 1;
-    set_decode_gather_limit<T, D, R>(attn_decode_kernel<T, D, R>, R, D);
+    set_decode_gather_limit<T, D, R>();
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attn_decode_kernel<T, D, R>, kDecodeWarps * 32,
                                                       decode_gather_bytes(kMaxClusterBlocks, R, D)) !=
         cudaSuccess) {
@@ -603,7 +604,7 @@ bool attention_decode(AttnArgs& a, DType dt, CudaContext& cu) {
     auto with = [&](auto rows_tag) {
       constexpr int R = decltype(rows_tag)::value;
       const int per_sm = decode_blocks_per_sm<T, Dc, R>();
-      set_decode_gather_limit<T, Dc, R>(attn_decode_kernel<T, Dc, R>, R, Dc);  // (on this device too)
+      set_decode_gather_limit<T, Dc, R>();  // (on this device too)
       launch(attn_decode_kernel<T, Dc, R>, per_sm, R);
     };
     if (a.R <= 1) with(std::integral_constant<int, 1>{});
