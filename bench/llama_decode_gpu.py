@@ -267,6 +267,9 @@ def main():
     ap.add_argument("--sample", action="store_true",
                     help="with --generate: also time the loop sampling on the device (temperature 0.6, top-p 0.9: "
                          "Llama 3's generation_config) and with top-k 50 added")
+    ap.add_argument("--no-run-ahead-too", action="store_true",
+                    help="with --generate: also time each mode of the loop with run_ahead off (each step "
+                         "launched once the step before it has given its tokens to the host), in turn")
     ap.add_argument("--only-generate", action="store_true",
                     help="with --generate: time the generation loop alone (no session, no PyTorch), e.g. to "
                          "compare settings of the environment in several runs on the model made by the first")
@@ -434,6 +437,9 @@ def generate_modes(args, c, path, P, batch, g):
     if args.sample:
         modes += [("t 0.6, top-p 0.9", {"do_sample": True, "temperature": 0.6, "top_p": 0.9}),
                   ("t 0.6, top-k 50, top-p 0.9", {"do_sample": True, "temperature": 0.6, "top_k": 50, "top_p": 0.9})]
+    if args.no_run_ahead_too:
+        modes = [m for mode, search in modes
+                 for m in ((mode, search), (f"{mode}, no run-ahead", dict(search, run_ahead=False)))]
     settings = [s for _ in range(args.rounds) for s in args.env] if args.env else [None]
     for setting in settings:
         pairs = [kv.split("=", 1) for kv in setting.split(",")] if setting else []

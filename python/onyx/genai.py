@@ -154,7 +154,9 @@ class Model:
         the ids and the stop reason and .stats the figures (and .language the detected
         language). Search options: do_sample, temperature, top_k, top_p, min_p,
         repetition_penalty, presence_penalty, frequency_penalty (OpenAI's, in [-2, 2], over the
-        generated tokens), seed, stop (a list of strings), kv_capacity.
+        generated tokens), seed, stop (a list of strings), kv_capacity, run_ahead (on a GPU, launch
+        each decode step before the one before it has given its tokens to the host; default
+        True, the tokens are the same either way).
 
         A vision-language model takes `images` (file paths, or RGB uint8 arrays [height, width,
         3]), one per image token of the prompt (LLaVA's "<image>"), in order."""

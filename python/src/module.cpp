@@ -517,9 +517,10 @@ genai::SearchOptions parse_search(const nb::dict& o) {
       else if (key == "stop") s.stop = nb::cast<std::vector<std::string>>(v);
       else if (key == "kv_capacity") s.kv_capacity = nb::cast<int64_t>(v);
       else if (key == "return_logits") s.return_logits = nb::cast<bool>(v);
+      else if (key == "run_ahead") s.run_ahead = nb::cast<bool>(v);
       else throw Error("no such option (max_new_tokens, do_sample, temperature, top_k, top_p, min_p, "
                        "repetition_penalty, presence_penalty, frequency_penalty, seed, stop, kv_capacity, "
-                       "return_logits)");
+                       "return_logits, run_ahead)");
     });
   }
   return s;

@@ -30,6 +30,24 @@ class CapturedWork {
   virtual size_t retained_staging_buffers() const = 0;
 };
 
+// Device -> host bytes that the host waits for alone: start() enqueues their copy into pinned
+// memory the readback owns and marks the stream after it; wait() blocks until that mark only,
+// while work enqueued after it keeps the device busy (a decode step launched before the step
+// before it has given its tokens to the host). The device error word as it stood at the mark
+// comes with the bytes; finish() still reads, names and clears it.
+class DeviceReadback {
+ public:
+  virtual ~DeviceReadback() = default;
+  // Enqueues the copy of `bytes` (at most the capacity) from `device_src`; the readback must not
+  // be started and not yet waited for.
+  virtual void start(const void* device_src, size_t bytes) = 0;
+  // The bytes of the last start(), once they are on the host; `error_word` (when given) gets the
+  // device error word of that moment (non-zero: an op family met an out-of-range index).
+  virtual const void* wait(unsigned* error_word) = 0;
+  // Started and not yet waited for.
+  virtual bool pending() const = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -65,6 +83,12 @@ class Backend {
   virtual void download(void* host_dst, const void* device_src, size_t bytes) = 0;
   // Device -> device, enqueued.
   virtual void copy_on_device(void* device_dst, const void* device_src, size_t bytes) = 0;
+  // A readback of up to `capacity` bytes that the host waits for alone (null: this backend
+  // has none; the caller then synchronizes with finish()). See DeviceReadback.
+  virtual std::unique_ptr<DeviceReadback> make_readback(size_t capacity) {
+    (void)capacity;
+    return nullptr;
+  }
   // Waits for all enqueued work (one synchronization), completes the downloads, and
   // reads and clears the device error word: "" or which op families met an
   // out-of-range index since the last call.

@@ -302,7 +302,9 @@ void GraphExecutor::bind_inputs(RunEnv& env, const std::vector<Tensor>& inputs, 
 
 std::vector<Tensor> GraphExecutor::run(const std::vector<Tensor>& inputs, const Scope* outer,
                                        const std::vector<OutputPlace>* places, const std::vector<Tensor>* bound,
-                                       const RunControl* control) {
+                                       const RunControl* control, bool finish) {
+  ONYX_CHECK(finish || (backend_ && !outer),
+             "a run that returns before its work is done needs a backend and a top-level graph");
   const cpu::PoolScope pool_scope(pool_ ? pool_.get() : cpu::current_pool());
   if (!control && outer) control = outer->control;
   if (control && !control->active()) control = nullptr;
@@ -330,7 +332,7 @@ std::vector<Tensor> GraphExecutor::run(const std::vector<Tensor>& inputs, const 
     run_steps(inputs, direct.empty() ? nullptr : &direct, nullptr);
   }
   collect(*e, replayed ? nullptr : &env, replayed ? &e->capture->output_slots() : nullptr, env.run_outputs);
-  return deliver(*e, env.run_outputs, replayed, places, bound, direct);
+  return deliver(*e, env.run_outputs, replayed, finish, places, bound, direct);
 }
 
 // A bound output is written where the caller wants it by its producing step when it is
@@ -395,7 +397,8 @@ void GraphExecutor::collect(const PreparedPlan& e, const RunEnv* env, const std:
 // anything else (a weight, a feed, a memoized constant, a capture slot) is copied.
 // Copies to the host are enqueued and completed by one synchronization.
 std::vector<Tensor> GraphExecutor::deliver(const PreparedPlan& e, const std::vector<Tensor>& outputs, bool replayed,
-                                           const std::vector<OutputPlace>* places, const std::vector<Tensor>* bound,
+                                           bool finish, const std::vector<OutputPlace>* places,
+                                           const std::vector<Tensor>* bound,
                                            const std::map<int, Tensor>& direct) {
   auto on_device = [&](const Tensor& t) {
     Tensor d(t.dtype(), t.shape(), backend_->allocator());
@@ -419,7 +422,11 @@ std::vector<Tensor> GraphExecutor::deliver(const PreparedPlan& e, const std::vec
     if (t.on_host() && dst.on_host()) std::memcpy(dst.raw(), t.raw(), t.bytes());
     else if (!t.on_host() && !dst.on_host()) backend_->copy_on_device(dst.raw(), t.raw(), t.bytes());
     else if (t.on_host()) backend_->copy_from_host(dst.raw(), t.raw(), t.bytes());
-    else backend_->download(dst.raw(), t.raw(), t.bytes());
+    else {
+      ONYX_CHECK(finish,
+                 "a bound host tensor cannot take a device output in a run that returns before its work is done");
+      backend_->download(dst.raw(), t.raw(), t.bytes());
+    }
   };
   std::vector<Tensor> result;
   for (size_t k = 0; k < outputs.size(); ++k) {
@@ -444,10 +451,12 @@ std::vector<Tensor> GraphExecutor::deliver(const PreparedPlan& e, const std::vec
                  dtype_name(t.dtype()), " values, which cannot stay on ", backend_->device().str());
       result.push_back(on_device(t));
     } else {
+      ONYX_CHECK(finish || t.on_host(), "output '", graph_.values[graph_.outputs[k]].name,
+                 "' goes to the host, which a run that returns before its work is done cannot give it");
       result.push_back(on_host(t));
     }
   }
-  if (backend_) {
+  if (backend_ && finish) {
     std::string errors = backend_->finish();
     ONYX_CHECK(errors.empty(), "the device reported: ", errors);
   }

@@ -47,9 +47,12 @@ class GraphExecutor {
   // RunOptions::bound_outputs). The outputs never lie in an arena or a capture slot: the
   // caller owns them.
   // `control` is the run's deadline and cancellation (a subgraph's comes with `outer`).
+  // `finish` false (a backend's run whose outputs all stay on the device): the run returns
+  // with its work enqueued, unsynchronized; the caller reads the device's error word later
+  // (Backend::finish, or a DeviceReadback's).
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, const Scope* outer = nullptr,
                           const std::vector<OutputPlace>* places = nullptr, const std::vector<Tensor>* bound = nullptr,
-                          const RunControl* control = nullptr);
+                          const RunControl* control = nullptr, bool finish = true);
 
   // The plan a run with these inputs uses (made and cached if needed).
   std::shared_ptr<const ExecutionPlan> plan_for(const std::vector<Tensor>& inputs);
@@ -89,7 +92,7 @@ class GraphExecutor {
   // The graph outputs as the run left them, into `outputs`.
   void collect(const PreparedPlan& e, const RunEnv* env, const std::map<int, Tensor>* slots,
                std::vector<Tensor>& outputs) const;
-  std::vector<Tensor> deliver(const PreparedPlan& e, const std::vector<Tensor>& outputs, bool replayed,
+  std::vector<Tensor> deliver(const PreparedPlan& e, const std::vector<Tensor>& outputs, bool replayed, bool finish,
                               const std::vector<OutputPlace>* places, const std::vector<Tensor>* bound,
                               const std::map<int, Tensor>& direct);
   // The bound outputs that the steps can write in place (by output group root).

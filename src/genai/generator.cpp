@@ -194,8 +194,10 @@ std::vector<int64_t> Generator::next(const std::function<void(size_t, const std:
 
   std::vector<size_t> going;  // rows whose sequence goes on
   for (size_t row = 0; row < st.rows.size(); ++row) {
-    if (st.rows[row] == State::kDone) continue;  // repeats its last token; its draws go unread
+    // A finished row is fed what it drew, as the others are (a step launched ahead was); its
+    // draws go unread.
     st.tokens[row] = st.next.tokens[row];
+    if (st.rows[row] == State::kDone) continue;
     if (st.search.return_logits) {
       const int64_t V = st.next.logits.shape()[1];
       const float* l = st.next.logits.data<float>() + static_cast<int64_t>(row) * V;
@@ -225,7 +227,16 @@ std::vector<int64_t> Generator::next(const std::function<void(size_t, const std:
     st.tokens = std::move(kept_tokens);
   }
   ++st.step;
-  st.next = model_.step(st.tokens, st.draw_for(st.step));
+  Draw draw = st.draw_for(st.step);
+  // Whether a step may follow this one: some sequence's token from it would not be its last.
+  if (st.search.run_ahead)
+    for (size_t row = 0; row < st.rows.size() && !draw.more; ++row) {
+      const size_t s = st.rows[row];
+      draw.more = s != State::kDone &&
+                  static_cast<int64_t>(st.out[s].generated_ids.size()) + 1 < st.search.max_new_tokens &&
+                  static_cast<int64_t>(st.history[s].size()) + 1 < f.context_length;
+    }
+  st.next = model_.step(st.tokens, draw);
   ++stats_.decode_steps;
   return taken;
 }

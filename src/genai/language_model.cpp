@@ -296,6 +296,8 @@ void LanguageModel::choose_cache_mode() {
 
 void LanguageModel::use_growing_cache(bool growing) {
   if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { m.use_growing_cache(growing); });
+  if (backend_) backend_->make_current();
+  settle();
   mode_ = growing ? CacheMode::kGrowing : chosen_;
   batch_.reset();
 }
@@ -375,6 +377,7 @@ void LanguageModel::retire_cache() {
 Next LanguageModel::start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity, const Draw& draw) {
   if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { return m.start(prompts, capacity, draw); });
   if (backend_) backend_->make_current();
+  settle();
   ONYX_CHECK(!prompts.empty(), "no prompt to generate from");
   int64_t longest = 0;
   for (size_t b = 0; b < prompts.size(); ++b) {
@@ -422,11 +425,26 @@ Next LanguageModel::step(const std::vector<int64_t>& tokens, const Draw& draw) {
   ONYX_CHECK(static_cast<int64_t>(tokens.size()) == bt.rows, "a step takes one token per sequence (", bt.rows,
              "), got ", tokens.size());
   ONYX_CHECK(static_cast<int64_t>(draw.options.size()) == bt.rows, "the draw needs options per sequence");
+  if (ahead_ && ahead_->live) {
+    const Draw& a = ahead_->draw;
+    if (tokens == ahead_->fed && draw.options == a.options && draw.seeds == a.seeds && draw.counter == a.counter &&
+        draw.counters == a.counters && !draw.logits)
+      return take_ahead(draw);
+    settle();
+  }
   const int64_t next = *std::max_element(bt.length.begin(), bt.length.end());
   ONYX_CHECK(next < folder_.context_length, "the context of ", folder_.context_length, " positions is full");
   if (mode_ != CacheMode::kGrowing && next >= bt.capacity) grow(next + 1);
   std::vector<int64_t> rows(tokens.begin(), tokens.end());
   rows.resize(bt.size, tokens[0]);
+  if (can_run_ahead(draw)) {
+    // This step, its tokens on their way to the host; the step after it, fed those tokens on
+    // the device; then the wait for this step's tokens alone.
+    const int slot = ahead_->next_slot;
+    const Tensor drawn = enqueue_step(step_feeds(rows), draw, slot);
+    launch_ahead(drawn, draw);
+    return take_tokens(slot);
+  }
   Next out = run(mode_ == CacheMode::kGrowing ? *prompt_ : *step_, step_feeds(rows), false, draw);
   ++bt.steps;
   for (auto& n : bt.length) ++n;
@@ -489,6 +507,7 @@ void LanguageModel::copy_rows(const Tensor& t, const std::vector<size_t>& rows, 
 void LanguageModel::keep(const std::vector<size_t>& keep) {
   if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { m.keep(keep); });
   if (backend_) backend_->make_current();
+  settle();
   ONYX_CHECK(batch_, "nothing to keep");
   Batch& bt = *batch_;
   const std::vector<size_t> rows = kept_rows(keep, bt.rows);

@@ -51,7 +51,21 @@ class LanguageModel : public TokenModel {
   Next start(const std::vector<std::vector<int64_t>>& prompts, int64_t capacity, const Draw& draw) override;
   // One decode step: each sequence's new token in, its next token out. A full cache first
   // grows by a block of 64 positions (to the context length at most), its contents kept.
+  //
+  // Run-ahead (a GPU, the shared or static cache, Draw::more, no penalties or logits asked
+  // for): the step also launches the step after it, fed on the device with the tokens this one
+  // draws, before it waits for those tokens; a next call with those tokens and the draw one
+  // further takes that step (already running) instead of launching one, and launches the one
+  // after it in turn. The device never waits for the host between steps. A next call with other
+  // tokens or another draw, and every other call that runs the decoder or changes the cache,
+  // first waits for the step ahead and forgets it (its cache writes, one position past the
+  // sequences, are overwritten by the step that takes that position).
   Next step(const std::vector<int64_t>& tokens, const Draw& draw) override;
+  // Steps launched ahead so far, and of them those taken (the rest were forgotten).
+  struct RunAheadCounts {
+    int64_t launched = 0, taken = 0;
+  };
+  RunAheadCounts run_ahead_counts() const { return run_ahead_counts_; }
   // Keeps only the sequences `keep` (ascending indexes into the current ones; the rest have
   // finished), moving the batch to the smallest bucket that holds them.
   void keep(const std::vector<size_t>& keep) override;
@@ -132,8 +146,25 @@ class LanguageModel : public TokenModel {
   void add_draw_feeds(std::vector<std::pair<std::string, Tensor>>& feeds, const Batch& bt, bool prompt,
                       const Draw& draw) const;
   std::vector<Tensor> slot_views(int64_t begin, int64_t count) const;
+  // `device_tokens` (a step's run-ahead): the drawn tokens stay on the device, there, and the
+  // run returns with its work enqueued (the Next returned is empty).
   Next execute(Runner& r, std::vector<std::pair<std::string, Tensor>> feeds, const Batch& bt, bool prompt,
-               const Draw& draw, const std::vector<Tensor>* in_place, std::vector<Tensor>* presents);
+               const Draw& draw, const std::vector<Tensor>* in_place, std::vector<Tensor>* presents,
+               Tensor* device_tokens = nullptr);
+  // ---- Run-ahead (language_model_ahead.cpp) ----
+  struct Ahead;
+  bool can_run_ahead(const Draw& draw);
+  // Enqueues a decode step of the batch (its cache in place) fed `feeds`, with its drawn tokens
+  // on their way to the host in readback `slot`; returns them on the device.
+  Tensor enqueue_step(std::vector<std::pair<std::string, Tensor>> feeds, const Draw& draw, int slot);
+  // Launches the step after the one whose drawn tokens are `tokens` (on the device), when the
+  // cache holds its position without growing.
+  void launch_ahead(const Tensor& tokens, const Draw& draw);
+  // The tokens of the step in readback `slot` (rows of the batch).
+  Next take_tokens(int slot);
+  Next take_ahead(const Draw& draw);
+  // Waits for the step ahead, if any, and forgets it.
+  void settle();
   void fill_cache(const std::vector<Tensor>& cache, const std::vector<Tensor>& presents);
   Tensor cache_tensor(int64_t batch, int64_t capacity);
   // The cache buffers (key, value per layer) for a bucket and capacity: a retired set of that
@@ -183,6 +214,9 @@ class LanguageModel : public TokenModel {
   bool fanning_ = false;
   template <class F>
   auto on_every_rank(F f) -> decltype(f(*this));
+  // The step launched ahead (destroyed first: it waits for the device before the cache goes).
+  RunAheadCounts run_ahead_counts_;
+  std::unique_ptr<Ahead> ahead_;
 };
 
 // `prompt` with its image tokens expanded: the k-th occurrence of `image_token` becomes

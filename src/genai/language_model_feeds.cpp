@@ -151,7 +151,8 @@ void LanguageModel::fill_cache(const std::vector<Tensor>& cache, const std::vect
 // logits drawn from, when asked), the presents bound to `in_place` (written there) or returned
 // in `presents`.
 Next LanguageModel::execute(Runner& r, Feeds feeds, const Batch& bt, bool prompt, const Draw& draw,
-                            const std::vector<Tensor>* in_place, std::vector<Tensor>* presents) {
+                            const std::vector<Tensor>* in_place, std::vector<Tensor>* presents,
+                            Tensor* device_tokens) {
   add_draw_feeds(feeds, bt, prompt, draw);
   add_image_feeds(feeds, prompt);
   const Graph& g = *r.graph;
@@ -162,7 +163,7 @@ Next LanguageModel::execute(Runner& r, Feeds feeds, const Batch& bt, bool prompt
     inputs[it->second] = t;
   }
   std::vector<OutputPlace> places(g.outputs.size(), OutputPlace::kDevice);
-  places[r.outputs.at(kNextToken)] = OutputPlace::kHost;
+  places[r.outputs.at(kNextToken)] = device_tokens ? OutputPlace::kDevice : OutputPlace::kHost;
   if (draw.logits) places[r.outputs.at(kNextLogits)] = OutputPlace::kHost;
   std::vector<Tensor> bound(g.outputs.size());
   std::vector<size_t> present;
@@ -170,10 +171,14 @@ Next LanguageModel::execute(Runner& r, Feeds feeds, const Batch& bt, bool prompt
     for (const std::string* n : {&l.present_key, &l.present_value}) present.push_back(r.outputs.at(*n));
   if (in_place)
     for (size_t k = 0; k < present.size(); ++k) bound[present[k]] = (*in_place)[k];
-  std::vector<Tensor> outs = r.exec->run(inputs, nullptr, &places, &bound);
+  std::vector<Tensor> outs = r.exec->run(inputs, nullptr, &places, &bound, nullptr, device_tokens == nullptr);
   if (presents)
     for (size_t k : present) presents->push_back(outs[k]);
   Next next;
+  if (device_tokens) {
+    *device_tokens = outs[r.outputs.at(kNextToken)];
+    return next;
+  }
   const Tensor& tokens = outs[r.outputs.at(kNextToken)];
   next.tokens.assign(tokens.data<int64_t>(), tokens.data<int64_t>() + bt.rows);
   if (draw.logits) {

@@ -60,6 +60,19 @@ struct LanguageModel::Vision {
   Tensor batch;                              // the prompt run's features, [tokens, hidden]
 };
 
+// The run-ahead's state (LanguageModel::step): two readbacks of drawn tokens, for the step being
+// taken and the one launched ahead of it.
+struct LanguageModel::Ahead {
+  static constexpr int64_t kMaxRows = 1024;  // the largest bucket that runs ahead
+  std::unique_ptr<DeviceReadback> readback[2];
+  int next_slot = 0;          // the readback the next launched step uses
+  bool live = false;          // a step launched ahead and not yet taken or forgotten
+  int slot = 0;               // its readback
+  Tensor tokens;              // its drawn tokens, on the device ([bucket])
+  Draw draw;                  // the draw it was launched with
+  std::vector<int64_t> fed;   // the tokens it was fed (the rows' draws of the step before it)
+};
+
 // The names of what onyx appends to the decoder to draw tokens on its device.
 inline constexpr const char* kDrawOptions = "onyx_draw_options";
 inline constexpr const char* kDrawRng = "onyx_draw_rng";

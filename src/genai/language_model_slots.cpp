@@ -38,6 +38,7 @@ Tensor row_view(const Tensor& t, int64_t begin, int64_t count) {
 void LanguageModel::open_slots(int64_t slots, int64_t capacity) {
   if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { m.open_slots(slots, capacity); });
   if (backend_) backend_->make_current();
+  settle();
   ONYX_CHECK(slots >= 1, "serving needs at least one slot, got ", slots);
   ONYX_CHECK(capacity >= 2, "a slot needs room for at least 2 positions, got ", capacity);
   ONYX_CHECK(mode_ != CacheMode::kGrowing, "serving needs a cache of fixed capacity, and this decoder's is growing: ",

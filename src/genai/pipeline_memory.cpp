@@ -63,6 +63,7 @@ class ComponentBackend final : public Backend {
   void download(void* dst, const void* src, size_t bytes) override { inner_.download(dst, src, bytes); }
   void copy_on_device(void* dst, const void* src, size_t bytes) override { inner_.copy_on_device(dst, src, bytes); }
   std::string finish() override { return inner_.finish(); }
+  std::unique_ptr<DeviceReadback> make_readback(size_t capacity) override { return inner_.make_readback(capacity); }
   void* stream_handle() override { return inner_.stream_handle(); }
   std::string memory_report() const override { return inner_.memory_report(); }
   std::unique_ptr<CapturedWork> capture(const std::function<void()>& record) override { return inner_.capture(record); }

@@ -33,6 +33,11 @@ struct SearchOptions {
   int64_t kv_capacity = 0;
   // Keep the logits each new token was drawn from (before the logit processors), per sequence.
   bool return_logits = false;
+  // On a GPU: launch each decode step before the step before it has given its tokens to the
+  // host (LanguageModel::step's run-ahead), so that the device does not wait for the host
+  // between steps. The tokens are the same either way; a generation then runs one step more
+  // than it keeps (launched, then forgotten when the sequences end).
+  bool run_ahead = true;
 };
 
 // Checks the options; names what is wrong.

@@ -33,6 +33,10 @@ struct Draw {
   // ones after). Empty: each history is all prompt, none of it counted.
   std::vector<int64_t> prompt_lengths;
   bool logits = false;                        // also return the logits drawn from
+  // The caller means to take another step after this one, fed the tokens this one draws, with
+  // this draw's counters one further: a model on a GPU may launch that step before this one's
+  // tokens reach the host (LanguageModel's run-ahead), and takes it if the next call is that.
+  bool more = false;
 };
 
 struct Next {

@@ -61,6 +61,7 @@ TEST_P(GenerateGpu, InterleavedBatchesGiveEachPromptItsOwnTokens) {
   std::map<size_t, std::vector<int64_t>> alone;
   SearchOptions greedy;
   greedy.max_new_tokens = kMaxNew;
+  greedy.run_ahead = false;  // the reference waits for each step's tokens; the batches below run ahead
   for (size_t i = 0; i < pool.size(); ++i) alone[i] = Generator(eager).generate({pool[i]}, greedy)[0].generated_ids;
 
   int64_t steps = 0, batches = 0;
@@ -97,6 +98,92 @@ TEST_P(GenerateGpu, InterleavedBatchesGiveEachPromptItsOwnTokens) {
   // Buckets 1-8 at two capacities are 8 geometries: their cache buffers are reused, so their
   // graphs are captured about once each, not once per generation.
   EXPECT_LE(r.captures, 32u) << "decode graphs were captured again for generations of a geometry seen before";
+}
+
+// The run-ahead (LanguageModel::step): steps launched before the step before them gave its
+// tokens, fed those tokens on the device, draw the tokens of steps taken one at a time. Over a
+// batch of three sampled sequences (each its own seed) on captured steps, past a cache growth,
+// a run with Draw::more draws, step by step, what a run without it draws, through every way a
+// step ahead is left: a fed token that is not the one drawn, a row kept out (keep), a draw that
+// asks for the logits, a position the cache must grow for, and the end of the generation with a
+// step ahead in flight, which the next start forgets.
+TEST_P(GenerateGpu, RunAheadStepsDrawTheTokensOfStepsTakenInTurn) {
+  REQUIRE_GPU();
+  const std::string dir = fixture(GetParam());
+  ASSERT_TRUE(std::filesystem::exists(dir)) << dir << " is missing (set ONYX_GENAI_FIXTURES)";
+  SessionOptions opt;
+  opt.device = "cuda:0";
+  opt.allow_cpu_fallback = false;
+  opt.capture = CaptureMode::kRequire;
+  LanguageModel model(dir, opt);
+  ASSERT_NE(model.cache_mode(), CacheMode::kGrowing) << model.cache_note();
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(cat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  const int64_t vocab = model.folder().vocab_size > 0 ? model.folder().vocab_size : 1000;
+  std::vector<std::vector<int64_t>> prompts;
+  for (int64_t n : {50, 45, 31}) {  // 50 + 24 steps passes the first 64 positions: the cache grows
+    std::vector<int64_t> p(n);
+    for (auto& id : p) id = std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng);
+    prompts.push_back(std::move(p));
+  }
+  SearchOptions s;
+  s.do_sample = true;
+  s.temperature = 0.8;
+  s.top_p = 0.9;
+  constexpr int64_t kSteps = 24;
+  const int64_t forced = std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng);
+  // One generation of kSteps steps; returns each step's tokens. `more`: Draw::more on every step,
+  // the last too (as when a sequence's end-of-sequence token ends it), which leaves a step in
+  // flight for the next start.
+  auto run = [&](bool more) {
+    std::vector<size_t> rows{0, 1, 2};
+    auto draw = [&](int64_t counter) {
+      Draw d;
+      d.counter = counter;
+      for (size_t r : rows) {
+        d.options.push_back(draw_options(s));
+        d.seeds.push_back(sequence_seed(seed, r));
+      }
+      return d;
+    };
+    std::vector<std::vector<int64_t>> got;
+    Next next = model.start(prompts, 51, draw(0));
+    for (int64_t step = 1; step <= kSteps; ++step) {
+      std::vector<int64_t> tokens = next.tokens;
+      if (step == 8) tokens[1] = forced;  // not what row 1 drew
+      if (step == 14) {                   // row 1 leaves
+        model.keep({0, 2});
+        rows = {0, 2};
+        tokens = {tokens[0], tokens[2]};
+      }
+      Draw d = draw(step);
+      d.logits = step == 19;
+      d.more = more;
+      next = model.step(tokens, d);
+      EXPECT_EQ(next.tokens.size(), rows.size());
+      if (d.logits) EXPECT_EQ(next.logits.shape()[0], static_cast<int64_t>(rows.size()));
+      got.push_back(next.tokens);
+    }
+    EXPECT_GE(model.cache_grows(), 1) << "the cache did not grow: the run ahead of a growth was not tested";
+    return got;
+  };
+  const auto in_turn = run(false);
+  EXPECT_EQ(model.run_ahead_counts().launched, 0);
+  const auto ahead = run(true);
+  const LanguageModel::RunAheadCounts c = model.run_ahead_counts();
+  // Launched: one per step but the first, and one after the last, less those whose position
+  // needed the cache to grow first and the one after the logits (not run ahead); forgotten: the
+  // steps of the forced token, the keep, the logits and the one after the last.
+  EXPECT_GE(c.launched, kSteps - 1 - 2);
+  EXPECT_GE(c.taken, c.launched - 6);
+  EXPECT_LT(c.taken, c.launched);
+  const auto again = run(true);  // a start after a generation that ended with a step ahead in flight
+  ASSERT_EQ(in_turn.size(), ahead.size());
+  for (size_t k = 0; k < in_turn.size(); ++k) {
+    EXPECT_EQ(ahead[k], in_turn[k]) << "step " << k + 1;
+    EXPECT_EQ(again[k], in_turn[k]) << "step " << k + 1 << " of the second run ahead";
+  }
 }
 
 // The penalties on cuda:0 through captured decode steps (history and generated_start fed at

@@ -253,6 +253,47 @@ TEST(Executor, DeviceOutputsFeedTheNextRunWithoutACopy) {
   for (int64_t i = 0; i < host.numel(); ++i) ASSERT_NEAR(host.data<float>()[i], want.data<float>()[i], 1e-5);
 }
 
+// A run with finish = false (LanguageModel's run-ahead) returns with its work enqueued: no
+// synchronization; its device outputs are the finished run's values once the backend finishes.
+// One that would give an output to the host, or that has no backend, is refused by name, and
+// the executor runs normally after.
+TEST(Executor, AnUnfinishedRunDoesNotSynchronizeAndGivesDeviceOutputsOnly) {
+  Builder b;
+  int x = b.input("x");
+  b.output(b.node("Tanh", {b.node("Add", {x, x})}));
+  Graph g = std::move(b.g), cpu_g = g;
+  test::FakeBackend backend;
+  GraphExecutor gpu(g, OpRegistry::global(), make_cpu_allocator(), SessionOptions{}, &backend);
+  GraphExecutor cpu(cpu_g, OpRegistry::global(), make_cpu_allocator());
+  const Tensor in = test::random_tensor<float>(Shape{4, 4}, -0.5, 0.5);
+  const Tensor want = cpu.run({in})[0];
+  std::vector<OutputPlace> on_device{OutputPlace::kDevice};
+  const int syncs = backend.syncs;
+  const Tensor out = gpu.run({in}, nullptr, &on_device, nullptr, nullptr, false)[0];
+  EXPECT_EQ(backend.syncs, syncs) << "an unfinished run synchronized";
+  ASSERT_FALSE(out.on_host());
+  EXPECT_EQ(backend.finish(), "");
+  // Fed to the next (finished) run where it lies: its values are the run's.
+  const Tensor next = gpu.run({out})[0], want_next = cpu.run({want})[0];
+  ASSERT_TRUE(next.on_host());
+  for (int64_t i = 0; i < want.numel(); ++i) ASSERT_NEAR(next.data<float>()[i], want_next.data<float>()[i], 1e-5);
+  try {
+    gpu.run({in}, nullptr, nullptr, nullptr, nullptr, false);  // its output would go to the host
+    FAIL() << "an unfinished run gave an output to the host";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("goes to the host"), std::string::npos) << e.what();
+  }
+  try {
+    cpu.run({in}, nullptr, nullptr, nullptr, nullptr, false);
+    FAIL() << "an unfinished run without a backend was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs a backend"), std::string::npos) << e.what();
+  }
+  const Tensor again = gpu.run({in})[0];
+  ASSERT_TRUE(again.on_host());
+  for (int64_t i = 0; i < want.numel(); ++i) ASSERT_NEAR(again.data<float>()[i], want.data<float>()[i], 1e-5);
+}
+
 TEST(Executor, HostOutputsShareOneSynchronization) {
   Rig r(mlp(), CaptureMode::kAuto);
   for (int i = 0; i < 4; ++i) {

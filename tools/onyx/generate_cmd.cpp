@@ -70,6 +70,9 @@ options:
                                 cuda:K+r and the ranks are joined by NCCL (libnccl.so.2, or the file
                                 ONYX_NCCL_LIBRARY names)
   --capture off|auto|require    on a GPU, replay decode steps from CUDA graphs (default auto)
+  --no-run-ahead                on a GPU, launch each decode step only once the step before it has
+                                given its tokens to the host (default: launch it before, fed them on
+                                the device; the tokens are the same)
   --memory-report               print the memory governor's holders after the run (a pipeline:
                                 per component, its weights, arena and KV cache)
   --memory-budget BYTES         on a GPU, the device memory the model may hold; an
@@ -221,6 +224,7 @@ GenerateArgs parse(const std::vector<std::string>& args) {
     else if (opt == "--logits-out") g.logits_out = a.value(), g.search.return_logits = true;
     else if (opt == "--verify-cache") g.verify_steps = to_int(a.value());
     else if (opt == "--growing-cache") g.growing_cache = true;
+    else if (opt == "--no-run-ahead") g.search.run_ahead = false;
     else if (opt == "--capture") {
       std::string m = a.value();
       if (m == "off") g.session.capture = CaptureMode::kOff;

@@ -3,6 +3,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <cstring>
+
 #include "backends/backend.h"
 #include "backends/cuda_entry.h"
 #include "backends/cuda/cuda_kernels.h"
@@ -57,6 +59,53 @@ class CudaGraphWork final : public CapturedWork {
   cudaStream_t stream_;
   std::unique_ptr<Staging::CaptureRecord> record_;
   Staging* staging_;
+};
+
+// A readback's pinned bytes: `capacity` for the copy, then the error word. One event marks the
+// stream after both copies; wait() synchronizes on it alone.
+class CudaReadback final : public DeviceReadback {
+ public:
+  CudaReadback(std::shared_ptr<PinnedAllocator> pinned, size_t capacity, cudaStream_t stream,
+               const unsigned int* error_word)
+      : pinned_(std::move(pinned)), capacity_((capacity + 15) / 16 * 16), stream_(stream), error_word_(error_word) {
+    bytes_ = capacity_ + sizeof(unsigned int);
+    buf_ = static_cast<char*>(pinned_->allocate(bytes_));
+    if (cudaEventCreateWithFlags(&done_, cudaEventDisableTiming) != cudaSuccess) {
+      pinned_->deallocate(buf_, bytes_);
+      ONYX_CUDA_CHECK(cudaGetLastError());
+    }
+  }
+  ~CudaReadback() override {
+    if (pending_) cudaEventSynchronize(done_);  // the copy lands before its memory goes back
+    cudaEventDestroy(done_);
+    pinned_->deallocate(buf_, bytes_);
+  }
+  void start(const void* device_src, size_t bytes) override {
+    ONYX_CHECK(!pending_, "a readback was started again before it was waited for");
+    ONYX_CHECK(bytes <= capacity_, "a readback of ", bytes, " bytes exceeds its capacity of ", capacity_);
+    if (bytes) ONYX_CUDA_CHECK(cudaMemcpyAsync(buf_, device_src, bytes, cudaMemcpyDeviceToHost, stream_));
+    ONYX_CUDA_CHECK(
+        cudaMemcpyAsync(buf_ + capacity_, error_word_, sizeof(unsigned int), cudaMemcpyDeviceToHost, stream_));
+    ONYX_CUDA_CHECK(cudaEventRecord(done_, stream_));
+    pending_ = true;
+  }
+  const void* wait(unsigned* error_word) override {
+    ONYX_CHECK(pending_, "a readback was waited for before it was started");
+    pending_ = false;
+    ONYX_CUDA_CHECK(cudaEventSynchronize(done_));
+    if (error_word) std::memcpy(error_word, buf_ + capacity_, sizeof(unsigned int));
+    return buf_;
+  }
+  bool pending() const override { return pending_; }
+
+ private:
+  std::shared_ptr<PinnedAllocator> pinned_;
+  size_t capacity_, bytes_ = 0;
+  cudaStream_t stream_;
+  const unsigned int* error_word_;
+  char* buf_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  bool pending_ = false;
 };
 
 class CudaBackend final : public Backend {
@@ -158,6 +207,11 @@ class CudaBackend final : public Backend {
     if (word & kDeviceErrorIndexInput)
       what += cat(what.empty() ? "" : "; ", "ScatterND or CumSum: an index or axis input was out of range");
     return what;
+  }
+
+  std::unique_ptr<DeviceReadback> make_readback(size_t capacity) override {
+    ONYX_CUDA_CHECK(cudaSetDevice(index_));
+    return std::make_unique<CudaReadback>(pinned_, capacity, stream_, error_word_);
   }
 
   void* stream_handle() override { return stream_; }

@@ -1,0 +1,122 @@
+// LanguageModel's run-ahead (language_model.h, step()): a decode step launched before the step
+// before it has given its tokens to the host, fed those tokens on the device, so that the
+// device goes from one step to the next without waiting for the host's round trip (the copy
+// of the tokens, the wake-up, the next step's feeds and launch).
+#include <algorithm>
+#include <cstring>
+
+#include "genai/language_model.h"
+#include "genai/language_model_parts.h"
+#include "ops/sampling.h"
+
+namespace onyx::genai {
+
+namespace {
+
+// The draw of the step after one drawn with `d`: each sequence's counter one further.
+Draw following(const Draw& d) {
+  Draw n = d;
+  ++n.counter;
+  for (auto& c : n.counters) ++c;
+  return n;
+}
+
+}  // namespace
+
+bool LanguageModel::can_run_ahead(const Draw& draw) {
+  if (!draw.more || draw.logits || !backend_ || ranks_ || options_.tensor_parallel_world > 1 || !batch_ ||
+      mode_ == CacheMode::kGrowing || batch_->size > Ahead::kMaxRows)
+    return false;
+  // A penalty reads the history, which the step ahead would need before its tokens are known.
+  for (const auto& o : draw.options)
+    if (sampling::repetition_applies(o.data()) || sampling::counts_apply(o.data())) return false;
+  if (!ahead_) {
+    auto a = std::make_unique<Ahead>();
+    for (auto& r : a->readback) {
+      r = backend_->make_readback(static_cast<size_t>(Ahead::kMaxRows) * sizeof(int64_t));
+      if (!r) return false;  // this backend has no readback: every step waits for its tokens
+    }
+    ahead_ = std::move(a);
+  }
+  return true;
+}
+
+Tensor LanguageModel::enqueue_step(Feeds feeds, const Draw& draw, int slot) {
+  Batch& bt = *batch_;
+  std::vector<Tensor> presents;
+  Tensor drawn;
+  execute(*step_, std::move(feeds), bt, false, draw, &bt.cache, &presents, &drawn);
+  ONYX_ASSERT(drawn.dtype() == DType::kInt64 && drawn.numel() == bt.size && !drawn.on_host(),
+              "the decoder's drawn tokens are ", drawn.type_str(), ", not ", bt.size, " int64 on the device");
+  ahead_->readback[slot].get()->start(drawn.raw(), drawn.bytes());
+  ahead_->next_slot = slot ^ 1;
+  ++bt.steps;
+  for (auto& n : bt.length) ++n;
+  return drawn;
+}
+
+void LanguageModel::launch_ahead(const Tensor& tokens, const Draw& draw) {
+  Batch& bt = *batch_;
+  const int64_t next = *std::max_element(bt.length.begin(), bt.length.end());
+  // A step whose position needs a larger cache (or is past the context) is not launched ahead:
+  // the call that takes it grows the cache first, or says the context is full.
+  if (next >= folder_.context_length || next >= bt.capacity) return;
+  Feeds feeds = step_feeds(std::vector<int64_t>(bt.size, 0));
+  for (auto& [name, t] : feeds)
+    if (name == folder_.input_ids)
+      t = Tensor::borrow(DType::kInt64, Shape{bt.size, 1}, tokens.raw(), tokens.storage(), tokens.device());
+  Ahead& a = *ahead_;
+  const int slot = a.next_slot;
+  const Draw d = following(draw);
+  Tensor drawn = enqueue_step(std::move(feeds), d, slot);
+  a.live = true;
+  a.slot = slot;
+  a.tokens = std::move(drawn);
+  a.draw = d;
+  a.fed.clear();  // known once the step before it gives its tokens (take_tokens)
+  ++run_ahead_counts_.launched;
+}
+
+Next LanguageModel::take_tokens(int slot) {
+  Batch& bt = *batch_;
+  unsigned word = 0;
+  const void* got = ahead_->readback[slot]->wait(&word);
+  if (word) {
+    // An op met an out-of-range index in this step or one before it: nothing launched since is
+    // taken either.
+    settle();
+    const std::string errors = backend_->finish();
+    throw Error(cat("the device reported: ", errors.empty() ? "an error" : errors));
+  }
+  Next next;
+  next.tokens.resize(static_cast<size_t>(bt.rows));
+  std::memcpy(next.tokens.data(), got, next.tokens.size() * sizeof(int64_t));
+  if (ahead_->live) ahead_->fed = next.tokens;  // what the step launched after this one was fed
+  return next;
+}
+
+Next LanguageModel::take_ahead(const Draw& draw) {
+  Ahead& a = *ahead_;
+  const int slot = a.slot;
+  const Tensor drawn = a.tokens;
+  a.live = false;
+  a.tokens = Tensor();
+  ++run_ahead_counts_.taken;
+  if (can_run_ahead(draw)) launch_ahead(drawn, draw);  // the step after it, before the wait for its tokens
+  return take_tokens(slot);
+}
+
+void LanguageModel::settle() {
+  if (!ahead_ || !ahead_->live) return;
+  Ahead& a = *ahead_;
+  a.live = false;
+  a.tokens = Tensor();
+  a.fed.clear();
+  if (a.readback[a.slot]->pending()) a.readback[a.slot]->wait(nullptr);
+  if (batch_) {
+    --batch_->steps;
+    for (auto& n : batch_->length) --n;
+  }
+}
+
+}  // namespace onyx::genai
