@@ -263,7 +263,7 @@ def main():
     ap.add_argument("--generate", type=int, default=0,
                     help="also time N decode steps of onyx's generation loop (onyx.genai's native Generator on "
                          "a folder holding the same model: the cache written in place, greedy on the device) per "
-                         "batch and past")
+                         "batch and past; with --int4-block, on each 4-bit model too")
     ap.add_argument("--sample", action="store_true",
                     help="with --generate: also time the loop sampling on the device (temperature 0.6, top-p 0.9: "
                          "Llama 3's generation_config) and with top-k 50 added")
@@ -429,10 +429,12 @@ def main():
             del graph
             if args.generate:
                 generate_modes(args, c, path, P, batch, g)
+                for block in args.int4_block:  # the same loop on the 4-bit model (its own folder)
+                    generate_modes(args, c, paths[f"onyx int4 b{block}"], P, batch, g, f"int4 b{block}, ")
 
 
-def generate_modes(args, c, path, P, batch, g):
-    """The generation loop greedy, and with --sample sampling too."""
+def generate_modes(args, c, path, P, batch, g, tag=""):
+    """The generation loop greedy, and with --sample sampling too; `tag` begins each row's label."""
     modes = [("greedy", {"do_sample": False})]
     if args.sample:
         modes += [("t 0.6, top-p 0.9", {"do_sample": True, "temperature": 0.6, "top_p": 0.9}),
@@ -446,7 +448,7 @@ def generate_modes(args, c, path, P, batch, g):
         for k, v in pairs:
             os.environ[k] = v
         for mode, search in modes:
-            label = f"{mode}, {setting}" if setting else mode
+            label = tag + (f"{mode}, {setting}" if setting else mode)
             try:
                 generate_steps(args, c, path, P, batch, g, label, search)
             except Exception as e:  # report and go on
