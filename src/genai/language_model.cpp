@@ -442,7 +442,7 @@ Next LanguageModel::step(const std::vector<int64_t>& tokens, const Draw& draw) {
     // the device; then the wait for this step's tokens alone.
     const int slot = ahead_->next_slot;
     const Tensor drawn = enqueue_step(step_feeds(rows), draw, slot);
-    launch_ahead(drawn, draw);
+    launch_after(drawn, draw, slot);
     return take_tokens(slot);
   }
   Next out = run(mode_ == CacheMode::kGrowing ? *prompt_ : *step_, step_feeds(rows), false, draw);

@@ -160,6 +160,9 @@ class LanguageModel : public TokenModel {
   // Launches the step after the one whose drawn tokens are `tokens` (on the device), when the
   // cache holds its position without growing.
   void launch_ahead(const Tensor& tokens, const Draw& draw);
+  // launch_ahead after the step in readback `slot`; if it throws, that step's tokens are waited
+  // for first.
+  void launch_after(const Tensor& tokens, const Draw& draw, int slot);
   // The tokens of the step in readback `slot` (rows of the batch).
   Next take_tokens(int slot);
   Next take_ahead(const Draw& draw);

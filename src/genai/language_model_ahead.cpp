@@ -48,7 +48,9 @@ Tensor LanguageModel::enqueue_step(Feeds feeds, const Draw& draw, int slot) {
   execute(*step_, std::move(feeds), bt, false, draw, &bt.cache, &presents, &drawn);
   ONYX_ASSERT(drawn.dtype() == DType::kInt64 && drawn.numel() == bt.size && !drawn.on_host(),
               "the decoder's drawn tokens are ", drawn.type_str(), ", not ", bt.size, " int64 on the device");
-  ahead_->readback[slot].get()->start(drawn.raw(), drawn.bytes());
+  DeviceReadback& rb = *ahead_->readback[slot];
+  if (rb.pending()) rb.wait(nullptr);  // a step whose tokens no one took (a launch after it failed)
+  rb.start(drawn.raw(), drawn.bytes());
   ahead_->next_slot = slot ^ 1;
   ++bt.steps;
   for (auto& n : bt.length) ++n;
@@ -102,8 +104,19 @@ Next LanguageModel::take_ahead(const Draw& draw) {
   a.live = false;
   a.tokens = Tensor();
   ++run_ahead_counts_.taken;
-  if (can_run_ahead(draw)) launch_ahead(drawn, draw);  // the step after it, before the wait for its tokens
+  if (can_run_ahead(draw)) launch_after(drawn, draw, slot);  // the next one, before the wait for these tokens
   return take_tokens(slot);
+}
+
+void LanguageModel::launch_after(const Tensor& tokens, const Draw& draw, int slot) {
+  try {
+    launch_ahead(tokens, draw);
+  } catch (...) {
+    // The step in `slot` stays in the stream; its tokens are waited for (and dropped) before
+    // the error goes to the caller, so that no readback is left pending.
+    ahead_->readback[slot]->wait(nullptr);
+    throw;
+  }
 }
 
 void LanguageModel::settle() {
