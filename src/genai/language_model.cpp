@@ -437,12 +437,12 @@ Next LanguageModel::step(const std::vector<int64_t>& tokens, const Draw& draw) {
   if (mode_ != CacheMode::kGrowing && next >= bt.capacity) grow(next + 1);
   std::vector<int64_t> rows(tokens.begin(), tokens.end());
   rows.resize(bt.size, tokens[0]);
-  if (can_run_ahead(draw)) {
+  if (can_run_ahead(draw, bt.size)) {
     // This step, its tokens on their way to the host; the step after it, fed those tokens on
     // the device; then the wait for this step's tokens alone.
     const int slot = ahead_->next_slot;
     const Tensor drawn = enqueue_step(step_feeds(rows), draw, slot);
-    launch_after(drawn, draw, slot);
+    launch_after(slot, [&] { launch_ahead(drawn, draw); });
     return take_tokens(slot);
   }
   Next out = run(mode_ == CacheMode::kGrowing ? *prompt_ : *step_, step_feeds(rows), false, draw);

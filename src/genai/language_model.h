@@ -16,6 +16,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -153,16 +154,29 @@ class LanguageModel : public TokenModel {
                Tensor* device_tokens = nullptr);
   // ---- Run-ahead (language_model_ahead.cpp) ----
   struct Ahead;
-  bool can_run_ahead(const Draw& draw);
+  bool can_run_ahead(const Draw& draw, int64_t rows);
   // Enqueues a decode step of the batch (its cache in place) fed `feeds`, with its drawn tokens
   // on their way to the host in readback `slot`; returns them on the device.
   Tensor enqueue_step(std::vector<std::pair<std::string, Tensor>> feeds, const Draw& draw, int slot);
   // Launches the step after the one whose drawn tokens are `tokens` (on the device), when the
   // cache holds its position without growing.
   void launch_ahead(const Tensor& tokens, const Draw& draw);
-  // launch_ahead after the step in readback `slot`; if it throws, that step's tokens are waited
-  // for first.
-  void launch_after(const Tensor& tokens, const Draw& draw, int slot);
+  // Runs `launch` (a launch ahead) after the step in readback `slot`; if it throws, that step's
+  // tokens are waited for first.
+  void launch_after(int slot, const std::function<void()>& launch);
+  // Serving's decode steps run ahead the same way (language_model_slots.cpp).
+  struct DecodeFeeds {
+    std::vector<std::pair<std::string, Tensor>> feeds;
+    std::vector<Tensor> rows;  // the cache views of slots [0, B)
+  };
+  DecodeFeeds decode_feeds(const std::vector<int64_t>& tokens, int64_t B);
+  // Enqueues a decode step of slots [0, B) (row r active where tokens[r] >= 0), its tokens on
+  // their way to the host in readback `slot`; `device_ids` (when given) replaces the ids.
+  Tensor enqueue_decode(const std::vector<int64_t>& tokens, const Draw& draw, int64_t B, int slot,
+                        const Tensor* device_ids);
+  void launch_decode_ahead(const Tensor& drawn, const std::vector<int64_t>& tokens, const Draw& draw);
+  std::vector<int64_t> take_decode_tokens(int slot, const std::vector<int64_t>& tokens);
+  std::vector<int64_t> take_decode_ahead(const Draw& draw);
   // The tokens of the step in readback `slot` (rows of the batch).
   Next take_tokens(int slot);
   Next take_ahead(const Draw& draw);

@@ -4,6 +4,7 @@
 // of the tokens, the wake-up, the next step's feeds and launch).
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "genai/language_model.h"
 #include "genai/language_model_parts.h"
@@ -13,19 +14,21 @@ namespace onyx::genai {
 
 namespace {
 
-// The draw of the step after one drawn with `d`: each sequence's counter one further.
-Draw following(const Draw& d) {
+// The draw of the step after one drawn with `d` over `tokens`: each sequence's counter one
+// further (a serving row whose token is -1 takes no step: its counter stays).
+Draw following(const Draw& d, const std::vector<int64_t>& tokens) {
   Draw n = d;
   ++n.counter;
-  for (auto& c : n.counters) ++c;
+  for (size_t r = 0; r < n.counters.size(); ++r)
+    if (r >= tokens.size() || tokens[r] >= 0) ++n.counters[r];
   return n;
 }
 
 }  // namespace
 
-bool LanguageModel::can_run_ahead(const Draw& draw) {
-  if (!draw.more || draw.logits || !backend_ || ranks_ || options_.tensor_parallel_world > 1 || !batch_ ||
-      mode_ == CacheMode::kGrowing || batch_->size > Ahead::kMaxRows)
+bool LanguageModel::can_run_ahead(const Draw& draw, int64_t rows) {
+  if (!draw.more || draw.logits || !backend_ || ranks_ || options_.tensor_parallel_world > 1 ||
+      mode_ == CacheMode::kGrowing || rows > Ahead::kMaxRows)
     return false;
   // A penalty reads the history, which the step ahead would need before its tokens are known.
   for (const auto& o : draw.options)
@@ -69,9 +72,10 @@ void LanguageModel::launch_ahead(const Tensor& tokens, const Draw& draw) {
       t = Tensor::borrow(DType::kInt64, Shape{bt.size, 1}, tokens.raw(), tokens.storage(), tokens.device());
   Ahead& a = *ahead_;
   const int slot = a.next_slot;
-  const Draw d = following(draw);
+  const Draw d = following(draw, {});
   Tensor drawn = enqueue_step(std::move(feeds), d, slot);
   a.live = true;
+  a.serving = false;
   a.slot = slot;
   a.tokens = std::move(drawn);
   a.draw = d;
@@ -104,13 +108,14 @@ Next LanguageModel::take_ahead(const Draw& draw) {
   a.live = false;
   a.tokens = Tensor();
   ++run_ahead_counts_.taken;
-  if (can_run_ahead(draw)) launch_after(drawn, draw, slot);  // the next one, before the wait for these tokens
+  if (can_run_ahead(draw, batch_->size))  // the next one, before the wait for these tokens
+    launch_after(slot, [&] { launch_ahead(drawn, draw); });
   return take_tokens(slot);
 }
 
-void LanguageModel::launch_after(const Tensor& tokens, const Draw& draw, int slot) {
+void LanguageModel::launch_after(int slot, const std::function<void()>& launch) {
   try {
-    launch_ahead(tokens, draw);
+    launch();
   } catch (...) {
     // The step in `slot` stays in the stream; its tokens are waited for (and dropped) before
     // the error goes to the caller, so that no readback is left pending.
@@ -126,10 +131,89 @@ void LanguageModel::settle() {
   a.tokens = Tensor();
   a.fed.clear();
   if (a.readback[a.slot]->pending()) a.readback[a.slot]->wait(nullptr);
-  if (batch_) {
+  if (a.serving) {
+    if (slots_)
+      for (int64_t r : a.active) --slots_->filled[r];
+  } else if (batch_) {
     --batch_->steps;
     for (auto& n : batch_->length) --n;
   }
+}
+
+// ---- Serving (decode()) ----
+
+Tensor LanguageModel::enqueue_decode(const std::vector<int64_t>& tokens, const Draw& draw, int64_t B, int slot,
+                                     const Tensor* device_ids) {
+  Slots& sl = *slots_;
+  DecodeFeeds f = decode_feeds(tokens, B);
+  if (device_ids)
+    for (auto& [name, t] : f.feeds)
+      if (name == folder_.input_ids)
+        t = Tensor::borrow(DType::kInt64, Shape{B, 1}, device_ids->raw(), device_ids->storage(), device_ids->device());
+  Batch bt;
+  bt.size = bt.rows = B;
+  bt.capacity = sl.capacity;
+  Tensor drawn;
+  execute(*step_, std::move(f.feeds), bt, false, padded_draw(draw, B), &f.rows, nullptr, &drawn);
+  ONYX_ASSERT(drawn.dtype() == DType::kInt64 && drawn.numel() == B && !drawn.on_host(), "the decoder's drawn tokens are ",
+              drawn.type_str(), ", not ", B, " int64 on the device");
+  DeviceReadback& rb = *ahead_->readback[slot];
+  if (rb.pending()) rb.wait(nullptr);
+  rb.start(drawn.raw(), drawn.bytes());
+  ahead_->next_slot = slot ^ 1;
+  for (size_t r = 0; r < tokens.size(); ++r)
+    if (tokens[r] >= 0) ++sl.filled[r];
+  return drawn;
+}
+
+void LanguageModel::launch_decode_ahead(const Tensor& drawn, const std::vector<int64_t>& tokens, const Draw& draw) {
+  Slots& sl = *slots_;
+  std::vector<int64_t> active;
+  for (size_t r = 0; r < tokens.size(); ++r)
+    if (tokens[r] >= 0) {
+      if (sl.filled[r] >= sl.capacity) return;  // full: the call that takes this step says so
+      active.push_back(static_cast<int64_t>(r));
+    }
+  const int64_t B = std::min(bucket_for(static_cast<int64_t>(tokens.size())), sl.count);
+  Ahead& a = *ahead_;
+  const int slot = a.next_slot;
+  const Draw d = following(draw, tokens);
+  Tensor next = enqueue_decode(tokens, d, B, slot, &drawn);
+  a.live = true;
+  a.serving = true;
+  a.active = std::move(active);
+  a.slot = slot;
+  a.tokens = std::move(next);
+  a.draw = d;
+  a.fed.clear();
+  ++run_ahead_counts_.launched;
+}
+
+std::vector<int64_t> LanguageModel::take_decode_tokens(int slot, const std::vector<int64_t>& tokens) {
+  unsigned word = 0;
+  const int64_t* got = static_cast<const int64_t*>(ahead_->readback[slot]->wait(&word));
+  if (word) {
+    settle();
+    const std::string errors = backend_->finish();
+    throw Error(cat("the device reported: ", errors.empty() ? "an error" : errors));
+  }
+  std::vector<int64_t> next(tokens.size());
+  for (size_t r = 0; r < tokens.size(); ++r) next[r] = tokens[r] >= 0 ? got[r] : -1;
+  if (ahead_->live) ahead_->fed = next;
+  return next;
+}
+
+std::vector<int64_t> LanguageModel::take_decode_ahead(const Draw& draw) {
+  Ahead& a = *ahead_;
+  const int slot = a.slot;
+  const Tensor drawn = a.tokens;
+  const std::vector<int64_t> fed = a.fed;  // this step's tokens: which rows are active
+  a.live = false;
+  a.tokens = Tensor();
+  ++run_ahead_counts_.taken;
+  const int64_t B = std::min(bucket_for(static_cast<int64_t>(fed.size())), slots_->count);
+  if (can_run_ahead(draw, B)) launch_after(slot, [&] { launch_decode_ahead(drawn, fed, draw); });
+  return take_decode_tokens(slot, fed);
 }
 
 }  // namespace onyx::genai

@@ -71,6 +71,8 @@ struct LanguageModel::Ahead {
   Tensor tokens;              // its drawn tokens, on the device ([bucket])
   Draw draw;                  // the draw it was launched with
   std::vector<int64_t> fed;   // the tokens it was fed (the rows' draws of the step before it)
+  bool serving = false;       // a decode step of the slots (decode()), not of a generation (step())
+  std::vector<int64_t> active;  // serving: the slots it advanced
 };
 
 // The names of what onyx appends to the decoder to draw tokens on its device.
@@ -84,6 +86,9 @@ inline constexpr const char* kNextToken = "onyx_next_token";
 inline constexpr const char* kNextLogits = "onyx_next_logits";
 
 using Feeds = std::vector<std::pair<std::string, Tensor>>;
+
+// `draw` (a row per sequence) with greedy draws for the padding rows up to B (unread).
+Draw padded_draw(const Draw& draw, int64_t B);
 
 // The check that keeps a cache rewrite: "" when `got`'s logits (float32, on the host) are within
 // the tolerance of a cache of `kv_dtype` (1e-4 of the largest for float32, else 2e-2) of

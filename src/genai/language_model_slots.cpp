@@ -72,6 +72,8 @@ std::vector<Tensor> LanguageModel::slot_views(int64_t begin, int64_t count) cons
 
 void LanguageModel::truncate_slot(int64_t slot, int64_t keep) {
   if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { m.truncate_slot(slot, keep); });
+  if (backend_) backend_->make_current();
+  settle();
   ONYX_CHECK(slots_ && slot >= 0 && slot < slots_->count, "no slot ", slot);
   slots_->filled[slot] = std::clamp<int64_t>(keep, 0, slots_->filled[slot]);
 }
@@ -79,6 +81,7 @@ void LanguageModel::truncate_slot(int64_t slot, int64_t keep) {
 void LanguageModel::swap_slots(int64_t a, int64_t b) {
   if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { m.swap_slots(a, b); });
   if (backend_) backend_->make_current();
+  settle();
   ONYX_CHECK(slots_ && a >= 0 && b >= 0 && a < slots_->count && b < slots_->count, "no slots ", a, " and ", b);
   if (a == b) return;
   for (size_t k = 0; k < slots_->cache.size(); ++k) {
@@ -100,6 +103,7 @@ void LanguageModel::swap_slots(int64_t a, int64_t b) {
 int64_t LanguageModel::prefill(int64_t slot, const std::vector<int64_t>& ids, int64_t from, const Draw& draw) {
   if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { return m.prefill(slot, ids, from, draw); });
   if (backend_) backend_->make_current();
+  settle();
   ONYX_CHECK(slots_, "prefill needs open slots");
   Slots& sl = *slots_;
   ONYX_CHECK(slot >= 0 && slot < sl.count, "no slot ", slot, " (", sl.count, " slots)");
@@ -157,19 +161,12 @@ int64_t LanguageModel::prefill(int64_t slot, const std::vector<int64_t>& ids, in
   return next.tokens[0];
 }
 
-std::vector<int64_t> LanguageModel::decode(const std::vector<int64_t>& tokens, const Draw& draw) {
-  if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { return m.decode(tokens, draw); });
-  if (backend_) backend_->make_current();
-  ONYX_CHECK(slots_, "decode needs open slots");
+// The feeds of a decode step over slots [0, B): row r's token `tokens[r]` (r < tokens.size()),
+// padding where it is -1 or past them; the padding rows keep one fewer position when full.
+LanguageModel::DecodeFeeds LanguageModel::decode_feeds(const std::vector<int64_t>& tokens, int64_t B) {
   Slots& sl = *slots_;
   const int64_t n = static_cast<int64_t>(tokens.size());
-  ONYX_CHECK(n >= 1 && n <= sl.count, "a decode step takes 1 to ", sl.count, " sequences, got ", n);
-  ONYX_CHECK(static_cast<int64_t>(draw.options.size()) == n && static_cast<int64_t>(draw.seeds.size()) == n,
-             "the draw needs options and a seed per sequence");
-  const int64_t B = std::min(bucket_for(n), sl.count);
   auto active = [&](int64_t r) { return r < n && tokens[r] >= 0; };
-  for (int64_t r = 0; r < n; ++r)
-    ONYX_CHECK(!active(r) || sl.filled[r] < sl.capacity, "slot ", r, " is full (", sl.capacity, " positions)");
   for (int64_t r = 0; r < B; ++r)  // padding writes one past what the slot keeps: keep one fewer when full
     if (!active(r)) sl.filled[r] = std::min(sl.filled[r], sl.capacity - 1);
   const int64_t W = sl.capacity;
@@ -182,26 +179,62 @@ std::vector<int64_t> LanguageModel::decode(const std::vector<int64_t>& tokens, c
     pos.data<int64_t>()[r] = here;
     index.data<int64_t>()[r] = here;
   }
-  Feeds f{{folder_.input_ids, ids}};
+  DecodeFeeds d;
+  Feeds& f = d.feeds;
+  f.emplace_back(folder_.input_ids, ids);
   if (!folder_.attention_mask.empty()) f.emplace_back(folder_.attention_mask, mask);
   if (!folder_.position_ids.empty()) f.emplace_back(folder_.position_ids, pos);
   if (!folder_.use_cache_branch.empty())
     f.emplace_back(folder_.use_cache_branch, Tensor::from_vector<bool>({true}, Shape{1}));
   if (mode_ == CacheMode::kStatic) f.emplace_back(index_input_, index);
-  const std::vector<Tensor> rows = slot_views(0, B);
+  d.rows = slot_views(0, B);
   for (size_t l = 0; l < folder_.layers.size(); ++l) {
-    f.emplace_back(folder_.layers[l].past_key, rows[2 * l]);
-    f.emplace_back(folder_.layers[l].past_value, rows[2 * l + 1]);
+    f.emplace_back(folder_.layers[l].past_key, d.rows[2 * l]);
+    f.emplace_back(folder_.layers[l].past_value, d.rows[2 * l + 1]);
   }
-  // The padding rows' draws: greedy, unread.
+  return d;
+}
+
+Draw padded_draw(const Draw& draw, int64_t B) {
   Draw d = draw;
   d.options.resize(B, {0.f, 0.f, 1.f, 0.f, 1.f});
   d.seeds.resize(B, 0);
   if (!d.counters.empty()) d.counters.resize(B, 0);
+  return d;
+}
+
+std::vector<int64_t> LanguageModel::decode(const std::vector<int64_t>& tokens, const Draw& draw) {
+  if (ranks_ && !fanning_) return on_every_rank([&](LanguageModel& m) { return m.decode(tokens, draw); });
+  if (backend_) backend_->make_current();
+  ONYX_CHECK(slots_, "decode needs open slots");
+  Slots& sl = *slots_;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  ONYX_CHECK(n >= 1 && n <= sl.count, "a decode step takes 1 to ", sl.count, " sequences, got ", n);
+  ONYX_CHECK(static_cast<int64_t>(draw.options.size()) == n && static_cast<int64_t>(draw.seeds.size()) == n,
+             "the draw needs options and a seed per sequence");
+  if (ahead_ && ahead_->live) {
+    const Draw& a = ahead_->draw;
+    if (ahead_->serving && tokens == ahead_->fed && draw.options == a.options && draw.seeds == a.seeds &&
+        draw.counter == a.counter && draw.counters == a.counters && !draw.logits)
+      return take_decode_ahead(draw);
+    settle();
+  }
+  const int64_t B = std::min(bucket_for(n), sl.count);
+  auto active = [&](int64_t r) { return r < n && tokens[r] >= 0; };
+  for (int64_t r = 0; r < n; ++r)
+    ONYX_CHECK(!active(r) || sl.filled[r] < sl.capacity, "slot ", r, " is full (", sl.capacity, " positions)");
+  if (can_run_ahead(draw, B)) {
+    // As step(): this step, the one after it fed its tokens on the device, then this one's tokens.
+    const int slot = ahead_->next_slot;
+    const Tensor drawn = enqueue_decode(tokens, draw, B, slot, nullptr);
+    launch_after(slot, [&] { launch_decode_ahead(drawn, tokens, draw); });
+    return take_decode_tokens(slot, tokens);
+  }
+  DecodeFeeds f = decode_feeds(tokens, B);
   Batch bt;
   bt.size = bt.rows = B;
-  bt.capacity = W;
-  Next next = execute(*step_, std::move(f), bt, false, d, &rows, nullptr);
+  bt.capacity = sl.capacity;
+  Next next = execute(*step_, std::move(f.feeds), bt, false, padded_draw(draw, B), &f.rows, nullptr);
   for (int64_t r = 0; r < n; ++r)
     if (active(r)) ++sl.filled[r];
   next.tokens.resize(n);

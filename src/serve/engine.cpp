@@ -374,6 +374,14 @@ void Engine::decode_step() {
     penalty |= s && penalized(s->req.search);
   }
   if (penalty) d.history = &history;
+  // Whether the next turn of the loop will decode these sequences again before anything else
+  // touches the model: no request waiting for a free slot, no prompt still being read.
+  d.more = options_.run_ahead && !penalty;
+  for (int64_t s = 0; s < busy_ && d.more; ++s) d.more = seq_[s]->decoding();
+  if (d.more && busy_ < slots_) {
+    std::lock_guard<std::mutex> lk(mu_);
+    d.more = queue_.empty();
+  }
   const std::vector<int64_t> next = model_.decode(tokens, d);
   metrics_.add("onyx_decode_steps_total");
   int64_t decoding = 0;

@@ -36,6 +36,10 @@ struct EngineOptions {
   size_t kv_cache_bytes = 0;    // a bound on the slots' cache bytes (fewer slots when it binds); 0: none
   int64_t max_queue = 64;       // requests waiting for a slot; past it submit() refuses (Overloaded)
   int64_t prefill_chunk = 256;  // prompt tokens per prefill run between decode steps
+  // On a GPU: a decode step that the next loop turn will follow with another (no request waiting
+  // for a slot, no prompt being read, no penalty) launches that step before its own tokens reach
+  // the host (LanguageModel's run-ahead); the tokens are the same either way.
+  bool run_ahead = true;
 };
 
 struct Completion {

@@ -186,6 +186,98 @@ TEST_P(GenerateGpu, RunAheadStepsDrawTheTokensOfStepsTakenInTurn) {
   }
 }
 
+// Serving's decode steps run ahead as generation's do (LanguageModel::decode): over four slots
+// on captured steps, sampled with a seed and a counter per sequence, a run with Draw::more
+// draws, step by step, what a run without it draws, through a fed token that is not the one
+// drawn, a sequence leaving (its token -1), a new sequence's prefill between two decode steps,
+// and its joining the next step.
+TEST_P(GenerateGpu, ServingDecodeStepsRunAheadDrawTheTokensOfStepsTakenInTurn) {
+  REQUIRE_GPU();
+  const std::string dir = fixture(GetParam());
+  ASSERT_TRUE(std::filesystem::exists(dir)) << dir << " is missing (set ONYX_GENAI_FIXTURES)";
+  SessionOptions opt;
+  opt.device = "cuda:0";
+  opt.allow_cpu_fallback = false;
+  opt.capture = CaptureMode::kRequire;
+  LanguageModel model(dir, opt);
+  ASSERT_NE(model.cache_mode(), CacheMode::kGrowing) << model.cache_note();
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(cat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  const int64_t vocab = model.folder().vocab_size > 0 ? model.folder().vocab_size : 1000;
+  std::vector<std::vector<int64_t>> prompts;
+  for (int64_t n : {21, 9, 34, 14}) {
+    std::vector<int64_t> p(n);
+    for (auto& id : p) id = std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng);
+    prompts.push_back(std::move(p));
+  }
+  SearchOptions s;
+  s.do_sample = true;
+  s.temperature = 0.8;
+  s.top_p = 0.9;
+  const int64_t forced = std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng);
+  constexpr int64_t kSteps = 20;
+  auto run = [&](bool more) {
+    model.open_slots(4, 128);
+    std::vector<int64_t> last(4, -1), generated(4, 0);
+    auto draw = [&](const std::vector<int64_t>& rows) {
+      Draw d;
+      for (int64_t r : rows) {
+        d.options.push_back(draw_options(s));
+        d.seeds.push_back(sequence_seed(seed, static_cast<size_t>(r)));
+        d.counters.push_back(generated[r]);
+      }
+      d.more = more;
+      return d;
+    };
+    for (int64_t r = 0; r < 3; ++r) {
+      last[r] = model.prefill(r, prompts[r], 0, draw({r}));
+      generated[r] = 1;
+    }
+    std::vector<std::vector<int64_t>> got;
+    for (int64_t step = 1; step <= kSteps; ++step) {
+      if (step == 10) last[2] = -1;  // slot 2's sequence has ended
+      if (step == 14) {              // a new sequence into slot 3
+        Draw d = draw({3});
+        d.more = false;
+        last[3] = model.prefill(3, prompts[3], 0, d);
+        generated[3] = 1;
+      }
+      std::vector<int64_t> tokens(last.begin(), last.begin() + (step >= 14 ? 4 : 3));
+      if (step == 6) tokens[1] = forced;  // not what slot 1 drew
+      std::vector<int64_t> rows;
+      for (int64_t r = 0; r < static_cast<int64_t>(tokens.size()); ++r) rows.push_back(r);
+      Draw d = draw(rows);
+      for (size_t r = 0; r < tokens.size(); ++r)
+        if (tokens[r] < 0) d.counters[r] = 0;
+      const std::vector<int64_t> next = model.decode(tokens, d);
+      EXPECT_EQ(next.size(), tokens.size());
+      for (size_t r = 0; r < tokens.size(); ++r) {
+        if (tokens[r] < 0) {
+          EXPECT_EQ(next[r], -1) << "slot " << r << " took no step";
+          continue;
+        }
+        last[r] = next[r];
+        ++generated[r];
+      }
+      got.push_back(next);
+    }
+    return got;
+  };
+  const auto in_turn = run(false);
+  const LanguageModel::RunAheadCounts before = model.run_ahead_counts();
+  EXPECT_EQ(before.launched, 0);
+  const auto ahead = run(true);
+  const LanguageModel::RunAheadCounts c = model.run_ahead_counts();
+  // Launched after every step (the last too); forgotten at the forced token, the leaving
+  // sequence, the prefill and the end.
+  EXPECT_GE(c.launched, kSteps - 2);
+  EXPECT_GE(c.taken, c.launched - 5);
+  EXPECT_LT(c.taken, c.launched);
+  ASSERT_EQ(in_turn.size(), ahead.size());
+  for (size_t k = 0; k < in_turn.size(); ++k) EXPECT_EQ(ahead[k], in_turn[k]) << "step " << k + 1;
+}
+
 // The penalties on cuda:0 through captured decode steps (history and generated_start fed at
 // every step, read by replays from their input slots): each greedy token with the repetition,
 // presence and frequency penalties is the argmax of the decoder's logits at that step (read

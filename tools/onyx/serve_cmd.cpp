@@ -37,6 +37,9 @@ options:
   --kv-cache-bytes B      bound the slots' KV cache to B bytes (fewer slots when it binds)
   --max-queue N           requests that may wait for a slot; more get 429 (default 64)
   --prefill-chunk N       prompt tokens per prefill run between decode steps (default 256)
+  --no-run-ahead          on a GPU, launch each decode step only once the step before it has given
+                          its tokens to the host (default: launch it before, when nothing else
+                          waits; the tokens are the same)
   --api-key KEY           require "Authorization: Bearer KEY" (not for /health, /metrics)
   --model-name NAME       the model's id in the API (default: the folder's name)
   --threads N             connections served at once (default: slots + queue + 8)
@@ -93,6 +96,7 @@ int cmd_serve(const std::vector<std::string>& args) {
       eo.max_queue = to_int(a.value());
       if (eo.max_queue < 0) throw UsageError("--max-queue must not be negative");
     } else if (opt == "--prefill-chunk") eo.prefill_chunk = positive(opt, to_int(a.value()));
+    else if (opt == "--no-run-ahead") eo.run_ahead = false;
     else if (opt == "--api-key") so.api_key = a.value();
     else if (opt == "--model-name") so.model_name = a.value();
     else if (opt == "--threads") so.threads = static_cast<int>(positive(opt, to_int(a.value())));
