@@ -14,11 +14,12 @@ namespace onyx::genai {
 
 namespace {
 
-// The draw of the step after one drawn with `d` over `tokens`: each sequence's counter one
-// further (a serving row whose token is -1 takes no step: its counter stays).
+// The draw of the step after one drawn with `d` over `tokens`: the draw's counter one further,
+// or where the sequences have counters of their own (serving), each of theirs (a row whose
+// token is -1 takes no step: its counter stays).
 Draw following(const Draw& d, const std::vector<int64_t>& tokens) {
   Draw n = d;
-  ++n.counter;
+  if (n.counters.empty()) ++n.counter;
   for (size_t r = 0; r < n.counters.size(); ++r)
     if (r >= tokens.size() || tokens[r] >= 0) ++n.counters[r];
   return n;
