@@ -425,13 +425,8 @@ Next LanguageModel::step(const std::vector<int64_t>& tokens, const Draw& draw) {
   ONYX_CHECK(static_cast<int64_t>(tokens.size()) == bt.rows, "a step takes one token per sequence (", bt.rows,
              "), got ", tokens.size());
   ONYX_CHECK(static_cast<int64_t>(draw.options.size()) == bt.rows, "the draw needs options per sequence");
-  if (ahead_ && ahead_->live) {
-    const Draw& a = ahead_->draw;
-    if (tokens == ahead_->fed && draw.options == a.options && draw.seeds == a.seeds && draw.counter == a.counter &&
-        draw.counters == a.counters && !draw.logits)
-      return take_ahead(draw);
-    settle();
-  }
+  if (takes_ahead(tokens, draw, false)) return take_ahead(draw);
+  settle();
   const int64_t next = *std::max_element(bt.length.begin(), bt.length.end());
   ONYX_CHECK(next < folder_.context_length, "the context of ", folder_.context_length, " positions is full");
   if (mode_ != CacheMode::kGrowing && next >= bt.capacity) grow(next + 1);

@@ -155,6 +155,14 @@ class LanguageModel : public TokenModel {
   // ---- Run-ahead (language_model_ahead.cpp) ----
   struct Ahead;
   bool can_run_ahead(const Draw& draw, int64_t rows);
+  // Whether the step in flight is the one a call with `tokens` and `draw` asks for.
+  bool takes_ahead(const std::vector<int64_t>& tokens, const Draw& draw, bool serving) const;
+  void feed_device_ids(std::vector<std::pair<std::string, Tensor>>& feeds, const Tensor& ids, int64_t rows) const;
+  // Starts the copy of a step's `rows` drawn tokens into readback `slot` (the next launch's is
+  // the other); wait_tokens waits for them (an error when the device reported one).
+  void start_readback(const Tensor& drawn, int64_t rows, int slot);
+  const int64_t* wait_tokens(int slot);
+  void record_ahead(int slot, Tensor drawn, Draw draw, bool serving, std::vector<int64_t> active);
   // Enqueues a decode step of the batch (its cache in place) fed `feeds`, with its drawn tokens
   // on their way to the host in readback `slot`; returns them on the device.
   Tensor enqueue_step(std::vector<std::pair<std::string, Tensor>> feeds, const Draw& draw, int slot);

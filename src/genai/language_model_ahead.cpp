@@ -45,17 +45,60 @@ bool LanguageModel::can_run_ahead(const Draw& draw, int64_t rows) {
   return true;
 }
 
+bool LanguageModel::takes_ahead(const std::vector<int64_t>& tokens, const Draw& draw, bool serving) const {
+  if (!ahead_ || !ahead_->live || ahead_->serving != serving || draw.logits) return false;
+  const Draw& a = ahead_->draw;
+  return tokens == ahead_->fed && draw.options == a.options && draw.seeds == a.seeds && draw.counter == a.counter &&
+         draw.counters == a.counters;
+}
+
+// `feeds`' token ids replaced by `ids` ([rows] int64 on the device: a step's drawn tokens).
+void LanguageModel::feed_device_ids(Feeds& feeds, const Tensor& ids, int64_t rows) const {
+  for (auto& [name, t] : feeds)
+    if (name == folder_.input_ids)
+      t = Tensor::borrow(DType::kInt64, Shape{rows, 1}, ids.raw(), ids.storage(), ids.device());
+}
+
+void LanguageModel::start_readback(const Tensor& drawn, int64_t rows, int slot) {
+  ONYX_ASSERT(drawn.dtype() == DType::kInt64 && drawn.numel() == rows && !drawn.on_host(),
+              "the decoder's drawn tokens are ", drawn.type_str(), ", not ", rows, " int64 on the device");
+  DeviceReadback& rb = *ahead_->readback[slot];
+  if (rb.pending()) rb.wait(nullptr);  // a step whose tokens no one took (a launch after it failed)
+  rb.start(drawn.raw(), drawn.bytes());
+  ahead_->next_slot = slot ^ 1;
+}
+
+const int64_t* LanguageModel::wait_tokens(int slot) {
+  unsigned word = 0;
+  const void* got = ahead_->readback[slot]->wait(&word);
+  if (word) {
+    // An op met an out-of-range index in this step or one before it: nothing launched since is
+    // taken either.
+    settle();
+    const std::string errors = backend_->finish();
+    throw Error(cat("the device reported: ", errors.empty() ? "an error" : errors));
+  }
+  return static_cast<const int64_t*>(got);
+}
+
+void LanguageModel::record_ahead(int slot, Tensor drawn, Draw draw, bool serving, std::vector<int64_t> active) {
+  Ahead& a = *ahead_;
+  a.live = true;
+  a.serving = serving;
+  a.active = std::move(active);
+  a.slot = slot;
+  a.tokens = std::move(drawn);
+  a.draw = std::move(draw);
+  a.fed.clear();  // known once the step before it gives its tokens
+  ++run_ahead_counts_.launched;
+}
+
 Tensor LanguageModel::enqueue_step(Feeds feeds, const Draw& draw, int slot) {
   Batch& bt = *batch_;
   std::vector<Tensor> presents;
   Tensor drawn;
   execute(*step_, std::move(feeds), bt, false, draw, &bt.cache, &presents, &drawn);
-  ONYX_ASSERT(drawn.dtype() == DType::kInt64 && drawn.numel() == bt.size && !drawn.on_host(),
-              "the decoder's drawn tokens are ", drawn.type_str(), ", not ", bt.size, " int64 on the device");
-  DeviceReadback& rb = *ahead_->readback[slot];
-  if (rb.pending()) rb.wait(nullptr);  // a step whose tokens no one took (a launch after it failed)
-  rb.start(drawn.raw(), drawn.bytes());
-  ahead_->next_slot = slot ^ 1;
+  start_readback(drawn, bt.size, slot);
   ++bt.steps;
   for (auto& n : bt.length) ++n;
   return drawn;
@@ -68,36 +111,17 @@ void LanguageModel::launch_ahead(const Tensor& tokens, const Draw& draw) {
   // the call that takes it grows the cache first, or says the context is full.
   if (next >= folder_.context_length || next >= bt.capacity) return;
   Feeds feeds = step_feeds(std::vector<int64_t>(bt.size, 0));
-  for (auto& [name, t] : feeds)
-    if (name == folder_.input_ids)
-      t = Tensor::borrow(DType::kInt64, Shape{bt.size, 1}, tokens.raw(), tokens.storage(), tokens.device());
-  Ahead& a = *ahead_;
-  const int slot = a.next_slot;
-  const Draw d = following(draw, {});
+  feed_device_ids(feeds, tokens, bt.size);
+  const int slot = ahead_->next_slot;
+  Draw d = following(draw, {});
   Tensor drawn = enqueue_step(std::move(feeds), d, slot);
-  a.live = true;
-  a.serving = false;
-  a.slot = slot;
-  a.tokens = std::move(drawn);
-  a.draw = d;
-  a.fed.clear();  // known once the step before it gives its tokens (take_tokens)
-  ++run_ahead_counts_.launched;
+  record_ahead(slot, std::move(drawn), std::move(d), false, {});
 }
 
 Next LanguageModel::take_tokens(int slot) {
-  Batch& bt = *batch_;
-  unsigned word = 0;
-  const void* got = ahead_->readback[slot]->wait(&word);
-  if (word) {
-    // An op met an out-of-range index in this step or one before it: nothing launched since is
-    // taken either.
-    settle();
-    const std::string errors = backend_->finish();
-    throw Error(cat("the device reported: ", errors.empty() ? "an error" : errors));
-  }
+  const int64_t* got = wait_tokens(slot);
   Next next;
-  next.tokens.resize(static_cast<size_t>(bt.rows));
-  std::memcpy(next.tokens.data(), got, next.tokens.size() * sizeof(int64_t));
+  next.tokens.assign(got, got + batch_->rows);
   if (ahead_->live) ahead_->fed = next.tokens;  // what the step launched after this one was fed
   return next;
 }
@@ -147,21 +171,13 @@ Tensor LanguageModel::enqueue_decode(const std::vector<int64_t>& tokens, const D
                                      const Tensor* device_ids) {
   Slots& sl = *slots_;
   DecodeFeeds f = decode_feeds(tokens, B);
-  if (device_ids)
-    for (auto& [name, t] : f.feeds)
-      if (name == folder_.input_ids)
-        t = Tensor::borrow(DType::kInt64, Shape{B, 1}, device_ids->raw(), device_ids->storage(), device_ids->device());
+  if (device_ids) feed_device_ids(f.feeds, *device_ids, B);
   Batch bt;
   bt.size = bt.rows = B;
   bt.capacity = sl.capacity;
   Tensor drawn;
   execute(*step_, std::move(f.feeds), bt, false, padded_draw(draw, B), &f.rows, nullptr, &drawn);
-  ONYX_ASSERT(drawn.dtype() == DType::kInt64 && drawn.numel() == B && !drawn.on_host(), "the decoder's drawn tokens are ",
-              drawn.type_str(), ", not ", B, " int64 on the device");
-  DeviceReadback& rb = *ahead_->readback[slot];
-  if (rb.pending()) rb.wait(nullptr);
-  rb.start(drawn.raw(), drawn.bytes());
-  ahead_->next_slot = slot ^ 1;
+  start_readback(drawn, B, slot);
   for (size_t r = 0; r < tokens.size(); ++r)
     if (tokens[r] >= 0) ++sl.filled[r];
   return drawn;
@@ -176,28 +192,14 @@ void LanguageModel::launch_decode_ahead(const Tensor& drawn, const std::vector<i
       active.push_back(static_cast<int64_t>(r));
     }
   const int64_t B = std::min(bucket_for(static_cast<int64_t>(tokens.size())), sl.count);
-  Ahead& a = *ahead_;
-  const int slot = a.next_slot;
-  const Draw d = following(draw, tokens);
+  const int slot = ahead_->next_slot;
+  Draw d = following(draw, tokens);
   Tensor next = enqueue_decode(tokens, d, B, slot, &drawn);
-  a.live = true;
-  a.serving = true;
-  a.active = std::move(active);
-  a.slot = slot;
-  a.tokens = std::move(next);
-  a.draw = d;
-  a.fed.clear();
-  ++run_ahead_counts_.launched;
+  record_ahead(slot, std::move(next), std::move(d), true, std::move(active));
 }
 
 std::vector<int64_t> LanguageModel::take_decode_tokens(int slot, const std::vector<int64_t>& tokens) {
-  unsigned word = 0;
-  const int64_t* got = static_cast<const int64_t*>(ahead_->readback[slot]->wait(&word));
-  if (word) {
-    settle();
-    const std::string errors = backend_->finish();
-    throw Error(cat("the device reported: ", errors.empty() ? "an error" : errors));
-  }
+  const int64_t* got = wait_tokens(slot);
   std::vector<int64_t> next(tokens.size());
   for (size_t r = 0; r < tokens.size(); ++r) next[r] = tokens[r] >= 0 ? got[r] : -1;
   if (ahead_->live) ahead_->fed = next;

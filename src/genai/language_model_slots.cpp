@@ -212,13 +212,8 @@ std::vector<int64_t> LanguageModel::decode(const std::vector<int64_t>& tokens, c
   ONYX_CHECK(n >= 1 && n <= sl.count, "a decode step takes 1 to ", sl.count, " sequences, got ", n);
   ONYX_CHECK(static_cast<int64_t>(draw.options.size()) == n && static_cast<int64_t>(draw.seeds.size()) == n,
              "the draw needs options and a seed per sequence");
-  if (ahead_ && ahead_->live) {
-    const Draw& a = ahead_->draw;
-    if (ahead_->serving && tokens == ahead_->fed && draw.options == a.options && draw.seeds == a.seeds &&
-        draw.counter == a.counter && draw.counters == a.counters && !draw.logits)
-      return take_decode_ahead(draw);
-    settle();
-  }
+  if (takes_ahead(tokens, draw, true)) return take_decode_ahead(draw);
+  settle();
   const int64_t B = std::min(bucket_for(n), sl.count);
   auto active = [&](int64_t r) { return r < n && tokens[r] >= 0; };
   for (int64_t r = 0; r < n; ++r)

@@ -12,6 +12,7 @@
 #include <functional>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 
@@ -29,6 +30,39 @@ std::string fixture(const std::string& name) {
 }
 
 class GenerateGpu : public testing::TestWithParam<std::string> {};
+
+// The run-ahead tests' model (cuda:0, every decode step captured), random prompts and sampling.
+struct RunAheadRig {
+  std::unique_ptr<LanguageModel> model;
+  uint64_t seed = std::random_device{}();
+  std::mt19937_64 rng{seed};
+  int64_t vocab = 0;
+
+  explicit RunAheadRig(const std::string& dir) {
+    SessionOptions opt;
+    opt.device = "cuda:0";
+    opt.allow_cpu_fallback = false;
+    opt.capture = CaptureMode::kRequire;
+    model = std::make_unique<LanguageModel>(dir, opt);
+    vocab = model->folder().vocab_size > 0 ? model->folder().vocab_size : 1000;
+  }
+  std::vector<std::vector<int64_t>> prompts(std::initializer_list<int64_t> lengths) {
+    std::vector<std::vector<int64_t>> out;
+    for (int64_t n : lengths) {
+      std::vector<int64_t> p(n);
+      for (auto& id : p) id = std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng);
+      out.push_back(std::move(p));
+    }
+    return out;
+  }
+  static SearchOptions sampled() {
+    SearchOptions s;
+    s.do_sample = true;
+    s.temperature = 0.8;
+    s.top_p = 0.9;
+    return s;
+  }
+};
 
 TEST_P(GenerateGpu, InterleavedBatchesGiveEachPromptItsOwnTokens) {
   REQUIRE_GPU();
@@ -111,26 +145,16 @@ TEST_P(GenerateGpu, RunAheadStepsDrawTheTokensOfStepsTakenInTurn) {
   REQUIRE_GPU();
   const std::string dir = fixture(GetParam());
   ASSERT_TRUE(std::filesystem::exists(dir)) << dir << " is missing (set ONYX_GENAI_FIXTURES)";
-  SessionOptions opt;
-  opt.device = "cuda:0";
-  opt.allow_cpu_fallback = false;
-  opt.capture = CaptureMode::kRequire;
-  LanguageModel model(dir, opt);
+  RunAheadRig rig(dir);
+  LanguageModel& model = *rig.model;
   ASSERT_NE(model.cache_mode(), CacheMode::kGrowing) << model.cache_note();
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = rig.seed;
   SCOPED_TRACE(cat("seed ", seed));
-  std::mt19937_64 rng(seed);
-  const int64_t vocab = model.folder().vocab_size > 0 ? model.folder().vocab_size : 1000;
-  std::vector<std::vector<int64_t>> prompts;
-  for (int64_t n : {50, 45, 31}) {  // 50 + 24 steps passes the first 64 positions: the cache grows
-    std::vector<int64_t> p(n);
-    for (auto& id : p) id = std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng);
-    prompts.push_back(std::move(p));
-  }
-  SearchOptions s;
-  s.do_sample = true;
-  s.temperature = 0.8;
-  s.top_p = 0.9;
+  std::mt19937_64& rng = rig.rng;
+  const int64_t vocab = rig.vocab;
+  // 50 + 24 steps passes the first 64 positions: the cache grows.
+  const std::vector<std::vector<int64_t>> prompts = rig.prompts({50, 45, 31});
+  const SearchOptions s = rig.sampled();
   constexpr int64_t kSteps = 24;
   const int64_t forced = std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng);
   // One generation of kSteps steps; returns each step's tokens. `more`: Draw::more on every step,
@@ -162,7 +186,9 @@ TEST_P(GenerateGpu, RunAheadStepsDrawTheTokensOfStepsTakenInTurn) {
       d.more = more;
       next = model.step(tokens, d);
       EXPECT_EQ(next.tokens.size(), rows.size());
-      if (d.logits) EXPECT_EQ(next.logits.shape()[0], static_cast<int64_t>(rows.size()));
+      if (d.logits) {
+        EXPECT_EQ(next.logits.shape()[0], static_cast<int64_t>(rows.size()));
+      }
       got.push_back(next.tokens);
     }
     EXPECT_GE(model.cache_grows(), 1) << "the cache did not grow: the run ahead of a growth was not tested";
@@ -195,26 +221,15 @@ TEST_P(GenerateGpu, ServingDecodeStepsRunAheadDrawTheTokensOfStepsTakenInTurn) {
   REQUIRE_GPU();
   const std::string dir = fixture(GetParam());
   ASSERT_TRUE(std::filesystem::exists(dir)) << dir << " is missing (set ONYX_GENAI_FIXTURES)";
-  SessionOptions opt;
-  opt.device = "cuda:0";
-  opt.allow_cpu_fallback = false;
-  opt.capture = CaptureMode::kRequire;
-  LanguageModel model(dir, opt);
+  RunAheadRig rig(dir);
+  LanguageModel& model = *rig.model;
   ASSERT_NE(model.cache_mode(), CacheMode::kGrowing) << model.cache_note();
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = rig.seed;
   SCOPED_TRACE(cat("seed ", seed));
-  std::mt19937_64 rng(seed);
-  const int64_t vocab = model.folder().vocab_size > 0 ? model.folder().vocab_size : 1000;
-  std::vector<std::vector<int64_t>> prompts;
-  for (int64_t n : {21, 9, 34, 14}) {
-    std::vector<int64_t> p(n);
-    for (auto& id : p) id = std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng);
-    prompts.push_back(std::move(p));
-  }
-  SearchOptions s;
-  s.do_sample = true;
-  s.temperature = 0.8;
-  s.top_p = 0.9;
+  std::mt19937_64& rng = rig.rng;
+  const int64_t vocab = rig.vocab;
+  const std::vector<std::vector<int64_t>> prompts = rig.prompts({21, 9, 34, 14});
+  const SearchOptions s = rig.sampled();
   const int64_t forced = std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng);
   constexpr int64_t kSteps = 20;
   auto run = [&](bool more) {

@@ -225,11 +225,16 @@ TEST(Capture, InputsWrittenIntoTheSlotsAreRead) {
 }
 
 // Outputs left on the device feed the next run in place; host outputs share one synchronization.
-TEST(Executor, DeviceOutputsFeedTheNextRunWithoutACopy) {
+// x -> Tanh(x + x).
+Graph tanh_of_twice() {
   Builder b;
   int x = b.input("x");
   b.output(b.node("Tanh", {b.node("Add", {x, x})}));
-  Graph g = std::move(b.g), cpu_g = g;
+  return std::move(b.g);
+}
+
+TEST(Executor, DeviceOutputsFeedTheNextRunWithoutACopy) {
+  Graph g = tanh_of_twice(), cpu_g = g;
   test::FakeBackend backend;
   GraphExecutor gpu(g, OpRegistry::global(), make_cpu_allocator(), SessionOptions{}, &backend);
   GraphExecutor cpu(cpu_g, OpRegistry::global(), make_cpu_allocator());
@@ -258,10 +263,7 @@ TEST(Executor, DeviceOutputsFeedTheNextRunWithoutACopy) {
 // One that would give an output to the host, or that has no backend, is refused by name, and
 // the executor runs normally after.
 TEST(Executor, AnUnfinishedRunDoesNotSynchronizeAndGivesDeviceOutputsOnly) {
-  Builder b;
-  int x = b.input("x");
-  b.output(b.node("Tanh", {b.node("Add", {x, x})}));
-  Graph g = std::move(b.g), cpu_g = g;
+  Graph g = tanh_of_twice(), cpu_g = g;
   test::FakeBackend backend;
   GraphExecutor gpu(g, OpRegistry::global(), make_cpu_allocator(), SessionOptions{}, &backend);
   GraphExecutor cpu(cpu_g, OpRegistry::global(), make_cpu_allocator());
