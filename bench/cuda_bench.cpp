@@ -304,7 +304,8 @@ void norm_products(Gpu& g) {
 // 32 and 128, no zero points), 1 and 8 rows of A: time per launch in a graph over weight copies,
 // and the bandwidth over the packed weights and scales, for each kernel the 4-bit product can take
 // (cuda::nbits4_variant_for_bench), side by side in one run.
-void four_bit_products(Gpu& g) {
+// `only`: the products whose name holds it (all when empty), `only_block`/`only_rows` (0: all).
+void four_bit_products(Gpu& g, const std::string& only = "", int64_t only_block = 0, int64_t only_rows = 0) {
   struct Case {
     const char* name;
     int64_t n, k;
@@ -315,7 +316,8 @@ void four_bit_products(Gpu& g) {
                                    {"down 2048x8192", 2048, 8192},
                                    {"lm head 128256x2048", 128256, 2048}};
   const std::vector<std::pair<int, const char*>> variants = {
-      {1, "per-value float"}, {0, "tensor cores (default)"}, {6, "4 warps"}, {4, "8 warps"}, {7, "16 warps"}};
+      {1, "per-value float"}, {2, "tensor cores"}, {6, "4 warps"}, {4, "8 warps"}, {7, "16 warps"},
+      {9, "streaming, 16-row tiles"}, {10, "streaming, 32-row tiles"}, {0, "streaming (default)"}};
   std::printf("\n4-bit products, us (TB/s of packed weights and scales) by kernel:\n\n| product | block | rows | MB |");
   for (const auto& v : variants) std::printf(" %s |", v.second);
   std::printf("\n|---|---:|---:|---:|");
@@ -324,6 +326,9 @@ void four_bit_products(Gpu& g) {
   for (int64_t block : {32, 128})
     for (int64_t rows : {1, 8})
       for (const Case& c : cases) {
+        if ((!only.empty() && std::string(c.name).find(only) == std::string::npos) ||
+            (only_block && block != only_block) || (only_rows && rows != only_rows))
+          continue;
         const int64_t kb = c.k / block;
         const double bytes = static_cast<double>(c.n * c.k / 2 + c.n * kb * 2);
         const int copies = static_cast<int>(std::max(2.0, std::ceil(400e6 / bytes)));
@@ -413,6 +418,11 @@ int main(int argc, char** argv) {
     }
     if (argc > 1 && std::string(argv[1]) == "norm") {  // the norm-in-the-product table alone
       norm_products(g);
+      return 0;
+    }
+    if (argc > 1 && std::string(argv[1]) == "nbits") {  // the 4-bit table alone: [name [block [rows]]]
+      four_bit_products(g, argc > 2 ? argv[2] : "", argc > 3 ? std::stoll(argv[3]) : 0,
+                        argc > 4 ? std::stoll(argv[4]) : 0);
       return 0;
     }
     double bw = copy_bandwidth(g);

@@ -705,6 +705,17 @@ void contrib(std::vector<Case>& v) {
   // warp with a block of 128 (one scale per chunk).
   nbits("gemv4_m7_k1056_block32_zp_bias", 7, 0, 1056, 35, 32, 4, 1, true);
   nbits("gemv4_m1_k4096_block128", 1, 0, 4096, 48, 128, 4, 0, false);
+  // The streaming 4-bit kernel (K a multiple of 128, whole 16-byte runs of scales): several tiles
+  // per block with a last partial one and a bias; K in two chunks (8,192 + 1,024) with packed zero
+  // points over 8 rows (three chunks, the last of 1,024); blocks of 512 (8 scales, one 16-byte run,
+  // a chunk), 3 rows of a 3-D A; blocks of 1,024, whose chunks would hold half a run of scales
+  // (the tensor-core kernel takes them: a copy of 8 bytes would never complete).
+  nbits("gemv4s_m1_n4500_block32_bias", 1, 0, 2048, 4500, 32, 4, 0, true);
+  nbits("gemv4s_m8_k9216_block128_zp", 8, 0, 9216, 40, 128, 4, 1, false);
+  nbits("gemv4s_m3_3d_k8192_block512", 1, 3, 8192, 37, 512, 4, 0, true);
+  nbits("gemv4s_m2_k8192_block1024", 2, 0, 8192, 21, 1024, 4, 1, false);
+  // Tiles of two row-blocks (as many tiles as an H200's 132 SMs) over K in two chunks.
+  nbits("gemv4s_m2_n4300_k4096_block64_zp", 2, 0, 4096, 4300, 64, 4, 1, false);
 
   // onyx::LinearNBits (group_nbits' stacked products): outputs cut by splits or SiLU-gated, by
   // the tensor-core kernel (16-bit A, up to 8 rows) or per output / a chunk of rows at a time
@@ -737,9 +748,13 @@ void contrib(std::vector<Case>& v) {
   lnb("gated_m1_block128_zp", 1, 512, {40}, true, 128, 1);
   lnb("gated_m8", 8, 96, {20}, true, 32, 0);
   lnb("gated_m37_prompt", 37, 128, {24}, true, 32, 1);
+  // The streaming kernel: splits over 4 rows with zero points; a gated product of 2,100 outputs
+  // (tiles of 8 outputs, several per block, the last partial).
+  lnb("splits_m4_k2048_stream_zp", 4, 2048, {64, 16, 16}, false, 32, 1);
+  lnb("gated_m1_k1024_stream_tail", 1, 1024, {2100}, true, 64, 0);
 
   // onyx::RmsNormLinearNBits: the norm before LinearNBits (with and without skip; the sum),
-  // in the tensor-core kernel's shared memory or through the workspace (prompts, float32).
+  // in the 4-bit kernels' shared memory or through the workspace (prompts, float32).
   auto rnb = [&](std::string name, int64_t M, int64_t K, std::vector<int64_t> splits, bool gated, bool skip) {
     int64_t N = 0;
     for (int64_t x : splits) N += x;
@@ -762,7 +777,11 @@ void contrib(std::vector<Case>& v) {
   rnb("skip_gated_m2", 2, 512, {24}, true, true);
   rnb("gated_m8", 8, 256, {24}, true, true);
   rnb("no_skip_m3", 3, 1024, {40}, false, false);
-  rnb("skip_splits_m8_k2048", 8, 2048, {64, 16, 16}, false, true);  // normalized once, then the product
+  rnb("skip_splits_m8_k4096", 8, 4096, {64, 16, 16}, false, true);  // normalized once, then the product
+  // In the streaming kernel's shared memory at 8 rows; in the tensor-core kernel's (K = 288 is
+  // not a multiple of 128).
+  rnb("skip_gated_m8_k1024_stream", 8, 1024, {300}, true, true);
+  rnb("skip_splits_m2_k288", 2, 288, {16, 8}, false, true);
   rnb("skip_gated_m37_prompt", 37, 128, {16}, true, true);
 
   // GatherBlockQuantized: uint8 data [rows, (inner,) packed cols], scales of the output type.

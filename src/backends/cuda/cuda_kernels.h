@@ -135,9 +135,10 @@ void register_contrib_kernels(
     CudaKernelRegistry& r);  // contrib.cu: GroupQueryAttention, MultiHeadAttention, GatherBlockQuantized
 void register_matmul_nbits_kernels(CudaKernelRegistry& r);  // matmul_nbits.cu: com.microsoft MatMulNBits
 // Which kernel a 4-bit MatMulNBits of up to 8 rows takes, for the microbenchmark's side-by-side
-// table only (bench/cuda_bench.cpp): 0 the default (tensor cores, 4 or 8 warps by the product's
-// size), 1 the per-value float kernel, 3, 4, 6, 7 the tensor-core kernel with 4 warps and 4
-// chunks in flight, 8 and 2, 4 and 2, 16 and 2.
+// table only (bench/cuda_bench.cpp): 0 the default (the streaming kernel where it takes the
+// product, else the tensor-core kernel), 1 the per-value float kernel, 2 the tensor-core kernel
+// with its own choice of warps, 3, 4, 6, 7 the tensor-core kernel with 4 warps and 4 chunks in
+// flight, 8 and 2, 4 and 2, 16 and 2, 9 and 10 the streaming kernel with tiles of 16 and 32 rows.
 extern int nbits4_variant_for_bench;
 
 }  // namespace onyx::cuda

@@ -26,6 +26,7 @@
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/gemm.h"
+#include "backends/cuda/kernels/common/bulk_copy.cuh"
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
 #include "backends/cuda/kernels/common/mma.cuh"
@@ -388,34 +389,6 @@ constexpr int kMaxStages = 16;
 constexpr size_t kStreamXBytes = 32 * 1024;  // x (all its rows) in shared memory at most
 constexpr size_t kStreamSmem = 227 * 1024;   // a Hopper block's shared memory: stages fill what x leaves
 
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void barrier_init(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_address(bar)) : "memory");
-}
-__device__ __forceinline__ void barrier_expect(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(bar)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n"
-      "}\n" ::"r"(smem_address(bar)),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_address(dst)),
-               "l"(src), "r"(bytes), "r"(smem_address(bar))
-               : "memory");
-}
-
 template <class T, int R, int G, bool kNorm, bool kMma>
 __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, int stage_count, bool x_shared) {
   static_assert(!kMma || R == 8, "the tensor-core form takes up to 8 rows (the MMA's columns)");
@@ -456,7 +429,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
   };
   if (threadIdx.x == 0) {
     for (int s = 0; s < stage_count; ++s) barrier_init(&full[s]);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fence_barrier_init();
   }
   __syncthreads();
   // The weights do not depend on the kernels before this one: start them now, and the norm's
@@ -496,7 +469,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
   float c0[4] = {0.f, 0.f, 0.f, 0.f}, c1[4] = {0.f, 0.f, 0.f, 0.f};  // kMma: two chains of MMAs
   for (int i = 0; i < items; ++i) {
     if (warp == 0 && i + stage_count - 1 < items) {
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stage's reads before its refill
+      fence_before_refill();  // the stage's reads before its refill
       issue(i + stage_count - 1);
     }
     const int tile = blockIdx.x + (i / chunks) * gridDim.x, chunk = i % chunks;
@@ -561,7 +534,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
             dst[static_cast<size_t>(r) * width + (col - start)] = from_compute<T>(v);
           }
         }
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // before the copy engine refills it
+        fence_before_refill();  // before the copy engine refills it
         __syncthreads();
       }
     } else {

@@ -2,19 +2,24 @@
 // Y[M, N] = A[M, K] · dequant(B)^T, B's rows [N, k_blocks, blob] of `bits`-bit values in blocks
 // of block_size, each block with a scale and a zero point.
 //
-// - 4 bits, up to 8 rows of A, K and block_size multiples of 32 (the builder's decoders at decode
-//   time): each warp owns CPW output features and streams their packed rows 16 bytes (32 values,
-//   one block's part) per lane with several loads in flight; a value becomes exactly q - z in
-//   float by placing its 4 bits in a float's mantissa (2^23 + q) and subtracting 2^23 + z, so
-//   each value costs a bit operation, a subtraction and its product; the block's scale multiplies
-//   the lane's 32-value sum once. Its rows are prefetched into L2 before the kernel waits on the
-//   kernel before it (kernels/common/pdl.cuh).
+// - 4 bits, up to 8 rows of 16-bit A (the decoders at decode time), on tensor cores: the
+//   streaming kernel (tiles of 16 weight rows brought into shared memory by the bulk-copy engine,
+//   one block per SM) where K is a multiple of 128 and of the block and a row has whole 16-byte
+//   runs of scales; else the tensor-core kernel (each warp loads its rows' 16-byte parts itself).
+//   Zero points of A's type: the per-value float kernel, each warp owning CPW output features and
+//   streaming their packed rows 16 bytes (32 values, one block's part) per lane; a value becomes
+//   exactly q - z in float by placing its 4 bits in a float's mantissa (2^23 + q) and subtracting
+//   2^23 + z. The weights are asked for before the kernel waits on the kernel before it
+//   (kernels/common/pdl.cuh).
 // - other bit widths and layouts, up to 8 rows: a warp per output feature, 4-byte words.
 // - more rows of 16-bit A: B dequantized a chunk of rows at a time into the workspace, then
 //   cuBLASLt; of float32 A: 64x64 tiles of Y with B dequantized into shared memory as loaded.
 // All accumulate in float.
+#include <mutex>
+
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/gemm.h"
+#include "backends/cuda/kernels/common/bulk_copy.cuh"
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
 #include "backends/cuda/kernels/common/mma.cuh"
@@ -52,6 +57,7 @@ struct NBitsArgs {
   const void* gamma;
   void* sum;
   float eps;
+  uint32_t magic;  // the 4-bit kernels' Nb4Magic<T>::kBits (nb4_mma_slice says why it is an argument)
 };
 
 template <class T>
@@ -334,10 +340,53 @@ __device__ __forceinline__ uint32_t pair_dequant(uint32_t m, uint32_t z, uint32_
 
 constexpr int kNb4MmaFeatures = 16;
 
+// x's 32 values [32t, 32t + 32) of a 128-value chunk (four 16-byte packs) as the MMA's B pairs:
+// pack s gives values (8s, 8s + 4), (8s + 1, 8s + 5), (8s + 2, 8s + 6), (8s + 3, 8s + 7), the
+// order in which nb4_mma_slice pairs the weights.
+__device__ __forceinline__ void nb4_pair_x(const uint4 (&x)[4], uint32_t (&px)[4][4]) {
+  ONYX_UNROLL
+  for (int s = 0; s < 4; ++s) {
+    px[s][0] = __byte_perm(x[s].x, x[s].z, 0x5410);
+    px[s][1] = __byte_perm(x[s].x, x[s].z, 0x7632);
+    px[s][2] = __byte_perm(x[s].y, x[s].w, 0x5410);
+    px[s][3] = __byte_perm(x[s].y, x[s].w, 0x7632);
+  }
+}
+
+// One thread's part of a 128-value chunk of K in the tensor-core form: wa and wb, 32 packed values
+// of MMA rows g and g + 8 (one quantization block each), dequantized in pairs with their zero
+// pairs za, zb (magic + z in both halves) and scale pairs sa, sb, times px, the same 32 values of
+// x's row g paired by nb4_pair_x, into two chains of MMAs. A part with zero scales adds nothing.
+// `magic` is Nb4Magic<T>::kBits from the kernel's arguments (NBitsArgs::magic): as a constant the
+// compiler folds it into each (q & 0x000F000F) | magic, which then takes two instructions, not one.
+template <class T>
+__device__ __forceinline__ void nb4_mma_slice(float (&acc)[4], float (&acc2)[4], const uint4& wa, const uint4& wb,
+                                              uint32_t za, uint32_t zb, uint32_t sa, uint32_t sb,
+                                              const uint32_t (&px)[4][4], uint32_t magic) {
+  ONYX_UNROLL
+  for (int s = 0; s < 4; ++s) {
+    const uint32_t qa = s == 0 ? wa.x : s == 1 ? wa.y : s == 2 ? wa.z : wa.w;
+    const uint32_t qb = s == 0 ? wb.x : s == 1 ? wb.y : s == 2 ? wb.z : wb.w;
+    uint32_t pa[4], pb[4];
+    ONYX_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      pa[j] = pair_dequant<T>(((qa >> (4 * j)) & 0x000F000Fu) | magic, za, sa);
+      pb[j] = pair_dequant<T>(((qb >> (4 * j)) & 0x000F000Fu) | magic, zb, sb);
+    }
+    mma_16816<T>(acc, pa[0], pb[0], pa[1], pb[1], px[s][0], px[s][1]);
+    mma_16816<T>(acc2, pa[2], pb[2], pa[3], pb[3], px[s][2], px[s][3]);
+  }
+}
+
 // Where output column `col` of a row goes (constant indices into the arguments, which a run-time
 // index would copy to local memory).
 template <class T>
 __device__ __forceinline__ T* nbits_output(const NBitsArgs& p, int64_t col, int64_t& start, int64_t& width) {
+  if (p.splits == 1) {  // one output (MatMulNBits, a gated product's rows)
+    start = 0;
+    width = p.split_end[0];
+    return static_cast<T*>(p.out[0]);
+  }
   T* dst = nullptr;
   ONYX_UNROLL
   for (int s = 0; s < kNbitsMaxSplits; ++s) {
@@ -457,7 +506,6 @@ __global__ void __launch_bounds__(W * 32) nbits4_mma_kernel(NBitsArgs p) {
   if constexpr (kNorm) nbits_normalize_rows<T>(p, rows, reinterpret_cast<T*>(normed_rows));
   const T* A = kNorm ? reinterpret_cast<const T*>(normed_rows) : static_cast<const T*>(p.a);
   const T* scales = static_cast<const T*>(p.scales);
-  const uint32_t magic = Nb4Magic<T>::kBits;
   float acc[4] = {0.f, 0.f, 0.f, 0.f}, acc2[4] = {0.f, 0.f, 0.f, 0.f};  // two chains of MMAs
   for (int base = warp; base < chunks; base += W * U) {
     uint4 wa[U], wb[U];
@@ -496,23 +544,9 @@ __global__ void __launch_bounds__(W * 32) nbits4_mma_kernel(NBitsArgs p) {
         ONYX_UNROLL
         for (int s = 0; s < 4; ++s) x[s] = kNorm ? xr[s] : __ldg(xr + s);
       }
-      ONYX_UNROLL
-      for (int s = 0; s < 4; ++s) {
-        const uint32_t qa = s == 0 ? wa[u].x : s == 1 ? wa[u].y : s == 2 ? wa[u].z : wa[u].w;
-        const uint32_t qb = s == 0 ? wb[u].x : s == 1 ? wb[u].y : s == 2 ? wb[u].z : wb[u].w;
-        uint32_t pa[4], pb[4], px[4];
-        ONYX_UNROLL
-        for (int j = 0; j < 4; ++j) {
-          pa[j] = live ? pair_dequant<T>(((qa >> (4 * j)) & 0x000F000Fu) | magic, za, sa) : 0u;
-          pb[j] = live ? pair_dequant<T>(((qb >> (4 * j)) & 0x000F000Fu) | magic, zb, sb) : 0u;
-        }
-        px[0] = __byte_perm(x[s].x, x[s].z, 0x5410);  // values 8s, 8s + 4
-        px[1] = __byte_perm(x[s].x, x[s].z, 0x7632);  // 8s + 1, 8s + 5
-        px[2] = __byte_perm(x[s].y, x[s].w, 0x5410);  // 8s + 2, 8s + 6
-        px[3] = __byte_perm(x[s].y, x[s].w, 0x7632);  // 8s + 3, 8s + 7
-        mma_16816<T>(acc, pa[0], pb[0], pa[1], pb[1], px[0], px[1]);
-        mma_16816<T>(acc2, pa[2], pb[2], pa[3], pb[3], px[2], px[3]);
-      }
+      uint32_t px[4][4];
+      nb4_pair_x(x, px);
+      nb4_mma_slice<T>(acc, acc2, wa[u], wb[u], za, zb, sa, sb, px, p.magic);
     }
   }
   ONYX_UNROLL
@@ -600,7 +634,8 @@ void launch_nbits4_mma(const NBitsArgs& p, CudaContext& cu) {
 // two per SM (a layer's Q, K, V and its o product) 8 warps (0.55-0.75 TB/s against 0.45-0.67
 // with 4; 16 warps take two waves there); else (gate and up, the LM head) 4 warps, 1.1-1.9 TB/s.
 template <class T>
-void run_nbits4_mma(const NBitsArgs& p, CudaContext& cu) {
+void run_nbits4_mma(NBitsArgs p, CudaContext& cu) {
+  p.magic = Nb4Magic<T>::kBits;
   switch (nbits4_variant_for_bench) {
     case 3: launch_nbits4_mma<T, 4, 4>(p, cu); return;
     case 4: launch_nbits4_mma<T, 8, 2>(p, cu); return;
@@ -613,6 +648,288 @@ void run_nbits4_mma(const NBitsArgs& p, CudaContext& cu) {
   if (blocks <= sms && p.K >= 32 * 128) launch_nbits4_mma<T, 16, 2>(p, cu);
   else if (blocks < 2 * sms) launch_nbits4_mma<T, 8, 2>(p, cu);
   else launch_nbits4_mma<T, 4, 2>(p, cu);
+}
+
+// ---- 4 bits, up to 8 rows: the streaming kernel ----
+//
+// The tensor-core kernel above reads its weights with loads of its own (a few KiB in flight per
+// block) and is short of blocks on the small products. Here, as in linear.cu's streaming kernel
+// of 16-bit weights, each block (one per SM, 16 warps) takes tiles of weight rows in turn and the
+// bulk-copy engine brings their packed rows and scales into shared memory, as many stages ahead
+// as shared memory holds, the first ones asked for before the kernel waits on the kernel before
+// it. A tile is RB row-blocks of 16 rows (the MMA's rows; gated: its gate rows, then its up rows)
+// and a stage a chunk of each row: RB = 2 where there are tiles enough for every SM (the LM head,
+// gate/up: a tile of K = 2,048 is 36 KiB with block 32's scales), else 1 (the layer's other
+// products, where half as many tiles would leave SMs idle). The warps of a row-block split the
+// chunk's 128-value groups, two each, and hold x's part for them in registers, paired for the MMA
+// (loaded once where K is one chunk; four groups a warp spill registers). When a tile's last
+// chunk is done, the warps' sums meet in shared memory and its outputs (cut into the outputs,
+// gated, biased) are written.
+// Item counters advance by addition: no division on the way.
+// Takes: K a multiple of 128 and of the block, blocks of 32 to 1,024 values, a multiple of 8
+// blocks a row (whole 16-byte runs of scales), no zero points or packed ones, at most 8 rows
+// (normalized ones within kNbitsNormSmem).
+constexpr int kNb4StreamWarps = 16;
+constexpr int kNb4XGroups = 2;  // 128-value groups of x a warp holds (16 registers each)
+constexpr int kNb4MaxStages = 16;
+constexpr size_t kNb4StreamSmem = 227 * 1024;  // a Hopper block's shared memory
+
+struct Nb4Stream {
+  int chunks;        // of K
+  int chunk_values;  // of a row per stage (the last chunk may be shorter)
+  int chunk_bytes;   // the row pitch of a stage's packed values
+  int chunk_scales;  // the row pitch of its scales
+  int stage_bytes;
+  int stages;
+};
+
+template <class T, int G, bool kNorm, int RB>
+__global__ void __launch_bounds__(kNb4StreamWarps * 32, 1) nbits4_stream_kernel(NBitsArgs p, Nb4Stream s) {
+  constexpr int kRows = kNb4MmaFeatures * RB;          // weight rows per tile
+  constexpr int kOuts = kRows / G;                     // outputs per tile
+  constexpr int kSplit = kNb4StreamWarps / RB;         // warps splitting a row-block's chunk
+  extern __shared__ __align__(128) unsigned char nb4_smem[];
+  __shared__ uint64_t full[kNb4MaxStages];
+  __shared__ float4 partial[kNb4StreamWarps][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int rb = warp % RB, wk = warp / RB;  // this warp's row-block, its place among the warps splitting it
+  const int bid = static_cast<int>(blockIdx.x), grid = static_cast<int>(gridDim.x);
+  const int64_t outputs = G == 2 ? p.N / 2 : p.N;
+  const int tiles = static_cast<int>((outputs + kOuts - 1) / kOuts);
+  const int items = (bid < tiles ? (tiles - 1 - bid) / grid + 1 : 0) * s.chunks;
+  const int shift = __ffs(static_cast<int>(p.block)) - 1;  // the block is a power of two
+  const int64_t row_bytes = p.K / 2;
+  const uint16_t* scales = static_cast<const uint16_t*>(p.scales);
+  // Weight row of stage row r of a tile; a dead row (past the outputs) the last output's, whose
+  // sums are never written.
+  auto weight_row = [&](int tile, int r) -> int64_t {
+    int64_t j = static_cast<int64_t>(tile) * kOuts + (r % kOuts);
+    if (j >= outputs) j = outputs - 1;
+    return G == 2 && r >= kOuts ? outputs + j : j;
+  };
+  // The next item to ask for (warp 0): its tile, chunk and stage. A tile of whole rows comes as
+  // one copy of packed rows and one of scales per run of adjacent rows (gated: the gate rows,
+  // then the up rows); a chunk of a row as one of each per row.
+  int q_tile = bid, q_chunk = 0, q_stage = 0;
+  auto issue_next = [&]() {
+    const int first = q_chunk * s.chunk_values;
+    const int values = min(s.chunk_values, static_cast<int>(p.K) - first);
+    const uint32_t packed = static_cast<uint32_t>(values / 2), sbytes = static_cast<uint32_t>((values >> shift) * 2);
+    unsigned char* stage = nb4_smem + q_stage * s.stage_bytes;
+    unsigned char* stage_scales = stage + kRows * s.chunk_bytes;
+    const int64_t left = outputs - static_cast<int64_t>(q_tile) * kOuts;
+    const int valid = static_cast<int>(left < kOuts ? left : kOuts);
+    uint64_t* bar = &full[q_stage];
+    if (lane == 0) barrier_expect(bar, static_cast<uint32_t>(G * valid) * (packed + sbytes));
+    __syncwarp();
+    if (s.chunks == 1) {
+      if (lane < G) {
+        const int64_t n = weight_row(q_tile, lane * kOuts);
+        bulk_copy(stage + lane * kOuts * s.chunk_bytes, p.b + n * row_bytes, static_cast<uint32_t>(valid) * packed, bar);
+        bulk_copy(stage_scales + lane * kOuts * s.chunk_scales * 2, scales + n * p.k_blocks,
+                  static_cast<uint32_t>(valid) * sbytes, bar);
+      }
+    } else {
+      for (int r = lane; r < kRows; r += 32) {
+        if (r % kOuts >= valid) continue;
+        const int64_t n = weight_row(q_tile, r);
+        bulk_copy(stage + r * s.chunk_bytes, p.b + n * row_bytes + first / 2, packed, bar);
+        bulk_copy(stage_scales + r * s.chunk_scales * 2, scales + n * p.k_blocks + (first >> shift), sbytes, bar);
+      }
+    }
+    if (++q_chunk == s.chunks) {
+      q_chunk = 0;
+      q_tile += grid;
+    }
+    if (++q_stage == s.stages) q_stage = 0;
+  };
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < s.stages; ++st) barrier_init(&full[st]);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  // The weights do not depend on the kernels before this one: start them now.
+  if (warp == 0)
+    for (int i = 0; i < s.stages - 1 && i < items; ++i) issue_next();
+  wait_for_prior_grids();
+  allow_dependent_grids();
+  const int rows = static_cast<int>(p.M < 8 ? p.M : 8);
+  T* xs = reinterpret_cast<T*>(nb4_smem + s.stages * s.stage_bytes);  // kNorm: [rows][K]
+  if constexpr (kNorm) nbits_normalize_rows<T>(p, rows, xs);
+  const T* A = kNorm ? xs : static_cast<const T*>(p.a);
+  const uint32_t no_zero = pair_bits<T>(Nb4Magic<T>::kValue + 8.f, Nb4Magic<T>::kValue + 8.f);
+  auto zero_pair = [&](int64_t n, int blk) {
+    const uint8_t byte = static_cast<const uint8_t*>(p.zp)[n * p.zp_row + (blk >> 1)];
+    const float z = Nb4Magic<T>::kValue + static_cast<float>((byte >> ((blk & 1) * 4)) & 15);
+    return pair_bits<T>(z, z);
+  };
+  // This thread's rows of a stage: MMA rows g and g + 8 of its row-block.
+  const int ra = rb * kNb4MmaFeatures + g, rbb = ra + 8;
+  uint32_t px[kNb4XGroups][4][4];  // x's row g for this warp's groups of the chunk, paired
+  float c0[4] = {0.f, 0.f, 0.f, 0.f}, c1[4] = {0.f, 0.f, 0.f, 0.f};  // two chains of MMAs
+  int tile = bid, chunk = 0, stage_at = 0;
+  uint32_t phase = 0;
+  for (int i = 0; i < items; ++i) {
+    if (warp == 0 && i + s.stages - 1 < items) {
+      fence_before_refill();  // the stage's reads before its refill
+      issue_next();
+    }
+    const int first = chunk * s.chunk_values;
+    const int groups = min(s.chunk_values, static_cast<int>(p.K) - first) / 128;
+    if (i == 0 || s.chunks > 1) {  // x's part for the chunk, asked for before the wait
+      ONYX_UNROLL
+      for (int st = 0; st < kNb4XGroups; ++st) {
+        const int group = wk + st * kSplit;
+        uint4 x[4] = {};
+        if (group < groups && g < rows) {
+          const uint4* xr = reinterpret_cast<const uint4*>(A + g * p.K + first + group * 128 + 32 * t);
+          ONYX_UNROLL
+          for (int q = 0; q < 4; ++q) x[q] = kNorm ? xr[q] : __ldg(xr + q);
+        }
+        nb4_pair_x(x, px[st]);
+      }
+    }
+    int64_t na = 0, nb = 0;
+    if (p.zp) {
+      na = weight_row(tile, ra);
+      nb = weight_row(tile, rbb);
+    }
+    barrier_wait(&full[stage_at], phase);
+    const unsigned char* stage = nb4_smem + stage_at * s.stage_bytes;
+    const unsigned char* wa_at = stage + ra * s.chunk_bytes + 16 * t;
+    const unsigned char* wb_at = stage + rbb * s.chunk_bytes + 16 * t;
+    const uint16_t* sa_at = reinterpret_cast<const uint16_t*>(stage + kRows * s.chunk_bytes) + ra * s.chunk_scales;
+    const uint16_t* sb_at = sa_at + 8 * s.chunk_scales;
+    ONYX_UNROLL
+    for (int st = 0; st < kNb4XGroups; ++st) {
+      const int group = wk + st * kSplit;
+      if (group >= groups) break;
+      const uint4 wa = *reinterpret_cast<const uint4*>(wa_at + group * 64);
+      const uint4 wb = *reinterpret_cast<const uint4*>(wb_at + group * 64);
+      const int blk = (group * 128 + 32 * t) >> shift;
+      const uint32_t s16a = sa_at[blk], s16b = sb_at[blk];
+      uint32_t za = no_zero, zb = no_zero;
+      if (p.zp) {
+        za = zero_pair(na, (first >> shift) + blk);
+        zb = zero_pair(nb, (first >> shift) + blk);
+      }
+      nb4_mma_slice<T>(c0, c1, wa, wb, za, zb, s16a | (s16a << 16), s16b | (s16b << 16), px[st], p.magic);
+    }
+    __syncthreads();  // every warp is done with the stage (before its refill) and with `partial`
+    if (chunk == s.chunks - 1) {
+      partial[warp][lane] = make_float4(c0[0] + c1[0], c0[1] + c1[1], c0[2] + c1[2], c0[3] + c1[3]);
+      ONYX_UNROLL
+      for (int e = 0; e < 4; ++e) c0[e] = c1[e] = 0.f;
+      __syncthreads();
+      // Thread (j, r): output j of the tile for x's row r (gated: stage rows j and kOuts + j).
+      // Stage row sr is MMA row f = sr % 16 of row-block sr / 16, whose column r sits in lane
+      // (f % 8) * 4 + r / 2, element (f >= 8 ? 2 : 0) + r % 2, of the warps w with w % RB == sr / 16.
+      if (static_cast<int>(threadIdx.x) < kOuts * 8) {
+        const int j = threadIdx.x / 8, r = threadIdx.x % 8;
+        const int64_t col = static_cast<int64_t>(tile) * kOuts + j;
+        auto total = [&](int sr) {
+          const float* part = reinterpret_cast<const float*>(partial);
+          const int f = sr % kNb4MmaFeatures, e = ((f & 7) * 4 + (r >> 1)) * 4 + (f >= 8 ? 2 : 0) + (r & 1);
+          float v = 0.f;
+          ONYX_UNROLL
+          for (int w = 0; w < kSplit; ++w) v += part[(w * RB + sr / kNb4MmaFeatures) * 128 + e];
+          return v;
+        };
+        if (col < outputs && r < rows) {
+          float v = total(j);
+          if constexpr (G == 2) {
+            v = v / (1.f + __expf(-v)) * total(j + kOuts);
+            static_cast<T*>(p.out[0])[r * outputs + col] = from_compute<T>(v);
+          } else {
+            if (p.bias) v += to_compute(static_cast<const T*>(p.bias)[col]);
+            int64_t start = 0, width = 0;
+            T* dst = nbits_output<T>(p, col, start, width);
+            dst[r * width + (col - start)] = from_compute<T>(v);
+          }
+        }
+      }
+      // The next write of `partial` follows the next item's barrier, which these threads reach
+      // only after their reads.
+      chunk = 0;
+      tile += grid;
+    } else {
+      ++chunk;
+    }
+    if (++stage_at == s.stages) {
+      stage_at = 0;
+      phase ^= 1;
+    }
+  }
+}
+
+// A stage's chunk of a row, in values, for tiles of RB row-blocks: what the warps' registers hold.
+int64_t nb4_chunk_values(const NBitsArgs& p, int rb) {
+  return std::min<int64_t>(128 * kNb4XGroups * (kNb4StreamWarps / rb), p.K);
+}
+
+// Whether the streaming kernel with tiles of RB row-blocks takes a product nbits4_fits takes (the
+// comment above): every copy of scales whole 16-byte runs, for every chunk (a copy of another size
+// would never complete its stage).
+bool nbits4_stream_fits(const NBitsArgs& p, int rb) {
+  const int64_t chunk = nb4_chunk_values(p, rb);
+  return p.K % 128 == 0 && p.K % p.block == 0 && p.block >= 32 && p.block <= 1024 && p.k_blocks % 8 == 0 &&
+         (chunk == p.K || (chunk % p.block == 0 && (chunk / p.block) % 8 == 0)) && p.K < (int64_t{1} << 30) &&
+         is_aligned(p.scales, 16) && (!p.zp || p.zp_packed) &&
+         (!p.gamma || static_cast<size_t>(p.M * p.K) * 2 <= kNbitsNormSmem);
+}
+
+bool nbits4_stream_fits(const NBitsArgs& p) { return nbits4_stream_fits(p, 1); }
+
+template <class T, int G, bool kNorm, int RB>
+void launch_nbits4_stream(const NBitsArgs& p, CudaContext& cu) {
+  auto kernel = nbits4_stream_kernel<T, G, kNorm, RB>;
+  // The static part (barriers, the warps' sums, the norm's) comes out of the same 227 KiB.
+  static size_t dynamic[64] = {};
+  static std::once_flag once[64];
+  std::call_once(once[cu.device & 63], [&] {
+    cudaFuncAttributes attr{};
+    ONYX_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    const size_t d = (kNb4StreamSmem - attr.sharedSizeBytes) & ~size_t{127};
+    ONYX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(d)));
+    dynamic[cu.device & 63] = d;
+  });
+  constexpr int kRows = kNb4MmaFeatures * RB;
+  Nb4Stream s{};
+  s.chunk_values = static_cast<int>(nb4_chunk_values(p, RB));
+  s.chunks = static_cast<int>((p.K + s.chunk_values - 1) / s.chunk_values);
+  s.chunk_bytes = s.chunk_values / 2;
+  s.chunk_scales = static_cast<int>(s.chunk_values / p.block);
+  s.stage_bytes = (kRows * (s.chunk_bytes + s.chunk_scales * 2) + 127) & ~127;
+  const size_t x_bytes = kNorm ? static_cast<size_t>(p.M * p.K) * sizeof(T) : 0;
+  s.stages = static_cast<int>(std::min<size_t>(kNb4MaxStages, (dynamic[cu.device & 63] - x_bytes) / s.stage_bytes));
+  const int64_t outputs = p.gated ? p.N / 2 : p.N;
+  const int64_t tiles = (outputs + kRows / G - 1) / (kRows / G);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count(cu.device)));
+  launch_kernel(kernel, dim3(blocks), dim3(kNb4StreamWarps * 32), s.stages * s.stage_bytes + x_bytes, cu, p, s);
+}
+
+template <class T, int RB>
+void run_nbits4_stream_rb(const NBitsArgs& p, CudaContext& cu) {
+  if (p.gamma) {
+    if (p.gated) launch_nbits4_stream<T, 2, true, RB>(p, cu);
+    else launch_nbits4_stream<T, 1, true, RB>(p, cu);
+  } else {
+    if (p.gated) launch_nbits4_stream<T, 2, false, RB>(p, cu);
+    else launch_nbits4_stream<T, 1, false, RB>(p, cu);
+  }
+}
+
+// Tiles of 2 row-blocks where there are as many as SMs (nbits4_variant_for_bench 9 and 10: 1 and
+// 2 row-blocks whatever the product).
+template <class T>
+void run_nbits4_stream(NBitsArgs p, CudaContext& cu) {
+  p.magic = Nb4Magic<T>::kBits;
+  const int64_t outputs = p.gated ? p.N / 2 : p.N;
+  const int64_t wide_tiles = (outputs + 2 * kNb4MmaFeatures / (p.gated ? 2 : 1) - 1) / (2 * kNb4MmaFeatures / (p.gated ? 2 : 1));
+  const bool wide = nbits4_stream_fits(p, 2) && (nbits4_variant_for_bench == 10 ||
+                                                 (nbits4_variant_for_bench != 9 && wide_tiles >= sm_count(cu.device)));
+  if (wide) run_nbits4_stream_rb<T, 2>(p, cu);
+  else run_nbits4_stream_rb<T, 1>(p, cu);
 }
 
 template <class T>
@@ -714,7 +1031,9 @@ void nbits_product(NBitsArgs p, DType dt, CudaContext& cu) {
     p.gated = 0;
     if (nbits4_fits(p, dt)) {
       if (!(p.zp && !p.zp_packed) && nbits4_variant_for_bench != 1) {
-        run_nbits4_mma<T>(p, cu);
+        if ((nbits4_variant_for_bench == 0 || nbits4_variant_for_bench >= 9) && nbits4_stream_fits(p))
+          run_nbits4_stream<T>(p, cu);
+        else run_nbits4_mma<T>(p, cu);
         return;
       }
       if (p.M == 1) launch_nbits4<T, 1, 2, 8>(p, cu);
@@ -786,12 +1105,21 @@ template <class T>
 void linear_nbits(NBitsArgs p, const std::vector<int64_t>& widths, DType dt, CudaContext& cu) {
   const size_t es = sizeof(T);
   if (!std::is_same_v<T, float> && nbits4_fits(p, dt) && !(p.zp && !p.zp_packed) &&
-      widths.size() <= static_cast<size_t>(kNbitsMaxSplits) && nbits4_variant_for_bench != 1 &&
-      (!p.gamma || (p.M <= kNbitsNormInKernelRows && static_cast<size_t>(p.M * p.K) * es <= kNbitsNormSmem &&
-                    is_aligned(p.gamma, 16) &&
-                    (!p.skip || is_aligned(p.skip, 16)) && (!p.sum || is_aligned(p.sum, 16))))) {
-    if constexpr (!std::is_same_v<T, float>) run_nbits4_mma<T>(p, cu);
-    return;
+      widths.size() <= static_cast<size_t>(kNbitsMaxSplits) && nbits4_variant_for_bench != 1) {
+    // The norm's rows are read 16 bytes at a time.
+    const bool norm_aligned = !p.gamma || (is_aligned(p.gamma, 16) && (!p.skip || is_aligned(p.skip, 16)) &&
+                                           (!p.sum || is_aligned(p.sum, 16)));
+    if constexpr (!std::is_same_v<T, float>) {
+      if (norm_aligned && (nbits4_variant_for_bench == 0 || nbits4_variant_for_bench >= 9) && nbits4_stream_fits(p)) {
+        run_nbits4_stream<T>(p, cu);
+        return;
+      }
+      if (norm_aligned && (!p.gamma || (p.M <= kNbitsNormInKernelRows &&
+                                        static_cast<size_t>(p.M * p.K) * es <= kNbitsNormSmem))) {
+        run_nbits4_mma<T>(p, cu);
+        return;
+      }
+    }
   }
   if (p.gamma) {  // the rows normalized into the workspace's third quarter, a chunk at a time
     const size_t row = static_cast<size_t>(p.K) * es, room = cu.workspace_bytes / 4;
