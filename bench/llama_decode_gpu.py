@@ -271,8 +271,9 @@ def main():
                     help="with --generate: also time each mode of the loop with run_ahead off (each step "
                          "launched once the step before it has given its tokens to the host), in turn")
     ap.add_argument("--only-generate", action="store_true",
-                    help="with --generate: time the generation loop alone (no session, no PyTorch), e.g. to "
-                         "compare settings of the environment in several runs on the model made by the first")
+                    help="with --generate: time the generation loop alone (no session, no PyTorch; on each "
+                         "--int4-block model too), e.g. to compare settings of the environment in several runs on "
+                         "the models made by the first")
     ap.add_argument("--env", nargs="*", default=[], metavar="K=V[,K=V]",
                     help="with --generate: run each mode of the loop once per setting here, in turn, --rounds "
                          "times, with those environment variables set as the step is captured (A/B of a "
@@ -311,10 +312,13 @@ def main():
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s; weights {weight_bytes / 1e9:.2f} GB; floor {floor:.3f} ms/step",
           flush=True)
 
+    int4_paths = int4_models(args, c, bw)
     if args.only_generate:
         g = torch.Generator(device="cpu").manual_seed(1)
         for P, batch in [(p, b) for p in args.past for b in args.batch]:
             generate_modes(args, c, path, P, batch, g)
+            for block, qpath in int4_paths.items():
+                generate_modes(args, c, qpath, P, batch, g, f"int4 b{block}, ")
         return
 
     # onyx as it runs by default, and with one load-time or launch feature off each (ablations).
@@ -325,18 +329,9 @@ def main():
                                  "no-folding": {"graph_optimization_level":
                                                 onyx.GraphOptimizationLevel.ORT_DISABLE_ALL}}[v]
     paths = {label: path for label in variants}
-    for block in args.int4_block:
-        qpath = os.path.join(tempfile.gettempdir(), f"onyx_llama_1b_{args.dtype}_{args.layers}_int4_b{block}",
-                             "llama_1b.onnx")
-        if not os.path.isfile(qpath + ".data"):
-            os.makedirs(os.path.dirname(qpath), exist_ok=True)
-            make_model(qpath, args.dtype, args.layers, bits=4, block=block)
+    for block, qpath in int4_paths.items():
         variants[f"onyx int4 b{block}"] = {}
         paths[f"onyx int4 b{block}"] = qpath
-        qbytes = os.path.getsize(qpath + ".data")
-        print(f"int4 blocks of {block}: weights {qbytes / 1e9:.3f} GB (packed values, bf16 scales, the embedding table "
-              f"for the Gather), floor without the table {(qbytes - c['vocab'] * c['hidden'] * 2) / bw * 1e3:.3f} "
-              f"ms/step", flush=True)
     sessions = {}
     for label, opts in variants.items():
         so = onyx.SessionOptions()
@@ -431,6 +426,23 @@ def main():
                 generate_modes(args, c, path, P, batch, g)
                 for block in args.int4_block:  # the same loop on the 4-bit model (its own folder)
                     generate_modes(args, c, paths[f"onyx int4 b{block}"], P, batch, g, f"int4 b{block}, ")
+
+
+def int4_models(args, c, bw):
+    """The --int4-block models (made once per machine, kept in /tmp beside the 16-bit one): {block: path}."""
+    paths = {}
+    for block in args.int4_block:
+        qpath = os.path.join(tempfile.gettempdir(), f"onyx_llama_1b_{args.dtype}_{args.layers}_int4_b{block}",
+                             "llama_1b.onnx")
+        if not os.path.isfile(qpath + ".data"):
+            os.makedirs(os.path.dirname(qpath), exist_ok=True)
+            make_model(qpath, args.dtype, args.layers, bits=4, block=block)
+        paths[block] = qpath
+        qbytes = os.path.getsize(qpath + ".data")
+        print(f"int4 blocks of {block}: weights {qbytes / 1e9:.3f} GB (packed values, bf16 scales, the embedding table "
+              f"for the Gather), floor without the table {(qbytes - c['vocab'] * c['hidden'] * 2) / bw * 1e3:.3f} "
+              f"ms/step", flush=True)
+    return paths
 
 
 def generate_modes(args, c, path, P, batch, g, tag=""):
