@@ -752,6 +752,10 @@ void contrib(std::vector<Case>& v) {
   // (tiles of 8 outputs, several per block, the last partial).
   lnb("splits_m4_k2048_stream_zp", 4, 2048, {64, 16, 16}, false, 32, 1);
   lnb("gated_m1_k1024_stream_tail", 1, 1024, {2100}, true, 64, 0);
+  // Blocks of 128 gated with packed zero points in tiles of two row-blocks; blocks of 256 with
+  // split outputs over K in two chunks.
+  lnb("gated_m3_k2048_block128_stream_zp", 3, 2048, {2100}, true, 128, 1);
+  lnb("splits_m1_k6144_block256_stream", 1, 6144, {40, 24}, false, 256, 0);
 
   // onyx::RmsNormLinearNBits: the norm before LinearNBits (with and without skip; the sum),
   // in the 4-bit kernels' shared memory or through the workspace (prompts, float32).
