@@ -666,9 +666,9 @@ void run_nbits4_mma(NBitsArgs p, CudaContext& cu) {
 // chunk is done, the warps' sums meet in shared memory and its outputs (cut into the outputs,
 // gated, biased) are written.
 // Item counters advance by addition: no division on the way.
-// Takes: K a multiple of 128 and of the block, blocks of 32 to 1,024 values, a multiple of 8
-// blocks a row (whole 16-byte runs of scales), no zero points or packed ones, at most 8 rows
-// (normalized ones within kNbitsNormSmem).
+// Takes (nbits4_stream_fits): K a multiple of 128 and of the block, blocks of 32 to 1,024 values,
+// a multiple of 8 blocks a row and a chunk (whole 16-byte runs of scales in every copy), no zero
+// points or packed ones, at most 8 rows (normalized ones within kNbitsNormSmem).
 constexpr int kNb4StreamWarps = 16;
 constexpr int kNb4XGroups = 2;  // 128-value groups of x a warp holds (16 registers each)
 constexpr int kNb4MaxStages = 16;
