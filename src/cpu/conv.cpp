@@ -402,7 +402,9 @@ void DepthwiseBlocked(const DepthwiseConv2d& a) {
     float* const wb = yb + yb_floats;
     VF v[kL];
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t blk = t / bands, oy0 = (t % bands) * band, oy1 = std::min(a.oh, oy0 + band);
+      // Band-major: the pool's first threads take the top bands, whose input rows the product
+      // before (split by pixels the same way) left in their own caches.
+      const int64_t blk = t % blocks, oy0 = (t / blocks) * band, oy1 = std::min(a.oh, oy0 + band);
       const int64_t c0 = blk * kL, nch = std::min<int64_t>(kL, a.channels - c0);
       // The block's weights, tap-major (channel lanes past the last channel zero), then its bias.
       for (int64_t k = 0; k < taps; k += kL) {

@@ -36,8 +36,9 @@ int available_cpus() {
 
 ThreadPool::ThreadPool(int threads) {
   const int workers = std::max(threads, 1) - 1;
+  runs_ = std::make_unique<Run[]>(static_cast<size_t>(workers) + 1);
   workers_.reserve(workers);
-  for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+  for (int i = 0; i < workers; ++i) workers_.emplace_back([this, i] { worker_loop(i + 1); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -49,23 +50,27 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_chunks() {
+void ThreadPool::run_chunks(int self) {
   const bool was_in = t_in_chunk;
   t_in_chunk = true;
-  for (;;) {
-    const int64_t part = next_.fetch_add(1, std::memory_order_relaxed);
-    if (part >= parts_) break;
-    try {
-      (*fn_)(part * n_ / parts_, (part + 1) * n_ / parts_);
-    } catch (...) {
-      std::lock_guard<std::mutex> lk(m_);
-      if (!error_) error_ = std::current_exception();
+  const int threads = this->threads();
+  for (int k = 0; k < threads; ++k) {  // its own run first, then the others' left-overs
+    Run& run = runs_[(self + k) % threads];
+    for (;;) {
+      const int64_t part = run.next.fetch_add(1, std::memory_order_relaxed);
+      if (part >= run.end) break;
+      try {
+        (*fn_)(part * n_ / parts_, (part + 1) * n_ / parts_);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(m_);
+        if (!error_) error_ = std::current_exception();
+      }
     }
   }
   t_in_chunk = was_in;
 }
 
-void ThreadPool::worker_loop() {
+void ThreadPool::worker_loop(int self) {
   uint64_t seen = 0;
   for (;;) {
     bool changed = false;
@@ -86,7 +91,7 @@ void ThreadPool::worker_loop() {
     // every chunk leaves it alone, so the caller never waits for a thread that is not running.
     // (Sequentially consistent with the caller's close-then-count: one of the two sees the other.)
     active_.fetch_add(1, std::memory_order_seq_cst);
-    if (open_.load(std::memory_order_seq_cst) == seen) run_chunks();
+    if (open_.load(std::memory_order_seq_cst) == seen) run_chunks(self);
     if (active_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
       std::lock_guard<std::mutex> lk(m_);
       done_.notify_one();
@@ -111,14 +116,17 @@ void ThreadPool::run(int64_t n, int64_t grain, ChunkFn fn) {
     fn_ = &fn;
     n_ = n;
     parts_ = parts;
-    next_.store(0, std::memory_order_relaxed);
+    for (int j = 0; j < threads(); ++j) {  // thread j's run: chunks [j parts / T, (j + 1) parts / T)
+      runs_[j].next.store(j * parts / threads(), std::memory_order_relaxed);
+      runs_[j].end = (j + 1) * parts / threads();
+    }
     error_ = nullptr;
     gen = generation_.load(std::memory_order_relaxed) + 1;
     open_.store(gen, std::memory_order_release);
     generation_.store(gen, std::memory_order_release);
   }
   wake_.notify_all();
-  run_chunks();
+  run_chunks(0);
   // Every chunk is taken: close the job, then wait for the workers inside it (each is running
   // a chunk it took, or leaving).
   open_.store(0, std::memory_order_seq_cst);

@@ -50,15 +50,25 @@ class ThreadPool {
 
   // Calls fn(begin, end) over chunks covering [0, n) of at least `grain` items each (at most
   // 4 per thread, their sizes differing by at most one item), on the
-  // calling thread and the workers, and returns when every chunk is done. The first
+  // calling thread and the workers, and returns when every chunk is done. Thread j (the caller
+  // 0, worker i i + 1) first takes the j-th of `threads` equal runs of chunks, in order, then
+  // what is left of the others: kernels that split the same items the same way (a product by
+  // output pixels, the depthwise convolution after it by bands of rows) find their part of the
+  // data in their own core's caches. The first
   // exception a chunk throws is rethrown here (the remaining chunks still run). A second
   // caller while the pool is busy (two runs of one session at once), or a call from inside
   // a chunk, runs serially on its own thread.
   void run(int64_t n, int64_t grain, ChunkFn fn);
 
  private:
-  void worker_loop();
-  void run_chunks();
+  void worker_loop(int self);
+  void run_chunks(int self);
+
+  // A thread's run of chunks in the current job: the next one to take, and its end.
+  struct alignas(64) Run {
+    std::atomic<int64_t> next{0};
+    int64_t end = 0;
+  };
 
   std::vector<std::thread> workers_;
   std::mutex busy_;  // held by the caller of run() for the whole job
@@ -67,7 +77,7 @@ class ThreadPool {
   // The current job (valid while a generation is in flight).
   const ChunkFn* fn_ = nullptr;
   int64_t n_ = 0, parts_ = 1;  // chunk i is [i n / parts, (i + 1) n / parts)
-  std::atomic<int64_t> next_{0};
+  std::unique_ptr<Run[]> runs_;  // one per thread
   std::atomic<uint64_t> generation_{0};
   std::atomic<uint64_t> open_{0};  // the generation workers may still enter (0: none)
   std::atomic<int> active_{0};     // workers inside the current job

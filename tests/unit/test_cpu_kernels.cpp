@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -781,6 +782,34 @@ TEST(ThreadPool, CoversEveryIndexOnceAndRethrows) {
   std::atomic<int64_t> total{0};
   parallel_for(100, 1, [&](int64_t b, int64_t e) { total += e - b; });
   EXPECT_EQ(total.load(), 100);
+}
+
+// Each thread takes its own run of chunks first, in order: of 8 chunks on 2 threads the caller
+// starts with chunks 0-3 and the worker with 4-7 (each chunk sleeps, so neither
+// reaches the other's run before it has started its own), so kernels splitting the same items
+// the same way give each thread the same items.
+TEST(ThreadPool, EachThreadTakesItsOwnRunOfChunksFirst) {
+  ThreadPool pool(2);
+  PoolScope scope(&pool);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::mutex m;
+  std::vector<std::pair<int64_t, std::thread::id>> order;
+  parallel_for(8, 1, [&](int64_t b, int64_t e) {
+    ASSERT_EQ(e, b + 1);
+    {
+      std::lock_guard<std::mutex> lk(m);
+      order.emplace_back(b, std::this_thread::get_id());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  });
+  ASSERT_EQ(order.size(), 8u);
+  std::vector<int64_t> by_caller, by_worker;
+  for (const auto& [chunk, id] : order) (id == caller ? by_caller : by_worker).push_back(chunk);
+  ASSERT_FALSE(by_caller.empty());
+  ASSERT_FALSE(by_worker.empty());
+  EXPECT_EQ(by_caller.front(), 0);
+  EXPECT_EQ(by_worker.front(), 4);
+  EXPECT_TRUE(std::is_sorted(by_caller.begin(), by_caller.end()));
 }
 
 // A small job splits into as many chunks as the pool allows, of sizes differing by at most one
