@@ -116,9 +116,12 @@ void ThreadPool::run(int64_t n, int64_t grain, ChunkFn fn) {
     fn_ = &fn;
     n_ = n;
     parts_ = parts;
-    for (int j = 0; j < threads(); ++j) {  // thread j's run: chunks [j parts / T, (j + 1) parts / T)
-      runs_[j].next.store(j * parts / threads(), std::memory_order_relaxed);
-      runs_[j].end = (j + 1) * parts / threads();
+    // Thread j's run: chunks [ceil(j parts / T), ceil((j + 1) parts / T)); with fewer chunks than
+    // threads the caller's run is never the empty one (it need not wait for a worker to wake).
+    const int64_t t = threads();
+    for (int64_t j = 0; j < t; ++j) {
+      runs_[j].next.store((j * parts + t - 1) / t, std::memory_order_relaxed);
+      runs_[j].end = ((j + 1) * parts + t - 1) / t;
     }
     error_ = nullptr;
     gen = generation_.load(std::memory_order_relaxed) + 1;
