@@ -269,7 +269,10 @@ TEST(CpuGemm, ManyRowOrdersMatchFloat64) {
   std::mt19937 rng(27);
   // (517 x 300: A past L2, K in blocks outermost; with 63 columns, two column tiles, its rows
   // chunked too: each thread's tasks one contiguous range over every block of K.)
-  for (const auto [m, n] : {std::pair<int64_t, int64_t>{517, 229}, {517, 63}, {37, 229}, {60, 100}}) {
+  // (Plain variables, not structured bindings: the lambdas below capture them, which clang 14,
+  // scripts/tsan.sh's compiler, does not allow for bindings.)
+  for (const auto& shape : {std::pair<int64_t, int64_t>{517, 229}, {517, 63}, {37, 229}, {60, 100}}) {
+    const int64_t m = shape.first, n = shape.second;
     const int64_t k = 300;
     SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n));
     auto a = random_floats(m * k, rng), b = random_floats(k * n, rng), bias = random_floats(n, rng);
@@ -326,7 +329,8 @@ TEST(CpuGemm, FewInputChannelsOverALargeImageMatchFloat64) {
   // block of rows. Row counts that end in uneven blocks, a partial last panel; the same values
   // at 1 to 3 threads.
   std::mt19937 rng(41);
-  for (const auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{64, 12544, 16}, {41, 7001, 24}, {26, 11000, 7}}) {
+  for (const auto& shape : {std::tuple<int64_t, int64_t, int64_t>{64, 12544, 16}, {41, 7001, 24}, {26, 11000, 7}}) {
+    const int64_t m = std::get<0>(shape), n = std::get<1>(shape), k = std::get<2>(shape);
     SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k));
     auto a = random_floats(m * k, rng), b = random_floats(k * n, rng), row_bias = random_floats(m, rng);
     auto residual = random_floats(m * n, rng);
@@ -386,7 +390,8 @@ TEST(CpuGemm, Int8SplitsOverThePoolWithTheSameResult) {
   if (!has_int8_dot()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
   std::mt19937 rng(10);
   std::uniform_int_distribution<int> byte(-128, 127);
-  for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 300}, {37, 300}, {61, 40}}) {
+  for (const auto& shape : {std::pair<int64_t, int64_t>{1, 300}, {37, 300}, {61, 40}}) {
+    const int64_t m = shape.first, n = shape.second;
     const int64_t k = 203;
     std::vector<int8_t> a(m * k), b(k * n);
     for (auto& v : a) v = static_cast<int8_t>(byte(rng));
