@@ -278,6 +278,10 @@ def main():
                     help="with --generate: run each mode of the loop once per setting here, in turn, --rounds "
                          "times, with those environment variables set as the step is captured (A/B of a "
                          "measurement knob in one process)")
+    ap.add_argument("--options", nargs="*", default=[], metavar="K=V[,K=V]",
+                    help="with --generate: run each mode of the loop once per setting here, in turn, --rounds "
+                         "times, the model loaded with those session options (onyx.SessionOptions' native keys; "
+                         "true/false or a number), e.g. fuse_rotary_attention=false fuse_rotary_attention=true")
     ap.add_argument("--profile", type=int, default=0,
                     help="also trace N steps of each (CUPTI through torch.profiler) and print GPU time by kernel")
     args = ap.parse_args()
@@ -454,22 +458,30 @@ def generate_modes(args, c, path, P, batch, g, tag=""):
     if args.no_run_ahead_too:
         modes = [m for mode, search in modes
                  for m in ((mode, search), (f"{mode}, no run-ahead", dict(search, run_ahead=False)))]
-    settings = [s for _ in range(args.rounds) for s in args.env] if args.env else [None]
-    for setting in settings:
+    settings = [("env", s) for s in args.env] + [("options", s) for s in args.options]
+    settings = [s for _ in range(args.rounds) for s in settings] if settings else [(None, None)]
+    for kind, setting in settings:
         pairs = [kv.split("=", 1) for kv in setting.split(",")] if setting else []
+        options = {}
         for k, v in pairs:
-            os.environ[k] = v
+            if kind == "env":
+                os.environ[k] = v
+            else:
+                options[k] = {"true": True, "false": False}.get(v.lower(), None)
+                if options[k] is None:
+                    options[k] = float(v) if "." in v else int(v)
         for mode, search in modes:
             label = tag + (f"{mode}, {setting}" if setting else mode)
             try:
-                generate_steps(args, c, path, P, batch, g, label, search)
+                generate_steps(args, c, path, P, batch, g, label, search, options)
             except Exception as e:  # report and go on
                 print(f"onyx generate ({label}), batch {batch}, past {P} failed: {type(e).__name__}: {e}", flush=True)
-        for k, _ in pairs:
-            os.environ.pop(k, None)
+        if kind == "env":
+            for k, _ in pairs:
+                os.environ.pop(k, None)
 
 
-def generate_steps(args, c, path, P, batch, g, mode="greedy", search=None):
+def generate_steps(args, c, path, P, batch, g, mode="greedy", search=None, options=None):
     """onyx's generation loop on the same model: a folder beside it (the model copied, a
     config.json), prompts of P random ids per row, then args.generate decode steps (greedy, or
     sampling as `search` says), each timed from the call to the tokens on the host (the step's
@@ -495,7 +507,7 @@ def generate_steps(args, c, path, P, batch, g, mode="greedy", search=None):
     if P + budget > c["max_pos"]:  # the rotary table ends at max_pos: start the prompt earlier
         P = c["max_pos"] - budget
     t0 = time.time()
-    model = og.Model(folder, device="cuda:0", capture="require")
+    model = og.Model(folder, device="cuda:0", capture="require", session_options=options)
     print(f"onyx generate: {folder} loaded in {time.time() - t0:.1f} s; cache {model.cache_mode}", flush=True)
     rows = [torch.randint(0, c["vocab"], (P,), generator=g).tolist() for _ in range(batch)]
     gen = _onyx.Generator(model._m)

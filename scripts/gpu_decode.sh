@@ -19,6 +19,7 @@ for z in "$here"/bin/*.gz; do [ -e "$z" ] && gunzip -f "$z" && chmod +x "${z%.gz
 for z in "$here"/lib/*.gz; do [ -e "$z" ] && gunzip -f "$z"; done
 bash "$here/build_python.sh" > "$out/build_python.log" 2>&1 || { echo "the Python package did not build:"; tail -20 "$out/build_python.log"; }
 export PYTHONPATH="$here/pylib:${PYTHONPATH:-}"
+export ONYX_GENAI_FIXTURES="$here/../tests/fixtures/genai" ONYX_GENAI_PRECISION_DIR="$here/genai16"
 echo "== CUDA kernel tests"
 timeout 420 "$here/bin/onyx_cuda_tests" ${ONYX_TEST_FILTER:+--gtest_filter=$ONYX_TEST_FILTER} > "$out/cuda_tests.log" 2>&1
 echo "exit $?"

@@ -79,6 +79,23 @@ git diff --quiet HEAD -- src include tests bench scripts || echo "+ uncommitted 
 for t in float16 bfloat16 bfloat16-weights; do
   .venv/bin/python tools/convert_float_precision.py tests/fixtures/genai/llama-builder-fp32 gpu/genai16/llama-builder-$t --to $t >/dev/null
 done
+# A bfloat16 Llama folder of head size 64 (tools/gen_models.py's torch.onnx-shaped graph, random
+# weights), whose layers the rotary-attention fusion turns into its fused kernel, for that test.
+mkdir -p gpu/genai16/llama-h64-fp32
+.venv/bin/python - <<'PY'
+import json, sys
+sys.path.insert(0, "tools")
+import gen_models, onnx
+c = dict(vocab=1100, hidden=256, heads=8, kv_heads=2, head_dim=64, ffn=384, layers=2, max_pos=320,
+         rope_theta=10000.0, rms_eps=1e-6)
+onnx.save(gen_models.make_llama_layer(c, "llama_h64", seed=11), "gpu/genai16/llama-h64-fp32/model.onnx")
+json.dump({"model_type": "llama", "num_hidden_layers": c["layers"], "num_attention_heads": c["heads"],
+           "num_key_value_heads": c["kv_heads"], "hidden_size": c["hidden"], "head_dim": c["head_dim"],
+           "vocab_size": c["vocab"], "max_position_embeddings": c["max_pos"], "bos_token_id": 1,
+           "eos_token_id": 2}, open("gpu/genai16/llama-h64-fp32/config.json", "w"))
+PY
+.venv/bin/python tools/convert_float_precision.py gpu/genai16/llama-h64-fp32 gpu/genai16/llama-h64-bfloat16 --to bfloat16 >/dev/null
+rm -rf gpu/genai16/llama-h64-fp32
 .venv/bin/python tools/gen_models.py --out gpu/models --only mlp bert_layer llama_layer >/dev/null
 .venv/bin/python tools/gen_models.py --planner-set gpu/models.tmp >/dev/null
 mv gpu/models.tmp/decoder_large.onnx gpu/models.tmp/encoder24_small.onnx gpu/models/ && rm -rf gpu/models.tmp

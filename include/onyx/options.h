@@ -76,6 +76,11 @@ struct SessionOptions {
   // CacheUpdate) as one node, onyx::RotaryCache, one kernel. By default on CUDA devices only (four
   // launches per layer become one); true or false forces it.
   std::optional<bool> fuse_rotary_cache;
+  // The rotary-attention fusion after it (passes/fuse_rotary_cache.h): a RotaryCache writing the
+  // cache in place at an index (the generator's static cache) and the Attention reading it as one
+  // node, onyx::RotaryCacheAttention; on CUDA one kernel per layer for a decode step. By default on
+  // CUDA devices only, where the rotary-cache fusion is on; true or false forces it.
+  std::optional<bool> fuse_rotary_attention;
   // On a GPU: a matrix-product kernel of onyx's own may start while the kernel before it
   // finishes, reading its weights meanwhile (Hopper's programmatic dependent launch).
   bool overlap_launches = true;

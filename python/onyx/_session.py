@@ -230,6 +230,9 @@ class SessionOptions:
       product each, on CUDA only), True, False
     - fuse_rotary_cache: None (default: a layer's rotary embeddings of q and k and its KV-cache writes as one
       onyx::RotaryCache node, on CUDA only), True, False
+    - fuse_rotary_attention: None (default: where the rotary-cache fusion is on, a RotaryCache writing the
+      cache in place and the Attention after it as one onyx::RotaryCacheAttention node, one kernel for a
+      decode step; on CUDA only), True, False
     - overlap_launches: True (default: on a GPU, a product kernel may start while the kernel before it finishes)
     """
 
@@ -263,6 +266,7 @@ class SessionOptions:
         self.fuse_attention = None  # None: fuse eager attention (generation: on CUDA only); True/False force it
         self.fuse_linear = None  # None: the linear fusions on CUDA devices only; True/False force them
         self.fuse_rotary_cache = None  # None: the rotary-cache fusion on CUDA devices only; True/False force it
+        self.fuse_rotary_attention = None  # None: the rotary-attention fusion on CUDA devices only
         self.overlap_launches = True  # GPU: programmatic dependent launch of the product kernels
 
     def add_session_config_entry(self, key, value):
@@ -289,6 +293,7 @@ class SessionOptions:
             "fuse_attention": None if self.fuse_attention is None else bool(self.fuse_attention),
             "fuse_linear": None if self.fuse_linear is None else bool(self.fuse_linear),
             "fuse_rotary_cache": None if self.fuse_rotary_cache is None else bool(self.fuse_rotary_cache),
+            "fuse_rotary_attention": None if self.fuse_rotary_attention is None else bool(self.fuse_rotary_attention),
             "overlap_launches": bool(self.overlap_launches),
             # onnxruntime's intra_op_num_threads: the CPU kernels' threads (0: every available CPU)
             "intra_op_threads": int(self.intra_op_num_threads),

@@ -81,9 +81,11 @@ class Model:
     prompt goes to the encoder. device: "cpu", "cuda:N" (default: the config's provider, else
     the CPU), for every component. capture: CUDA Graphs for decode steps on a GPU ("auto" by
     default, "off", "require"). memory_budget: bytes the model may hold on its device (a
-    pipeline whose weights do not fit is refused here)."""
+    pipeline whose weights do not fit is refused here). session_options: more of onyx's session
+    options by name (onyx.SessionOptions' native keys, e.g. {"fuse_rotary_attention": False});
+    an unknown name is refused."""
 
-    def __init__(self, config_or_path, device=None, capture=None, memory_budget=None):
+    def __init__(self, config_or_path, device=None, capture=None, memory_budget=None, session_options=None):
         config = config_or_path if isinstance(config_or_path, Config) else Config(config_or_path)
         dev = _onyx.resolve_device(device if device is not None else config._device())
         if capture is None:
@@ -92,6 +94,10 @@ class Model:
         if memory_budget is not None:
             options["memory_budget_bytes"] = int(memory_budget)
             options["host_memory_budget_bytes"] = int(memory_budget)
+        for k, v in (session_options or {}).items():
+            if k in options:
+                raise Error(f"session_options: {k!r} is set by Model's own argument")
+            options[k] = v
         self._m = _onyx.LanguageModel.load(config.path, options)
         self._folder = self._m.folder()
         self.path = config.path

@@ -269,10 +269,12 @@ SessionOptions parse_options(const nb::dict& o) {
         ONYX_CHECK(t >= 0, "intra_op_threads must be >= 0 (0: every available CPU), not ", t);
         s.intra_op_threads = t;
       }
-      else if (key == "fuse_attention" || key == "fuse_linear" || key == "fuse_rotary_cache") {
-        auto& field = key == "fuse_attention" ? s.fuse_attention
-                      : key == "fuse_linear"  ? s.fuse_linear
-                                              : s.fuse_rotary_cache;
+      else if (key == "fuse_attention" || key == "fuse_linear" || key == "fuse_rotary_cache" ||
+               key == "fuse_rotary_attention") {
+        auto& field = key == "fuse_attention"      ? s.fuse_attention
+                      : key == "fuse_linear"       ? s.fuse_linear
+                      : key == "fuse_rotary_cache" ? s.fuse_rotary_cache
+                                                   : s.fuse_rotary_attention;
         if (v.is_none()) field.reset();
         else field = nb::cast<bool>(v);
       }
@@ -296,7 +298,7 @@ SessionOptions parse_options(const nb::dict& o) {
         throw Error(
             "no such option (device, allow_cpu_fallback, memory_budget_bytes, memory_fraction, "
             "validate_replays, fold_constants, fuse_patterns, intra_op_threads, fuse_attention, fuse_linear, "
-            "fuse_rotary_cache, "
+            "fuse_rotary_cache, fuse_rotary_attention, "
             "overlap_launches, host_memory_budget_bytes, plan_cache_capacity, pinned_memory_budget_bytes, capture, "
             "memory)");
       }

@@ -280,6 +280,7 @@ void LanguageModel::choose_cache_mode() {
   CacheRewrite r = rewrite_concat_cache(step_graph_, pairs, folder_.input_ids);
   if (!r.applied) return growing(cat("the cache cannot be rewritten to a fixed capacity: ", r.why_not));
   index_input_ = r.index_input;
+  rotary_attention_nodes_ = fuse_rotary_attention_on(options_, device_) ? fuse_rotary_attention(step_graph_) : 0;
   fill_graph_ = make_fill_graph(pairs.size());
   SessionOptions fill_options = options_;
   fill_options.capture = CaptureMode::kOff;

@@ -67,6 +67,9 @@ class LanguageModel : public TokenModel {
     int64_t launched = 0, taken = 0;
   };
   RunAheadCounts run_ahead_counts() const { return run_ahead_counts_; }
+  // The decode step's onyx::RotaryCacheAttention nodes (the rotary-attention fusion after the cache
+  // rewrite; 0 where it is off or found nothing to fuse).
+  int rotary_attention_nodes() const { return rotary_attention_nodes_; }
   // Keeps only the sequences `keep` (ascending indexes into the current ones; the rest have
   // finished), moving the batch to the smallest bucket that holds them.
   void keep(const std::vector<size_t>& keep) override;
@@ -223,6 +226,7 @@ class LanguageModel : public TokenModel {
   CacheMode chosen_ = CacheMode::kGrowing;
   std::string note_;
   std::string index_input_;
+  int rotary_attention_nodes_ = 0;
   std::unique_ptr<Batch> batch_;
   std::unique_ptr<Slots> slots_;
   // Cache sets of finished generations by (bucket, capacity), most recent first (at most

@@ -14,10 +14,23 @@
 //
 // This kernel is the specification: each output computed element by element as the ops it
 // replaces compute it, in the compute type (float for float16/bfloat16) with one rounding.
+//
+// onyx::RotaryCacheAttention, what the rotary-attention fusion (passes/fuse_rotary_cache.h) makes
+// of a RotaryCache with an index and the Attention that reads its three outputs, so that a decode
+// step's rotary embeddings, cache writes and attention are one CUDA kernel:
+//
+//   onyx::RotaryCacheAttention(q, k, v, cos, sin, past_k, past_v, index, attn_mask?; split, scale?)
+//     -> (q_rot, present_k, present_v, y)
+//   (q_rot, present_k, present_v) = RotaryCache(q, k, v, cos, sin, past_k, past_v, index; split)
+//   y = Attention(q_rot, present_k, present_v, attn_mask; scale) (opset 23, ONNX's definition)
+//
+// Its CPU kernel runs the two ops' own kernels in turn; so does its CUDA kernel where the fused
+// one does not apply.
 #include <algorithm>
 
 #include "ops/broadcast.h"
 #include "ops/common.h"
+#include "ops/registry.h"
 
 namespace onyx {
 
@@ -169,9 +182,97 @@ void rotary_cache_kernel(KernelContext& ctx) {
   write_cache<T>(ctx.input(kPastV), v.data<T>(), v.shape(), index, ctx.output(2));
 }
 
+// ---- RotaryCacheAttention ----
+
+constexpr size_t kMask = 8;
+
+// The fused node's two parts as nodes of their own over its inputs and outputs: the RotaryCache
+// reads inputs 0-7 and makes outputs 0-2; the Attention reads (q_rot, present_k, present_v, mask)
+// as its inputs 0-3 and makes y.
+struct RotaryAttentionParts {
+  Node rotary, attention;
+  const OpDef* rotary_def = nullptr;
+  const OpDef* attention_def = nullptr;
+};
+
+RotaryAttentionParts rotary_attention_parts(const NodeView& n) {
+  ONYX_CHECK(n.num_inputs() >= 8 && n.num_inputs() <= 9 && n.has_input(kIndex),
+             "RotaryCacheAttention takes 8 or 9 inputs (q, k, v, cos, sin, past_k, past_v, index, attn_mask?), got ",
+             n.num_inputs());
+  ONYX_CHECK(n.num_outputs() == 4, "RotaryCacheAttention makes 4 outputs (q_rot, present_k, present_v, y), got ",
+             n.num_outputs());
+  RotaryAttentionParts p;
+  p.rotary.name = n.node().name + "/rotary_cache";
+  p.rotary.op_type = "RotaryCache";
+  p.rotary.domain = "onyx";
+  p.rotary.opset = 1;
+  p.rotary.inputs = {0, 1, 2, 3, 4, 5, 6, 7};
+  p.rotary.outputs = {0, 1, 2};
+  p.attention.name = n.node().name + "/attention";
+  p.attention.op_type = "Attention";
+  p.attention.opset = 23;
+  p.attention.inputs = {0, 1, 2};
+  if (n.has_input(kMask)) p.attention.inputs.push_back(3);
+  p.attention.outputs = {0};
+  for (const Attribute& a : n.node().attributes) {
+    if (a.name == "split") p.rotary.attributes.push_back(a);
+    else if (a.name == "scale") p.attention.attributes.push_back(a);
+    else throw Error(cat("RotaryCacheAttention has no attribute '", a.name, "' (it takes split and scale)"));
+  }
+  p.rotary_def = OpRegistry::global().find("onyx", "RotaryCache", 1);
+  p.attention_def = OpRegistry::global().find("", "Attention", 23);
+  ONYX_CHECK(p.rotary_def && p.attention_def, "RotaryCacheAttention: RotaryCache or Attention is not registered");
+  p.rotary.def = p.rotary_def;
+  p.attention.def = p.attention_def;
+  return p;
+}
+
+void infer_rotary_cache_attention(InferContext& ctx) {
+  const RotaryAttentionParts p = rotary_attention_parts(ctx);
+  std::vector<ValueType> rin;
+  std::vector<const Tensor*> rvals;
+  for (size_t i = 0; i < 8; ++i) {
+    rin.push_back({ctx.input_dtype(i), ctx.input_shape(i)});
+    rvals.push_back(ctx.input_value(i));
+  }
+  InferContext rotary(p.rotary, rin, rvals);
+  p.rotary_def->infer(rotary);
+  std::vector<ValueType> ain(rotary.outputs().begin(), rotary.outputs().begin() + 3);
+  std::vector<const Tensor*> avals(3, nullptr);
+  if (ctx.has_input(kMask)) {
+    ain.push_back({ctx.input_dtype(kMask), ctx.input_shape(kMask)});
+    avals.push_back(ctx.input_value(kMask));
+  }
+  InferContext attention(p.attention, ain, avals);
+  p.attention_def->infer(attention);
+  for (size_t o = 0; o < 3; ++o) ctx.set_output(o, rotary.outputs()[o].dtype, rotary.outputs()[o].shape);
+  ctx.set_output(3, attention.outputs()[0].dtype, attention.outputs()[0].shape);
+}
+
+void rotary_cache_attention_kernel(const RotaryAttentionParts& p, KernelContext& ctx) {
+  std::vector<const Tensor*> rin;
+  for (size_t i = 0; i < 8; ++i) rin.push_back(&ctx.input(i));
+  Tensor routs[3] = {ctx.output(0), ctx.output(1), ctx.output(2)};  // sharing the outputs' storage
+  KernelContext rotary(p.rotary, std::move(rin), routs, ctx.allocator(), nullptr);
+  p.rotary_def->kernel(rotary);
+  std::vector<const Tensor*> ain{&routs[0], &routs[1], &routs[2]};
+  if (ctx.has_input(kMask)) ain.push_back(&ctx.input(kMask));
+  Tensor aout[1] = {ctx.output(3)};
+  KernelContext attention(p.attention, std::move(ain), aout, ctx.allocator(), nullptr);
+  p.attention_def->kernel(attention);
+}
+
 }  // namespace
 
 void register_rotary_cache_op(OpRegistry& r) {
+  r.add(domain_op("onyx", "RotaryCacheAttention", 1, infer_rotary_cache_attention,
+                  [](KernelContext& ctx) { rotary_cache_attention_kernel(rotary_attention_parts(ctx), ctx); })
+            .specialized([](const Node& node) -> KernelFn {
+              auto parts = std::make_shared<const RotaryAttentionParts>(rotary_attention_parts(NodeView(node)));
+              return [parts](KernelContext& ctx) { rotary_cache_attention_kernel(*parts, ctx); };
+            })
+            .may_update(1, kPastK)
+            .may_update(2, kPastV));
   r.add(domain_op("onyx", "RotaryCache", 1, infer_rotary_cache,
                   [](KernelContext& ctx) {
                     dispatch<FloatTypes>(ctx.input(kQ).dtype(), "RotaryCache",

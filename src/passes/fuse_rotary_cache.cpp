@@ -126,4 +126,82 @@ RotaryCacheReport fuse_rotary_cache(Graph& g) {
   return r;
 }
 
+namespace {
+
+// The Attention attributes the fused node carries (scale) or that have their default value.
+bool attention_attrs_fusable(const Node& n) {
+  for (const Attribute& a : n.attributes) {
+    if (a.name == "scale") continue;
+    const bool zero_int = a.kind == Attribute::Kind::kInt && a.i == 0;
+    const bool zero_float = a.kind == Attribute::Kind::kFloat && a.f == 0.f;
+    if ((a.name == "is_causal" || a.name == "qk_matmul_output_mode") && zero_int) continue;
+    if (a.name == "softcap" && zero_float) continue;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int fuse_rotary_attention(Graph& g) {
+  Matcher m(g);
+  std::unordered_map<int, std::vector<int>> read_at;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    for (int id : g.nodes[k].inputs)
+      if (id >= 0) read_at[id].push_back(static_cast<int>(k));
+    for (int id : g.nodes[k].implicit_inputs) read_at[id].push_back(static_cast<int>(k));
+  }
+  auto producer = [&](int id) { return id >= 0 ? g.values[id].producer : -1; };
+  std::vector<bool> removed(g.nodes.size(), false);
+  std::vector<std::pair<size_t, Node>> replace;
+  int fused = 0;
+  for (size_t a = 0; a < g.nodes.size(); ++a) {
+    const Node& attn = g.nodes[a];
+    if (!m.plain(attn, "Attention") || attn.inputs.size() < 3 || !attention_attrs_fusable(attn)) continue;
+    bool extra = false;
+    for (size_t i = 4; i < attn.inputs.size(); ++i) extra = extra || attn.inputs[i] >= 0;
+    for (size_t o = 1; o < attn.outputs.size(); ++o) extra = extra || attn.outputs[o] >= 0;
+    if (extra || attn.outputs.empty() || attn.outputs[0] < 0) continue;
+    const int rp = producer(attn.inputs[0]);
+    if (rp < 0 || removed[rp]) continue;
+    const Node& rc = g.nodes[rp];
+    if (!onyx_op(rc, "RotaryCache") || rc.inputs.size() != 8 || rc.inputs[7] < 0) continue;
+    if (rc.outputs.size() > 3 && rc.outputs[3] >= 0) continue;
+    if (rc.outputs[0] != attn.inputs[0] || rc.outputs[1] != attn.inputs[1] || rc.outputs[2] != attn.inputs[2]) continue;
+    const int q_rot = rc.outputs[0];
+    if (m.outputs.count(q_rot) || m.readers[q_rot] != 1) continue;
+    const int mask = attn.inputs.size() > 3 ? attn.inputs[3] : -1;
+
+    std::vector<int> inputs(rc.inputs.begin(), rc.inputs.begin() + 8);
+    if (mask >= 0) inputs.push_back(mask);
+    const std::vector<int> outputs{rc.outputs[0], rc.outputs[1], rc.outputs[2], attn.outputs[0]};
+    // At the RotaryCache's place or the Attention's: after every input's producer, before every
+    // other reader of the outputs.
+    const std::vector<int> mine{rp, static_cast<int>(a)};
+    int after = -1;
+    for (int id : inputs) after = std::max(after, producer(id));
+    int before = std::numeric_limits<int>::max();
+    for (int id : outputs)
+      for (int reader : read_at[id])
+        if (reader != rp && reader != static_cast<int>(a)) before = std::min(before, reader);
+    int at = -1;
+    for (int p : {std::min(rp, static_cast<int>(a)), std::max(rp, static_cast<int>(a))})
+      if (p > after) {
+        at = p;
+        break;
+      }
+    if (at < 0 || at >= before) continue;
+
+    std::vector<Attribute> attrs;
+    if (const Attribute* s = rc.find_attribute("split")) attrs.push_back(*s);
+    if (const Attribute* s = attn.find_attribute("scale")) attrs.push_back(*s);
+    replace.emplace_back(static_cast<size_t>(at), make_node(rc.name + "/attention", "onyx", "RotaryCacheAttention", 1,
+                                                            std::move(inputs), outputs, std::move(attrs)));
+    removed[rp] = removed[a] = true;
+    ++fused;
+  }
+  replace_nodes(g, removed, replace);
+  return fused;
+}
+
 }  // namespace onyx

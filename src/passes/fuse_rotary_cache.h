@@ -28,4 +28,18 @@ struct RotaryCacheReport {
 
 RotaryCacheReport fuse_rotary_cache(Graph& g);
 
+// The rotary-attention fusion, on a graph after the rotary-cache fusion and the generator's cache
+// rewrite (passes/kv_cache.h), which gives RotaryCache its index:
+//
+//   Attention(q_rot, present_k, present_v[, mask]; scale)
+//     with (q_rot, present_k, present_v) = RotaryCache(q, k, v, cos, sin, past_k, past_v, index)
+//   -> (q_rot, present_k, present_v, y) = RotaryCacheAttention(q, k, v, cos, sin, past_k, past_v, index[, mask])
+//
+// (ops/rotary_cache.cpp), so that a decode step's rotary embeddings, cache writes and attention
+// are one kernel on CUDA. It fires where the RotaryCache makes no rotated keys of their own, the
+// Attention reads nothing else (no past, no nonpad lengths), makes only Y, is not causal and has
+// no softcap, q_rot is read by that Attention alone, and the fused node has a place in the
+// graph's order. Returns how many it made.
+int fuse_rotary_attention(Graph& g);
+
 }  // namespace onyx

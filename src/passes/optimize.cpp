@@ -5,6 +5,11 @@
 
 namespace onyx {
 
+bool fuse_rotary_attention_on(const SessionOptions& options, const Device& device) {
+  return options.fuse_patterns && options.fuse_rotary_cache.value_or(!device.is_cpu()) &&
+         options.fuse_rotary_attention.value_or(!device.is_cpu());
+}
+
 OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Device& device,
                               OptimizeDefaults defaults) {
   OptimizeReport r;
@@ -52,6 +57,9 @@ OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Dev
   }
   // On the fused graph: RotaryHalf and Attention are what it matches.
   if (options.fuse_patterns && options.fuse_rotary_cache.value_or(!device.is_cpu())) r.rotary_cache = fuse_rotary_cache(g);
+  // Fires on the indexed RotaryCache only: a graph written with CacheUpdate; the generator's
+  // rewritten decoder calls it again after its cache rewrite (fuse_rotary_attention_after_rewrite).
+  if (fuse_rotary_attention_on(options, device)) r.rotary_attention = fuse_rotary_attention(g);
   if (options.fuse_patterns && device.is_cpu()) r.cpu = fuse_cpu(g);
   return r;
 }

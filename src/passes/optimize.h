@@ -24,6 +24,7 @@ struct OptimizeReport {
   FuseReport fuse;
   LinearReport linear;
   RotaryCacheReport rotary_cache;
+  int rotary_attention = 0;  // RotaryCacheAttention nodes (fuse_rotary_attention)
   CpuFuseReport cpu;
 };
 
@@ -36,5 +37,9 @@ struct OptimizeDefaults {
 // `device` is the resolved device the graph will run on (the fusions' defaults depend on it).
 OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Device& device,
                               OptimizeDefaults defaults = {});
+
+// Whether the rotary-attention fusion runs for these options on `device` (it needs the rotary-cache
+// fusion before it).
+bool fuse_rotary_attention_on(const SessionOptions& options, const Device& device);
 
 }  // namespace onyx

@@ -530,6 +530,20 @@ void contrib(std::vector<Case>& v) {
     rc("indexed_chunk_keys", 2, 4, 2, 3, 16, 64, 4, {}, 0, {Vals(D::kInt64, {2}, {0, 13})});
     rc("indexed_elements", 2, 2, 1, 1, 6, 12, 3, Shape{2, 1, 1, 12}, 10, {Vals(D::kInt64, {}, {5})}, 5);
     rc("llama_b8_past511", 8, 32, 8, 1, 511, 64);
+    // onyx::RotaryCacheAttention (ops/rotary_cache.cpp): RotaryCache with its index, then Attention
+    // over its outputs. Here the presents are fresh tensors, so its kernel runs the two kernels in
+    // turn (test_rotary_cache_gpu.cpp binds them in place, where the fused kernel runs).
+    auto rca = [&](std::string name, int64_t B, int64_t Hq, int64_t Hkv, int64_t S, int64_t C, int64_t D, In index,
+                   In mask = None()) {
+      std::vector<In> in{X({B, Hq, S, D}), X({B, Hkv, S, D}), X({B, Hkv, S, D}), Uni({B, 1, S, D}, -1, 1),
+                         Uni({B, 1, S, D}, -1, 1), X({B, Hkv, C, D}), X({B, Hkv, C, D}), std::move(index)};
+      if (mask.fill != Fill::kOmitted) in.push_back(std::move(mask));
+      v.push_back({std::move(name), "RotaryCacheAttention", kFloats, std::move(in),
+                   {attr_int("split", D / 2), attr_float("scale", 0.125f)}, 4, 1, "onyx"});
+    };
+    rca("copy_decode", 2, 8, 2, 1, 16, 64, Vals(D::kInt64, {}, {9}));
+    rca("copy_per_row_bool_mask", 2, 4, 2, 1, 16, 128, Vals(D::kInt64, {2}, {3, 15}), Bools({2, 1, 1, 16}));
+    rca("copy_chunk_additive_mask", 1, 4, 2, 3, 24, 64, Vals(D::kInt64, {}, {5}), Uni({1, 1, 3, 24}, -2, 0));
     Case m{"flat", "SiluMul", kFloats, {X({4, 1000}), X({4, 1000})}, {}, 1, 1, "onyx"};
     v.push_back(m);
     m.name = "bcast";

@@ -380,26 +380,32 @@ struct Agreement {
 };
 constexpr float kConfidentGap = 0.15f;
 
-Agreement teacher_forced(LanguageModel& ref, LanguageModel& other) {
+// Each of `rows` sequences (prompts of one token, 1021 less the row) teacher forced as above.
+Agreement teacher_forced(LanguageModel& ref, LanguageModel& other, int64_t rows = 1) {
   Draw greedy;
-  greedy.options = {{0.f, 0.f, 1.f, 0.f, 1.f}};
-  greedy.seeds = {0};
+  greedy.options.assign(static_cast<size_t>(rows), {0.f, 0.f, 1.f, 0.f, 1.f});
+  greedy.seeds.assign(static_cast<size_t>(rows), 0);
   greedy.logits = true;
-  const std::vector<int64_t> prompt = {1021};
-  const int64_t steps = ref.folder().context_length - static_cast<int64_t>(prompt.size());
+  std::vector<std::vector<int64_t>> prompts;
+  for (int64_t r = 0; r < rows; ++r) prompts.push_back({1021 - r});
+  const int64_t steps = ref.folder().context_length - 1;
   Agreement g;
   auto compare = [&](const Next& a, const Next& b, int64_t t) {
-    std::vector<float> l(a.logits.data<float>(), a.logits.data<float>() + a.logits.numel());
-    std::partial_sort(l.begin(), l.begin() + 2, l.end(), std::greater<float>());
-    const bool same = a.tokens == b.tokens, confident = l[0] - l[1] >= kConfidentGap;
-    ++g.compared;
-    g.agree += same;
-    g.confident += confident;
-    g.confident_agree += confident && same;
-    if (!same && g.compared - g.agree <= 12) g.where += cat(g.where.empty() ? "" : ", ", t, " (", l[0] - l[1], ")");
+    const int64_t vocab = a.logits.numel() / rows;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<float> l(a.logits.data<float>() + r * vocab, a.logits.data<float>() + (r + 1) * vocab);
+      std::partial_sort(l.begin(), l.begin() + 2, l.end(), std::greater<float>());
+      const bool same = a.tokens[r] == b.tokens[r], confident = l[0] - l[1] >= kConfidentGap;
+      ++g.compared;
+      g.agree += same;
+      g.confident += confident;
+      g.confident_agree += confident && same;
+      if (!same && g.compared - g.agree <= 12)
+        g.where += cat(g.where.empty() ? "" : ", ", rows > 1 ? cat(r, ":") : "", t, " (", l[0] - l[1], ")");
+    }
   };
-  Next a = ref.start({prompt}, static_cast<int64_t>(prompt.size()) + steps, greedy);
-  Next b = other.start({prompt}, static_cast<int64_t>(prompt.size()) + steps, greedy);
+  Next a = ref.start(prompts, 1 + steps, greedy);
+  Next b = other.start(prompts, 1 + steps, greedy);
   compare(a, b, 0);
   for (int64_t t = 1; t < steps; ++t) {
     greedy.counter = t;
@@ -451,6 +457,41 @@ TEST_P(PrecisionGpu, Top1AgreesWithFloat32) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, PrecisionGpu, testing::Values("float16", "bfloat16"));
+
+// The rotary-attention fusion end to end: a bfloat16 Llama of head size 64 (scripts/gpu_stage.sh
+// makes it from tools/gen_models.py's graph: each layer's rotary embeddings and cache writes fuse to
+// RotaryCache, and after the cache rewrite with its Attention to RotaryCacheAttention, the fused
+// kernel in the captured step) against the
+// same copy with the fusion off (RotaryCache's kernel, then Attention's), teacher forced over the
+// context, two sequences (the fused kernel runs from two batch rows up; one takes the two kernels):
+// the same top-1 token at every position where the unfused decoder is confident, and at 99% of all.
+TEST(RotaryAttentionGpu, FusedDecodeStepsAgreeWithTheTwoKernels) {
+  REQUIRE_GPU();
+  const char* env = std::getenv("ONYX_GENAI_PRECISION_DIR");
+  if (!env) GTEST_SKIP() << "ONYX_GENAI_PRECISION_DIR is not set (scripts/gpu_stage.sh makes the copies)";
+  const std::string dir = (std::filesystem::path(env) / "llama-h64-bfloat16").string();
+  ASSERT_TRUE(std::filesystem::exists(dir)) << dir;
+  SessionOptions on;
+  on.device = "cuda:0";
+  on.allow_cpu_fallback = false;
+  on.capture = CaptureMode::kRequire;
+  SessionOptions off = on;
+  off.fuse_rotary_attention = false;
+  LanguageModel fused(dir, on), plain(dir, off);
+  ASSERT_EQ(fused.cache_mode(), CacheMode::kStatic) << fused.cache_note();
+  ASSERT_EQ(plain.cache_mode(), CacheMode::kStatic) << plain.cache_note();
+  EXPECT_EQ(fused.rotary_attention_nodes(), static_cast<int>(fused.folder().layers.size()));
+  EXPECT_EQ(plain.rotary_attention_nodes(), 0);
+  const Agreement g = teacher_forced(plain, fused, 2);
+  std::printf("[ rotary attention ] top-1 equal at %lld of %lld positions (%lld of the %lld where the unfused decoder's "
+              "top-2 gap is >= %.2f); different at [%s]\n",
+              static_cast<long long>(g.agree), static_cast<long long>(g.compared),
+              static_cast<long long>(g.confident_agree), static_cast<long long>(g.confident), kConfidentGap,
+              g.where.c_str());
+  EXPECT_GT(g.compared, 30);
+  EXPECT_EQ(g.confident_agree, g.confident);
+  EXPECT_GE(g.agree * 100, g.compared * 99) << g.agree << " of " << g.compared << " top-1 tokens agree";
+}
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateGpu, testing::Values("llama-builder-int4", "llama-optimum"),
                          [](const testing::TestParamInfo<std::string>& info) {

@@ -262,6 +262,115 @@ TEST(FuseRotaryCache, CacheRewriteMakesTheIndexedFormThatWritesInPlace) {
 
 // (The generator end to end, static cache kept and tokens equal: tests/parity/test_rotary_cache.py.)
 
+// The rotary-attention fusion on the generator's form: the rewritten layer's RotaryCache (with
+// the index) and its Attention become one RotaryCacheAttention that computes what they compute,
+// bound in place too; the Concat form (no index) and a q_rot read elsewhere stay as they are.
+TEST(FuseRotaryCache, RotaryAttentionFusesTheIndexedFormOnly) {
+  const std::vector<std::pair<std::string, std::string>> pairs{{"past_k", "Concat2_out"}, {"past_v", "Concat3_out"}};
+  for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16})
+    for (int64_t D : {64, 128}) {
+      const Layer l{t, 2, 8, 2, 1, 0, D};
+      const int64_t capacity = 11;
+      Graph plain = make_layer(l), fused = make_layer(l);
+      ASSERT_EQ(fuse_rotary_cache(fused).fused, 1);
+      EXPECT_EQ(fuse_rotary_attention(fused), 0) << "the Concat form has no index";
+      ASSERT_TRUE(rewrite_concat_cache(plain, pairs, "ids").applied);
+      ASSERT_TRUE(rewrite_concat_cache(fused, pairs, "ids").applied);
+      ASSERT_EQ(fuse_rotary_attention(fused), 1);
+      EXPECT_EQ(count(fused, "RotaryCacheAttention"), 1);
+      EXPECT_EQ(count(fused, "RotaryCache"), 0);
+      EXPECT_EQ(count(fused, "Attention"), 0);
+      for (const auto& n : fused.nodes)
+        if (n.op_type == "RotaryCacheAttention") {
+          EXPECT_EQ(n.inputs.size(), 8u);
+          EXPECT_NE(n.find_attribute("scale"), nullptr);
+          EXPECT_NE(n.find_attribute("split"), nullptr);
+        }
+      for (const Tensor& index : {Tensor::from_vector<int64_t>({6}, Shape{}),
+                                  Tensor::from_vector<int64_t>({10, 0}, Shape{2})}) {
+        SCOPED_TRACE(cat(name_of(l, capacity), " index ", index.shape().str()));
+        auto in = inputs_for(l, capacity);
+        in.push_back(index);
+        const auto a = run(plain, in), b = run(fused, in);
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t o = 0; o < a.size(); ++o) expect_close(a[o], b[o], cat("output ", o));
+        std::vector<Tensor> cache{in[5].clone(), in[6].clone()};
+        auto in_place = in;
+        in_place[5] = cache[0];
+        in_place[6] = cache[1];
+        const std::vector<Tensor> bound{Tensor(), cache[0], cache[1]};
+        const auto c = run(fused, in_place, &bound);
+        expect_close(a[0], c[0], "attention, in place");
+        expect_close(a[1], cache[0], "key cache, in place");
+        expect_close(a[2], cache[1], "value cache, in place");
+      }
+    }
+  // The rotated queries read elsewhere: RotaryCache and Attention stay.
+  Graph g = make_layer(Layer{}, Miss::kQRotRead);
+  ASSERT_EQ(fuse_rotary_cache(g).fused, 1);
+  ASSERT_TRUE(rewrite_concat_cache(g, pairs, "ids").applied);
+  EXPECT_EQ(fuse_rotary_attention(g), 0);
+  EXPECT_EQ(count(g, "RotaryCache"), 1);
+  // A causal Attention: stays.
+  Graph causal = make_layer(Layer{});
+  for (auto& n : causal.nodes)
+    if (n.op_type == "Attention") n.attributes.push_back(test::attr_int("is_causal", 1));
+  ASSERT_EQ(fuse_rotary_cache(causal).fused, 1);
+  ASSERT_TRUE(rewrite_concat_cache(causal, pairs, "ids").applied);
+  EXPECT_EQ(fuse_rotary_attention(causal), 0);
+}
+
+// With a mask: the fused node takes it as its ninth input, and the options decide the fusion.
+TEST(FuseRotaryCache, RotaryAttentionCarriesTheMaskAndFollowsTheOptions) {
+  const int64_t B = 2, Hq = 4, Hkv = 2, D = 64, C = 9;
+  auto make = [&] {
+    Builder b;
+    std::vector<int> in;
+    for (const char* name : {"q", "k", "v", "cos", "sin", "past_k", "past_v", "index", "mask"})
+      in.push_back(b.input(name));
+    const int rc = onyx_node(b, "RotaryCache", {in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7]},
+                             {test::attr_int("split", D / 2)});
+    b.g.nodes.back().outputs = {rc, b.g.value_id("present_k"), b.g.value_id("present_v")};
+    const int y = b.node("Attention", {rc, b.g.value_id("present_k"), b.g.value_id("present_v"), in[8]},
+                         {test::attr_float("scale", 0.3f)});
+    b.g.nodes.back().opset = 23;
+    b.g.outputs = {y, b.g.value_id("present_k"), b.g.value_id("present_v")};
+    for (size_t i = 0; i < b.g.nodes.size(); ++i)
+      for (int o : b.g.nodes[i].outputs) b.g.values[o].producer = static_cast<int>(i);
+    return b.g;
+  };
+  Graph plain = make(), fused = make();
+  ASSERT_EQ(fuse_rotary_attention(fused), 1);
+  for (const auto& n : fused.nodes)
+    if (n.op_type == "RotaryCacheAttention") EXPECT_EQ(n.inputs.size(), 9u);
+  Tensor mask(DType::kBool, Shape{B, 1, 1, C});
+  for (int64_t i = 0; i < mask.numel(); ++i) mask.data<bool>()[i] = (i * 7) % 3 != 0;
+  std::vector<Tensor> in{random_of(DType::kFloat32, Shape{B, Hq, 1, D}),  random_of(DType::kFloat32, Shape{B, Hkv, 1, D}),
+                         random_of(DType::kFloat32, Shape{B, Hkv, 1, D}), random_of(DType::kFloat32, Shape{B, 1, 1, D}),
+                         random_of(DType::kFloat32, Shape{B, 1, 1, D}),   random_of(DType::kFloat32, Shape{B, Hkv, C, D}),
+                         random_of(DType::kFloat32, Shape{B, Hkv, C, D}), Tensor::from_vector<int64_t>({3, 8}, Shape{2}),
+                         mask};
+  const auto a = run(plain, in), b = run(fused, in);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t o = 0; o < a.size(); ++o) expect_close(a[o], b[o], cat("output ", o));
+  // optimize_graph: on CUDA by default; off with either option off; on the CPU only when asked.
+  auto fuses = [&](SessionOptions o, Device d) {
+    Graph g = make();
+    return optimize_graph(g, o, d).rotary_attention;
+  };
+  EXPECT_EQ(fuses(SessionOptions{}, Device::cuda(0)), 1);
+  EXPECT_EQ(fuses(SessionOptions{}, Device::cpu()), 0);
+  SessionOptions off;
+  off.fuse_rotary_attention = false;
+  EXPECT_EQ(fuses(off, Device::cuda(0)), 0);
+  SessionOptions no_cache;
+  no_cache.fuse_rotary_cache = false;
+  EXPECT_EQ(fuses(no_cache, Device::cuda(0)), 0);
+  SessionOptions on;
+  on.fuse_rotary_cache = on.fuse_rotary_attention = true;
+  EXPECT_EQ(fuses(on, Device::cpu()), 1);
+}
+
 // A RotaryCache whose presents are not both among the pairs is not rewritten (and so neither
 // is anything else).
 TEST(FuseRotaryCache, CacheRewriteNeedsBothPresents) {

@@ -62,6 +62,10 @@ options:
   --fuse-rotary-cache on|off|auto
                                 a layer's rotary embeddings and KV-cache writes as one node (auto, the
                                 default: on CUDA devices only; it needs the attention fusion)
+  --fuse-rotary-attention on|off|auto
+                                a layer's rotary embeddings, in-place KV-cache writes and attention as
+                                one node, one CUDA kernel for a decode step (auto, the default: on CUDA
+                                devices only; it needs the rotary-cache fusion)
   --intra-op-threads N          threads of the CPU kernels (default 0: every CPU this process may use)
   --tensor-parallel N           split the decoder over N ranks, each a thread of this process with its
                                 share of the heads and the MLP (onnxruntime-genai builder folders;
@@ -197,10 +201,12 @@ GenerateArgs parse(const std::vector<std::string>& args) {
     else if (opt == "--language") g.language = a.value();
     else if (opt == "--task") g.task = a.value();
     else if (opt == "--device") g.session.device = a.value();
-    else if (opt == "--fuse-attention" || opt == "--fuse-rotary-cache") {
+    else if (opt == "--fuse-attention" || opt == "--fuse-rotary-cache" || opt == "--fuse-rotary-attention") {
       const std::string v = a.value();
       if (v != "on" && v != "off" && v != "auto") throw UsageError(opt + " takes on, off or auto, got '" + v + "'");
-      auto& field = opt == "--fuse-attention" ? g.session.fuse_attention : g.session.fuse_rotary_cache;
+      auto& field = opt == "--fuse-attention"      ? g.session.fuse_attention
+                    : opt == "--fuse-rotary-cache" ? g.session.fuse_rotary_cache
+                                                   : g.session.fuse_rotary_attention;
       if (v == "auto") field.reset();
       else field = v == "on";
     }

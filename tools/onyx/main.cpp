@@ -42,6 +42,9 @@ run options:
                                gate/up as one product each) (auto, the default: on CUDA only)
   --fuse-rotary-cache on|off|auto  a layer's rotary embeddings of q and k and its KV-cache writes as one
                                onyx::RotaryCache node (auto, the default: on CUDA only)
+  --fuse-rotary-attention on|off|auto  a RotaryCache writing its cache in place at an index and the
+                               Attention reading it as one onyx::RotaryCacheAttention node (auto, the
+                               default: on CUDA only)
   --memory-budget BYTES        on a GPU, the session's device-memory budget (default: 90% of free memory)
   --memory-report              print the memory governor's holders after the runs
   --host-memory-budget BYTES   the host memory the session may hold at once (default: 80% of

@@ -64,13 +64,15 @@ RunArgs parse(const std::vector<std::string>& args) {
       if (t < 0 || t > 4096) throw UsageError("--intra-op-threads takes 0 (every available CPU) to 4096");
       r.session.intra_op_threads = static_cast<int>(t);
     }
-    else if (opt == "--fuse-attention" || opt == "--fuse-linear" || opt == "--fuse-rotary-cache") {
+    else if (opt == "--fuse-attention" || opt == "--fuse-linear" || opt == "--fuse-rotary-cache" ||
+             opt == "--fuse-rotary-attention") {
       const std::string v = a.value();
       if (v != "on" && v != "off" && v != "auto")
         throw UsageError(opt + " takes on, off or auto, got '" + v + "'");
-      auto& field = opt == "--fuse-attention" ? r.session.fuse_attention
-                    : opt == "--fuse-linear"  ? r.session.fuse_linear
-                                              : r.session.fuse_rotary_cache;
+      auto& field = opt == "--fuse-attention"      ? r.session.fuse_attention
+                    : opt == "--fuse-linear"       ? r.session.fuse_linear
+                    : opt == "--fuse-rotary-cache" ? r.session.fuse_rotary_cache
+                                                   : r.session.fuse_rotary_attention;
       if (v == "auto") field.reset();
       else field = v == "on";
     }

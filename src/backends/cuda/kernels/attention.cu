@@ -21,6 +21,7 @@
 #include "backends/cuda/kernels/common/launch.cuh"
 #include "backends/cuda/kernels/common/pdl.cuh"
 #include "backends/cuda/kernels/common/reduce.cuh"
+#include "backends/cuda/kernels/rotary_cache.h"
 
 namespace onyx::cuda {
 
@@ -31,6 +32,22 @@ namespace cg = cooperative_groups;
 constexpr int kAttnWarps = 4;
 constexpr int kAttnKeys = 32;  // keys per shared-memory tile
 constexpr int kAttnMaxHead = 256;
+
+// The rotary-cache part of the fused decode kernel (onyx::RotaryCacheAttention): q is rotated as
+// it is loaded, and the new keys (rotated) and values are written into the caches, which are K
+// and V, at the index, by the block whose keys they fall among.
+struct AttnRope {
+  const void* k_new = nullptr;  // [B, Hkv, S_new, D]
+  const void* v_new = nullptr;
+  const void* cos = nullptr;
+  const void* sin = nullptr;
+  void* q_rot = nullptr;           // the rotated q, written by the first block of each cluster
+  const int64_t* index = nullptr;  // null: no rotary part
+  int per_row = 0;                 // the index holds one position per batch row
+  int64_t S_new = 0;
+  RopeRows qr, kr;
+  unsigned int* err = nullptr;
+};
 
 struct AttnArgs {
   const void* q;
@@ -48,6 +65,7 @@ struct AttnArgs {
   int64_t chunk;  // keys per split
   int prefetch;   // the decode kernel asks L2 for its first keys before it waits on the kernel before it
   float scale;
+  AttnRope rope;  // the decode kernel with ROPE only
 };
 
 // Eight consecutive values as float, in 16-byte loads (p 16-byte aligned).
@@ -306,7 +324,72 @@ __device__ __forceinline__ void cluster_arrive_release() {
 }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
-template <class T, int D, int R>
+// Eight values of T from floats, as one 16-byte word.
+template <class T>
+__device__ __forceinline__ uint4 floats_to_pack(const float (&f)[8]) {
+  uint4 out;
+  T* t = reinterpret_cast<T*>(&out);
+  ONYX_UNROLL
+  for (int i = 0; i < 8; ++i) t[i] = from_compute<T>(f[i]);
+  return out;
+}
+
+// With ROPE (onyx::RotaryCacheAttention), before the keys: the block writes the new positions
+// among its keys into the caches (K rotated, as RotaryCache's kernel rounds it; V copied); a
+// position outside the cache sets the device error and writes nothing (RotaryCache's rule). A
+// thread takes a pair of K vectors or a V vector of the new rows; its loads do not wait for the
+// index (only where it writes does), so they and the index are one round trip to memory.
+template <class T, int D>
+__device__ __forceinline__ void decode_write_new_rows(const AttnArgs& a, int64_t b, int64_t kvh, int64_t lo,
+                                                      int64_t hi, bool first) {
+  const AttnRope& e = a.rope;
+  constexpr int kHalf = D / 2, kHalfVecs = D / 16, kVecs = D / 8;
+  const int64_t head = b * a.Hkv + kvh;
+  const int n_k = static_cast<int>(e.S_new) * kHalfVecs, n = n_k + static_cast<int>(e.S_new) * kVecs;
+  const int64_t at = e.index[e.per_row ? b : 0];
+  const bool in_cache = at >= 0 && at + e.S_new <= a.S;
+  for (int u = threadIdx.x; u < n; u += blockDim.x) {
+    const bool is_k = u < n_k;
+    const int w = is_k ? u : u - n_k;
+    const int64_t t = is_k ? w / kHalfVecs : w / kVecs;
+    const int c = is_k ? (w % kHalfVecs) * 8 : (w % kVecs) * 8;
+    const T* src = static_cast<const T*>(is_k ? e.k_new : e.v_new) + (head * e.S_new + t) * D + c;
+    const int64_t co = b * e.kr.cb + kvh * e.kr.ch + t * e.kr.cs + c;
+    const uint4 xl = *reinterpret_cast<const uint4*>(src);
+    uint4 xh{}, cl{}, ch{}, sl{}, sh{};
+    if (is_k) {
+      xh = *reinterpret_cast<const uint4*>(src + kHalf);
+      cl = *reinterpret_cast<const uint4*>(static_cast<const T*>(e.cos) + co);
+      ch = *reinterpret_cast<const uint4*>(static_cast<const T*>(e.cos) + co + kHalf);
+      sl = *reinterpret_cast<const uint4*>(static_cast<const T*>(e.sin) + co);
+      sh = *reinterpret_cast<const uint4*>(static_cast<const T*>(e.sin) + co + kHalf);
+    }
+    const int64_t pos = at + t;
+    if (!in_cache || pos < lo || pos >= hi) continue;
+    T* dst = static_cast<T*>(const_cast<void*>(is_k ? a.k : a.v)) + (head * a.S + pos) * D + c;
+    if (!is_k) {
+      *reinterpret_cast<uint4*>(dst) = xl;
+      continue;
+    }
+    float fxl[8], fxh[8], fcl[8], fch[8], fsl[8], fsh[8], yl[8], yh[8];
+    pack_to_floats<T>(xl, fxl);
+    pack_to_floats<T>(xh, fxh);
+    pack_to_floats<T>(cl, fcl);
+    pack_to_floats<T>(ch, fch);
+    pack_to_floats<T>(sl, fsl);
+    pack_to_floats<T>(sh, fsh);
+    ONYX_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      yl[i] = fxl[i] * fcl[i] + (-fxh[i]) * fsl[i];
+      yh[i] = fxh[i] * fch[i] + fxl[i] * fsh[i];
+    }
+    *reinterpret_cast<uint4*>(dst) = floats_to_pack<T>(yl);
+    *reinterpret_cast<uint4*>(dst + kHalf) = floats_to_pack<T>(yh);
+  }
+  if (!in_cache && first && kvh == 0 && threadIdx.x == 0) atomicOr(e.err, kDeviceErrorCachePosition);
+}
+
+template <class T, int D, int R, bool ROPE>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs a) {
   constexpr int kLanesPerKey = D / 8, kKeysPerLoad = 32 / kLanesPerKey, kU = 4;
   constexpr int kStep = kDecodeWarps * kKeysPerLoad * kU;  // keys of one step of the block's warps
@@ -330,16 +413,72 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
   }
   ONYX_KERNEL_PROLOGUE();
   float q[R][8];
-  ONYX_UNROLL
-  for (int r = 0; r < R; ++r) {
-    if (r < rows) {
-      const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
-      load8(qp + ((b * a.Hq + h) * a.L + l) * D + part * 8, q[r]);
+  if constexpr (ROPE) {
+    // y = x cos + rotate_half(x) sin, rounded to T as RotaryCache's kernel rounds q_rot: each lane
+    // reads its 8 features of a row, the 8 of the lane holding the other half's, and their cos and
+    // sin. Up to 4 rows' loads go out with the new rows' (one round trip), then the block meets
+    // (the new rows written) and the rows are rotated; the first block of a cluster writes q_rot.
+    constexpr int kHalfParts = kLanesPerKey / 2, RQ = R < 4 ? R : 4;
+    const AttnRope& e = a.rope;
+    const bool low = part < kHalfParts;
+    ONYX_UNROLL
+    for (int g = 0; g < R; g += RQ) {
+      uint4 own[RQ], other[RQ], cs[RQ], sn[RQ];
       ONYX_UNROLL
-      for (int i = 0; i < 8; ++i) q[r][i] *= a.scale;
-    } else {
+      for (int i = 0; i < RQ; ++i) {
+        const int r = g + i;
+        own[i] = other[i] = cs[i] = sn[i] = make_uint4(0, 0, 0, 0);
+        if (r < rows) {
+          const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
+          const T* row = qp + ((b * a.Hq + h) * a.L + l) * D;
+          const int64_t co = b * e.qr.cb + h * e.qr.ch + l * e.qr.cs + part * 8;
+          own[i] = *reinterpret_cast<const uint4*>(row + part * 8);
+          other[i] = *reinterpret_cast<const uint4*>(row + (part ^ kHalfParts) * 8);
+          cs[i] = *reinterpret_cast<const uint4*>(static_cast<const T*>(e.cos) + co);
+          sn[i] = *reinterpret_cast<const uint4*>(static_cast<const T*>(e.sin) + co);
+        }
+      }
+      if (g == 0) {
+        decode_write_new_rows<T, D>(a, b, kvh, lo, hi, split == 0);
+        __syncthreads();  // the new rows, written, before the keys' loads
+      }
       ONYX_UNROLL
-      for (int i = 0; i < 8; ++i) q[r][i] = 0.f;
+      for (int i = 0; i < RQ; ++i) {
+        const int r = g + i;
+        if (r >= rows) {
+          ONYX_UNROLL
+          for (int j = 0; j < 8; ++j) q[r][j] = 0.f;
+          continue;
+        }
+        float fo[8], fx[8], fc[8], fs[8], y[8];
+        pack_to_floats<T>(own[i], fo);
+        pack_to_floats<T>(other[i], fx);
+        pack_to_floats<T>(cs[i], fc);
+        pack_to_floats<T>(sn[i], fs);
+        ONYX_UNROLL
+        for (int j = 0; j < 8; ++j) y[j] = low ? fo[j] * fc[j] + (-fx[j]) * fs[j] : fo[j] * fc[j] + fx[j] * fs[j];
+        const uint4 packed = floats_to_pack<T>(y);
+        if (split == 0 && warp == 0 && sub == 0) {
+          const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
+          *reinterpret_cast<uint4*>(static_cast<T*>(e.q_rot) + ((b * a.Hq + h) * a.L + l) * D + part * 8) = packed;
+        }
+        pack_to_floats<T>(packed, q[r]);
+        ONYX_UNROLL
+        for (int j = 0; j < 8; ++j) q[r][j] *= a.scale;
+      }
+    }
+  } else {
+    ONYX_UNROLL
+    for (int r = 0; r < R; ++r) {
+      if (r < rows) {
+        const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
+        load8(qp + ((b * a.Hq + h) * a.L + l) * D + part * 8, q[r]);
+        ONYX_UNROLL
+        for (int i = 0; i < 8; ++i) q[r][i] *= a.scale;
+      } else {
+        ONYX_UNROLL
+        for (int i = 0; i < 8; ++i) q[r][i] = 0.f;
+      }
     }
   }
   float m[R], lsum[R], acc[R][8];
@@ -551,21 +690,21 @@ constexpr size_t decode_gather_bytes(int splits, int rows, int d) {
 
 // Past 48 KiB of shared memory in all, a kernel launches with dynamic shared memory only once
 // allowed: the decode kernel is allowed its largest gathering space.
-template <class T, int D, int R>
+template <class T, int D, int R, bool ROPE>
 void set_decode_gather_limit() {
   const size_t most = decode_gather_bytes(kMaxClusterBlocks, R, D);
   if (most + sizeof(DecodeShared<R, D>) > 48 * 1024)
-    ONYX_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_kernel<T, D, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(most)));
+    ONYX_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_kernel<T, D, R, ROPE>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(most)));
 }
 
 // How many blocks of the decode kernel an SM holds at once (its registers decide), asked once.
-template <class T, int D, int R>
+template <class T, int D, int R, bool ROPE>
 int decode_blocks_per_sm() {
   static const int n = [] {
     int blocks = 1;
-    set_decode_gather_limit<T, D, R>();
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attn_decode_kernel<T, D, R>, kDecodeWarps * 32,
+    set_decode_gather_limit<T, D, R, ROPE>();
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attn_decode_kernel<T, D, R, ROPE>, kDecodeWarps * 32,
                                                       decode_gather_bytes(kMaxClusterBlocks, R, D)) !=
         cudaSuccess) {
       cudaGetLastError();
@@ -603,9 +742,15 @@ bool attention_decode(AttnArgs& a, DType dt, CudaContext& cu) {
     constexpr int Dc = decltype(dim)::value;
     auto with = [&](auto rows_tag) {
       constexpr int R = decltype(rows_tag)::value;
-      const int per_sm = decode_blocks_per_sm<T, Dc, R>();
-      set_decode_gather_limit<T, Dc, R>();  // (on this device too)
-      launch(attn_decode_kernel<T, Dc, R>, per_sm, R);
+      if (a.rope.index) {
+        const int per_sm = decode_blocks_per_sm<T, Dc, R, true>();
+        set_decode_gather_limit<T, Dc, R, true>();  // (on this device too)
+        launch(attn_decode_kernel<T, Dc, R, true>, per_sm, R);
+      } else {
+        const int per_sm = decode_blocks_per_sm<T, Dc, R, false>();
+        set_decode_gather_limit<T, Dc, R, false>();
+        launch(attn_decode_kernel<T, Dc, R, false>, per_sm, R);
+      }
     };
     if (a.R <= 1) with(std::integral_constant<int, 1>{});
     else if (a.R <= 2) with(std::integral_constant<int, 2>{});
@@ -721,10 +866,10 @@ bool attention_by_gemm(const AttnArgs& a, DType dt, CudaContext& cu) {
   return true;
 }
 
-void run_attention(KernelContext& ctx, CudaContext& cu) {
-  const Tensor& q = ctx.input(0);
-  const Tensor& k = ctx.input(1);
-  const Tensor& v = ctx.input(2);
+// The attention's arguments from Q, K, V, the mask (null: none) and the node's scale attribute;
+// throws naming what does not fit.
+AttnArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask, const NodeView& n,
+                        Tensor& y) {
   const Shape &qs = q.shape(), &ks = k.shape(), &vs = v.shape();
   ONYX_CHECK(qs.rank() == 4 && ks.rank() == 4 && vs.rank() == 4, "Attention on CUDA takes 4-D Q, K and V, got ",
              qs.str(), ", ", ks.str(), ", ", vs.str());
@@ -747,11 +892,11 @@ void run_attention(KernelContext& ctx, CudaContext& cu) {
   a.q = q.raw();
   a.k = k.raw();
   a.v = v.raw();
-  a.y = ctx.output(0).raw();
+  a.y = y.raw();
   a.vec8 = a.D % 8 == 0 && reinterpret_cast<uintptr_t>(a.k) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v) % 16 == 0;
   a.mask_len = a.S;
-  if (ctx.has_input(3)) {
-    const Tensor& mt = ctx.input(3);
+  if (mask) {
+    const Tensor& mt = *mask;
     const Shape& ms = mt.shape();
     ONYX_CHECK(mt.dtype() == DType::kBool || mt.dtype() == q.dtype(), "attn_mask must be bool or ",
                dtype_name(q.dtype()), ", got ", dtype_name(mt.dtype()));
@@ -773,8 +918,17 @@ void run_attention(KernelContext& ctx, CudaContext& cu) {
     a.mask_bool = mt.dtype() == DType::kBool;
     a.mask_shared = a.mstride[1] == 0 && a.mstride[2] == 0 ? 1 : 0;
   }
-  a.scale = static_cast<float>(ctx.has_attr("scale") ? ctx.attr_float("scale", 1.f)
-                                                    : 1.0 / std::sqrt(static_cast<double>(a.D)));
+  a.scale = static_cast<float>(n.has_attr("scale") ? n.attr_float("scale", 1.f)
+                                                  : 1.0 / std::sqrt(static_cast<double>(a.D)));
+  return a;
+}
+
+}  // namespace
+
+void run_attention(KernelContext& ctx, CudaContext& cu) {
+  const Tensor& q = ctx.input(0);
+  AttnArgs a = attention_args(q, ctx.input(1), ctx.input(2), ctx.has_input(3) ? &ctx.input(3) : nullptr, ctx,
+                              ctx.output(0));
   if (a.B == 0 || a.Hq == 0 || a.L == 0) return;
   if (a.R >= kAttnGemmRows && a.S >= 64 && attention_by_gemm(a, q.dtype(), cu)) return;
   if (attention_decode(a, q.dtype(), cu)) return;
@@ -816,6 +970,89 @@ void run_attention(KernelContext& ctx, CudaContext& cu) {
   ONYX_CUDA_CHECK_LAUNCH("Attention");
 }
 
+namespace {
+
+// onyx::RotaryCacheAttention (ops/rotary_cache.cpp): inputs q, k, v, cos, sin, past_k, past_v,
+// index[, attn_mask], outputs q_rot, present_k, present_v, y. One launch of the decode kernel with
+// its rotary part where the presents are their caches, bound in place (the generator's step), the
+// tensors 16-bit with head size 64 or 128 split in halves, two batch rows or more, and the decode
+// kernel takes the shape; otherwise RotaryCache's kernel, then Attention's.
+void run_rotary_cache_attention(KernelContext& ctx, CudaContext& cu) {
+  ONYX_CHECK(ctx.num_inputs() >= 8 && ctx.has_input(7) && ctx.num_outputs() == 4,
+             "RotaryCacheAttention takes q, k, v, cos, sin, past_k, past_v, index[, attn_mask] and makes q_rot, "
+             "present_k, present_v, y");
+  const Tensor &q = ctx.input(0), &k = ctx.input(1), &v = ctx.input(2), &cos = ctx.input(3), &sin = ctx.input(4);
+  const Tensor &past_k = ctx.input(5), &past_v = ctx.input(6), &index = ctx.input(7);
+  const Tensor* mask = ctx.has_input(8) ? &ctx.input(8) : nullptr;
+  Tensor &q_rot = ctx.output(0), &present_k = ctx.output(1), &present_v = ctx.output(2), &y = ctx.output(3);
+  const DType dt = q.dtype();
+  bool fused = (dt == DType::kFloat16 || dt == DType::kBFloat16) && q.rank() == 4 && k.rank() == 4 &&
+               v.rank() == 4 && past_k.rank() == 4 && past_v.rank() == 4 && present_k.raw() == past_k.raw() &&
+               present_v.raw() == past_v.raw() && index.dtype() == DType::kInt64 && cos.shape() == sin.shape();
+  for (const Tensor* t : {&k, &v, &cos, &sin, &past_k, &past_v}) fused = fused && t->dtype() == dt;
+  for (const void* p : {q.raw(), k.raw(), v.raw(), cos.raw(), sin.raw(), past_k.raw(), past_v.raw(), q_rot.raw()})
+    fused = fused && is_aligned(p, 16);
+  if (fused) {
+    const int64_t D = q.shape()[3];
+    fused = (D == 64 || D == 128) && k.shape()[3] == D && v.shape()[3] == D && ctx.attr_int("split", D / 2) == D / 2 &&
+            (index.numel() == 1 || index.numel() == past_k.shape()[0]);
+  }
+  // One batch row takes the two kernels: measured on an H200 (the 1.24B Llama's loop, past 511,
+  // the fusion off and on in turn, docs/decode-speed.md), the fused kernel cost 6-9 us a step at
+  // one row and saved 0-4 at two, 8-12 at four, 13-26 at eight.
+  fused = fused && q.rank() == 4 && q.shape()[0] >= 2;
+  if (fused) {
+    AttnRope rope;
+    rope.qr = rope_rows(q.shape(), cos.shape(), "q");
+    rope.kr = rope_rows(k.shape(), cos.shape(), "k");
+    cache_rows(past_k.shape(), k.shape(), present_k.shape(), true, true, "k");
+    cache_rows(past_v.shape(), v.shape(), present_v.shape(), true, true, "v");
+    ONYX_CHECK(k.shape()[2] == v.shape()[2] && past_k.shape()[2] == past_v.shape()[2], "past_k ",
+               past_k.shape().str(), " and past_v ", past_v.shape().str(), " must hold one capacity, and k ",
+               k.shape().str(), " and v ", v.shape().str(), " one length");
+    AttnArgs a = attention_args(q, past_k, past_v, mask, ctx, y);
+    rope.k_new = k.raw();
+    rope.v_new = v.raw();
+    rope.cos = cos.raw();
+    rope.sin = sin.raw();
+    rope.q_rot = q_rot.raw();
+    rope.index = index.data<int64_t>();
+    rope.per_row = index.numel() > 1 ? 1 : 0;
+    rope.S_new = k.shape()[2];
+    rope.err = cu.error_word;
+    a.rope = rope;
+    if (a.B == 0 || a.Hq == 0 || a.L == 0) return;
+    if (attention_decode(a, dt, cu)) return;
+  }
+  // The two kernels in turn, over the fused node's inputs and outputs.
+  Node rotary;
+  rotary.name = ctx.node().name;
+  rotary.op_type = "RotaryCache";
+  rotary.domain = "onyx";
+  rotary.opset = 1;
+  rotary.inputs = {0, 1, 2, 3, 4, 5, 6, 7};
+  rotary.outputs = {0, 1, 2};
+  Node attention;
+  attention.name = ctx.node().name;
+  attention.op_type = "Attention";
+  attention.opset = 23;
+  attention.inputs = {0, 1, 2};
+  if (mask) attention.inputs.push_back(3);
+  attention.outputs = {0};
+  for (const Attribute& at : ctx.node().attributes)
+    (at.name == "scale" ? attention : rotary).attributes.push_back(at);
+  std::vector<const Tensor*> rin;
+  for (size_t i = 0; i < 8; ++i) rin.push_back(&ctx.input(i));
+  Tensor routs[3] = {q_rot, present_k, present_v};  // sharing the outputs' storage
+  KernelContext rc(rotary, std::move(rin), routs, ctx.allocator(), nullptr);
+  run_rotary_cache(rc, cu);
+  std::vector<const Tensor*> ain{&routs[0], &routs[1], &routs[2]};
+  if (mask) ain.push_back(mask);
+  Tensor aout[1] = {y};
+  KernelContext at(attention, std::move(ain), aout, ctx.allocator(), nullptr);
+  run_attention(at, cu);
+}
+
 std::string attention_support(const Node& node, const std::vector<ValueType>& in) {
   NodeView n(node);
   if (in.size() < 3 || !is_cuda_float(in[0].dtype)) return "Attention on CUDA takes float32/float16/bfloat16";
@@ -835,10 +1072,25 @@ std::string attention_support(const Node& node, const std::vector<ValueType>& in
   return "";
 }
 
+std::string rotary_cache_attention_support(const Node& node, const std::vector<ValueType>& in) {
+  NodeView n(node);
+  if (in.size() < 8 || !n.has_input(7)) return "RotaryCacheAttention takes 8 or 9 inputs, the index among them";
+  for (size_t i = 0; i < 7; ++i)
+    if (!is_cuda_float(in[i].dtype)) return "RotaryCacheAttention on CUDA takes float32/float16/bfloat16";
+  if (in[7].dtype != DType::kInt64) return "RotaryCacheAttention takes an int64 index";
+  if (in[0].shape.rank_known && in[0].shape.dims.size() == 4 && in[0].shape.dims[3] > kAttnMaxHead)
+    return cat("RotaryCacheAttention on CUDA takes head sizes up to ", kAttnMaxHead);
+  if (in[2].shape.rank_known && in[0].shape.rank_known && in[2].shape.dims.size() == 4 &&
+      in[0].shape.dims.size() == 4 && in[2].shape.dims[3] >= 0 && in[2].shape.dims[3] != in[0].shape.dims[3])
+    return "RotaryCacheAttention on CUDA takes V's head size equal to Q's";
+  return "";
+}
+
 }  // namespace
 
 void register_attention_kernels(CudaKernelRegistry& r) {
   r.add(onnx_kernel("Attention", 23, run_attention, attention_support));
+  r.add(domain_kernel("onyx", "RotaryCacheAttention", 1, run_rotary_cache_attention, rotary_cache_attention_support));
 }
 
 }  // namespace onyx::cuda

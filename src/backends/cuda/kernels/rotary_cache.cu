@@ -12,27 +12,11 @@
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
 #include "backends/cuda/kernels/common/pdl.cuh"
+#include "backends/cuda/kernels/rotary_cache.h"
 
 namespace onyx::cuda {
 
 namespace {
-
-// The rows of q or k (row r = (b * H + h) * S + s) and where their cos/sin rows start:
-// b * cb + h * ch + s * cs (0 where cos broadcasts).
-struct RopeRows {
-  int64_t H = 1, S = 1, cb = 0, ch = 0, cs = 0;
-};
-
-// A present: rows of (batch, head) pairs, each `out_len` positions; `written` of them per pair
-// are written (all, or the new ones when the present is its cache bound in place).
-struct CacheRows {
-  int64_t H = 1;        // heads
-  int64_t S = 0;        // new positions
-  int64_t past = 0;     // the past's positions (Concat) or the cache's capacity (indexed)
-  int64_t out_len = 0;  // present's positions
-  int64_t written = 0;  // rows written per (batch, head)
-  int aliased = 0;      // present is the past (indexed, in place)
-};
 
 template <class T>
 struct RotaryCacheArgs {
@@ -197,6 +181,8 @@ __global__ void __launch_bounds__(kThreads) rotary_cache_kernel(const RotaryCach
   }
 }
 
+}  // namespace
+
 // cos/sin's strides onto x [B, H, S, D] (the tables broadcast onto x, ending in its D).
 RopeRows rope_rows(const Shape& x, const Shape& tab, const char* what) {
   ONYX_CHECK(tab.rank() >= 1 && tab.rank() <= 4 && tab[tab.rank() - 1] == x[3], "cos ", tab.str(), " must end in ",
@@ -231,7 +217,9 @@ CacheRows cache_rows(const Shape& past, const Shape& fresh, const Shape& present
   return c;
 }
 
+namespace {
 bool rank4(const Tensor& t) { return t.rank() == 4; }
+}  // namespace
 
 void run_rotary_cache(KernelContext& ctx, CudaContext& cu) {
   const Tensor &q = ctx.input(0), &k = ctx.input(1), &v = ctx.input(2), &cos = ctx.input(3), &sin = ctx.input(4);
@@ -311,6 +299,8 @@ void run_rotary_cache(KernelContext& ctx, CudaContext& cu) {
   });
   ONYX_CUDA_CHECK_LAUNCH("RotaryCache");
 }
+
+namespace {
 
 std::string rotary_cache_support(const Node& node, const std::vector<ValueType>& in) {
   if (in.size() < 7) return "RotaryCache takes 7 or 8 inputs";
