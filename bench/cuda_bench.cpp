@@ -374,7 +374,7 @@ void decode_attention(Gpu& g) {
   std::printf("\n");
   const DType dt = DType::kBFloat16;
   for (int64_t S : {512, 8192})
-    for (int64_t B : {1, 8})
+    for (int64_t B : {1, 2, 4, 8})
       for (bool masked : {false, true}) {
         const double bytes = 2.0 * B * 8 * S * 64 * 2;
         const int copies = static_cast<int>(std::max(2.0, std::ceil(400e6 / bytes)));

@@ -463,7 +463,7 @@ INSTANTIATE_TEST_SUITE_P(Precisions, PrecisionGpu, testing::Values("float16", "b
 // RotaryCache, and after the cache rewrite with its Attention to RotaryCacheAttention, the fused
 // kernel in the captured step) against the
 // same copy with the fusion off (RotaryCache's kernel, then Attention's), teacher forced over the
-// context, two sequences (the fused kernel runs from two batch rows up; one takes the two kernels):
+// context, four sequences (the fused kernel's threshold of batch rows: fewer take the two kernels):
 // the same top-1 token at every position where the unfused decoder is confident, and at 99% of all.
 TEST(RotaryAttentionGpu, FusedDecodeStepsAgreeWithTheTwoKernels) {
   REQUIRE_GPU();
@@ -482,7 +482,7 @@ TEST(RotaryAttentionGpu, FusedDecodeStepsAgreeWithTheTwoKernels) {
   ASSERT_EQ(plain.cache_mode(), CacheMode::kStatic) << plain.cache_note();
   EXPECT_EQ(fused.rotary_attention_nodes(), static_cast<int>(fused.folder().layers.size()));
   EXPECT_EQ(plain.rotary_attention_nodes(), 0);
-  const Agreement g = teacher_forced(plain, fused, 2);
+  const Agreement g = teacher_forced(plain, fused, 4);
   std::printf("[ rotary attention ] top-1 equal at %lld of %lld positions (%lld of the %lld where the unfused decoder's "
               "top-2 gap is >= %.2f); different at [%s]\n",
               static_cast<long long>(g.agree), static_cast<long long>(g.compared),

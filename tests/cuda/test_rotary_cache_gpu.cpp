@@ -9,6 +9,7 @@
 #include <cmath>
 #include <random>
 
+#include "backends/cuda/kernels/attention.h"
 #include "common/attributes.h"
 #include "harness.h"
 #include "ops/compute.h"
@@ -108,7 +109,14 @@ TEST(RotaryCacheAttentionGpu, BoundInPlaceMatchesTheReferenceAndTheTwoKernels) {
   // kernels: the fused one runs from two rows up).
   const std::vector<Shape5> shapes{{2, 32, 8, 1, 600},  {3, 8, 2, 1, 40},   {2, 8, 8, 1, 130},
                                    {2, 16, 2, 1, 1030}, {2, 8, 2, 2, 300}, {1, 32, 8, 1, 600}};
+  // The fused kernel at every shape it takes (its own threshold of batch rows set to 1), then the
+  // shipped threshold (one to three rows on the two kernels).
+  struct MinRows {
+    int saved = cuda::rotary_attention_min_rows;
+    ~MinRows() { cuda::rotary_attention_min_rows = saved; }
+  } restore;
   int runs = 0;
+  for (int min_rows : {1, restore.saved})
   for (DType t : {DType::kBFloat16, DType::kFloat16, DType::kFloat32})
     for (int64_t D : {64, 128})
       for (const Shape5& sh : shapes)
@@ -118,7 +126,8 @@ TEST(RotaryCacheAttentionGpu, BoundInPlaceMatchesTheReferenceAndTheTwoKernels) {
           for (int64_t b = 0; b < B; ++b) at[b] = b == 0 ? C - L : static_cast<int64_t>(rng() % (C - L + 1));
           const Tensor index = (B == 1 || mask_kind == 0) ? Tensor::from_vector<int64_t>({at[0]}, Shape{})
                                                           : Tensor::from_vector<int64_t>(at, Shape{B});
-          SCOPED_TRACE(cat(dtype_name(t), " D ", D, " B ", B, " Hq ", Hq, " Hkv ", Hkv, " L ", L, " C ", C, " mask ",
+          cuda::rotary_attention_min_rows = min_rows;
+          SCOPED_TRACE(cat("fused from ", min_rows, " rows, ", dtype_name(t), " D ", D, " B ", B, " Hq ", Hq, " Hkv ", Hkv, " L ", L, " C ", C, " mask ",
                            mask_kind, " index ", index.shape().str()));
           std::vector<Tensor> host{random_of(t, Shape{B, Hq, L, D}, rng),  random_of(t, Shape{B, Hkv, L, D}, rng),
                                    random_of(t, Shape{B, Hkv, L, D}, rng), random_of(t, Shape{1, 1, L, D}, rng),
@@ -186,7 +195,7 @@ TEST(RotaryCacheAttentionGpu, BoundInPlaceMatchesTheReferenceAndTheTwoKernels) {
               }
           ++runs;
         }
-  EXPECT_EQ(runs, 3 * 2 * 6 * 3);
+  EXPECT_EQ(runs, 2 * 3 * 2 * 6 * 3);
 }
 
 // A position past the cache: the fused kernel writes nothing, sets the cache-position error (the
@@ -199,6 +208,11 @@ TEST(RotaryCacheAttentionGpu, APositionPastTheCacheIsReportedAndWritesNothing) {
   const DType t = DType::kBFloat16;
   const int64_t B = 1, Hq = 8, Hkv = 2, D = 64, C = 64;
   ErrorWord err;
+  struct MinRows {  // the fused kernel at this one row
+    int saved = cuda::rotary_attention_min_rows;
+    MinRows() { cuda::rotary_attention_min_rows = 1; }
+    ~MinRows() { cuda::rotary_attention_min_rows = saved; }
+  } fused_here;
   for (int64_t bad : {C, int64_t{-1}}) {
     SCOPED_TRACE(cat("index ", bad));
     std::vector<Tensor> host{random_of(t, Shape{B, Hq, 1, D}, rng),  random_of(t, Shape{B, Hkv, 1, D}, rng),

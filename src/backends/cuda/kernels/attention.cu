@@ -304,6 +304,7 @@ void launch_key_splits(Kernel kernel, dim3 grid, int threads, size_t smem, int s
 constexpr int kDecodeRows = 8;
 }  // namespace
 int attention_decode_splits_for_bench = 0;
+int rotary_attention_min_rows = 4;
 namespace {
 constexpr int kDecodeWarps = 8;
 constexpr int kMaxClusterBlocks = 16;  // launch_key_splits' largest cluster
@@ -723,11 +724,17 @@ bool attention_decode(AttnArgs& a, DType dt, CudaContext& cu) {
   // As many blocks as the SMs hold at once (a second wave of blocks would double the time), at
   // least 64 keys each. At most a cluster of 8 where an SM holds one block: a cluster of 16 then
   // needs 16 free SMs of one GPC, which not every GPC of an H200 has (16 splits of a past of 8,192
-  // took 34.7 us against 25.5 for 8, bench/cuda_bench.cpp); 16 where SMs hold two.
+  // took 34.7 us against 25.5 for 8, bench/cuda_bench.cpp); 16 where SMs hold two. And at most
+  // half the SMs' worth of blocks, but 2 splits: at 16 and 32 (batch row, KV head) pairs the slots
+  // allowed 8 and 4 splits, and 4 and 2 took 6.7 against 11.4 us and 9.0 against 12.4 at a past of
+  // 512, 42.1 against 46.6 and 79.1 against 84.3 at 8,192 (the attention table of
+  // bench/cuda_bench.cpp, an H200); at 8 and 64 pairs the choice is as before.
   const int64_t heads = a.Hkv * a.B;
   auto launch = [&](auto kernel, int per_sm, int rows) {
     const int64_t slots = static_cast<int64_t>(sm_count(cu.device)) * per_sm;
-    int64_t splits = std::min<int64_t>({per_sm >= 2 ? 16 : 8, slots / heads, (a.S + 63) / 64});
+    const int64_t half_sms = std::max<int64_t>(1, sm_count(cu.device) / 2);
+    int64_t splits = std::min<int64_t>({per_sm >= 2 ? 16 : 8, slots / heads, (a.S + 63) / 64,
+                                        std::max<int64_t>(2, half_sms / heads)});
     if (attention_decode_splits_for_bench > 0) splits = std::min<int64_t>(16, attention_decode_splits_for_bench);
     splits = std::max<int64_t>(1, splits);
     a.chunk = (a.S + splits - 1) / splits;
@@ -975,8 +982,8 @@ namespace {
 // onyx::RotaryCacheAttention (ops/rotary_cache.cpp): inputs q, k, v, cos, sin, past_k, past_v,
 // index[, attn_mask], outputs q_rot, present_k, present_v, y. One launch of the decode kernel with
 // its rotary part where the presents are their caches, bound in place (the generator's step), the
-// tensors 16-bit with head size 64 or 128 split in halves, two batch rows or more, and the decode
-// kernel takes the shape; otherwise RotaryCache's kernel, then Attention's.
+// tensors 16-bit with head size 64 or 128 split in halves, rotary_attention_min_rows batch rows or
+// more, and the decode kernel takes the shape; otherwise RotaryCache's kernel, then Attention's.
 void run_rotary_cache_attention(KernelContext& ctx, CudaContext& cu) {
   ONYX_CHECK(ctx.num_inputs() >= 8 && ctx.has_input(7) && ctx.num_outputs() == 4,
              "RotaryCacheAttention takes q, k, v, cos, sin, past_k, past_v, index[, attn_mask] and makes q_rot, "
@@ -997,10 +1004,10 @@ void run_rotary_cache_attention(KernelContext& ctx, CudaContext& cu) {
     fused = (D == 64 || D == 128) && k.shape()[3] == D && v.shape()[3] == D && ctx.attr_int("split", D / 2) == D / 2 &&
             (index.numel() == 1 || index.numel() == past_k.shape()[0]);
   }
-  // One batch row takes the two kernels: measured on an H200 (the 1.24B Llama's loop, past 511,
-  // the fusion off and on in turn, docs/decode-speed.md), the fused kernel cost 6-9 us a step at
-  // one row and saved 0-4 at two, 8-12 at four, 13-26 at eight.
-  fused = fused && q.rank() == 4 && q.shape()[0] >= 2;
+  // Fewer batch rows take the two kernels: on an H200 (the 1.24B Llama's generation loop, past
+  // 511, the fusion off and on in turn, docs/decode-speed.md), the fused kernel cost 6-9 us a step
+  // at one row and 6-8 at two, was even at four and saved 14-20 at eight.
+  fused = fused && q.rank() == 4 && q.shape()[0] >= rotary_attention_min_rows;
   if (fused) {
     AttnRope rope;
     rope.qr = rope_rows(q.shape(), cos.shape(), "q");

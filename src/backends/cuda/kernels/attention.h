@@ -12,4 +12,8 @@ void run_attention(KernelContext& ctx, CudaContext& cu);
 // side-by-side table only (0: the kernel's own choice).
 extern int attention_decode_splits_for_bench;
 
+// The fewest batch rows onyx::RotaryCacheAttention's fused kernel takes (fewer run RotaryCache's
+// kernel, then Attention's: measured faster there); tests set 1 to run the fused one at any shape.
+extern int rotary_attention_min_rows;
+
 }  // namespace onyx::cuda
