@@ -47,19 +47,48 @@ bool same_split(const Node& a, const Node& b) {
   return sa->kind == Attribute::Kind::kInt && sb->kind == Attribute::Kind::kInt && sa->i == sb->i;
 }
 
+// Where a fused node may take the place of some of a graph's nodes: the readers of every value
+// (node positions), made once per pass over the graph as it was.
+class Placer {
+ public:
+  explicit Placer(const Graph& g) : g_(g) {
+    for (size_t k = 0; k < g.nodes.size(); ++k) {
+      for (int id : g.nodes[k].inputs)
+        if (id >= 0) read_at_[id].push_back(static_cast<int>(k));
+      for (int id : g.nodes[k].implicit_inputs) read_at_[id].push_back(static_cast<int>(k));
+    }
+  }
+  int producer(int id) const { return id >= 0 ? g_.values[id].producer : -1; }
+  // The first of `mine` (the nodes the fused one replaces) that comes after every input's
+  // producer, if it comes before every other reader of the outputs; else -1.
+  int place(std::vector<int> mine, const std::vector<int>& inputs, const std::vector<int>& outputs) const {
+    int after = -1;
+    for (int id : inputs) after = std::max(after, producer(id));
+    int before = std::numeric_limits<int>::max();
+    for (int id : outputs) {
+      auto it = read_at_.find(id);
+      if (it == read_at_.end()) continue;
+      for (int reader : it->second)
+        if (std::find(mine.begin(), mine.end(), reader) == mine.end()) before = std::min(before, reader);
+    }
+    std::sort(mine.begin(), mine.end());
+    for (int p : mine)
+      if (p > after) return p < before ? p : -1;
+    return -1;
+  }
+
+ private:
+  const Graph& g_;
+  std::unordered_map<int, std::vector<int>> read_at_;
+};
+
 }  // namespace
 
 RotaryCacheReport fuse_rotary_cache(Graph& g) {
   RotaryCacheReport r;
   Matcher m(g);
-  // Where each value is read (node positions), for placing the fused node in the graph's order.
-  std::unordered_map<int, std::vector<int>> read_at;
-  for (size_t k = 0; k < g.nodes.size(); ++k) {
-    for (int id : g.nodes[k].inputs)
-      if (id >= 0) read_at[id].push_back(static_cast<int>(k));
-    for (int id : g.nodes[k].implicit_inputs) read_at[id].push_back(static_cast<int>(k));
-  }
-  auto producer = [&](int id) { return id >= 0 ? g.values[id].producer : -1; };
+  const Placer placer(g);
+  auto producer = [&](int id) { return placer.producer(id); };
   std::vector<bool> removed(g.nodes.size(), false);
   std::vector<std::pair<size_t, Node>> replace;
   for (size_t a = 0; a < g.nodes.size(); ++a) {
@@ -98,21 +127,8 @@ RotaryCacheReport fuse_rotary_cache(Graph& g) {
     // The fused node goes at the first of the four places that comes after every input's
     // producer, and must come before every reader of its outputs (the four nodes aside).
     const std::vector<int> mine{qp, kp, ckp, cvp};
-    int after = -1;
-    for (int id : inputs) after = std::max(after, producer(id));
-    int before = std::numeric_limits<int>::max();
-    for (int id : outputs)
-      for (int reader : read_at[id])
-        if (std::find(mine.begin(), mine.end(), reader) == mine.end()) before = std::min(before, reader);
-    std::vector<int> places = mine;
-    std::sort(places.begin(), places.end());
-    int at = -1;
-    for (int p : places)
-      if (p > after) {
-        at = p;
-        break;
-      }
-    if (at < 0 || at >= before) continue;
+    const int at = placer.place(mine, inputs, outputs);
+    if (at < 0) continue;
 
     std::vector<Attribute> attrs;
     if (const Attribute* s = qn.find_attribute("split")) attrs.push_back(*s);
@@ -145,13 +161,7 @@ bool attention_attrs_fusable(const Node& n) {
 
 int fuse_rotary_attention(Graph& g) {
   Matcher m(g);
-  std::unordered_map<int, std::vector<int>> read_at;
-  for (size_t k = 0; k < g.nodes.size(); ++k) {
-    for (int id : g.nodes[k].inputs)
-      if (id >= 0) read_at[id].push_back(static_cast<int>(k));
-    for (int id : g.nodes[k].implicit_inputs) read_at[id].push_back(static_cast<int>(k));
-  }
-  auto producer = [&](int id) { return id >= 0 ? g.values[id].producer : -1; };
+  const Placer placer(g);
   std::vector<bool> removed(g.nodes.size(), false);
   std::vector<std::pair<size_t, Node>> replace;
   int fused = 0;
@@ -162,7 +172,7 @@ int fuse_rotary_attention(Graph& g) {
     for (size_t i = 4; i < attn.inputs.size(); ++i) extra = extra || attn.inputs[i] >= 0;
     for (size_t o = 1; o < attn.outputs.size(); ++o) extra = extra || attn.outputs[o] >= 0;
     if (extra || attn.outputs.empty() || attn.outputs[0] < 0) continue;
-    const int rp = producer(attn.inputs[0]);
+    const int rp = placer.producer(attn.inputs[0]);
     if (rp < 0 || removed[rp]) continue;
     const Node& rc = g.nodes[rp];
     if (!onyx_op(rc, "RotaryCache") || rc.inputs.size() != 8 || rc.inputs[7] < 0) continue;
@@ -175,22 +185,9 @@ int fuse_rotary_attention(Graph& g) {
     std::vector<int> inputs(rc.inputs.begin(), rc.inputs.begin() + 8);
     if (mask >= 0) inputs.push_back(mask);
     const std::vector<int> outputs{rc.outputs[0], rc.outputs[1], rc.outputs[2], attn.outputs[0]};
-    // At the RotaryCache's place or the Attention's: after every input's producer, before every
-    // other reader of the outputs.
-    const std::vector<int> mine{rp, static_cast<int>(a)};
-    int after = -1;
-    for (int id : inputs) after = std::max(after, producer(id));
-    int before = std::numeric_limits<int>::max();
-    for (int id : outputs)
-      for (int reader : read_at[id])
-        if (reader != rp && reader != static_cast<int>(a)) before = std::min(before, reader);
-    int at = -1;
-    for (int p : {std::min(rp, static_cast<int>(a)), std::max(rp, static_cast<int>(a))})
-      if (p > after) {
-        at = p;
-        break;
-      }
-    if (at < 0 || at >= before) continue;
+    // At the RotaryCache's place or the Attention's.
+    const int at = placer.place({rp, static_cast<int>(a)}, inputs, outputs);
+    if (at < 0) continue;
 
     std::vector<Attribute> attrs;
     if (const Attribute* s = rc.find_attribute("split")) attrs.push_back(*s);

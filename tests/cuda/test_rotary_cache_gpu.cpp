@@ -62,6 +62,40 @@ double rel_err(const Tensor& a, const Tensor& b) {
   return err / scale;
 }
 
+// Device copies of `host` (each input), and the list of them a KernelContext takes.
+struct DeviceInputs {
+  std::vector<std::unique_ptr<DeviceTensor>> copies;
+  std::vector<const Tensor*> ptrs;
+  explicit DeviceInputs(const std::vector<Tensor>& host) {
+    for (const Tensor& h : host) {
+      copies.push_back(std::make_unique<DeviceTensor>(h));
+      ptrs.push_back(&copies.back()->t);
+    }
+  }
+  DeviceTensor& operator[](size_t i) { return *copies[i]; }
+};
+
+// An onyx-domain node over inputs 0..inputs-1 and the given outputs, resolved.
+Node onyx_node(const char* op, size_t inputs, std::vector<int> outputs, std::vector<Attribute> attrs = {}) {
+  Node node;
+  node.name = op;
+  node.op_type = op;
+  node.domain = "onyx";
+  node.opset = 1;
+  for (size_t i = 0; i < inputs; ++i) node.inputs.push_back(static_cast<int>(i));
+  node.outputs = std::move(outputs);
+  node.attributes = std::move(attrs);
+  resolve_op(node, OpRegistry::global());
+  return node;
+}
+
+// The CPU reference outputs of `node` on `host`.
+std::vector<Tensor> reference(const Node& node, const std::vector<Tensor>& host) {
+  std::vector<const Tensor*> ptrs;
+  for (const Tensor& h : host) ptrs.push_back(&h);
+  return compute_node(node, ptrs, cpu_allocator());
+}
+
 // A device error word for the test context while it lives (the harness sets none).
 struct ErrorWord {
   unsigned int* p = nullptr;
@@ -135,28 +169,16 @@ TEST(RotaryCacheAttentionGpu, BoundInPlaceMatchesTheReferenceAndTheTwoKernels) {
                                    random_of(t, Shape{B, Hkv, C, D}, rng), index};
           if (mask_kind == 1) host.push_back(bool_mask(Shape{B, 1, 1, C}, index, L, rng));
           if (mask_kind == 2) host.push_back(random_of(t, Shape{B, 1, L, C}, rng));
-          Node node;
-          node.name = "rotary_cache_attention";
-          node.op_type = "RotaryCacheAttention";
-          node.domain = "onyx";
-          node.opset = 1;
-          for (size_t i = 0; i < host.size(); ++i) node.inputs.push_back(static_cast<int>(i));
-          node.outputs = {20, 21, 22, 23};
-          node.attributes = {test::attr_int("split", D / 2), test::attr_float("scale", 1.f / std::sqrt(float(D)))};
-          resolve_op(node, OpRegistry::global());
-          std::vector<const Tensor*> host_ptrs;
-          for (const Tensor& h : host) host_ptrs.push_back(&h);
-          const std::vector<Tensor> ref = compute_node(node, host_ptrs, cpu_allocator());
+          const Node node = onyx_node("RotaryCacheAttention", host.size(), {20, 21, 22, 23},
+                                      {test::attr_int("split", D / 2),
+                                       test::attr_float("scale", 1.f / std::sqrt(float(D)))});
+          const std::vector<Tensor> ref = reference(node, host);
 
           // In place (the fused kernel where it applies), then with fresh presents (the two kernels).
-          std::vector<std::unique_ptr<DeviceTensor>> dev;
-          std::vector<const Tensor*> dev_ptrs;
-          for (const Tensor& h : host) {
-            dev.push_back(std::make_unique<DeviceTensor>(h));
-            dev_ptrs.push_back(&dev.back()->t);
-          }
+          DeviceInputs dev(host);
+          const std::vector<const Tensor*>& dev_ptrs = dev.ptrs;
           DeviceTensor q_rot(random_of(t, Shape{B, Hq, L, D}, rng)), y(random_of(t, Shape{B, Hq, L, D}, rng));
-          std::vector<Tensor> outs{q_rot.t, dev[5]->t, dev[6]->t, y.t};
+          std::vector<Tensor> outs{q_rot.t, dev[5].t, dev[6].t, y.t};
           KernelContext ctx(node, dev_ptrs, outs, cpu_allocator(), nullptr);
           kernel->run(ctx, cuda::test::context());
           DeviceTensor pk(random_of(t, Shape{B, Hkv, C, D}, rng)), pv(random_of(t, Shape{B, Hkv, C, D}, rng));
@@ -177,7 +199,7 @@ TEST(RotaryCacheAttentionGpu, BoundInPlaceMatchesTheReferenceAndTheTwoKernels) {
           const double tol = t == DType::kFloat32 ? 1e-5 : 2e-2;
           EXPECT_LE(rel_err(ref[3], y.download()), tol) << "y";
           EXPECT_LE(rel_err(ref[0], q_rot.download()), tol) << "q_rot";
-          const Tensor k = dev[5]->download(), v = dev[6]->download();
+          const Tensor k = dev[5].download(), v = dev[6].download();
           EXPECT_LE(rel_err(ref[1], k), tol) << "the key cache";
           EXPECT_LE(rel_err(ref[2], v), 0.0) << "the value cache (copied, exact)";
           EXPECT_LE(rel_err(y2.download(), y.download()), t == DType::kFloat32 ? 1e-6 : 4e-3)
@@ -219,28 +241,17 @@ TEST(RotaryCacheAttentionGpu, APositionPastTheCacheIsReportedAndWritesNothing) {
                              random_of(t, Shape{B, Hkv, 1, D}, rng), random_of(t, Shape{1, 1, 1, D}, rng),
                              random_of(t, Shape{1, 1, 1, D}, rng),   random_of(t, Shape{B, Hkv, C, D}, rng),
                              random_of(t, Shape{B, Hkv, C, D}, rng), Tensor::from_vector<int64_t>({bad}, Shape{})};
-    Node node;
-    node.name = "rotary_cache_attention";
-    node.op_type = "RotaryCacheAttention";
-    node.domain = "onyx";
-    node.opset = 1;
-    for (int i = 0; i < 8; ++i) node.inputs.push_back(i);
-    node.outputs = {20, 21, 22, 23};
-    node.attributes = {test::attr_int("split", D / 2)};
-    std::vector<std::unique_ptr<DeviceTensor>> dev;
-    std::vector<const Tensor*> dev_ptrs;
-    for (const Tensor& h : host) {
-      dev.push_back(std::make_unique<DeviceTensor>(h));
-      dev_ptrs.push_back(&dev.back()->t);
-    }
+    const Node node = onyx_node("RotaryCacheAttention", 8, {20, 21, 22, 23}, {test::attr_int("split", D / 2)});
+    DeviceInputs dev(host);
+    const std::vector<const Tensor*>& dev_ptrs = dev.ptrs;
     DeviceTensor q_rot(random_of(t, Shape{B, Hq, 1, D}, rng)), y(random_of(t, Shape{B, Hq, 1, D}, rng));
-    std::vector<Tensor> outs{q_rot.t, dev[5]->t, dev[6]->t, y.t};
+    std::vector<Tensor> outs{q_rot.t, dev[5].t, dev[6].t, y.t};
     KernelContext ctx(node, dev_ptrs, outs, cpu_allocator(), nullptr);
     kernel->run(ctx, cuda::test::context());
     ok(cudaStreamSynchronize(cuda::test::context().stream), "sync");
     EXPECT_NE(err.take() & cuda::kDeviceErrorCachePosition, 0u);
-    EXPECT_LE(rel_err(host[5], dev[5]->download()), 0.0) << "the key cache is unchanged";
-    EXPECT_LE(rel_err(host[6], dev[6]->download()), 0.0) << "the value cache is unchanged";
+    EXPECT_LE(rel_err(host[5], dev[5].download()), 0.0) << "the key cache is unchanged";
+    EXPECT_LE(rel_err(host[6], dev[6].download()), 0.0) << "the value cache is unchanged";
     const Tensor yh = y.download();
     for (int64_t i = 0; i < yh.numel(); ++i) ASSERT_TRUE(std::isfinite(yh.get_as_double(i))) << i;
   }
@@ -261,33 +272,19 @@ TEST(RotaryCacheGpu, BoundInPlaceWritesOnlyTheNewRows) {
                                  random_of(t, Shape{B, Hkv, S, D}, rng),  random_of(t, Shape{B, 1, S, D}, rng),
                                  random_of(t, Shape{B, 1, S, D}, rng),    random_of(t, Shape{B, Hkv, C, D}, rng),
                                  random_of(t, Shape{B, Hkv, C, D}, rng),  index};
-        Node node;
-        node.name = "rotary_cache";
-        node.op_type = "RotaryCache";
-        node.domain = "onyx";
-        node.opset = 1;
-        for (int i = 0; i < 8; ++i) node.inputs.push_back(i);
-        node.outputs = {8, 9, 10};
-        resolve_op(node, OpRegistry::global());
-        std::vector<const Tensor*> host_ptrs;
-        for (const Tensor& h : host) host_ptrs.push_back(&h);
-        const std::vector<Tensor> ref = compute_node(node, host_ptrs, cpu_allocator());
-
-        std::vector<std::unique_ptr<DeviceTensor>> dev;
-        std::vector<const Tensor*> dev_ptrs;
-        for (const Tensor& h : host) {
-          dev.push_back(std::make_unique<DeviceTensor>(h));
-          dev_ptrs.push_back(&dev.back()->t);
-        }
+        const Node node = onyx_node("RotaryCache", 8, {8, 9, 10});
+        const std::vector<Tensor> ref = reference(node, host);
+        DeviceInputs dev(host);
+        const std::vector<const Tensor*>& dev_ptrs = dev.ptrs;
         DeviceTensor q_rot(random_of(t, Shape{B, Hq, S, D}, rng));
-        std::vector<Tensor> outs{q_rot.t, dev[5]->t, dev[6]->t};  // the presents are the caches
+        std::vector<Tensor> outs{q_rot.t, dev[5].t, dev[6].t};  // the presents are the caches
         KernelContext ctx(node, dev_ptrs, outs, cpu_allocator(), nullptr);
         kernel->run(ctx, cuda::test::context());
         ok(cudaStreamSynchronize(cuda::test::context().stream), "sync");
         ok(cudaGetLastError(), "the kernel");
         const double tol = t == DType::kFloat32 ? 1e-6 : 1e-2;
         EXPECT_LE(rel_err(ref[0], q_rot.download()), tol) << "q_rot";
-        const Tensor k = dev[5]->download(), v = dev[6]->download();
+        const Tensor k = dev[5].download(), v = dev[6].download();
         EXPECT_LE(rel_err(ref[1], k), tol) << "the key cache";
         EXPECT_LE(rel_err(ref[2], v), 0.0) << "the value cache (copied, exact)";
         // The rows not written are the caches' own, bit for bit.

@@ -138,6 +138,23 @@ void expect_close(const Tensor& want, const Tensor& got, const std::string& what
   EXPECT_LE(err / scale, tol) << what;
 }
 
+// The fused graph's outputs against the plain one's on `in` (the indexed form: inputs 5 and 6 the
+// caches); then bound to copies of the caches fed, written in place (only the new rows change).
+void expect_fused_as_plain(Graph& plain, Graph& fused, const std::vector<Tensor>& in) {
+  const auto a = run(plain, in), b = run(fused, in);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t o = 0; o < a.size(); ++o) expect_close(a[o], b[o], cat("output ", o));
+  std::vector<Tensor> cache{in[5].clone(), in[6].clone()};
+  auto in_place = in;
+  in_place[5] = cache[0];
+  in_place[6] = cache[1];
+  const std::vector<Tensor> bound{Tensor(), cache[0], cache[1]};
+  const auto c = run(fused, in_place, &bound);
+  expect_close(a[0], c[0], "attention, in place");
+  expect_close(a[1], cache[0], "key cache, in place");
+  expect_close(a[2], cache[1], "value cache, in place");
+}
+
 std::string name_of(const Layer& l, int64_t past) {
   return cat(dtype_name(l.t), " B", l.B, " Hq", l.Hq, " Hkv", l.Hkv, " S", l.S, " D", l.D, " past ", past);
 }
@@ -244,18 +261,7 @@ TEST(FuseRotaryCache, CacheRewriteMakesTheIndexedFormThatWritesInPlace) {
         SCOPED_TRACE(cat(name_of(l, capacity), " index ", index.shape().str()));
         auto in = inputs_for(l, capacity);
         in.push_back(index);
-        const auto a = run(plain, in), b = run(fused, in);
-        for (size_t o = 0; o < a.size(); ++o) expect_close(a[o], b[o], cat("output ", o));
-        // Bound to the caches fed: written in place (only the new rows change).
-        std::vector<Tensor> cache{in[5].clone(), in[6].clone()};
-        auto in_place = in;
-        in_place[5] = cache[0];
-        in_place[6] = cache[1];
-        const std::vector<Tensor> bound{Tensor(), cache[0], cache[1]};
-        const auto c = run(fused, in_place, &bound);
-        expect_close(a[0], c[0], "attention, in place");
-        expect_close(a[1], cache[0], "key cache, in place");
-        expect_close(a[2], cache[1], "value cache, in place");
+        expect_fused_as_plain(plain, fused, in);
       }
     }
 }
@@ -291,18 +297,7 @@ TEST(FuseRotaryCache, RotaryAttentionFusesTheIndexedFormOnly) {
         SCOPED_TRACE(cat(name_of(l, capacity), " index ", index.shape().str()));
         auto in = inputs_for(l, capacity);
         in.push_back(index);
-        const auto a = run(plain, in), b = run(fused, in);
-        ASSERT_EQ(a.size(), b.size());
-        for (size_t o = 0; o < a.size(); ++o) expect_close(a[o], b[o], cat("output ", o));
-        std::vector<Tensor> cache{in[5].clone(), in[6].clone()};
-        auto in_place = in;
-        in_place[5] = cache[0];
-        in_place[6] = cache[1];
-        const std::vector<Tensor> bound{Tensor(), cache[0], cache[1]};
-        const auto c = run(fused, in_place, &bound);
-        expect_close(a[0], c[0], "attention, in place");
-        expect_close(a[1], cache[0], "key cache, in place");
-        expect_close(a[2], cache[1], "value cache, in place");
+        expect_fused_as_plain(plain, fused, in);
       }
     }
   // The rotated queries read elsewhere: RotaryCache and Attention stay.
