@@ -865,6 +865,11 @@ NB_MODULE(_onyx, m) {
         return std::string(genai::cache_mode_name(pm->lm->cache_mode()));
       })
       .def("capture_report", [](const std::shared_ptr<PyModel>& pm) { return capture_dict(pm->lm->capture_report()); })
+      .def("rotary_attention_nodes", [](const std::shared_ptr<PyModel>& pm) {
+        // The decode step's onyx::RotaryCacheAttention nodes (0 for a pipeline).
+        auto* m = dynamic_cast<genai::LanguageModel*>(pm->lm.get());
+        return m ? m->rotary_attention_nodes() : 0;
+      })
       .def("memory_report", [](const std::shared_ptr<PyModel>& pm) { return pm->lm->memory_report(); })
       .def("components", [](const std::shared_ptr<PyModel>& pm) {
         // A pipeline's components and their memory; a decoder-only model has none listed.

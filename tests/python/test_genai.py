@@ -254,6 +254,42 @@ def test_model_generate_streams_cli_text(og, onyx_cli):
         assert cut.result["stop_reason"] == "stop_string" and text == want["text"][:want["text"].find(stop)]
 
 
+def test_session_options_reach_the_decoder(og, tmp_path):
+    """Model(session_options=...): the rotary fusions forced on the CPU (tools/gen_models.py's
+    Llama, the graph torch.onnx exports: each layer's rotary embeddings, cache writes and attention
+    become one RotaryCacheAttention after the cache rewrite) give the unfused decoder's tokens; an
+    unknown option, or one Model sets itself, is refused by name."""
+    import onnx
+    import onyx
+    sys.path.insert(0, str(REPO / "tools"))
+    import gen_models
+    c = dict(vocab=97, hidden=128, heads=4, kv_heads=2, head_dim=32, ffn=160, layers=2, max_pos=64,
+             rope_theta=10000.0, rms_eps=1e-6)
+    onnx.save(gen_models.make_llama_layer(c, "llama_rotary", seed=5), str(tmp_path / "model.onnx"))
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "num_hidden_layers": c["layers"], "num_attention_heads": c["heads"],
+        "num_key_value_heads": c["kv_heads"], "hidden_size": c["hidden"], "head_dim": c["head_dim"],
+        "vocab_size": c["vocab"], "max_position_embeddings": c["max_pos"], "bos_token_id": 1, "eos_token_id": 2}))
+    with pytest.raises(onyx.Error, match="no such option"):
+        og.Model(tmp_path, session_options={"no_such_option": True})
+    with pytest.raises(onyx.Error, match="set by Model"):
+        og.Model(tmp_path, session_options={"device": "cpu"})
+    plain = og.Model(tmp_path)
+    fused = og.Model(tmp_path, session_options={"fuse_attention": True, "fuse_rotary_cache": True,
+                                                "fuse_rotary_attention": True})
+    off = og.Model(tmp_path, session_options={"fuse_attention": True, "fuse_rotary_cache": True,
+                                              "fuse_rotary_attention": False})
+    assert plain._m.rotary_attention_nodes() == 0
+    assert off._m.rotary_attention_nodes() == 0
+    assert fused._m.rotary_attention_nodes() == c["layers"], "one RotaryCacheAttention per layer"
+    assert fused.cache_mode == "static"
+    for prompt in ([5, 17, 33, 8], [60, 4]):
+        want, _ = og_loop(og, plain, [prompt], len(prompt) + NEW)
+        got, _ = og_loop(og, fused, [prompt], len(prompt) + NEW)
+        assert got == want, f"prompt {prompt}: fused {got}, unfused {want}"
+        assert len(set(want[0])) > 1, f"prompt {prompt}: a decoder that says something ({want})"
+
+
 def test_misuse_raises_and_model_stays_usable(og):
     import onyx
     folder = FIXTURES / "llama-builder-fp32"
