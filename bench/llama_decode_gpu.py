@@ -508,7 +508,8 @@ def generate_steps(args, c, path, P, batch, g, mode="greedy", search=None, optio
         P = c["max_pos"] - budget
     t0 = time.time()
     model = og.Model(folder, device="cuda:0", capture="require", session_options=options)
-    print(f"onyx generate: {folder} loaded in {time.time() - t0:.1f} s; cache {model.cache_mode}", flush=True)
+    print(f"onyx generate: {folder} loaded in {time.time() - t0:.1f} s; cache {model.cache_mode}; "
+          f"RotaryCacheAttention nodes {model._m.rotary_attention_nodes()}", flush=True)
     rows = [torch.randint(0, c["vocab"], (P,), generator=g).tolist() for _ in range(batch)]
     gen = _onyx.Generator(model._m)
     t0 = time.perf_counter()
