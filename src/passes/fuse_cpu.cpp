@@ -297,15 +297,19 @@ CpuFuseReport fuse_cpu(Graph& g) {
       std::vector<size_t> chain;
       size_t last = k;
       int out = mm.outputs[0];
+      // (An Add or activation another convolution's chain took already is not this one's: the
+      // convolution may still fuse alone, for its weights' form. ResNet's downsampling
+      // convolutions: the block's last convolution takes the residual Add they share.)
+      auto taken = [&](const Node* n) { return removed[static_cast<size_t>(g.values[n->outputs[0]].producer)]; };
       if (Node* add = sole_reader(out); add && Matcher::attr_int(mm, "group", 1) == 1 && m.plain(*add, "Add") &&
-                                        add->inputs.size() == 2 && add->inputs[0] != add->inputs[1]) {
+                                        add->inputs.size() == 2 && add->inputs[0] != add->inputs[1] && !taken(add)) {
         inputs.push_back(other_input(*add, out));
         chain.push_back(last);
         last = static_cast<size_t>(g.values[add->outputs[0]].producer);
         out = add->outputs[0];
       }
       std::vector<Attribute> attrs = mm.attributes;
-      if (Node* a = sole_reader(out); a && a->inputs[0] == out) {
+      if (Node* a = sole_reader(out); a && a->inputs[0] == out && !taken(a)) {
         if (auto act = activation_of(m, *a)) {
           chain.push_back(last);
           last = static_cast<size_t>(g.values[a->outputs[0]].producer);

@@ -203,6 +203,23 @@ def test_conv_residual_add(run_onyx, tmp_path, act):
     run_and_compare(run_onyx, tmp_path, mdl, feeds, ["onyx::FusedConv"], ["Conv", "Add"] + ([act] if act else []))
 
 
+def test_downsampling_block_fuses_both_convolutions(run_onyx, tmp_path):
+    """ResNet's downsampling block end: Relu(Conv(x) + Conv_shortcut(x)), both 1 x 1 of stride 2
+    with weights large enough to be kept packed. One convolution takes the Add and the Relu; the
+    other, whose Add is taken, still becomes a FusedConv for its packed weights (no plain Conv
+    left), and the block computes what onnxruntime computes."""
+    rng, _ = fresh_rng()
+    c, m_out, hw = 1024, 1024, 9
+    nodes = [h.make_node("Conv", ["x", "Wa", "Ba"], ["a"], strides=[2, 2]),
+             h.make_node("Conv", ["x", "Wb", "Bb"], ["b"], strides=[2, 2]),
+             h.make_node("Add", ["a", "b"], ["s"]), h.make_node("Relu", ["s"], ["y"])]
+    mdl = model(nodes, [h.make_tensor_value_info("x", F, [1, c, hw, hw])], [h.make_tensor_value_info("y", F, None)],
+                [const("Wa", rng.standard_normal((m_out, c, 1, 1)) * 0.03), const("Ba", rng.standard_normal(m_out)),
+                 const("Wb", rng.standard_normal((m_out, c, 1, 1)) * 0.03), const("Bb", rng.standard_normal(m_out))])
+    feeds = {"x": rng.standard_normal((1, c, hw, hw)).astype(np.float32)}
+    run_and_compare(run_onyx, tmp_path, mdl, feeds, ["onyx::FusedConv"], ["Conv", "Add", "Relu"])
+
+
 def test_conv_residual_that_broadcasts(run_onyx, tmp_path):
     """Conv(x) + z with z a per-channel row and with z raising the rank: both as the Add did."""
     rng, _ = fresh_rng()
