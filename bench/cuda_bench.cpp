@@ -272,7 +272,7 @@ void norm_products(Gpu& g) {
     std::vector<Tensor> w;
     for (int i = 0; i < copies; ++i) w.push_back(device_tensor(dt, Shape{rows_w, c.k}));
     Tensor gamma = device_tensor(dt, Shape{c.k});
-    for (int64_t m : {1, 8}) {
+    for (int64_t m : {1, 2, 4, 8}) {
       Tensor x = device_tensor(dt, Shape{m, c.k});
       Tensor skip = device_tensor(dt, Shape{m, c.k});
       Tensor sum = device_tensor(dt, Shape{m, c.k}, false);
