@@ -3,7 +3,9 @@
 // algorithm for the same GEMM (the matrix ceiling). Timing: CUDA events around
 // repeated launches on one stream after warm-up; the median of the repeats.
 // `onyx_cuda_bench` prints every table; `onyx_cuda_bench attention` only the decode attention's,
-// `onyx_cuda_bench norm` only the norm-in-the-product one.
+// `onyx_cuda_bench norm` only the norm-in-the-product one (16-bit and 4-bit weights);
+// `onyx_cuda_bench normprof [rows [times]]` launches q,k,v's product without and with the norm on
+// their own, for a profiler (ncu -k regex:stream_kernel).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -251,10 +253,11 @@ void few_row_products(Gpu& g, double bw) {
               paths.c_str());
 }
 
-// What the norm costs a product at 1 and 8 rows: onyx::RmsNormLinear (x + skip normalized by
+// What the norm costs a product at 1 to 8 rows: onyx::RmsNormLinear (x + skip normalized by
 // gamma in the product's kernel, the decode step's q,k,v and gate,up nodes) against the same
 // product without the norm (Linear, SiluGateLinear), us per launch in a graph over weight copies
-// larger than L2, launched back to back as programmatic dependents, as in a captured step.
+// larger than L2, launched back to back as programmatic dependents, as in a captured step; then
+// the same with 4-bit weights (RmsNormLinearNBits against LinearNBits, blocks of 32).
 void norm_products(Gpu& g) {
   struct Case {
     const char* name;
@@ -296,8 +299,77 @@ void norm_products(Gpu& g) {
       };
       const double a = per_launch(plain), b = per_launch(normed);
       std::printf("| %lld | %s | %.2f | %.2f | %+.2f |\n", static_cast<long long>(m), c.name, a, b, b - a);
+      if (m == 1) {  // the 8-row (tensor-core) form at one row, the form two to eight rows take
+        cuda::set_few_row_path(cuda::FewRowPath::kTensorCores);
+        const double a8 = per_launch(plain), b8 = per_launch(normed);
+        cuda::set_few_row_path(cuda::FewRowPath::kDefault);
+        std::printf("| 1 (8-row form) | %s | %.2f | %.2f | %+.2f |\n", c.name, a8, b8, b8 - a8);
+      }
     }
   }
+  // 4 bits, blocks of 32: onyx::RmsNormLinearNBits against LinearNBits.
+  for (const Case& c : cases) {
+    const int64_t rows_w = c.gated ? 2 * c.n : c.n, block = 32, kb = c.k / block;
+    const double bytes = static_cast<double>(rows_w * c.k / 2 + rows_w * kb * 2);
+    const int copies = static_cast<int>(std::max(2.0, std::ceil(400e6 / bytes)));
+    std::vector<Tensor> packed, scales;
+    for (int i = 0; i < copies; ++i) {
+      Tensor b = device_tensor(dt, Shape{rows_w, kb, block / 4});  // random bytes: 2 bytes per bf16
+      packed.push_back(Tensor::borrow(DType::kUInt8, Shape{rows_w, kb, block / 2}, b.raw(), b.storage(), b.device()));
+      scales.push_back(device_tensor(dt, Shape{rows_w, kb}));
+    }
+    Tensor gamma = device_tensor(dt, Shape{c.k});
+    for (int64_t m : {1, 2, 4, 8}) {
+      Tensor x = device_tensor(dt, Shape{m, c.k});
+      Tensor skip = device_tensor(dt, Shape{m, c.k});
+      Tensor sum = device_tensor(dt, Shape{m, c.k}, false);
+      Tensor y = device_tensor(dt, Shape{m, c.n}, false);
+      Attribute eps;
+      eps.name = "epsilon";
+      eps.kind = Attribute::Kind::kFloat;
+      eps.f = 1e-5f;
+      const std::vector<Attribute> attrs = {int_attr("K", c.k), int_attr("N", rows_w), int_attr("block_size", block),
+                                            int_attr("bits", 4), int_attr("gated", c.gated ? 1 : 0)};
+      std::vector<Attribute> norm_attrs = attrs;
+      norm_attrs.push_back(eps);
+      std::vector<OpLaunch> plain, normed;
+      for (int i = 0; i < copies; ++i) {
+        plain.emplace_back("onyx", "LinearNBits", std::vector<Tensor>{x, packed[i], scales[i]}, std::vector<Tensor>{y},
+                           attrs, 1);
+        normed.emplace_back("onyx", "RmsNormLinearNBits", std::vector<Tensor>{x, skip, gamma, packed[i], scales[i]},
+                            std::vector<Tensor>{sum, y}, norm_attrs, 1);
+      }
+      auto per_launch = [&](std::vector<OpLaunch>& ops) {
+        return graph_ms(g, [&] {
+                 for (auto& op : ops) op.run(g, true);
+               }) * 1e3 / copies;
+      };
+      const double a = per_launch(plain), b = per_launch(normed);
+      std::printf("| %lld | %s, 4 bits b32 | %.2f | %.2f | %+.2f |\n", static_cast<long long>(m), c.name, a, b, b - a);
+    }
+  }
+}
+
+// For a profiler: q,k,v's product at `rows` rows, without the norm, then with it, each launched
+// `times` times on its own (no graph, no overlap), synchronized after each.
+void norm_profile(Gpu& g, int64_t rows, int times) {
+  const DType dt = DType::kBFloat16;
+  const int64_t n = 3072, k = 2048;
+  Tensor w = device_tensor(dt, Shape{n, k}), gamma = device_tensor(dt, Shape{k});
+  Tensor x = device_tensor(dt, Shape{rows, k}), skip = device_tensor(dt, Shape{rows, k});
+  Tensor sum = device_tensor(dt, Shape{rows, k}, false), y = device_tensor(dt, Shape{rows, n}, false);
+  Attribute eps;
+  eps.name = "epsilon";
+  eps.kind = Attribute::Kind::kFloat;
+  eps.f = 1e-5f;
+  OpLaunch plain("onyx", "Linear", {x, w}, {y}, {}, 1);
+  OpLaunch normed("onyx", "RmsNormLinear", {x, skip, gamma, w}, {sum, y}, {eps, int_attr("gated", 0)}, 1);
+  for (OpLaunch* op : {&plain, &normed})
+    for (int i = 0; i < times; ++i) {
+      op->run(g);
+      CHECK(cudaStreamSynchronize(g.stream));
+    }
+  std::printf("profiled q,k,v at %lld rows, %d launches each\n", static_cast<long long>(rows), times);
 }
 
 // The same shapes with 4-bit weights (com.microsoft MatMulNBits, bfloat16 A and scales, blocks of
@@ -418,6 +490,10 @@ int main(int argc, char** argv) {
     }
     if (argc > 1 && std::string(argv[1]) == "norm") {  // the norm-in-the-product table alone
       norm_products(g);
+      return 0;
+    }
+    if (argc > 1 && std::string(argv[1]) == "normprof") {  // [rows [times]]: for ncu
+      norm_profile(g, argc > 2 ? std::stoll(argv[2]) : 2, argc > 3 ? std::stoi(argv[3]) : 3);
       return 0;
     }
     if (argc > 1 && std::string(argv[1]) == "nbits") {  // the 4-bit table alone: [name [block [rows]]]

@@ -130,30 +130,37 @@ __device__ __forceinline__ uint4 pack_of(const float* f) {
 // to 4096 16-bit values at 512 threads: the decode shapes), every row's pack is loaded at once
 // and kept in registers for both passes (one row: h; more: the packs of x and skip): one round
 // trip to L2 for all rows, where the general loop below makes two per row, one after another.
-// `gamma_pack`: this thread's pack of gamma where the caller loaded it already (the fast path
-// only), else null.
+// `gamma_pack`: this thread's pack of gamma where the caller loaded it already (`have_gamma`; the
+// fast path only). By value: a pointer to the caller's variable put it in local memory.
 template <class T, int R>
-__device__ void normalize_rows(const GemvArgs& a, int row0, int rows, uint4* xs, const uint4* gamma_pack = nullptr) {
+__device__ void normalize_rows(const GemvArgs& a, int row0, int rows, uint4* xs, bool have_gamma = false,
+                               uint4 gamma_pack = {}) {
   constexpr int P = 16 / sizeof(T);
   __shared__ float partial[32][R];  // per warp of the block (up to 32)
+  __shared__ float inv_rms[R];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const bool write_sum = a.sum && blockIdx.x == 0;
   const uint4* gamma = static_cast<const uint4*>(a.gamma);
-  // 1 / rms of each row from the threads' sums of squares.
+  // 1 / rms of each row from the threads' sums of squares: the warps' sums, then thread r adds up
+  // row r's and shares the result. (Every thread adding up every row, with a division each, was
+  // most of the 8-row kernel's instructions: 4-5 us a product on an H200, whatever the rows.)
   auto inverse_rms = [&](float (&sq)[R], float (&inv)[R]) {
     ONYX_UNROLL
     for (int r = 0; r < R; ++r) {
+      if (r >= rows) break;
       ONYX_UNROLL
       for (int o = 16; o > 0; o >>= 1) sq[r] += __shfl_xor_sync(0xffffffffu, sq[r], o);
       if (lane == 0) partial[warp][r] = sq[r];
     }
     __syncthreads();
-    ONYX_UNROLL
-    for (int r = 0; r < R; ++r) {
+    if (static_cast<int>(threadIdx.x) < rows) {
       float total = 0.f;
-      for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += partial[w][r];
-      inv[r] = rsqrtf(total / static_cast<float>(a.k_packs * P) + a.eps);
+      for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += partial[w][threadIdx.x];
+      inv_rms[threadIdx.x] = rsqrtf(total / static_cast<float>(a.k_packs * P) + a.eps);
     }
+    __syncthreads();
+    ONYX_UNROLL
+    for (int r = 0; r < R; ++r) inv[r] = r < rows ? inv_rms[r] : 0.f;
   };
   float sq[R], inv[R];
   ONYX_UNROLL
@@ -171,7 +178,7 @@ __device__ void normalize_rows(const GemvArgs& a, int row0, int rows, uint4* xs,
       for (int i = 0; i < P; ++i) h[i] = 0.f;
     }
     float g[P];
-    if (mine) pack_to_floats<T>(gamma_pack ? *gamma_pack : gamma[p], g);
+    if (mine) pack_to_floats<T>(have_gamma ? gamma_pack : gamma[p], g);
     if (write_sum && mine) static_cast<uint4*>(a.sum)[static_cast<size_t>(row0) * a.k_packs + p] = pack_of<T>(h);
     ONYX_UNROLL
     for (int i = 0; i < P; ++i) sq[0] = fmaf(h[i], h[i], sq[0]);
@@ -213,12 +220,13 @@ __device__ void normalize_rows(const GemvArgs& a, int row0, int rows, uint4* xs,
     };
     // gamma with the rows (in flight together), not after the reduction.
     float g[P];
-    if (mine) pack_to_floats<T>(gamma_pack ? *gamma_pack : gamma[p], g);
+    if (mine) pack_to_floats<T>(have_gamma ? gamma_pack : gamma[p], g);
     ONYX_UNROLL
     for (int r = 0; r < R; ++r) {
+      if (r >= rows) break;
       float h[P];
       h_of(r, h);
-      if (write_sum && mine && r < rows) static_cast<uint4*>(a.sum)[static_cast<size_t>(row0 + r) * a.k_packs + p] = pack_of<T>(h);
+      if (write_sum && mine) static_cast<uint4*>(a.sum)[static_cast<size_t>(row0 + r) * a.k_packs + p] = pack_of<T>(h);
       ONYX_UNROLL
       for (int i = 0; i < P; ++i) sq[r] = fmaf(h[i], h[i], sq[r]);
     }
@@ -446,7 +454,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
   const int rows = min(R, a.m);
   const uint4* xg = static_cast<const uint4*>(a.x);
   if constexpr (kNorm) {
-    normalize_rows<T, R>(a, 0, rows, xs, gamma_early ? &gamma_pack : nullptr);
+    normalize_rows<T, R>(a, 0, rows, xs, gamma_early, gamma_pack);
   } else if (x_shared) {  // x into shared memory: every load of a thread asked for before its stores
     constexpr int kPer = static_cast<int>(kStreamXBytes / 16 / (kStreamWarps * 32));
     const uint4* x = static_cast<const uint4*>(a.x);

@@ -246,68 +246,122 @@ __device__ __forceinline__ T* nbits_output(const NBitsArgs& p, int64_t col, int6
   return dst;
 }
 
-// The block's rows of h = a + skip normalized into xs (rows x K of T): two passes over h (from
-// L2), the sums of squares reduced across the block in between; block 0 writes h to p.sum.
+// The block's rows of h = a + skip normalized into xs (rows x K of T): the sums of squares
+// reduced across the block, then h scaled; block 0 writes h to p.sum. Where each row is at most
+// one pack per thread (the streaming kernel at the decode shapes), every row's packs of a and
+// skip are asked for at once and kept in registers for both passes (one round trip to L2 for all
+// rows); otherwise two passes over h from L2, row by row. Thread r adds up row r's sums and shares
+// 1 / rms (every thread adding up every row, with a division each, made the 16-bit kernel's norm
+// cost 4-5 us a product whatever the rows).
 template <class T>
 __device__ void nbits_normalize_rows(const NBitsArgs& p, int rows, T* xs) {
   __shared__ float red[32][8];  // per warp (up to 32), per row (up to 8)
+  __shared__ float inv_rms[8];
   const int packs = static_cast<int>(p.K / 8);  // 16-byte packs (K % 32 == 0)
   const uint4* a = static_cast<const uint4*>(p.a);
   const uint4* skip = static_cast<const uint4*>(p.skip);
+  const uint4* gamma = static_cast<const uint4*>(p.gamma);
   const bool write_sum = p.sum && blockIdx.x == 0;
-  auto load_h = [&](size_t pack, float* h) {
-    pack_to_floats<T>(a[pack], h);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  auto h_of = [&](uint4 av, uint4 sv, float* h) {
+    pack_to_floats<T>(av, h);
     if (skip) {
-      float sv[8];
-      pack_to_floats<T>(skip[pack], sv);
+      float sk[8];
+      pack_to_floats<T>(sv, sk);
       ONYX_UNROLL
-      for (int i = 0; i < 8; ++i) h[i] += sv[i];
+      for (int i = 0; i < 8; ++i) h[i] += sk[i];
     }
+  };
+  auto pack_of = [&](const float* f) {
+    uint4 v;
+    T* t = reinterpret_cast<T*>(&v);
+    ONYX_UNROLL
+    for (int i = 0; i < 8; ++i) t[i] = from_compute<T>(f[i]);
+    return v;
+  };
+  auto inverse_rms = [&](float (&sq)[8]) {
+    ONYX_UNROLL
+    for (int r = 0; r < 8; ++r) {
+      if (r >= rows) break;
+      ONYX_UNROLL
+      for (int o = 16; o > 0; o >>= 1) sq[r] += __shfl_xor_sync(0xffffffffu, sq[r], o);
+      if (lane == 0) red[warp][r] = sq[r];
+    }
+    __syncthreads();
+    if (static_cast<int>(threadIdx.x) < rows) {
+      float total = 0.f;
+      for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += red[w][threadIdx.x];
+      inv_rms[threadIdx.x] = rsqrtf(total / static_cast<float>(p.K) + p.eps);
+    }
+    __syncthreads();
   };
   float sq[8];
   ONYX_UNROLL
+  for (int r = 0; r < 8; ++r) sq[r] = 0.f;
+  if (packs <= static_cast<int>(blockDim.x)) {
+    const int pk = threadIdx.x;
+    const bool mine = pk < packs;
+    uint4 ar[8], sr[8], gv = make_uint4(0, 0, 0, 0);
+    ONYX_UNROLL
+    for (int r = 0; r < 8; ++r) {
+      ar[r] = sr[r] = make_uint4(0, 0, 0, 0);
+      const size_t pack = static_cast<size_t>(r) * packs + pk;
+      if (mine && r < rows) ar[r] = a[pack];
+      if (mine && r < rows && skip) sr[r] = skip[pack];
+    }
+    if (mine) gv = gamma[pk];
+    ONYX_UNROLL
+    for (int r = 0; r < 8; ++r) {
+      if (r >= rows) break;
+      float h[8];
+      h_of(ar[r], sr[r], h);
+      if (write_sum && mine) static_cast<uint4*>(p.sum)[static_cast<size_t>(r) * packs + pk] = pack_of(h);
+      ONYX_UNROLL
+      for (int i = 0; i < 8; ++i) sq[r] = fmaf(h[i], h[i], sq[r]);
+    }
+    inverse_rms(sq);
+    if (mine) {
+      float g[8];
+      pack_to_floats<T>(gv, g);
+      ONYX_UNROLL
+      for (int r = 0; r < 8; ++r) {
+        if (r >= rows) break;
+        const float inv = inv_rms[r];
+        float h[8];
+        h_of(ar[r], sr[r], h);
+        ONYX_UNROLL
+        for (int i = 0; i < 8; ++i) h[i] = h[i] * inv * g[i];
+        reinterpret_cast<uint4*>(xs)[static_cast<size_t>(r) * packs + pk] = pack_of(h);
+      }
+    }
+    __syncthreads();
+    return;
+  }
+  ONYX_UNROLL
   for (int r = 0; r < 8; ++r) {
-    sq[r] = 0.f;
-    if (r >= rows) continue;
+    if (r >= rows) break;
     for (int pk = threadIdx.x; pk < packs; pk += blockDim.x) {
       const size_t pack = static_cast<size_t>(r) * packs + pk;
       float h[8];
-      load_h(pack, h);
-      if (write_sum) {
-        uint4 v;
-        T* t = reinterpret_cast<T*>(&v);
-        ONYX_UNROLL
-        for (int i = 0; i < 8; ++i) t[i] = from_compute<T>(h[i]);
-        static_cast<uint4*>(p.sum)[pack] = v;
-      }
+      h_of(a[pack], skip ? skip[pack] : make_uint4(0, 0, 0, 0), h);
+      if (write_sum) static_cast<uint4*>(p.sum)[pack] = pack_of(h);
       ONYX_UNROLL
       for (int i = 0; i < 8; ++i) sq[r] = fmaf(h[i], h[i], sq[r]);
     }
   }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  inverse_rms(sq);
   ONYX_UNROLL
   for (int r = 0; r < 8; ++r) {
-    ONYX_UNROLL
-    for (int o = 16; o > 0; o >>= 1) sq[r] += __shfl_xor_sync(0xffffffffu, sq[r], o);
-    if (lane == 0) red[warp][r] = sq[r];
-  }
-  __syncthreads();
-  const uint4* gamma = static_cast<const uint4*>(p.gamma);
-  ONYX_UNROLL
-  for (int r = 0; r < 8; ++r) {
-    if (r >= rows) continue;
-    float total = 0.f;
-    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += red[w][r];
-    const float inv = rsqrtf(total / static_cast<float>(p.K) + p.eps);
+    if (r >= rows) break;
+    const float inv = inv_rms[r];
     for (int pk = threadIdx.x; pk < packs; pk += blockDim.x) {
-      float h[8], gv[8];
-      load_h(static_cast<size_t>(r) * packs + pk, h);
-      pack_to_floats<T>(gamma[pk], gv);
-      uint4 v;
-      T* t = reinterpret_cast<T*>(&v);
+      const size_t pack = static_cast<size_t>(r) * packs + pk;
+      float h[8], g[8];
+      h_of(a[pack], skip ? skip[pack] : make_uint4(0, 0, 0, 0), h);
+      pack_to_floats<T>(gamma[pk], g);
       ONYX_UNROLL
-      for (int i = 0; i < 8; ++i) t[i] = from_compute<T>(h[i] * inv * gv[i]);
-      reinterpret_cast<uint4*>(xs)[static_cast<size_t>(r) * packs + pk] = v;
+      for (int i = 0; i < 8; ++i) h[i] = h[i] * inv * g[i];
+      reinterpret_cast<uint4*>(xs)[pack] = pack_of(h);
     }
   }
   __syncthreads();
