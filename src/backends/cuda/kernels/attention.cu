@@ -406,8 +406,8 @@ bool attention_by_gemm(const AttnArgs& a, DType dt, CudaContext& cu) {
 
 // The attention's arguments from Q, K, V, the mask (null: none) and the node's scale attribute;
 // throws naming what does not fit.
-AttnArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask, const NodeView& n,
-                        Tensor& y) {
+AttnArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask,
+                        std::optional<float> scale, Tensor& y) {
   const Shape &qs = q.shape(), &ks = k.shape(), &vs = v.shape();
   ONYX_CHECK(qs.rank() == 4 && ks.rank() == 4 && vs.rank() == 4, "Attention on CUDA takes 4-D Q, K and V, got ",
              qs.str(), ", ", ks.str(), ", ", vs.str());
@@ -456,17 +456,20 @@ AttnArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const
     a.mask_bool = mt.dtype() == DType::kBool;
     a.mask_shared = a.mstride[1] == 0 && a.mstride[2] == 0 ? 1 : 0;
   }
-  a.scale = static_cast<float>(n.has_attr("scale") ? n.attr_float("scale", 1.f)
-                                                  : 1.0 / std::sqrt(static_cast<double>(a.D)));
+  a.scale = scale ? *scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.D)));
   return a;
+}
+
+// The op's scale attribute, if it has one.
+std::optional<float> scale_attr(const NodeView& n) {
+  return n.has_attr("scale") ? std::optional<float>(n.attr_float("scale", 1.f)) : std::nullopt;
 }
 
 }  // namespace
 
-void run_attention(KernelContext& ctx, CudaContext& cu) {
-  const Tensor& q = ctx.input(0);
-  AttnArgs a = attention_args(q, ctx.input(1), ctx.input(2), ctx.has_input(3) ? &ctx.input(3) : nullptr, ctx,
-                              ctx.output(0));
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask, std::optional<float> scale,
+               Tensor& y, CudaContext& cu) {
+  AttnArgs a = attention_args(q, k, v, mask, scale, y);
   if (a.B == 0 || a.Hq == 0 || a.L == 0) return;
   if (a.R >= kAttnGemmRows && a.S >= 64 && attention_by_gemm(a, q.dtype(), cu)) return;
   if (attention_decode(a, q.dtype(), cu)) return;
@@ -506,6 +509,11 @@ void run_attention(KernelContext& ctx, CudaContext& cu) {
     else by_rows(std::integral_constant<int, 8>{});
   });
   ONYX_CUDA_CHECK_LAUNCH("Attention");
+}
+
+void run_attention(KernelContext& ctx, CudaContext& cu) {
+  attention(ctx.input(0), ctx.input(1), ctx.input(2), ctx.has_input(3) ? &ctx.input(3) : nullptr, scale_attr(ctx),
+            ctx.output(0), cu);
 }
 
 namespace {
@@ -548,7 +556,7 @@ void run_rotary_cache_attention(KernelContext& ctx, CudaContext& cu) {
     ONYX_CHECK(k.shape()[2] == v.shape()[2] && past_k.shape()[2] == past_v.shape()[2], "past_k ",
                past_k.shape().str(), " and past_v ", past_v.shape().str(), " must hold one capacity, and k ",
                k.shape().str(), " and v ", v.shape().str(), " one length");
-    AttnArgs a = attention_args(q, past_k, past_v, mask, ctx, y);
+    AttnArgs a = attention_args(q, past_k, past_v, mask, scale_attr(ctx), y);
     rope.k_new = k.raw();
     rope.v_new = v.raw();
     rope.cos = cos.raw();
@@ -562,33 +570,13 @@ void run_rotary_cache_attention(KernelContext& ctx, CudaContext& cu) {
     if (a.B == 0 || a.Hq == 0 || a.L == 0) return;
     if (attention_decode(a, dt, cu)) return;
   }
-  // The two kernels in turn, over the fused node's inputs and outputs.
-  Node rotary;
-  rotary.name = ctx.node().name;
-  rotary.op_type = "RotaryCache";
-  rotary.domain = "onyx";
-  rotary.opset = 1;
-  rotary.inputs = {0, 1, 2, 3, 4, 5, 6, 7};
-  rotary.outputs = {0, 1, 2};
-  Node attention;
-  attention.name = ctx.node().name;
-  attention.op_type = "Attention";
-  attention.opset = 23;
-  attention.inputs = {0, 1, 2};
-  if (mask) attention.inputs.push_back(3);
-  attention.outputs = {0};
-  for (const Attribute& at : ctx.node().attributes)
-    (at.name == "scale" ? attention : rotary).attributes.push_back(at);
-  std::vector<const Tensor*> rin;
-  for (size_t i = 0; i < 8; ++i) rin.push_back(&ctx.input(i));
-  Tensor routs[3] = {q_rot, present_k, present_v};  // sharing the outputs' storage
-  KernelContext rc(rotary, std::move(rin), routs, ctx.allocator(), nullptr);
-  run_rotary_cache(rc, cu);
-  std::vector<const Tensor*> ain{&routs[0], &routs[1], &routs[2]};
-  if (mask) ain.push_back(mask);
-  Tensor aout[1] = {y};
-  KernelContext at(attention, std::move(ain), aout, ctx.allocator(), nullptr);
-  run_attention(at, cu);
+  // The two kernels in turn, over the fused node's inputs and outputs (q_rot, present_k and
+  // present_v written by the first, read by the second).
+  RotaryCacheTensors t;
+  t.q = &q, t.k = &k, t.v = &v, t.cos = &cos, t.sin = &sin, t.past_k = &past_k, t.past_v = &past_v, t.index = &index;
+  t.q_rot = &q_rot, t.present_k = &present_k, t.present_v = &present_v;
+  rotary_cache(t, ctx.has_attr("split") ? std::optional<int64_t>(ctx.attr_int("split", 0)) : std::nullopt, cu);
+  attention(q_rot, present_k, present_v, mask, scale_attr(ctx), y, cu);
 }
 
 std::string attention_support(const Node& node, const std::vector<ValueType>& in) {

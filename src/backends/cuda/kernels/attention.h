@@ -1,11 +1,19 @@
 // What the attention kernels (attention.cu) show outside the op registry.
 #pragma once
 
+#include <optional>
+
 #include "backends/cuda/cuda_kernels.h"
 
 namespace onyx::cuda {
 
-// ONNX Attention's kernel (the fused rotary-attention kernel runs it where its own does not apply).
+// ONNX Attention's kernel over Q, K, V, the mask (null where absent) and Y; `scale`: the op's
+// attribute (1 / sqrt(head size) where absent). The fused rotary-attention kernel runs it where
+// its own form does not apply.
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask, std::optional<float> scale,
+               Tensor& y, CudaContext& cu);
+
+// ONNX Attention's kernel.
 void run_attention(KernelContext& ctx, CudaContext& cu);
 
 // The decode attention kernel's key splits per (batch row, KV head), for bench/cuda_bench.cpp's

@@ -221,12 +221,11 @@ namespace {
 bool rank4(const Tensor& t) { return t.rank() == 4; }
 }  // namespace
 
-void run_rotary_cache(KernelContext& ctx, CudaContext& cu) {
-  const Tensor &q = ctx.input(0), &k = ctx.input(1), &v = ctx.input(2), &cos = ctx.input(3), &sin = ctx.input(4);
-  const Tensor &past_k = ctx.input(5), &past_v = ctx.input(6);
-  const Tensor* index = ctx.has_input(7) ? &ctx.input(7) : nullptr;
-  Tensor &q_rot = ctx.output(0), &present_k = ctx.output(1), &present_v = ctx.output(2);
-  Tensor* k_rot = ctx.has_output(3) ? &ctx.output(3) : nullptr;
+void rotary_cache(const RotaryCacheTensors& t, std::optional<int64_t> split, CudaContext& cu) {
+  const Tensor &q = *t.q, &k = *t.k, &v = *t.v, &cos = *t.cos, &sin = *t.sin, &past_k = *t.past_k, &past_v = *t.past_v;
+  const Tensor* index = t.index;
+  Tensor &q_rot = *t.q_rot, &present_k = *t.present_k, &present_v = *t.present_v;
+  Tensor* k_rot = t.k_rot;
   ONYX_CHECK(rank4(q) && rank4(k) && rank4(v) && rank4(past_k) && rank4(past_v),
              "RotaryCache takes 4-D q, k, v and caches, got q ", q.shape().str(), ", k ", k.shape().str(), ", v ",
              v.shape().str());
@@ -242,7 +241,7 @@ void run_rotary_cache(KernelContext& ctx, CudaContext& cu) {
                "RotaryCache: the index must be int64, one position or one per row, got ", index->type_str());
   const int64_t D = q.shape()[3], Dv = v.shape()[3];
   ONYX_CHECK(k.shape()[3] == D, "q ", q.shape().str(), " and k ", k.shape().str(), " must share a head size");
-  const int64_t h = std::min<int64_t>(std::max<int64_t>(ctx.attr_int("split", D / 2), 0), D);
+  const int64_t h = std::min<int64_t>(std::max<int64_t>(split.value_or(D / 2), 0), D);
   const RopeRows qr = rope_rows(q.shape(), cos.shape(), "q"), kr = rope_rows(k.shape(), cos.shape(), "k");
   const CacheRows kc = cache_rows(past_k.shape(), k.shape(), present_k.shape(), indexed,
                                   indexed && present_k.raw() == past_k.raw(), "k");
@@ -298,6 +297,16 @@ void run_rotary_cache(KernelContext& ctx, CudaContext& cu) {
     else launch_kernel(rotary_cache_kernel<T, false, int64_t>, blocks, kThreads, 0, cu, a);
   });
   ONYX_CUDA_CHECK_LAUNCH("RotaryCache");
+}
+
+void run_rotary_cache(KernelContext& ctx, CudaContext& cu) {
+  RotaryCacheTensors t;
+  t.q = &ctx.input(0), t.k = &ctx.input(1), t.v = &ctx.input(2), t.cos = &ctx.input(3), t.sin = &ctx.input(4);
+  t.past_k = &ctx.input(5), t.past_v = &ctx.input(6);
+  t.index = ctx.has_input(7) ? &ctx.input(7) : nullptr;
+  t.q_rot = &ctx.output(0), t.present_k = &ctx.output(1), t.present_v = &ctx.output(2);
+  t.k_rot = ctx.has_output(3) ? &ctx.output(3) : nullptr;
+  rotary_cache(t, ctx.has_attr("split") ? std::optional<int64_t>(ctx.attr_int("split", 0)) : std::nullopt, cu);
 }
 
 namespace {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "backends/cuda/cuda_kernels.h"
 
@@ -33,8 +34,18 @@ RopeRows rope_rows(const Shape& x, const Shape& tab, const char* what);
 CacheRows cache_rows(const Shape& past, const Shape& fresh, const Shape& present, bool indexed, bool aliased,
                      const char* what);
 
-// onyx::RotaryCache's kernel: inputs q, k, v, cos, sin, past_k, past_v[, index], outputs q_rot,
-// present_k, present_v[, k_rot].
+// onyx::RotaryCache's tensors: inputs q, k, v, cos, sin, past_k, past_v[, index], outputs q_rot,
+// present_k, present_v[, k_rot] (index and k_rot null where absent).
+struct RotaryCacheTensors {
+  const Tensor *q = nullptr, *k = nullptr, *v = nullptr, *cos = nullptr, *sin = nullptr;
+  const Tensor *past_k = nullptr, *past_v = nullptr, *index = nullptr;
+  Tensor *q_rot = nullptr, *present_k = nullptr, *present_v = nullptr, *k_rot = nullptr;
+};
+
+// RotaryCache's kernel over those tensors; `split`: the op's attribute (D / 2 where absent).
+void rotary_cache(const RotaryCacheTensors& t, std::optional<int64_t> split, CudaContext& cu);
+
+// onyx::RotaryCache's kernel.
 void run_rotary_cache(KernelContext& ctx, CudaContext& cu);
 
 }  // namespace onyx::cuda
