@@ -420,6 +420,43 @@ TEST(OpsConv, CpuFusionKeepsLargeConvWeightsInPanelsAndComputesTheSame) {
         << "at " << i;
 }
 
+TEST(OpsConv, CpuFusionKeepsOnePixelConvWeightsInPanelsAndComputesTheSame) {
+  // passes/fuse_cpu.h: a squeeze-and-excitation block's 1 x 1 convolutions read one pixel (a
+  // global pool's output, then what the first convolution and its activation make of it): their
+  // weights go into panels whatever their size where the outputs fill whole panels. A 1 x 1
+  // convolution over the image itself, and one of 24 outputs, keep theirs.
+  test::GraphBuilder b;
+  const int x = b.input("x");
+  const int pooled = b.node("GlobalAveragePool", {x});
+  const int fc1 = b.node("Conv", {pooled, b.init("w_fc1", test::random_tensor<float>(Shape{32, 48, 1, 1}, -0.3f, 0.3f)),
+                                  b.init("b_fc1", test::random_tensor<float>(Shape{32}, -1, 1))});
+  const int fc2 = b.node("Conv", {b.node("Relu", {fc1}), b.init("w_fc2", test::random_tensor<float>(Shape{48, 32, 1, 1}, -0.3f, 0.3f)),
+                                  b.init("b_fc2", test::random_tensor<float>(Shape{48}, -1, 1))});
+  const int scaled = b.node("Mul", {x, b.node("HardSigmoid", {fc2})});
+  const int narrow = b.node("Conv", {b.node("GlobalMaxPool", {scaled}),
+                                     b.init("w_narrow", test::random_tensor<float>(Shape{24, 48, 1, 1}, -0.3f, 0.3f))});
+  const int image = b.node("Conv", {scaled, b.init("w_image", test::random_tensor<float>(Shape{32, 48, 1, 1}, -0.3f, 0.3f))});
+  b.g.outputs = {narrow, image};
+  Graph plain = b.g, fused = b.g;
+  const OptimizeReport r = optimize_graph(fused, SessionOptions{}, Device::cpu());
+  EXPECT_EQ(r.cpu.conv_panels, 2);
+  for (const char* w : {"w_fc1", "w_fc2"}) EXPECT_FALSE(fused.initializers.count(fused.find_value(w))) << w;
+  for (const char* w : {"w_narrow", "w_image"}) EXPECT_TRUE(fused.initializers.count(fused.find_value(w))) << w;
+  auto alloc = make_cpu_allocator();
+  GraphExecutor e1(plain, OpRegistry::global(), alloc, SessionOptions{});
+  GraphExecutor e2(fused, OpRegistry::global(), alloc, SessionOptions{});
+  for (int64_t n : {1, 3}) {
+    const Tensor in = test::random_tensor<float>(Shape{n, 48, 5, 6}, -1, 1);
+    const auto want = e1.run({in}), got = e2.run({in});
+    for (size_t o = 0; o < want.size(); ++o) {
+      ASSERT_EQ(want[o].shape(), got[o].shape());
+      for (int64_t i = 0; i < want[o].numel(); ++i)
+        ASSERT_NEAR(got[o].data<float>()[i], want[o].data<float>()[i], 2e-5 * (1 + std::abs(want[o].data<float>()[i])))
+            << "output " << o << " at " << i << ", batch " << n;
+    }
+  }
+}
+
 TEST(OpsConv, Conv2dFloat64AndFloat16MatchReference) {
   Conv2dParams p;
   p.strides = {1, 2};
