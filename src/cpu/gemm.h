@@ -48,6 +48,14 @@ void gemm_packed_cols(int64_t m, int64_t n, int64_t k, const float* a, int64_t l
 // multiple of kPanel (the packed form then holds exactly W's values).
 bool conv_panels_pay(int64_t m, int64_t k);
 
+// Whether they are better so, whatever their size, for a convolution known to write `pixels`
+// pixels (0: not known): up to 64, with m a multiple of kPanel. 49 pixels fill 49 of the 64
+// columns of Y = W X's four panels, where as Y^T's rows they fill tiles of rows; measured on one
+// core of an AMD EPYC over 7 x 7 images: 1 x 1 convolutions of 160 -> 960, 960 -> 160 and
+// 672 -> 160 channels 190, 196 and 138 us as Y = W X against 157, 140 and 99 in panels; over
+// 14 x 14 (196 pixels) panels lost (112 -> 672: 303 against 356 us).
+bool conv_panels_pay_for(int64_t m, int64_t pixels);
+
 // C[m x n] = epilogue(A[m x k] x B) with B's row p read at b + koff[p]: element (p, j) is
 // b[koff[p] + j]. Each row is read up to column n rounded up to kPanel (those extra values are
 // not used, but must be readable). A stride-1 convolution reads its zero-padded image this

@@ -1,5 +1,6 @@
 #include "passes/fuse_cpu.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -118,6 +119,31 @@ bool one_by_one_unpadded(const Node& n, const Tensor& w) {
   if (const Attribute* a = n.find_attribute("auto_pad"))
     if (a->s != "NOTSET" && a->s != "VALID" && !a->s.empty()) return false;
   return true;
+}
+
+// A window's output extents over an image of `in` (Conv or pooling: kernel from `kernel`, the
+// node's strides, pads, dilations and ceil_mode), or nothing where auto_pad asks for SAME.
+std::optional<std::vector<int64_t>> window_extents(const Node& n, const std::vector<int64_t>& in,
+                                                   const std::vector<int64_t>& kernel) {
+  const size_t r = in.size();
+  if (kernel.size() != r) return std::nullopt;
+  if (const Attribute* a = n.find_attribute("auto_pad"))
+    if (!a->s.empty() && a->s != "NOTSET" && a->s != "VALID") return std::nullopt;
+  auto ints = [&](const char* name, size_t count, int64_t fallback) {
+    const Attribute* a = n.find_attribute(name);
+    std::vector<int64_t> v = a ? a->ints : std::vector<int64_t>();
+    if (v.size() != count) v.assign(count, fallback);
+    return v;
+  };
+  const std::vector<int64_t> strides = ints("strides", r, 1), dil = ints("dilations", r, 1), pads = ints("pads", 2 * r, 0);
+  const bool ceil_mode = Matcher::attr_int(n, "ceil_mode", 0) != 0;
+  std::vector<int64_t> out(r);
+  for (size_t d = 0; d < r; ++d) {
+    const int64_t span = in[d] + pads[d] + pads[d + r] - dil[d] * (kernel[d] - 1) - 1;
+    if (span < 0 || strides[d] <= 0) return std::nullopt;
+    out[d] = (ceil_mode ? (span + strides[d] - 1) / strides[d] : span / strides[d]) + 1;
+  }
+  return out;
 }
 
 std::optional<std::vector<Attribute>> activation_of(const Matcher& m, const Node& n) {
@@ -300,17 +326,60 @@ CpuFuseReport fuse_cpu(Graph& g) {
   };
   // Values with one pixel per channel (spatial dimensions all 1): a global pool's output, and
   // what an activation or a 1 x 1 unpadded convolution makes of one (a squeeze-and-excitation
-  // block's two convolutions read such values). The nodes are in the graph's order.
+  // block's two convolutions read such values), whatever the image's size. And the images'
+  // sizes where the graph's inputs declare them (NCHW, spatial dimensions fixed), followed
+  // through convolutions, pools, activations and elementwise Add, Sub, Mul and Div. The nodes
+  // are in the graph's order.
   std::unordered_set<int> one_pixel;
+  std::unordered_map<int, std::vector<int64_t>> spatial;
+  for (int id : g.inputs) {
+    const TypeInfo& t = g.values[id].declared;
+    if (!t.rank_known || t.dims.size() < 3) continue;
+    std::vector<int64_t> sp(t.dims.begin() + 2, t.dims.end());
+    if (std::all_of(sp.begin(), sp.end(), [](int64_t v) { return v > 0; })) spatial[id] = sp;
+  }
   for (const Node& n : g.nodes) {
     if (n.outputs.size() != 1 || n.inputs.empty() || n.outputs[0] < 0) continue;
+    const int out = n.outputs[0];
+    const auto in = spatial.find(n.inputs[0]);
     if (m.plain(n, "GlobalAveragePool") || m.plain(n, "GlobalMaxPool")) {
-      one_pixel.insert(n.outputs[0]);
-    } else if (one_pixel.count(n.inputs[0])) {
-      const Tensor* w = n.inputs.size() >= 2 ? m.constant(n.inputs[1]) : nullptr;
-      if ((m.plain(n, "Conv") && w && one_by_one_unpadded(n, *w)) || activation_of(m, n)) one_pixel.insert(n.outputs[0]);
+      one_pixel.insert(out);
+      if (in != spatial.end()) spatial[out] = std::vector<int64_t>(in->second.size(), 1);
+      continue;
+    }
+    const Tensor* w = m.plain(n, "Conv") && n.inputs.size() >= 2 ? m.constant(n.inputs[1]) : nullptr;
+    if (one_pixel.count(n.inputs[0]) && ((w && one_by_one_unpadded(n, *w)) || activation_of(m, n))) one_pixel.insert(out);
+    if (in == spatial.end()) continue;
+    if (w && w->rank() == in->second.size() + 2) {
+      if (auto e = window_extents(n, in->second, std::vector<int64_t>(w->shape().dims().begin() + 2, w->shape().dims().end())))
+        spatial[out] = *e;
+    } else if (m.plain(n, "MaxPool") || m.plain(n, "AveragePool")) {
+      if (const Attribute* k = n.find_attribute("kernel_shape"))
+        if (auto e = window_extents(n, in->second, k->ints)) spatial[out] = *e;
+    } else if (activation_of(m, n) || m.plain(n, "BatchNormalization")) {
+      spatial[out] = in->second;
+    } else if ((m.plain(n, "Add") || m.plain(n, "Sub") || m.plain(n, "Mul") || m.plain(n, "Div")) &&
+               n.inputs.size() == 2) {
+      const auto other = spatial.find(n.inputs[1]);
+      if (other == spatial.end() || other->second.size() != in->second.size()) continue;
+      std::vector<int64_t> e(in->second.size());
+      bool ok = true;
+      for (size_t d = 0; d < e.size(); ++d) {
+        const int64_t a = in->second[d], b = other->second[d];
+        ok = ok && (a == b || a == 1 || b == 1);
+        e[d] = std::max(a, b);
+      }
+      if (ok) spatial[out] = e;
     }
   }
+  // Pixels a convolution writes, where known (0: not known).
+  auto pixels_out = [&](int id) -> int64_t {
+    const auto it = spatial.find(id);
+    if (it == spatial.end()) return 0;
+    int64_t p = 1;
+    for (int64_t v : it->second) p *= v;
+    return p;
+  };
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     const Node& mm = g.nodes[k];
     if (removed[k] || mm.outputs.size() != 1) continue;
@@ -368,8 +437,11 @@ CpuFuseReport fuse_cpu(Graph& g) {
       // in panels, its weights stream once with every lane busy, where as the left operand of
       // Y = W X each output is a dot product reduced across the lanes (0.9 MiB of weights:
       // 73-109 against about 40 us in mobilenet_v3 on one core of an AMD EPYC).
+      // So is a 1 x 1 one over a small image where the graph declares its size
+      // (cpu::conv_panels_pay_for: up to 64 pixels, mobilenet_v3's 7 x 7 stages).
       const bool pixel = one_pixel.count(mm.inputs[0]) && one_by_one_unpadded(mm, *wt) && mg % cpu::kPanel == 0;
-      const bool panels = !winograd && mg > 0 && (cpu::conv_panels_pay(mg, kg) || pixel);
+      const bool small = one_by_one_unpadded(mm, *wt) && cpu::conv_panels_pay_for(mg, pixels_out(mm.outputs[0]));
+      const bool panels = !winograd && mg > 0 && (cpu::conv_panels_pay(mg, kg) || pixel || small);
       if ((chain.empty() && !panels && !winograd) || removed[last]) continue;
       bool free = true;
       for (size_t c : chain) free = free && !removed[c];

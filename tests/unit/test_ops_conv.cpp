@@ -457,6 +457,52 @@ TEST(OpsConv, CpuFusionKeepsOnePixelConvWeightsInPanelsAndComputesTheSame) {
   }
 }
 
+TEST(OpsConv, CpuFusionKeepsSmallImageConvWeightsInPanelsWhereTheSizeIsDeclared) {
+  // passes/fuse_cpu.h: where the graph's input declares its image size, a 1 x 1 convolution
+  // known to write at most 64 pixels (cpu::conv_panels_pay_for) keeps its weights in panels: here
+  // the one over the 7 x 7 image a strided convolution makes; not the one over the 14 x 14 input,
+  // nor the 3 x 3 one, nor one of 24 outputs. Without the declared size, none.
+  auto build = [](bool declared) {
+    test::GraphBuilder b;
+    const int x = b.input("x");
+    if (declared) {
+      TypeInfo& t = b.g.values[x].declared;
+      t.category = TypeInfo::Category::kTensor;
+      t.dtype = DType::kFloat32;
+      t.rank_known = true;
+      t.dims = {1, 48, 14, 14};
+      t.dim_params.assign(4, "");
+    }
+    const int c1 = b.node("Conv", {x, b.init("w1", test::random_tensor<float>(Shape{32, 48, 3, 3}, -0.1f, 0.1f))},
+                          {test::attr_ints("strides", {2, 2}), test::attr_ints("pads", {1, 1, 1, 1})});
+    const int c2 = b.node("Conv", {b.node("Relu", {c1}), b.init("w2", test::random_tensor<float>(Shape{64, 32, 1, 1}, -0.3f, 0.3f)),
+                                   b.init("b2", test::random_tensor<float>(Shape{64}, -1, 1))});
+    const int c3 = b.node("Conv", {x, b.init("w3", test::random_tensor<float>(Shape{32, 48, 1, 1}, -0.3f, 0.3f))});
+    const int c4 = b.node("Conv", {b.node("Relu", {c2}), b.init("w4", test::random_tensor<float>(Shape{24, 64, 1, 1}, -0.3f, 0.3f))});
+    b.g.outputs = {c3, c4};
+    return b.g;
+  };
+  for (bool declared : {true, false}) {
+    Graph plain = build(declared);
+    Graph fused = plain;
+    const OptimizeReport r = optimize_graph(fused, SessionOptions{}, Device::cpu());
+    EXPECT_EQ(r.cpu.conv_panels, declared ? 1 : 0);
+    EXPECT_EQ(!fused.initializers.count(fused.find_value("w2")), declared);
+    for (const char* w : {"w1", "w3", "w4"}) EXPECT_TRUE(fused.initializers.count(fused.find_value(w))) << w;
+    auto alloc = make_cpu_allocator();
+    GraphExecutor e1(plain, OpRegistry::global(), alloc, SessionOptions{});
+    GraphExecutor e2(fused, OpRegistry::global(), alloc, SessionOptions{});
+    const Tensor in = test::random_tensor<float>(Shape{1, 48, 14, 14}, -1, 1);
+    const auto want = e1.run({in}), got = e2.run({in});
+    for (size_t o = 0; o < want.size(); ++o) {
+      ASSERT_EQ(want[o].shape(), got[o].shape());
+      for (int64_t i = 0; i < want[o].numel(); ++i)
+        ASSERT_NEAR(got[o].data<float>()[i], want[o].data<float>()[i], 2e-5 * (1 + std::abs(want[o].data<float>()[i])))
+            << "output " << o << " at " << i;
+    }
+  }
+}
+
 TEST(OpsConv, Conv2dFloat64AndFloat16MatchReference) {
   Conv2dParams p;
   p.strides = {1, 2};
