@@ -268,13 +268,12 @@ void norm_products(Gpu& g) {
   std::printf("\nthe norm in the product, us per launch (bf16):\n\n| rows | product | without the norm | "
               "with the norm | difference |\n|---:|---|---:|---:|---:|\n");
   const DType dt = DType::kBFloat16;
-  for (const Case& c : cases) {
-    const int64_t rows_w = c.gated ? 2 * c.n : c.n;
-    const double bytes = static_cast<double>(rows_w * c.k) * 2;
-    const int copies = static_cast<int>(std::max(2.0, std::ceil(400e6 / bytes)));
-    std::vector<Tensor> w;
-    for (int i = 0; i < copies; ++i) w.push_back(device_tensor(dt, Shape{rows_w, c.k}));
-    Tensor gamma = device_tensor(dt, Shape{c.k});
+  // The table's rows of one product at 1, 2, 4 and 8 rows of x: `build` adds `copies` launches
+  // without and with the norm over the tensors given; at one row also the 8-row form's, where
+  // `eight_row_form`.
+  using Build = std::function<void(const Tensor& x, const Tensor& skip, const Tensor& sum, const Tensor& y,
+                                   const Attribute& eps, std::vector<OpLaunch>& plain, std::vector<OpLaunch>& normed)>;
+  auto table_rows = [&](const Case& c, const std::string& label, int copies, bool eight_row_form, const Build& build) {
     for (int64_t m : {1, 2, 4, 8}) {
       Tensor x = device_tensor(dt, Shape{m, c.k});
       Tensor skip = device_tensor(dt, Shape{m, c.k});
@@ -285,27 +284,40 @@ void norm_products(Gpu& g) {
       eps.kind = Attribute::Kind::kFloat;
       eps.f = 1e-5f;
       std::vector<OpLaunch> plain, normed;
-      for (int i = 0; i < copies; ++i) {
-        plain.emplace_back("onyx", c.gated ? "SiluGateLinear" : "Linear", std::vector<Tensor>{x, w[i]},
-                           std::vector<Tensor>{y}, std::vector<Attribute>{}, 1);
-        normed.emplace_back("onyx", "RmsNormLinear", std::vector<Tensor>{x, skip, gamma, w[i]},
-                            std::vector<Tensor>{sum, y},
-                            std::vector<Attribute>{eps, int_attr("gated", c.gated ? 1 : 0)}, 1);
-      }
+      build(x, skip, sum, y, eps, plain, normed);
       auto per_launch = [&](std::vector<OpLaunch>& ops) {
         return graph_ms(g, [&] {
                  for (auto& op : ops) op.run(g, true);
                }) * 1e3 / copies;
       };
       const double a = per_launch(plain), b = per_launch(normed);
-      std::printf("| %lld | %s | %.2f | %.2f | %+.2f |\n", static_cast<long long>(m), c.name, a, b, b - a);
-      if (m == 1) {  // the 8-row (tensor-core) form at one row, the form two to eight rows take
+      std::printf("| %lld | %s | %.2f | %.2f | %+.2f |\n", static_cast<long long>(m), label.c_str(), a, b, b - a);
+      if (m == 1 && eight_row_form) {  // the 8-row (tensor-core) form at one row, as two to eight rows take it
         cuda::set_few_row_path(cuda::FewRowPath::kTensorCores);
         const double a8 = per_launch(plain), b8 = per_launch(normed);
         cuda::set_few_row_path(cuda::FewRowPath::kDefault);
-        std::printf("| 1 (8-row form) | %s | %.2f | %.2f | %+.2f |\n", c.name, a8, b8, b8 - a8);
+        std::printf("| 1 (8-row form) | %s | %.2f | %.2f | %+.2f |\n", label.c_str(), a8, b8, b8 - a8);
       }
     }
+  };
+  for (const Case& c : cases) {
+    const int64_t rows_w = c.gated ? 2 * c.n : c.n;
+    const double bytes = static_cast<double>(rows_w * c.k) * 2;
+    const int copies = static_cast<int>(std::max(2.0, std::ceil(400e6 / bytes)));
+    std::vector<Tensor> w;
+    for (int i = 0; i < copies; ++i) w.push_back(device_tensor(dt, Shape{rows_w, c.k}));
+    Tensor gamma = device_tensor(dt, Shape{c.k});
+    table_rows(c, c.name, copies, true,
+               [&](const Tensor& x, const Tensor& skip, const Tensor& sum, const Tensor& y, const Attribute& eps,
+                   std::vector<OpLaunch>& plain, std::vector<OpLaunch>& normed) {
+                 for (int i = 0; i < copies; ++i) {
+                   plain.emplace_back("onyx", c.gated ? "SiluGateLinear" : "Linear", std::vector<Tensor>{x, w[i]},
+                                      std::vector<Tensor>{y}, std::vector<Attribute>{}, 1);
+                   normed.emplace_back("onyx", "RmsNormLinear", std::vector<Tensor>{x, skip, gamma, w[i]},
+                                       std::vector<Tensor>{sum, y},
+                                       std::vector<Attribute>{eps, int_attr("gated", c.gated ? 1 : 0)}, 1);
+                 }
+               });
   }
   // 4 bits, blocks of 32: onyx::RmsNormLinearNBits against LinearNBits.
   for (const Case& c : cases) {
@@ -319,34 +331,21 @@ void norm_products(Gpu& g) {
       scales.push_back(device_tensor(dt, Shape{rows_w, kb}));
     }
     Tensor gamma = device_tensor(dt, Shape{c.k});
-    for (int64_t m : {1, 2, 4, 8}) {
-      Tensor x = device_tensor(dt, Shape{m, c.k});
-      Tensor skip = device_tensor(dt, Shape{m, c.k});
-      Tensor sum = device_tensor(dt, Shape{m, c.k}, false);
-      Tensor y = device_tensor(dt, Shape{m, c.n}, false);
-      Attribute eps;
-      eps.name = "epsilon";
-      eps.kind = Attribute::Kind::kFloat;
-      eps.f = 1e-5f;
-      const std::vector<Attribute> attrs = {int_attr("K", c.k), int_attr("N", rows_w), int_attr("block_size", block),
-                                            int_attr("bits", 4), int_attr("gated", c.gated ? 1 : 0)};
-      std::vector<Attribute> norm_attrs = attrs;
-      norm_attrs.push_back(eps);
-      std::vector<OpLaunch> plain, normed;
-      for (int i = 0; i < copies; ++i) {
-        plain.emplace_back("onyx", "LinearNBits", std::vector<Tensor>{x, packed[i], scales[i]}, std::vector<Tensor>{y},
-                           attrs, 1);
-        normed.emplace_back("onyx", "RmsNormLinearNBits", std::vector<Tensor>{x, skip, gamma, packed[i], scales[i]},
-                            std::vector<Tensor>{sum, y}, norm_attrs, 1);
-      }
-      auto per_launch = [&](std::vector<OpLaunch>& ops) {
-        return graph_ms(g, [&] {
-                 for (auto& op : ops) op.run(g, true);
-               }) * 1e3 / copies;
-      };
-      const double a = per_launch(plain), b = per_launch(normed);
-      std::printf("| %lld | %s, 4 bits b32 | %.2f | %.2f | %+.2f |\n", static_cast<long long>(m), c.name, a, b, b - a);
-    }
+    const std::vector<Attribute> attrs = {int_attr("K", c.k), int_attr("N", rows_w), int_attr("block_size", block),
+                                          int_attr("bits", 4), int_attr("gated", c.gated ? 1 : 0)};
+    table_rows(c, std::string(c.name) + ", 4 bits b32", copies, false,
+               [&](const Tensor& x, const Tensor& skip, const Tensor& sum, const Tensor& y, const Attribute& eps,
+                   std::vector<OpLaunch>& plain, std::vector<OpLaunch>& normed) {
+                 std::vector<Attribute> norm_attrs = attrs;
+                 norm_attrs.push_back(eps);
+                 for (int i = 0; i < copies; ++i) {
+                   plain.emplace_back("onyx", "LinearNBits", std::vector<Tensor>{x, packed[i], scales[i]},
+                                      std::vector<Tensor>{y}, attrs, 1);
+                   normed.emplace_back("onyx", "RmsNormLinearNBits",
+                                       std::vector<Tensor>{x, skip, gamma, packed[i], scales[i]},
+                                       std::vector<Tensor>{sum, y}, norm_attrs, 1);
+                 }
+               });
   }
 }
 
