@@ -334,7 +334,7 @@ CpuFuseReport fuse_cpu(Graph& g) {
   std::unordered_map<int, std::vector<int64_t>> spatial;
   for (int id : g.inputs) {
     const TypeInfo& t = g.values[id].declared;
-    if (!t.rank_known || t.dims.size() < 3) continue;
+    if (!t.rank_known || t.dims.size() < 3 || g.initializers.count(id)) continue;  // (an old model's weight)
     std::vector<int64_t> sp(t.dims.begin() + 2, t.dims.end());
     if (std::all_of(sp.begin(), sp.end(), [](int64_t v) { return v > 0; })) spatial[id] = sp;
   }
