@@ -356,6 +356,24 @@ TEST(OpsConv, FusedConvWithWinogradWeightsMatchesFloat64) {
   }
 }
 
+// The fused graph computes what the unfused one does: every output of both executors on each of
+// `inputs`, within tol * (1 + |want|).
+static void expect_graphs_agree(Graph& plain, Graph& fused, const std::vector<Tensor>& inputs, double tol) {
+  auto alloc = make_cpu_allocator();
+  GraphExecutor e1(plain, OpRegistry::global(), alloc, SessionOptions{});
+  GraphExecutor e2(fused, OpRegistry::global(), alloc, SessionOptions{});
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const auto want = e1.run({inputs[k]}), got = e2.run({inputs[k]});
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t o = 0; o < want.size(); ++o) {
+      ASSERT_EQ(want[o].shape(), got[o].shape());
+      for (int64_t i = 0; i < want[o].numel(); ++i)
+        ASSERT_NEAR(got[o].data<float>()[i], want[o].data<float>()[i], tol * (1 + std::abs(want[o].data<float>()[i])))
+            << "input " << k << ", output " << o << " at " << i;
+    }
+  }
+}
+
 TEST(OpsConv, CpuFusionTransformsThreeByThreeWeightsForWinograd) {
   // passes/fuse_cpu.h: a 3 x 3 convolution of stride 1 with enough channels gets Winograd
   // weights (its only reader); a strided one, a grouped one and a narrow one do not.
@@ -378,15 +396,7 @@ TEST(OpsConv, CpuFusionTransformsThreeByThreeWeightsForWinograd) {
   EXPECT_EQ(r.cpu.conv_winograd, 1);
   EXPECT_FALSE(fused.initializers.count(fused.find_value("w1")));
   for (const char* w : {"w2", "w3", "w4"}) EXPECT_TRUE(fused.initializers.count(fused.find_value(w))) << w;
-  auto alloc = make_cpu_allocator();
-  GraphExecutor e1(plain, OpRegistry::global(), alloc, SessionOptions{});
-  GraphExecutor e2(fused, OpRegistry::global(), alloc, SessionOptions{});
-  const Tensor in = test::random_tensor<float>(Shape{1, 32, 11, 9}, -1, 1);
-  const auto want = e1.run({in}), got = e2.run({in});
-  ASSERT_EQ(want[0].shape(), got[0].shape());
-  for (int64_t i = 0; i < want[0].numel(); ++i)
-    ASSERT_NEAR(got[0].data<float>()[i], want[0].data<float>()[i], 1e-4 * (1 + std::abs(want[0].data<float>()[i])))
-        << "at " << i;
+  expect_graphs_agree(plain, fused, {test::random_tensor<float>(Shape{1, 32, 11, 9}, -1, 1)}, 1e-4);
 }
 
 TEST(OpsConv, CpuFusionKeepsLargeConvWeightsInPanelsAndComputesTheSame) {
@@ -409,15 +419,7 @@ TEST(OpsConv, CpuFusionKeepsLargeConvWeightsInPanelsAndComputesTheSame) {
   EXPECT_EQ(r.cpu.conv_panels, 2);  // w2 (4 MiB) and w3 (4.5 MiB); w1 (256 KiB) stays
   for (const char* w : {"w2", "w3"}) EXPECT_FALSE(fused.initializers.count(fused.find_value(w))) << w;
   EXPECT_TRUE(fused.initializers.count(fused.find_value("w1")));
-  auto alloc = make_cpu_allocator();
-  GraphExecutor e1(plain, OpRegistry::global(), alloc, SessionOptions{});
-  GraphExecutor e2(fused, OpRegistry::global(), alloc, SessionOptions{});
-  const Tensor in = test::random_tensor<float>(Shape{1, 64, 5, 6}, -1, 1);
-  const auto want = e1.run({in}), got = e2.run({in});
-  ASSERT_EQ(want[0].shape(), got[0].shape());
-  for (int64_t i = 0; i < want[0].numel(); ++i)
-    ASSERT_NEAR(got[0].data<float>()[i], want[0].data<float>()[i], 2e-5 * (1 + std::abs(want[0].data<float>()[i])))
-        << "at " << i;
+  expect_graphs_agree(plain, fused, {test::random_tensor<float>(Shape{1, 64, 5, 6}, -1, 1)}, 2e-5);
 }
 
 TEST(OpsConv, CpuFusionKeepsOnePixelConvWeightsInPanelsAndComputesTheSame) {
@@ -442,19 +444,10 @@ TEST(OpsConv, CpuFusionKeepsOnePixelConvWeightsInPanelsAndComputesTheSame) {
   EXPECT_EQ(r.cpu.conv_panels, 2);
   for (const char* w : {"w_fc1", "w_fc2"}) EXPECT_FALSE(fused.initializers.count(fused.find_value(w))) << w;
   for (const char* w : {"w_narrow", "w_image"}) EXPECT_TRUE(fused.initializers.count(fused.find_value(w))) << w;
-  auto alloc = make_cpu_allocator();
-  GraphExecutor e1(plain, OpRegistry::global(), alloc, SessionOptions{});
-  GraphExecutor e2(fused, OpRegistry::global(), alloc, SessionOptions{});
-  for (int64_t n : {1, 3}) {
-    const Tensor in = test::random_tensor<float>(Shape{n, 48, 5, 6}, -1, 1);
-    const auto want = e1.run({in}), got = e2.run({in});
-    for (size_t o = 0; o < want.size(); ++o) {
-      ASSERT_EQ(want[o].shape(), got[o].shape());
-      for (int64_t i = 0; i < want[o].numel(); ++i)
-        ASSERT_NEAR(got[o].data<float>()[i], want[o].data<float>()[i], 2e-5 * (1 + std::abs(want[o].data<float>()[i])))
-            << "output " << o << " at " << i << ", batch " << n;
-    }
-  }
+  expect_graphs_agree(plain, fused,
+                      {test::random_tensor<float>(Shape{1, 48, 5, 6}, -1, 1),
+                       test::random_tensor<float>(Shape{3, 48, 5, 6}, -1, 1)},
+                      2e-5);
 }
 
 TEST(OpsConv, CpuFusionKeepsSmallImageConvWeightsInPanelsWhereTheSizeIsDeclared) {
@@ -489,17 +482,7 @@ TEST(OpsConv, CpuFusionKeepsSmallImageConvWeightsInPanelsWhereTheSizeIsDeclared)
     EXPECT_EQ(r.cpu.conv_panels, declared ? 1 : 0);
     EXPECT_EQ(!fused.initializers.count(fused.find_value("w2")), declared);
     for (const char* w : {"w1", "w3", "w4"}) EXPECT_TRUE(fused.initializers.count(fused.find_value(w))) << w;
-    auto alloc = make_cpu_allocator();
-    GraphExecutor e1(plain, OpRegistry::global(), alloc, SessionOptions{});
-    GraphExecutor e2(fused, OpRegistry::global(), alloc, SessionOptions{});
-    const Tensor in = test::random_tensor<float>(Shape{1, 48, 14, 14}, -1, 1);
-    const auto want = e1.run({in}), got = e2.run({in});
-    for (size_t o = 0; o < want.size(); ++o) {
-      ASSERT_EQ(want[o].shape(), got[o].shape());
-      for (int64_t i = 0; i < want[o].numel(); ++i)
-        ASSERT_NEAR(got[o].data<float>()[i], want[o].data<float>()[i], 2e-5 * (1 + std::abs(want[o].data<float>()[i])))
-            << "output " << o << " at " << i;
-    }
+    expect_graphs_agree(plain, fused, {test::random_tensor<float>(Shape{1, 48, 14, 14}, -1, 1)}, 2e-5);
   }
 }
 
