@@ -374,18 +374,24 @@ void norm_profile(Gpu& g, int64_t rows, int times) {
 // The same shapes with 4-bit weights (com.microsoft MatMulNBits, bfloat16 A and scales, blocks of
 // 32 and 128, no zero points), 1 and 8 rows of A: time per launch in a graph over weight copies,
 // and the bandwidth over the packed weights and scales, for each kernel the 4-bit product can take
-// (cuda::nbits4_variant_for_bench), side by side in one run.
+// (cuda::nbits4_variant_for_bench), side by side in one run. The last row of each block size and
+// row count, "layer", launches a layer's four products in turn (q,k,v; o; gate,up; down), as a
+// decode step does: per layer, so a product follows another one as it does there.
 // `only`: the products whose name holds it (all when empty), `only_block`/`only_rows` (0: all).
 void four_bit_products(Gpu& g, const std::string& only = "", int64_t only_block = 0, int64_t only_rows = 0) {
-  struct Case {
-    const char* name;
+  struct Shape2 {
     int64_t n, k;
   };
-  const std::vector<Case> cases = {{"q,k,v 3072x2048", 3072, 2048},
-                                   {"o 2048x2048", 2048, 2048},
-                                   {"gate,up 16384x2048", 16384, 2048},
-                                   {"down 2048x8192", 2048, 8192},
-                                   {"lm head 128256x2048", 128256, 2048}};
+  struct Case {
+    const char* name;
+    std::vector<Shape2> products;  // launched in turn
+  };
+  const std::vector<Case> cases = {{"q,k,v 3072x2048", {{3072, 2048}}},
+                                   {"o 2048x2048", {{2048, 2048}}},
+                                   {"gate,up 16384x2048", {{16384, 2048}}},
+                                   {"down 2048x8192", {{2048, 8192}}},
+                                   {"lm head 128256x2048", {{128256, 2048}}},
+                                   {"layer", {{3072, 2048}, {2048, 2048}, {16384, 2048}, {2048, 8192}}}};
   const std::vector<std::pair<int, const char*>> variants = {
       {1, "per-value float"}, {2, "tensor cores"}, {6, "4 warps"}, {4, "8 warps"}, {7, "16 warps"},
       {9, "streaming, 16-row tiles"}, {10, "streaming, 32-row tiles"}, {0, "streaming (default)"}};
@@ -400,22 +406,28 @@ void four_bit_products(Gpu& g, const std::string& only = "", int64_t only_block 
         if ((!only.empty() && std::string(c.name).find(only) == std::string::npos) ||
             (only_block && block != only_block) || (only_rows && rows != only_rows))
           continue;
-        const int64_t kb = c.k / block;
-        const double bytes = static_cast<double>(c.n * c.k / 2 + c.n * kb * 2);
+        double bytes = 0;
+        for (const Shape2& pr : c.products) bytes += static_cast<double>(pr.n * pr.k / 2 + pr.n * (pr.k / block) * 2);
         const int copies = static_cast<int>(std::max(2.0, std::ceil(400e6 / bytes)));
         std::vector<OpLaunch> ops;
-        Tensor x = device_tensor(DType::kBFloat16, Shape{rows, c.k});
-        Tensor y = device_tensor(DType::kBFloat16, Shape{rows, c.n}, false);
-        for (int i = 0; i < copies; ++i) {
-          Tensor b = device_tensor(DType::kBFloat16, Shape{c.n, kb, block / 4});  // random bytes: 2 bytes per bf16
-          Tensor packed = Tensor::borrow(DType::kUInt8, Shape{c.n, kb, block / 2}, b.raw(), b.storage(), b.device());
-          Tensor scales = device_tensor(DType::kBFloat16, Shape{c.n, kb});
-          ops.emplace_back("com.microsoft", "MatMulNBits", std::vector<Tensor>{x, packed, scales},
-                           std::vector<Tensor>{y},
-                           std::vector<Attribute>{int_attr("K", c.k), int_attr("N", c.n),
-                                                  int_attr("block_size", block), int_attr("bits", 4)},
-                           1);
+        std::vector<Tensor> xs, ys;
+        for (const Shape2& pr : c.products) {
+          xs.push_back(device_tensor(DType::kBFloat16, Shape{rows, pr.k}));
+          ys.push_back(device_tensor(DType::kBFloat16, Shape{rows, pr.n}, false));
         }
+        for (int i = 0; i < copies; ++i)
+          for (size_t j = 0; j < c.products.size(); ++j) {
+            const Shape2& pr = c.products[j];
+            const int64_t kb = pr.k / block;
+            Tensor b = device_tensor(DType::kBFloat16, Shape{pr.n, kb, block / 4});  // random bytes: 2 bytes per bf16
+            Tensor packed = Tensor::borrow(DType::kUInt8, Shape{pr.n, kb, block / 2}, b.raw(), b.storage(), b.device());
+            Tensor scales = device_tensor(DType::kBFloat16, Shape{pr.n, kb});
+            ops.emplace_back("com.microsoft", "MatMulNBits", std::vector<Tensor>{xs[j], packed, scales},
+                             std::vector<Tensor>{ys[j]},
+                             std::vector<Attribute>{int_attr("K", pr.k), int_attr("N", pr.n),
+                                                    int_attr("block_size", block), int_attr("bits", 4)},
+                             1);
+          }
         std::printf("| %s | %lld | %lld | %.1f |", c.name, static_cast<long long>(block),
                     static_cast<long long>(rows), bytes / 1e6);
         for (const auto& v : variants) {

@@ -274,6 +274,8 @@ def main():
                     help="with --generate: time the generation loop alone (no session, no PyTorch; on each "
                          "--int4-block model too), e.g. to compare settings of the environment in several runs on "
                          "the models made by the first")
+    ap.add_argument("--int4-only", action="store_true",
+                    help="with --only-generate: the --int4-block models' loops alone (not the 16-bit model's)")
     ap.add_argument("--env", nargs="*", default=[], metavar="K=V[,K=V]",
                     help="with --generate: run each mode of the loop once per setting here, in turn, --rounds "
                          "times, with those environment variables set as the step is captured (A/B of a "
@@ -320,7 +322,8 @@ def main():
     if args.only_generate:
         g = torch.Generator(device="cpu").manual_seed(1)
         for P, batch in [(p, b) for p in args.past for b in args.batch]:
-            generate_modes(args, c, path, P, batch, g)
+            if not args.int4_only:
+                generate_modes(args, c, path, P, batch, g)
             for block, qpath in int4_paths.items():
                 generate_modes(args, c, qpath, P, batch, g, f"int4 b{block}, ")
         return
