@@ -74,11 +74,13 @@ static bool fed_and_bound(const Tensor& feed, const std::map<int, Tensor>& bound
 // Each feed goes into its slot on the stream (nothing to do when the feed is the slot);
 // returns what the steps read per input. Host feeds of neighbouring slots are gathered on the
 // host and go over in one copy (a decode step's ids, positions, sampling options and so on
-// are one copy, not one each).
+// are one copy, not one each); device feeds go over together (a bound past cache of 32
+// tensors is one launch, not 32 copies at 5-8 us of the host's time each).
 std::vector<Tensor> SignatureCapture::write_inputs(const std::vector<Tensor>& feeds,
                                                    const std::map<int, Tensor>& bound) {
   const std::vector<Tensor>& slots = input_slots();
   std::vector<Tensor> inputs(slots.size());
+  std::vector<Backend::DeviceCopy> device_copies;
   size_t run_first = 0, run_end = 0;  // the host feeds gathered so far: slots [run_first, run_end)
   auto flush = [&] {
     if (run_end == run_first) return;
@@ -113,7 +115,7 @@ std::vector<Tensor> SignatureCapture::write_inputs(const std::vector<Tensor>& fe
     }
     if (!feed.on_host()) {
       flush();
-      backend_.copy_on_device(slot.raw(), feed.raw(), feed.bytes());
+      device_copies.push_back({slot.raw(), feed.raw(), feed.bytes()});
       continue;
     }
     if (run_end != i) flush();  // not the neighbour of the run gathered so far
@@ -121,6 +123,7 @@ std::vector<Tensor> SignatureCapture::write_inputs(const std::vector<Tensor>& fe
     run_end = i + 1;
   }
   flush();
+  backend_.copy_many_on_device(device_copies);
   return inputs;
 }
 

@@ -62,6 +62,7 @@ class ComponentBackend final : public Backend {
   void copy_to_host(void* dst, const void* src, size_t bytes) override { inner_.copy_to_host(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { inner_.download(dst, src, bytes); }
   void copy_on_device(void* dst, const void* src, size_t bytes) override { inner_.copy_on_device(dst, src, bytes); }
+  void copy_many_on_device(const std::vector<DeviceCopy>& copies) override { inner_.copy_many_on_device(copies); }
   std::string finish() override { return inner_.finish(); }
   std::unique_ptr<DeviceReadback> make_readback(size_t capacity) override { return inner_.make_readback(capacity); }
   void* stream_handle() override { return inner_.stream_handle(); }

@@ -184,6 +184,14 @@ class CudaBackend final : public Backend {
     if (bytes == 0 || device_dst == device_src) return;
     ONYX_CUDA_CHECK(cudaMemcpyAsync(device_dst, device_src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
+  void copy_many_on_device(const std::vector<DeviceCopy>& copies) override {
+    std::vector<DeviceCopy> live;
+    live.reserve(copies.size());
+    for (const DeviceCopy& c : copies)
+      if (c.bytes && c.dst != c.src) live.push_back(c);
+    if (live.size() == 1) copy_on_device(live[0].dst, live[0].src, live[0].bytes);
+    else if (!live.empty()) copy_batch_on_device(live.data(), live.size(), stream_);
+  }
 
   std::string finish() override {
     // The error word travels with the run's downloads: one synchronization for all.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "ops/op.h"
 #include "ops/op_table.h"
 
@@ -116,6 +117,10 @@ void conv_im2col(const void* image, DType dtype, int64_t channels, const ConvWin
 // y[n][c][i] += bias[c] for y [n, channels, inner] of `dtype`.
 void add_channel_bias(void* y, const void* bias, DType dtype, int64_t n, int64_t channels, int64_t inner,
                       cudaStream_t stream);
+
+// The `n` copies on the stream as one launch (data.cu; for Backend::copy_many_on_device): copy i
+// is [dst, dst + bytes) from [src, src + bytes), device memory, no two overlapping.
+void copy_batch_on_device(const Backend::DeviceCopy* copies, size_t n, cudaStream_t stream);
 
 // Family registration: each kernel file registers its own kernels.
 void register_binary_kernels(CudaKernelRegistry& r);      // elementwise.cu: arithmetic, comparisons, Max/Min/Sum

@@ -591,7 +591,51 @@ void run_scatter_nd(KernelContext& ctx, CudaContext& cu) {
   ONYX_CUDA_CHECK_LAUNCH("ScatterND");
 }
 
+// Copy i of the batch: blocks (x, i) take its 16-byte pieces (bytes where an end is not 16-byte
+// aligned) in a grid-stride loop.
+constexpr int kCopyBatch = 64;  // copies per launch: 64 x 24 bytes of arguments
+struct CopyBatch {
+  const unsigned char* src[kCopyBatch];
+  unsigned char* dst[kCopyBatch];
+  uint64_t bytes[kCopyBatch];
+};
+
+__global__ void __launch_bounds__(256) copy_batch_kernel(CopyBatch b) {
+  const int e = blockIdx.y;
+  const unsigned char* s = b.src[e];
+  unsigned char* d = b.dst[e];
+  const uint64_t bytes = b.bytes[e], stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  uint64_t done = 0;
+  if (((reinterpret_cast<uintptr_t>(s) | reinterpret_cast<uintptr_t>(d)) & 15) == 0) {
+    const uint64_t packs = bytes / 16;
+    for (uint64_t k = first; k < packs; k += stride)
+      reinterpret_cast<uint4*>(d)[k] = reinterpret_cast<const uint4*>(s)[k];
+    done = packs * 16;
+  }
+  for (uint64_t k = done + first; k < bytes; k += stride) d[k] = s[k];
+}
+
 }  // namespace
+
+void copy_batch_on_device(const Backend::DeviceCopy* copies, size_t n, cudaStream_t stream) {
+  for (size_t at = 0; at < n; at += kCopyBatch) {
+    const int count = static_cast<int>(std::min<size_t>(kCopyBatch, n - at));
+    CopyBatch b{};
+    uint64_t most = 0;
+    for (int i = 0; i < count; ++i) {
+      const Backend::DeviceCopy& c = copies[at + i];
+      b.src[i] = static_cast<const unsigned char*>(c.src);
+      b.dst[i] = static_cast<unsigned char*>(c.dst);
+      b.bytes[i] = c.bytes;
+      most = std::max<uint64_t>(most, c.bytes);
+    }
+    // About four 16-byte pieces a thread for the largest copy, at most 128 blocks a copy.
+    const uint64_t blocks = std::min<uint64_t>(128, std::max<uint64_t>(1, (most + 256 * 64 - 1) / (256 * 64)));
+    copy_batch_kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(count)), 256, 0, stream>>>(b);
+    ONYX_CUDA_CHECK_LAUNCH("copy_batch");
+  }
+}
 
 void register_data_kernels(CudaKernelRegistry& r) {
   r.add(onnx_kernel("Gather", 1, run_gather, data_support("Gather", {1}, false)));
