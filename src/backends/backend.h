@@ -3,6 +3,7 @@
 // a stub whose factory explains why there is no such device.
 #pragma once
 
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -124,5 +125,16 @@ class Backend {
 
 // The backend of an accelerator device (null for the CPU), from the session's options.
 std::unique_ptr<Backend> make_backend(Device device, const SessionOptions& options);
+
+// The copies on `backend`'s device, enqueued as one batch (Backend::copy_many_on_device: no two
+// may overlap); with no backend (the memory is the host's), one memcpy each, in order.
+inline void copy_all(Backend* backend, const std::vector<Backend::DeviceCopy>& copies) {
+  if (backend) {
+    backend->copy_many_on_device(copies);
+    return;
+  }
+  for (const Backend::DeviceCopy& c : copies)
+    if (c.bytes) std::memcpy(c.dst, c.src, c.bytes);
+}
 
 }  // namespace onyx

@@ -368,18 +368,19 @@ void EncoderDecoderModel::grow_static_cache(int64_t need) {
   Backend* backend = memory_->backend();
   const size_t pos_bytes = static_cast<size_t>(d.head_size) * dtype_size(d.kv_dtype);
   const size_t old_row = static_cast<size_t>(bt.capacity) * pos_bytes, new_row = static_cast<size_t>(cap) * pos_bytes;
+  std::vector<Backend::DeviceCopy> copies;  // every (tensor, row, head)'s positions: one batch
+  std::vector<Tensor> old;                  // alive until the batch is enqueued
   for (Tensor& t : bt.cache) {
     Tensor bigger(d.kv_dtype, Shape{bt.size, d.kv_heads, cap, d.head_size}, *kv_pool_);
     if (backend) backend->zero(bigger.raw(), bigger.bytes());
     else std::memset(bigger.raw(), 0, bigger.bytes());
-    for (int64_t r = 0; r < bt.size * d.kv_heads; ++r) {
-      char* dst = static_cast<char*>(bigger.raw()) + r * new_row;
-      const char* src = static_cast<const char*>(t.raw()) + r * old_row;
-      if (backend) backend->copy_on_device(dst, src, old_row);
-      else std::memcpy(dst, src, old_row);
-    }
+    for (int64_t r = 0; r < bt.size * d.kv_heads; ++r)
+      copies.push_back({static_cast<char*>(bigger.raw()) + r * new_row, static_cast<const char*>(t.raw()) + r * old_row,
+                        old_row});
+    old.push_back(std::move(t));
     t = std::move(bigger);
   }
+  copy_all(backend, copies);
   bt.capacity = cap;
   ++bt.grows;
 }
@@ -724,12 +725,11 @@ Tensor EncoderDecoderModel::take_rows(const Tensor& t, const std::vector<size_t>
   Tensor out(t.dtype(), s, a);
   ONYX_ASSERT(out.on_host() == t.on_host(), "take_rows: ", t.type_str(), " into memory of another device");
   const size_t row_bytes = t.bytes() / static_cast<size_t>(t.shape()[0]);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    char* dst = static_cast<char*>(out.raw()) + i * row_bytes;
-    const char* src = static_cast<const char*>(t.raw()) + rows[i] * row_bytes;
-    if (t.on_host()) std::memcpy(dst, src, row_bytes);
-    else backend->copy_on_device(dst, src, row_bytes);
-  }
+  std::vector<Backend::DeviceCopy> copies;
+  for (size_t i = 0; i < rows.size(); ++i)
+    copies.push_back({static_cast<char*>(out.raw()) + i * row_bytes,
+                      static_cast<const char*>(t.raw()) + rows[i] * row_bytes, row_bytes});
+  copy_all(t.on_host() ? nullptr : backend, copies);
   return out;
 }
 

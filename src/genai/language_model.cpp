@@ -460,18 +460,17 @@ void LanguageModel::grow(int64_t need) {
   ONYX_CHECK(cap >= need && cap > bt.capacity, "the cache cannot grow past the context of ", folder_.context_length,
              " positions");
   std::vector<Tensor> set = cache_set(bt.size, cap);
+  std::vector<Backend::DeviceCopy> copies;  // every (tensor, row, head)'s positions: one batch
   for (size_t k = 0; k < bt.cache.size(); ++k) {
     Tensor& t = bt.cache[k];
     Tensor& bigger = set[k];
     const size_t pos_bytes = static_cast<size_t>(folder_.head_size) * dtype_size(folder_.kv_dtype);
     const size_t old_row = static_cast<size_t>(bt.capacity) * pos_bytes, new_row = static_cast<size_t>(cap) * pos_bytes;
-    for (int64_t r = 0; r < bt.size * folder_.kv_heads; ++r) {
-      char* dst = static_cast<char*>(bigger.raw()) + r * new_row;
-      const char* src = static_cast<const char*>(t.raw()) + r * old_row;
-      if (backend_) backend_->copy_on_device(dst, src, old_row);
-      else std::memcpy(dst, src, old_row);
-    }
+    for (int64_t r = 0; r < bt.size * folder_.kv_heads; ++r)
+      copies.push_back({static_cast<char*>(bigger.raw()) + r * new_row, static_cast<const char*>(t.raw()) + r * old_row,
+                        old_row});
   }
+  copy_all(backend_.get(), copies);
   retire_cache();
   bt.cache = std::move(set);
   bt.capacity = cap;
@@ -492,12 +491,11 @@ void LanguageModel::copy_rows(const Tensor& t, const std::vector<size_t>& rows, 
   const size_t row_bytes = t.bytes() / static_cast<size_t>(t.shape()[0]);
   ONYX_ASSERT(out.bytes() == row_bytes * rows.size(), "copy_rows: ", out.type_str(), " for ", rows.size(), " rows of ",
               t.type_str());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    char* dst = static_cast<char*>(out.raw()) + i * row_bytes;
-    const char* src = static_cast<const char*>(t.raw()) + rows[i] * row_bytes;
-    if (t.on_host()) std::memcpy(dst, src, row_bytes);
-    else backend_->copy_on_device(dst, src, row_bytes);
-  }
+  std::vector<Backend::DeviceCopy> copies;
+  for (size_t i = 0; i < rows.size(); ++i)
+    copies.push_back({static_cast<char*>(out.raw()) + i * row_bytes,
+                      static_cast<const char*>(t.raw()) + rows[i] * row_bytes, row_bytes});
+  copy_all(t.on_host() ? nullptr : backend_.get(), copies);
 }
 
 void LanguageModel::keep(const std::vector<size_t>& keep) {

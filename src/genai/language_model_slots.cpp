@@ -84,19 +84,19 @@ void LanguageModel::swap_slots(int64_t a, int64_t b) {
   settle();
   ONYX_CHECK(slots_ && a >= 0 && b >= 0 && a < slots_->count && b < slots_->count, "no slots ", a, " and ", b);
   if (a == b) return;
+  // Three batches of copies, each over every cache tensor: a into the spares, b into a, the
+  // spares into b (the batches run in order; the copies of one batch never overlap).
+  std::vector<Backend::DeviceCopy> to_spare, b_to_a, from_spare;
   for (size_t k = 0; k < slots_->cache.size(); ++k) {
     const Tensor& t = slots_->cache[k];
     const size_t row = t.bytes() / static_cast<size_t>(slots_->count);
     char* base = static_cast<char*>(t.raw());
     void* tmp = slots_->spare[k].raw();
-    auto copy = [&](void* dst, const void* src) {
-      if (backend_) backend_->copy_on_device(dst, src, row);
-      else std::memcpy(dst, src, row);
-    };
-    copy(tmp, base + a * row);
-    copy(base + a * row, base + b * row);
-    copy(base + b * row, tmp);
+    to_spare.push_back({tmp, base + a * row, row});
+    b_to_a.push_back({base + a * row, base + b * row, row});
+    from_spare.push_back({base + b * row, tmp, row});
   }
+  for (const auto* batch : {&to_spare, &b_to_a, &from_spare}) copy_all(backend_.get(), *batch);
   std::swap(slots_->filled[a], slots_->filled[b]);
 }
 
@@ -132,6 +132,7 @@ int64_t LanguageModel::prefill(int64_t slot, const std::vector<int64_t>& ids, in
   // The past: the slot's row itself (shared: written in place), or its first `from`
   // positions gathered into a tensor of that length (static: the original graph's past).
   const size_t pos_bytes = static_cast<size_t>(folder_.head_size) * dtype_size(folder_.kv_dtype);
+  std::vector<Backend::DeviceCopy> copies;  // the gathered pasts' heads: one batch
   for (size_t l = 0; l < folder_.layers.size(); ++l)
     for (int k = 0; k < 2; ++k) {
       const std::string& name = k == 0 ? folder_.layers[l].past_key : folder_.layers[l].past_value;
@@ -141,14 +142,12 @@ int64_t LanguageModel::prefill(int64_t slot, const std::vector<int64_t>& ids, in
         continue;
       }
       Tensor past(folder_.kv_dtype, Shape{1, folder_.kv_heads, from, folder_.head_size}, *kv_pool_);
-      for (int64_t h = 0; h < folder_.kv_heads && from > 0; ++h) {
-        char* dst = static_cast<char*>(past.raw()) + h * from * pos_bytes;
-        const char* src = static_cast<const char*>(r.raw()) + h * sl.capacity * pos_bytes;
-        if (backend_) backend_->copy_on_device(dst, src, from * pos_bytes);
-        else std::memcpy(dst, src, from * pos_bytes);
-      }
+      for (int64_t h = 0; h < folder_.kv_heads && from > 0; ++h)
+        copies.push_back({static_cast<char*>(past.raw()) + h * from * pos_bytes,
+                          static_cast<const char*>(r.raw()) + h * sl.capacity * pos_bytes, from * pos_bytes});
       f.emplace_back(name, past);
     }
+  copy_all(backend_.get(), copies);
   Batch bt;
   bt.size = bt.rows = 1;
   bt.prompt = c;
