@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "cpu/thread_pool.h"
 #include "ops/tensor_util.h"
 
 namespace onyx {
@@ -61,13 +62,18 @@ void concat_kernel(KernelContext& ctx) {
   const int64_t axis = normalize_axis(concat_axis(ctx), static_cast<int64_t>(od.size()));
   const int64_t outer = product(od, 0, axis), inner = product(od, axis + 1, od.size());
   const int64_t out_block = od[axis] * inner;
-  int64_t at = 0;
-  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
-    const Tensor& in = ctx.input(i);
-    const int64_t block = in.shape()[axis] * inner;
-    for (int64_t o = 0; o < outer; ++o) copy_elements(in, o * block, out, o * out_block + at, block);
-    at += block;
-  }
+  // Spans of the outer index on the pool's threads, each copying every input's blocks for its
+  // span (a decode step's past + new caches: one span per head), at least 64 KiB a span.
+  const int64_t grain = std::max<int64_t>(1, (int64_t{64} << 10) / std::max<int64_t>(1, out_block * static_cast<int64_t>(dtype_size(out.dtype()))));
+  cpu::parallel_for(outer, grain, [&](int64_t o0, int64_t o1) {
+    int64_t at = 0;
+    for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+      const Tensor& in = ctx.input(i);
+      const int64_t block = in.shape()[axis] * inner;
+      for (int64_t o = o0; o < o1; ++o) copy_elements(in, o * block, out, o * out_block + at, block);
+      at += block;
+    }
+  });
 }
 
 // ---- Split ----------------------------------------------------------------

@@ -457,10 +457,6 @@ TEST(Capture, NeighbouringHostFeedsArriveWhole) {
   EXPECT_GE(gpu->capture_report().replays, 50u);
 }
 
-}  // namespace onyx
-
-namespace onyx {
-
 // Many device -> device copies at once: 70 (two launches of the batch kernel) of random sizes
 // (0 to 9,968 bytes) at random byte offsets (the 16-byte path and the byte path), each checked
 // byte for byte, and the bytes around each destination untouched.

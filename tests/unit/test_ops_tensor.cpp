@@ -259,6 +259,27 @@ TYPED_TEST(TensorOpsTyped, LargeTransposeAndReversedSliceOverThreads) {
   }
 }
 
+// Concat splits its outer index over the intra-op pool (spans of at least 64 KiB of output), each
+// span copying every input's blocks: a decode step's past and new caches along the position axis
+// (an outer of 37 rows no thread count divides) and a middle axis, compared element by element at
+// 1-3 threads.
+TYPED_TEST(TensorOpsTyped, LargeConcatOverThreads) {
+  using T = TypeParam;
+  Tensor past = rnd<T>(Shape{37, 300, 24}), fresh = rnd<T>(Shape{37, 1, 24}), more = rnd<T>(Shape{37, 5, 24});
+  for (int threads : {1, 2, 3}) {
+    cpu::ThreadPool pool(threads);
+    cpu::PoolScope scope(&pool);
+    auto y = run_op("Concat", {past, fresh, more}, {attr_int("axis", 1)})[0];
+    ASSERT_EQ(y.shape(), (Shape{37, 306, 24}));
+    for (int64_t i = 0; i < 37; ++i)
+      for (int64_t j = 0; j < 306; ++j)
+        for (int64_t k = 0; k < 24; ++k) {
+          const T want = j < 300 ? at<T>(past, {i, j, k}) : j == 300 ? at<T>(fresh, {i, 0, k}) : at<T>(more, {i, j - 301, k});
+          ASSERT_EQ(at<T>(y, {i, j, k}), want) << threads << " threads at " << i << "," << j << "," << k;
+        }
+  }
+}
+
 TEST(TensorOps, SplitInputsAttributesAndUnevenNumOutputs) {
   Tensor x = rnd<int64_t>(Shape{3, 7}, -100, 100);
   auto check = [&](const std::vector<Tensor>& outs, const std::vector<int64_t>& sizes) {
