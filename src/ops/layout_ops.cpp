@@ -64,7 +64,8 @@ void concat_kernel(KernelContext& ctx) {
   const int64_t out_block = od[axis] * inner;
   // Spans of the outer index on the pool's threads, each copying every input's blocks for its
   // span (a decode step's past + new caches: one span per head), at least 64 KiB a span.
-  const int64_t grain = std::max<int64_t>(1, (int64_t{64} << 10) / std::max<int64_t>(1, out_block * static_cast<int64_t>(dtype_size(out.dtype()))));
+  const int64_t block_bytes = std::max<int64_t>(1, out_block * static_cast<int64_t>(dtype_size(out.dtype())));
+  const int64_t grain = std::max<int64_t>(1, (int64_t{64} << 10) / block_bytes);
   cpu::parallel_for(outer, grain, [&](int64_t o0, int64_t o1) {
     int64_t at = 0;
     for (size_t i = 0; i < ctx.num_inputs(); ++i) {
