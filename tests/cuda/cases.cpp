@@ -453,6 +453,13 @@ void contrib(std::vector<Case>& v) {
   // masked, in every row differently), past 64 keys per split.
   attn("decode_bool_per_head_rows4", {X({2, 8, 1, 64}), X({2, 2, 400, 64}), X({2, 2, 400, 64}), Bools({2, 8, 1, 400})},
        {attr_float("scale", 0.125f)});
+  // Both forms of the decode kernel at 4 rows per KV head: the short one (up to 8 splits leave
+  // each warp at most two steps; here head size 128, a bool mask) and the long one (the 1.24B
+  // Llama's batch 8: 64 KV heads in all, 2 splits of 300 keys).
+  attn("decode_rows4_h128_short_form", {X({1, 4, 1, 128}), X({1, 1, 200, 128}), X({1, 1, 200, 128}), Bools({1, 1, 1, 200})},
+       {attr_float("scale", 0.09f)});
+  attn("decode_rows4_long_form", {X({8, 32, 1, 64}), X({8, 8, 600, 64}), X({8, 8, 600, 64}), Uni({8, 1, 1, 600}, -3, 0)},
+       {attr_float("scale", 0.125f)});
   // 8 rows of head size 128 split over 3000 keys: the first block's gathering space past 48 KiB
   // of shared memory with the kernel's own (a launch that needs the kernel's attribute raised).
   attn("decode_rows8_h128_split", {X({1, 8, 1, 128}), X({1, 1, 3000, 128}), X({1, 1, 3000, 128}), Uni({1, 1, 1, 3000}, -3, 0)},

@@ -140,9 +140,11 @@ TEST(RotaryCacheAttentionGpu, BoundInPlaceMatchesTheReferenceAndTheTwoKernels) {
   };
   // Group sizes 1, 4 and 8 (rows 1, 4, 8 of the decode kernel), two new positions, capacities
   // that take one key split and many (the new rows in a late split); one batch row (the two
-  // kernels: the fused one runs from two rows up).
+  // kernels: the fused one runs from two rows up); at 4 rows both forms of the decode kernel (the
+  // short one at 16 KV heads in all, the long one at 64).
   const std::vector<Shape5> shapes{{2, 32, 8, 1, 600},  {3, 8, 2, 1, 40},   {2, 8, 8, 1, 130},
-                                   {2, 16, 2, 1, 1030}, {2, 8, 2, 2, 300}, {1, 32, 8, 1, 600}};
+                                   {2, 16, 2, 1, 1030}, {2, 8, 2, 2, 300}, {1, 32, 8, 1, 600},
+                                   {8, 32, 8, 1, 600}};
   // The fused kernel at every shape it takes (its own threshold of batch rows set to 1), then the
   // shipped threshold (one to three rows on the two kernels).
   struct MinRows {
@@ -217,7 +219,7 @@ TEST(RotaryCacheAttentionGpu, BoundInPlaceMatchesTheReferenceAndTheTwoKernels) {
               }
           ++runs;
         }
-  EXPECT_EQ(runs, 2 * 3 * 2 * 6 * 3);
+  EXPECT_EQ(runs, 2 * 3 * 2 * static_cast<int>(shapes.size()) * 3);
 }
 
 // A position past the cache: the fused kernel writes nothing, sets the cache-position error (the

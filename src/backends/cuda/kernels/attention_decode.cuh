@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "backends/cuda/kernels/attention.h"
+#include "backends/cuda/kernels/attention_splits.h"
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/pdl.cuh"
 
@@ -30,8 +31,6 @@ namespace {
 // 1.55, the cluster's (two full cluster barriers and reads of the others' shared memory) 1.65;
 // this form took the launch to 6.2-6.3 us.
 constexpr int kDecodeRows = 8;
-constexpr int kDecodeWarps = 8;
-constexpr int kMaxClusterBlocks = 16;  // launch_key_splits' largest cluster
 
 template <int R, int D>
 struct DecodeShared {
@@ -114,9 +113,11 @@ __device__ __forceinline__ void decode_write_new_rows(const AttnArgs& a, int64_t
   if (!in_cache && first && kvh == 0 && threadIdx.x == 0) atomicOr(e.err, kDeviceErrorCachePosition);
 }
 
-template <class T, int D, int R, bool ROPE>
-__global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs a) {
-  constexpr int kLanesPerKey = D / 8, kKeysPerLoad = 32 / kLanesPerKey, kU = 4;
+// U: each lane's loads of K (and of V) in flight a step, 4, or 2 in the short form, whose blocks
+// hold at most 128 registers a thread so that two fit an SM (where it runs: attention_splits.h).
+template <class T, int D, int R, bool ROPE, int U = 4>
+__global__ void __launch_bounds__(kDecodeWarps * 32, U == 2 ? 2 : 1) attn_decode_kernel(AttnArgs a) {
+  constexpr int kLanesPerKey = D / 8, kKeysPerLoad = 32 / kLanesPerKey, kU = U;
   constexpr int kStep = kDecodeWarps * kKeysPerLoad * kU;  // keys of one step of the block's warps
   __shared__ DecodeShared<R, D> sh;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -215,9 +216,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
     for (int i = 0; i < 8; ++i) acc[r][i] = 0.f;
   }
   for (int64_t t0 = lo + warp * kKeysPerLoad * kU; t0 < hi; t0 += kStep) {
-    // All loads of the step first: K, V and the mask's value of each (key, row).
+    // All loads of the step first: K, V and, where one mask value serves every row (the decode
+    // case, [B, 1, 1, T]), the mask's. A mask per row is read after the scores, one more round trip
+    // in a rare case, so that its values do not hold R x kU registers across the loads.
     uint4 kr[kU], vr[kU];
-    float madd[kU][R];  // the mask's addend: 0, -inf (bool false or past the keys), or its value
+    float mu[kU];  // the mask's addend: 0, -inf (bool false or past the keys), or the shared value
     ONYX_UNROLL
     for (int u = 0; u < kU; ++u) {
       const int64_t key = t0 + u * kKeysPerLoad + sub;
@@ -228,26 +231,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
       } else {
         kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
       }
-      if (a.mask_shared) {  // one value for every row: one load (the decode case, [B, 1, 1, T])
-        float mu = in ? 0.f : -INFINITY;
-        if (in && a.mask) {
-          const int64_t mi = b * a.mstride[0] + key * a.mstride[3];
-          mu = a.mask_bool ? (static_cast<const bool*>(a.mask)[mi] ? 0.f : -INFINITY)
-                           : to_compute(static_cast<const T*>(a.mask)[mi]);
-        }
-        ONYX_UNROLL
-        for (int r = 0; r < R; ++r) madd[u][r] = mu;
-        continue;
-      }
-      ONYX_UNROLL
-      for (int r = 0; r < R; ++r) {
-        madd[u][r] = in ? 0.f : -INFINITY;
-        if (in && a.mask && r < rows) {
-          const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
-          const int64_t mi = b * a.mstride[0] + h * a.mstride[1] + l * a.mstride[2] + key * a.mstride[3];
-          madd[u][r] = a.mask_bool ? (static_cast<const bool*>(a.mask)[mi] ? 0.f : -INFINITY)
-                                   : to_compute(static_cast<const T*>(a.mask)[mi]);
-        }
+      mu[u] = in ? 0.f : -INFINITY;
+      if (in && a.mask && a.mask_shared) {
+        const int64_t mi = b * a.mstride[0] + key * a.mstride[3];
+        mu[u] = a.mask_bool ? (static_cast<const bool*>(a.mask)[mi] ? 0.f : -INFINITY)
+                            : to_compute(static_cast<const T*>(a.mask)[mi]);
       }
     }
     // Every (key, row) score at once, so that the shuffles of one do not wait for another's.
@@ -279,7 +267,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
       float mx = -INFINITY;
       ONYX_UNROLL
       for (int u = 0; u < kU; ++u) {
-        sc[u][r] += madd[u][r];
+        float add = mu[u];
+        if (a.mask && !a.mask_shared && add == 0.f && r < rows) {
+          const int64_t key = t0 + u * kKeysPerLoad + sub;
+          const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
+          const int64_t mi = b * a.mstride[0] + h * a.mstride[1] + l * a.mstride[2] + key * a.mstride[3];
+          add = a.mask_bool ? (static_cast<const bool*>(a.mask)[mi] ? 0.f : -INFINITY)
+                            : to_compute(static_cast<const T*>(a.mask)[mi]);
+        }
+        sc[u][r] += add;
         mx = fmaxf(mx, sc[u][r]);
       }
       const float mn = fmaxf(m[r], mx);
@@ -415,21 +411,21 @@ constexpr size_t decode_gather_bytes(int splits, int rows, int d) {
 
 // Past 48 KiB of shared memory in all, a kernel launches with dynamic shared memory only once
 // allowed: the decode kernel is allowed its largest gathering space.
-template <class T, int D, int R, bool ROPE>
+template <class T, int D, int R, bool ROPE, int U = 4>
 void set_decode_gather_limit() {
   const size_t most = decode_gather_bytes(kMaxClusterBlocks, R, D);
   if (most + sizeof(DecodeShared<R, D>) > 48 * 1024)
-    ONYX_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_kernel<T, D, R, ROPE>,
+    ONYX_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_kernel<T, D, R, ROPE, U>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(most)));
 }
 
 // How many blocks of the decode kernel an SM holds at once (its registers decide), asked once.
-template <class T, int D, int R, bool ROPE>
+template <class T, int D, int R, bool ROPE, int U = 4>
 int decode_blocks_per_sm() {
   static const int n = [] {
     int blocks = 1;
-    set_decode_gather_limit<T, D, R, ROPE>();
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attn_decode_kernel<T, D, R, ROPE>, kDecodeWarps * 32,
+    set_decode_gather_limit<T, D, R, ROPE, U>();
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attn_decode_kernel<T, D, R, ROPE, U>, kDecodeWarps * 32,
                                                       decode_gather_bytes(kMaxClusterBlocks, R, D)) !=
         cudaSuccess) {
       cudaGetLastError();
@@ -454,11 +450,12 @@ bool attention_decode(AttnArgs& a, DType dt, CudaContext& cu) {
   // 512, 42.1 against 46.6 and 79.1 against 84.3 at 8,192 (the attention table of
   // bench/cuda_bench.cpp, an H200); at 8 and 64 pairs the choice is as before.
   const int64_t heads = a.Hkv * a.B;
-  auto launch = [&](auto kernel, int per_sm, int rows) {
-    const int64_t slots = static_cast<int64_t>(sm_count(cu.device)) * per_sm;
-    const int64_t half_sms = std::max<int64_t>(1, sm_count(cu.device) / 2);
-    int64_t splits = std::min<int64_t>({per_sm >= 2 ? 16 : 8, slots / heads, (a.S + 63) / 64,
-                                        std::max<int64_t>(2, half_sms / heads)});
+  const int64_t sms = sm_count(cu.device);
+  auto default_splits = [&](int per_sm) {
+    const int64_t slots = sms * per_sm, half_sms = std::max<int64_t>(1, sms / 2);
+    return std::min<int64_t>({per_sm >= 2 ? 16 : 8, slots / heads, (a.S + 63) / 64, std::max<int64_t>(2, half_sms / heads)});
+  };
+  auto launch = [&](auto kernel, int64_t splits, int rows) {
     if (attention_decode_splits_for_bench > 0) splits = std::min<int64_t>(16, attention_decode_splits_for_bench);
     splits = std::max<int64_t>(1, splits);
     a.chunk = (a.S + splits - 1) / splits;
@@ -473,15 +470,24 @@ bool attention_decode(AttnArgs& a, DType dt, CudaContext& cu) {
     constexpr int Dc = decltype(dim)::value;
     auto with = [&](auto rows_tag) {
       constexpr int R = decltype(rows_tag)::value;
-      if (a.rope.index) {
-        const int per_sm = decode_blocks_per_sm<T, Dc, R, true>();
-        set_decode_gather_limit<T, Dc, R, true>();  // (on this device too)
-        launch(attn_decode_kernel<T, Dc, R, true>, per_sm, R);
-      } else {
-        const int per_sm = decode_blocks_per_sm<T, Dc, R, false>();
-        set_decode_gather_limit<T, Dc, R, false>();
-        launch(attn_decode_kernel<T, Dc, R, false>, per_sm, R);
+      auto form = [&](auto u_tag, int64_t splits) {
+        constexpr int U = decltype(u_tag)::value;
+        if (a.rope.index) {
+          set_decode_gather_limit<T, Dc, R, true, U>();  // (on this device too)
+          launch(attn_decode_kernel<T, Dc, R, true, U>,
+                 splits > 0 ? splits : default_splits(decode_blocks_per_sm<T, Dc, R, true, U>()), R);
+        } else {
+          set_decode_gather_limit<T, Dc, R, false, U>();
+          launch(attn_decode_kernel<T, Dc, R, false, U>,
+                 splits > 0 ? splits : default_splits(decode_blocks_per_sm<T, Dc, R, false, U>()), R);
+        }
+      };
+      if constexpr (R == 4) {
+        // The short form where attention_splits.h's rule gives it splits (measurements there).
+        if (const int64_t splits = decode_short_form_splits(a.S, heads, sms, Dc))
+          return form(std::integral_constant<int, 2>{}, splits);
       }
+      form(std::integral_constant<int, 4>{}, 0);
     };
     if (a.R <= 1) with(std::integral_constant<int, 1>{});
     else if (a.R <= 2) with(std::integral_constant<int, 2>{});
