@@ -607,7 +607,10 @@ bool conv_panels_pay(int64_t m, int64_t k) {
   return m % kPanel == 0 && k > 0 && m * k * int64_t{sizeof(float)} >= (int64_t{4} << 20);
 }
 
-bool conv_panels_pay_for(int64_t m, int64_t pixels) { return m % kPanel == 0 && pixels > 0 && pixels <= 64; }
+bool conv_panels_pay_for(int64_t m, int64_t k, int64_t pixels) {
+  return m % kPanel == 0 && pixels > 0 &&
+         (pixels <= 64 || (pixels <= 256 && k >= 2 * m && m * k * int64_t{sizeof(float)} > (int64_t{512} << 10)));
+}
 
 void gemm_packed_cols(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* packed_b, float* c,
                       int64_t ldc, const Epilogue& ep) {

@@ -53,8 +53,15 @@ bool conv_panels_pay(int64_t m, int64_t k);
 // columns of Y = W X's four panels, where as Y^T's rows they fill tiles of rows; measured on one
 // core of an AMD EPYC over 7 x 7 images: 1 x 1 convolutions of 160 -> 960, 960 -> 160 and
 // 672 -> 160 channels 190, 196 and 138 us as Y = W X against 157, 140 and 99 in panels; over
-// 14 x 14 (196 pixels) panels lost (112 -> 672: 303 against 356 us).
-bool conv_panels_pay_for(int64_t m, int64_t pixels);
+// 14 x 14 (196 pixels) panels lost (112 -> 672: 303 against 356 us). Also up to 256 pixels where
+// the weights pass 512 KiB (where Y = W X takes its blocks of K outermost) and the convolution
+// reads at least twice the channels it writes (ResNet-50's 14 x 14 reductions): over 196 pixels,
+// one core, thread CPU time, the product alone as Y = W X against in panels with the transposing
+// copy, 1024 -> 256 channels 1586 against 949 us, 1024 -> 512 2286 against 1893; with k < m panels
+// lost (256 -> 1024: 1002 against 1262), and over 784 pixels (512 -> 128: 925 against 964).
+// mobilenet_v3's 14 x 14 reductions (480 or 672 -> 80 or 112, 154-301 KiB) gained 8-30 us each
+// at one thread and lost at two on a busy machine: they stay as they were.
+bool conv_panels_pay_for(int64_t m, int64_t k, int64_t pixels);
 
 // C[m x n] = epilogue(A[m x k] x B) with B's row p read at b + koff[p]: element (p, j) is
 // b[koff[p] + j]. Each row is read up to column n rounded up to kPanel (those extra values are

@@ -438,9 +438,10 @@ CpuFuseReport fuse_cpu(Graph& g) {
       // Y = W X each output is a dot product reduced across the lanes (0.9 MiB of weights:
       // 73-109 against about 40 us in mobilenet_v3 on one core of an AMD EPYC).
       // So is a 1 x 1 one over a small image where the graph declares its size
-      // (cpu::conv_panels_pay_for: up to 64 pixels, mobilenet_v3's 7 x 7 stages).
+      // (cpu::conv_panels_pay_for: up to 64 pixels, mobilenet_v3's 7 x 7 stages; up to 256 where
+      // it reads at least twice the channels it writes).
       const bool pixel = one_pixel.count(mm.inputs[0]) && one_by_one_unpadded(mm, *wt) && mg % cpu::kPanel == 0;
-      const bool small = one_by_one_unpadded(mm, *wt) && cpu::conv_panels_pay_for(mg, pixels_out(mm.outputs[0]));
+      const bool small = one_by_one_unpadded(mm, *wt) && cpu::conv_panels_pay_for(mg, kg, pixels_out(mm.outputs[0]));
       const bool panels = !winograd && mg > 0 && (cpu::conv_panels_pay(mg, kg) || pixel || small);
       if ((chain.empty() && !panels && !winograd) || removed[last]) continue;
       bool free = true;

@@ -486,6 +486,37 @@ TEST(OpsConv, CpuFusionKeepsSmallImageConvWeightsInPanelsWhereTheSizeIsDeclared)
   }
 }
 
+TEST(OpsConv, CpuFusionKeepsLargeReductionWeightsInPanelsOverFewPixels) {
+  // cpu::conv_panels_pay_for: up to 256 pixels, a 1 x 1 convolution whose weights pass 512 KiB and
+  // which reads at least twice the channels it writes keeps them in panels (ResNet-50's 14 x 14
+  // 1024 -> 256 reductions): here 1040 -> 144 channels (585 KiB) over 12 x 12 pixels, with its
+  // bias and ReLU; not 1040 -> 48 (195 KiB) beside it, nor either over 17 x 17 (289 pixels).
+  auto build = [](int64_t side) {
+    test::GraphBuilder b;
+    const int x = b.input("x");
+    TypeInfo& t = b.g.values[x].declared;
+    t.category = TypeInfo::Category::kTensor;
+    t.dtype = DType::kFloat32;
+    t.rank_known = true;
+    t.dims = {1, 1040, side, side};
+    t.dim_params.assign(4, "");
+    const int big = b.node("Conv", {x, b.init("w_big", test::random_tensor<float>(Shape{144, 1040, 1, 1}, -0.05f, 0.05f)),
+                                    b.init("b_big", test::random_tensor<float>(Shape{144}, -1, 1))});
+    const int small = b.node("Conv", {x, b.init("w_small", test::random_tensor<float>(Shape{48, 1040, 1, 1}, -0.05f, 0.05f))});
+    b.g.outputs = {b.node("Relu", {big}), small};
+    return b.g;
+  };
+  for (int64_t side : {12, 17}) {
+    Graph plain = build(side);
+    Graph fused = plain;
+    const OptimizeReport r = optimize_graph(fused, SessionOptions{}, Device::cpu());
+    EXPECT_EQ(r.cpu.conv_panels, side == 12 ? 1 : 0) << side;
+    EXPECT_EQ(!fused.initializers.count(fused.find_value("w_big")), side == 12) << side;
+    EXPECT_TRUE(fused.initializers.count(fused.find_value("w_small"))) << side;
+    expect_graphs_agree(plain, fused, {test::random_tensor<float>(Shape{1, 1040, side, side}, -1, 1)}, 2e-5);
+  }
+}
+
 TEST(OpsConv, Conv2dFloat64AndFloat16MatchReference) {
   Conv2dParams p;
   p.strides = {1, 2};
