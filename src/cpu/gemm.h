@@ -57,8 +57,9 @@ bool conv_panels_pay(int64_t m, int64_t k);
 // the weights pass 512 KiB (where Y = W X takes its blocks of K outermost) and the convolution
 // reads at least twice the channels it writes (ResNet-50's 14 x 14 reductions): over 196 pixels,
 // one core, thread CPU time, the product alone as Y = W X against in panels with the transposing
-// copy, 1024 -> 256 channels 1586 against 949 us, 1024 -> 512 2286 against 1893; with k < m panels
-// lost (256 -> 1024: 1002 against 1262), and over 784 pixels (512 -> 128: 925 against 964).
+// copy, 1024 -> 256 channels 1142-1181 against 936-953 us, 1024 -> 512 2288 against 1888-1892;
+// with k < m panels lost (256 -> 1024: 983-985 against 1094-1095), and over 784 pixels (512 -> 128:
+// 923-924 against 954-957).
 // mobilenet_v3's 14 x 14 reductions (480 or 672 -> 80 or 112, 154-301 KiB) gained 8-30 us each
 // at one thread and lost at two on a busy machine: they stay as they were.
 bool conv_panels_pay_for(int64_t m, int64_t k, int64_t pixels);
