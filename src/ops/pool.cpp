@@ -215,30 +215,43 @@ void pool_kernel(KernelContext& ctx, PoolKind kind, const PoolPlan& p) {
 // The larger of a window's best so far and v, a NaN taken and then kept (NaN wins a max window).
 inline float max_nan(float best, float v) { return v > best || v != v ? v : best; }
 
+// Where tap kc of a row's column windows reads, the same for every row: column j sw + off + kc is
+// phase b = (off + kc) mod sw of the row (phase b holds row[b + sw t]) at index j + q, q =
+// floor((off + kc) / sw). Found once per call of max_pool2d_float, not per row (an integer
+// division per tap and row took a sixth of a ResNet-50 max pool's time).
+struct RowTaps {
+  int64_t kw = 0, sw = 1, plen = 0;
+  int64_t phase[64] = {}, at[64] = {};
+};
+
+RowTaps row_taps(int64_t iw, int64_t off, int64_t sw, int64_t kw) {
+  RowTaps t;
+  t.kw = kw, t.sw = sw, t.plen = (iw + sw - 1) / sw;
+  for (int64_t kc = 0; kc < kw; ++kc) {
+    const int64_t c = off + kc;
+    const int64_t q = floor_div(c, sw);
+    t.phase[kc] = c - q * sw;
+    t.at[kc] = q;
+  }
+  return t;
+}
+
 // best[j] = max over taps kc < kw of row[j sw + off + kc] for j in [j0, j1), all inside the row.
-// With a stride the row is first split into its sw phases (phase b holds row[b + sw t]), so
-// that each tap reads one phase contiguously: loops the compiler vectorizes.
-void row_window_max(const float* row, int64_t iw, int64_t off, int64_t sw, int64_t kw, int64_t j0, int64_t j1,
-                    float* phases, float* best) {
+// With a stride the row is first split into its sw phases, so that each tap reads one phase
+// contiguously: loops the compiler vectorizes.
+void row_window_max(const float* row, int64_t iw, const RowTaps& t, int64_t j0, int64_t j1, float* phases, float* best) {
   const float* tap_row[64];
-  int64_t tap_at[64];
-  const int64_t plen = (iw + sw - 1) / sw;
+  const int64_t sw = t.sw, plen = t.plen;
   if (sw == 2) {
     cpu::split_row2(row, iw, phases, phases + plen);
   } else if (sw > 1) {
     for (int64_t b = 0; b < sw; ++b) {
       float* ph = phases + b * plen;
-      for (int64_t t = 0, c = b; c < iw; ++t, c += sw) ph[t] = row[c];
+      for (int64_t i = 0, c = b; c < iw; ++i, c += sw) ph[i] = row[c];
     }
   }
-  for (int64_t kc = 0; kc < kw; ++kc) {
-    const int64_t c = off + kc;  // column j sw + c: phase c mod sw, index j + floor(c / sw)
-    const int64_t q = floor_div(c, sw), b = c - q * sw;
-    tap_row[kc] = sw > 1 ? phases + b * plen : row;
-    tap_at[kc] = q;
-  }
-  for (int64_t kc = 0; kc < kw; ++kc) tap_row[kc] += tap_at[kc] + j0;
-  cpu::max_nan_taps(tap_row, kw, j1 - j0, best + j0);
+  for (int64_t kc = 0; kc < t.kw; ++kc) tap_row[kc] = (sw > 1 ? phases + t.phase[kc] * plen : row) + t.at[kc] + j0;
+  cpu::max_nan_taps(tap_row, t.kw, j1 - j0, best + j0);
 }
 
 // MaxPool of float32 over two spatial dims (no dilation), separably: each input row's column
@@ -257,6 +270,19 @@ void max_pool2d_float(const float* px, float* py, const PoolPlan& p, const std::
       if (j1 == j0) j0 = j;
       j1 = j + 1;
     }
+  const RowTaps row_tap = j1 > j0 ? row_taps(iw, -pw, sw, kw) : RowTaps{};
+  // The border columns (outside [j0, j1)) with their first and last input column, and whether
+  // any window lies wholly in the padding: found once, not per row.
+  struct Border {
+    int64_t j, first, last;
+  };
+  std::vector<Border> borders;
+  std::vector<int64_t> empty_cols;
+  for (int64_t j = 0; j < ow; ++j) {
+    const auto& cols = taps[1].pos[j];
+    if (cols.empty()) empty_cols.push_back(j);
+    else if (j < j0 || j >= j1 || j1 == j0) borders.push_back({j, cols.front(), cols.back()});
+  }
   cpu::parallel_for(p.planes, std::max<int64_t>(1, 4096 / std::max<int64_t>(oh * ow, 1)), [&](int64_t p0, int64_t p1) {
     thread_local std::vector<float> rows_max, row_phases;
     if (rows_max.size() < static_cast<size_t>(ih * ow)) rows_max.resize(ih * ow);
@@ -269,15 +295,11 @@ void max_pool2d_float(const float* px, float* py, const PoolPlan& p, const std::
       for (int64_t r = 0; r < ih; ++r) {
         const float* row = src + r * iw;
         float* hr = h + r * ow;
-        if (j1 > j0) row_window_max(row, iw, -pw, sw, kw, j0, j1, ph, hr);
-        for (int64_t j = 0; j < ow; ++j) {
-          if (j == j0 && j1 > j0) j = j1;  // past the windows inside the row
-          if (j == ow) break;
-          const auto& cols = taps[1].pos[j];
-          if (cols.empty()) continue;
-          float best = row[cols.front()];
-          for (int64_t c = cols.front() + 1; c <= cols.back(); ++c) best = max_nan(best, row[c]);
-          hr[j] = best;
+        if (j1 > j0) row_window_max(row, iw, row_tap, j0, j1, ph, hr);
+        for (const Border& e : borders) {
+          float best = row[e.first];
+          for (int64_t c = e.first + 1; c <= e.last; ++c) best = max_nan(best, row[c]);
+          hr[e.j] = best;
         }
       }
       for (int64_t i = 0; i < oh; ++i) {
@@ -287,16 +309,15 @@ void max_pool2d_float(const float* px, float* py, const PoolPlan& p, const std::
           std::fill_n(d, ow, 0.f);
           continue;
         }
-        const float* row_taps[64];
+        const float* tap_rows[64];
         if (rows.size() <= 64) {
-          for (size_t t = 0; t < rows.size(); ++t) row_taps[t] = h + rows[t] * ow;
-          cpu::max_nan_taps(row_taps, static_cast<int64_t>(rows.size()), ow, d);
+          for (size_t t = 0; t < rows.size(); ++t) tap_rows[t] = h + rows[t] * ow;
+          cpu::max_nan_taps(tap_rows, static_cast<int64_t>(rows.size()), ow, d);
         } else {
           std::copy_n(h + rows[0] * ow, ow, d);
           for (size_t t = 1; t < rows.size(); ++t) cpu::max_nan_into(d, h + rows[t] * ow, ow);
         }
-        for (int64_t j = 0; j < ow; ++j)
-          if (taps[1].pos[j].empty()) d[j] = 0.f;  // a window wholly in the padding
+        for (int64_t j : empty_cols) d[j] = 0.f;  // a window wholly in the padding
       }
     }
   });
