@@ -270,10 +270,29 @@ void register_where(OpRegistry& r) {
                     for (int64_t i = 0; i < n; ++i) po[i] = select_value(pc[i], px[i], py[i]);
                     return;
                   }
-                  for_each_broadcast<3>(out.shape(), {&c.shape(), &x.shape(), &y.shape()},
-                                        [&](int64_t o, const std::array<int64_t, 3>& i) {
-                                          po[o] = select_value(pc[i[0]], px[i[1]], py[i[2]]);
-                                        });
+                  // By runs along the last axis, the common forms (a mask and scores beside a
+                  // constant: attention's masking) as plain loops the compiler vectorizes.
+                  for_each_broadcast_row<3>(
+                      out.shape(), {&c.shape(), &x.shape(), &y.shape()},
+                      [&](int64_t o, const std::array<int64_t, 3>& base, const std::array<int64_t, 3>& step,
+                          int64_t len) {
+                        const bool* cc = pc + base[0];
+                        const T* a = px + base[1];
+                        const T* b = py + base[2];
+                        T* d = po + o;
+                        if (step[0] == 1 && step[1] == 1 && step[2] == 1) {
+                          for (int64_t j = 0; j < len; ++j) d[j] = select_value(cc[j], a[j], b[j]);
+                        } else if (step[0] == 1 && step[1] == 1 && step[2] == 0) {
+                          const T bv = b[0];
+                          for (int64_t j = 0; j < len; ++j) d[j] = select_value(cc[j], a[j], bv);
+                        } else if (step[0] == 1 && step[1] == 0 && step[2] == 1) {
+                          const T av = a[0];
+                          for (int64_t j = 0; j < len; ++j) d[j] = select_value(cc[j], av, b[j]);
+                        } else {
+                          for (int64_t j = 0; j < len; ++j)
+                            d[j] = select_value(cc[j * step[0]], a[j * step[1]], b[j * step[2]]);
+                        }
+                      });
                 });
               }));
 }

@@ -247,6 +247,21 @@ TYPED_TEST(ElementwiseAnyType, WhereBroadcastsThreeWays) {
   std::vector<double> ref2;
   for (int64_t i = 0; i < 24; ++i) ref2.push_back(c2.data<bool>()[i] ? x2.get_as_double(i) : y.get_as_double(i));
   expect_matches<T>(out2[0], ref2, "Where same shapes");
+  // Attention's masking: a mask over the last two axes, scores, and a scalar beside them (the
+  // scalar broadcast along every run); and the scalar first.
+  Tensor c3 = test::random_tensor<bool>(Shape{1, 1, 3, 5});
+  Tensor x3 = rand_of<T>(Shape{2, 3, 3, 5});
+  Tensor s3 = rand_of<T>(Shape{});
+  auto out3 = test::run_op("Where", {c3, x3, s3});
+  auto out4 = test::run_op("Where", {c3, s3, x3});
+  std::vector<double> ref3, ref4;
+  for (int64_t i = 0; i < 90; ++i) {
+    const bool keep = c3.data<bool>()[i % 15];
+    ref3.push_back(keep ? x3.get_as_double(i) : s3.get_as_double(0));
+    ref4.push_back(keep ? s3.get_as_double(0) : x3.get_as_double(i));
+  }
+  expect_matches<T>(out3[0], ref3, "Where mask, scores, scalar");
+  expect_matches<T>(out4[0], ref4, "Where mask, scalar, scores");
 }
 
 TYPED_TEST(ElementwiseAnyType, ComparisonsGiveBool) {
