@@ -325,9 +325,10 @@ TEST(CpuGemm, ManyRowOrdersMatchFloat64) {
 
 TEST(CpuGemm, FewInputChannelsOverALargeImageMatchFloat64) {
   // B read in place or through offsets, one block of K and C past L2 (a pointwise convolution
-  // from few input channels over a large image, a stem): each thread's column tiles swept per
-  // block of rows. Row counts that end in uneven blocks, a partial last panel; the same values
-  // at 1 to 3 threads.
+  // from few input channels over a large image, a stem): each thread's column tiles, in groups
+  // whose B stays in L2, swept per block of rows (each shape here has several groups a thread,
+  // the last one short). Row counts that end in uneven blocks, a partial last panel; the same
+  // values at 1 to 3 threads.
   std::mt19937 rng(41);
   for (const auto& shape : {std::tuple<int64_t, int64_t, int64_t>{64, 12544, 16}, {41, 7001, 24}, {26, 11000, 7}}) {
     const int64_t m = std::get<0>(shape), n = std::get<1>(shape), k = std::get<2>(shape);
