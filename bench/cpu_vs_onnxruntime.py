@@ -73,7 +73,9 @@ def _inputs(model_path, session):
     return gen_models.sample_inputs(m, np.random.default_rng(0), sym={"batch": 4, "sequence": 16, "past_sequence": 32, "total_sequence": 48})
 
 
-def worker(engine, model_path, threads):
+def session(engine, model_path, threads, profile_prefix=None):
+    """The engine's CPU session as the suite runs it; `profile_prefix` (onnxruntime only) turns
+    on its profiler, writing there."""
     if engine == "ort":
         import onnxruntime as ort
         so = ort.SessionOptions()
@@ -81,12 +83,18 @@ def worker(engine, model_path, threads):
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
-    else:
-        import onyx
-        so = onyx.SessionOptions()
-        so.intra_op_num_threads = threads
-        sess = onyx.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
+        if profile_prefix:
+            so.enable_profiling = True
+            so.profile_file_prefix = profile_prefix
+        return ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
+    import onyx
+    so = onyx.SessionOptions()
+    so.intra_op_num_threads = threads
+    return onyx.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
+
+
+def worker(engine, model_path, threads):
+    sess = session(engine, model_path, threads)
     feeds = _inputs(model_path, sess)
     names = [o.name for o in sess.get_outputs()]
     for _ in range(2):
