@@ -35,7 +35,6 @@ constexpr int SmallNP(int mr) {
   while (np > 1 && mr * np * kVPP + np * kVPP + 1 > kRegs - 1) --np;
   return np;
 }
-constexpr int64_t kBlockK = 256;  // B's rows per tile pass: one tile's B slice stays in L1
 // A larger than kAInL2 bytes is read in blocks of kABlock bytes held in L2 across the column
 // tiles, K outermost, where C is read once or fits in kCInL2 bytes (read again per block of K).
 constexpr int64_t kAInL2 = int64_t{512} << 10;
@@ -367,7 +366,7 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool
     return;
   }
   // The rows [r0, r1) over one slice of B (panels p0.., rows [k0, k0 + kb)): blocks of rows
-  // streaming past the slice held in L1, each asking into L2 its share of the next slice
+  // streaming past the slice (in L1 or L2), each asking into L2 its share of the next slice
   // (panels np0.., rows nk0..; none when np0 is past the last panel), so the next slice's first
   // block of rows does not wait on memory.
   auto run_slice = [&](int64_t p0, int64_t r0, int64_t r1, int64_t k0, int64_t np0, int64_t nk0) {
@@ -441,7 +440,7 @@ void GemmImpl(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool
     return;
   }
   // Otherwise: tasks are (column tile, chunk of rows); in each, K in blocks whose B slice
-  // stays in L1 while the rows stream past it, B read from memory once. (Copying A's rows
+  // stays in cache while the rows stream past it, B read from memory once. (Copying A's rows
   // side by side first, so a step's broadcasts read one cache line, cost more than it saved: a
   // transposing copy is slow next to the tile it feeds.)
   const int64_t mchunks = row_chunks(ntiles, mblocks);

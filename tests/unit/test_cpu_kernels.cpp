@@ -116,7 +116,7 @@ TEST(CpuGemm, PackedMatchesFloat64OnEveryTargetAndTail) {
     SCOPED_TRACE(simd_target());
     int case_no = 0;
     for (int64_t m : {1, 2, 3, 4, 5, 7, 13, 25})
-      for (int64_t k : {1, 7, 16, 300})
+      for (int64_t k : {int64_t{1}, int64_t{7}, int64_t{16}, kBlockK + 44})  // the last: two blocks of K
         for (int64_t n : {1, 15, 16, 17, 33, 70}) {
           const Activation act = acts[case_no % 4];
           const bool with_bias = case_no % 3 != 0, accumulate = case_no % 5 == 0;
@@ -157,7 +157,7 @@ TEST(CpuGemm, IndirectRowsMatchFloat64) {
     SCOPED_TRACE(simd_target());
     int case_no = 0;
     for (int64_t m : {1, 3, 5, 12, 13, 29})
-      for (int64_t k : {1, 9, 27, 300})
+      for (int64_t k : {int64_t{1}, int64_t{9}, int64_t{27}, kBlockK + 44})
         for (int64_t n : {1, 16, 17, 45, 100}) {
           const Activation act = acts[case_no % 4];
           const bool with_row_bias = case_no % 3 != 1;
@@ -199,7 +199,7 @@ TEST(CpuGemm, ColumnMajorLeftOperandMatchesFloat64) {
     SCOPED_TRACE(simd_target());
     int case_no = 0;
     for (int64_t m : {1, 3, 5, 12, 13, 29, 49, 64})
-      for (int64_t k : {1, 9, 300})
+      for (int64_t k : {int64_t{1}, int64_t{9}, kBlockK + 44})
         for (int64_t n : {16, 17, 48, 70}) {
           const Activation act = acts[case_no % 4];
           ++case_no;
@@ -267,13 +267,13 @@ TEST(CpuGemm, UnpackedOperandsAndTranspositions) {
 // rows of which the last is empty with AVX-512).
 TEST(CpuGemm, ManyRowOrdersMatchFloat64) {
   std::mt19937 rng(27);
-  // (517 x 300: A past L2, K in blocks outermost; with 63 columns, two column tiles, its rows
-  // chunked too: each thread's tasks one contiguous range over every block of K.)
+  // (517 rows by two blocks of K: A past L2, K in blocks outermost; with 63 columns, two column
+  // tiles, its rows chunked too: each thread's tasks one contiguous range over every block of K.)
   // (Plain variables, not structured bindings: the lambdas below capture them, which clang 14,
   // scripts/tsan.sh's compiler, does not allow for bindings.)
   for (const auto& shape : {std::pair<int64_t, int64_t>{517, 229}, {517, 63}, {37, 229}, {60, 100}}) {
     const int64_t m = shape.first, n = shape.second;
-    const int64_t k = 300;
+    const int64_t k = kBlockK + 44;
     SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n));
     auto a = random_floats(m * k, rng), b = random_floats(k * n, rng), bias = random_floats(n, rng);
     auto row_bias = random_floats(m, rng), residual = random_floats(m * n, rng), c0 = random_floats(m * n, rng);
