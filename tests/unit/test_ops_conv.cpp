@@ -330,7 +330,9 @@ TEST(OpsConv, FusedConvWithWinogradWeightsMatchesFloat64) {
         }
         auto got = test::run_op("FusedConv", in, a2, 1, 1, "onyx");
         ASSERT_EQ(got[0].shape(), shape);
-        {  // split over two threads (by blocks of tile rows where each thread has rows): the same sums
+        {  // split over two threads (by blocks of tile rows where each thread has rows and the
+           // images outweigh the transformed weights, as the 57 x 57 case; else by channels and
+           // transformed matrices, as the 7 x 7 one): the same sums
           cpu::ThreadPool pool(2);
           cpu::PoolScope scope(&pool);
           auto two = test::run_op("FusedConv", in, a2, 1, 1, "onyx");
