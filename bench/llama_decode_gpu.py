@@ -14,6 +14,8 @@ inputs every step), inputs and outputs in device buffers bound once:
   rotary-cache fusion);
 - PyTorch eager and PyTorch replaying a CUDA Graph of the same step (bench/torch_decoder.py's
   Decoder, the ONNX model's own weights);
+- with --ort, onnxruntime's CUDA execution provider replaying its CUDA graph of the same model
+  file (bench/ort_decode.py: the dimensions fixed per shape, the same bound input buffers);
 each as the median of --repeat steps after warm-up, each step timed to its completion; the
 rounds alternate between the engines. Also the weight-read floor: weight bytes / the
 device-to-device copy bandwidth measured here.
@@ -284,6 +286,11 @@ def main():
                     help="with --generate: run each mode of the loop once per setting here, in turn, --rounds "
                          "times, the model loaded with those session options (onyx.SessionOptions' native keys; "
                          "true/false or a number), e.g. fuse_rotary_attention=false fuse_rotary_attention=true")
+    ap.add_argument("--ort", action="store_true",
+                    help="also time onnxruntime's CUDA execution provider on the same model file and inputs "
+                         "(bench/ort_decode.py: the dimensions fixed per batch and past, IOBinding, CUDA graphs; "
+                         "without graphs where a graph cannot be captured); needs onnxruntime-gpu importable "
+                         "(scripts/ort_gpu_parts.sh here, scripts/ort_gpu_receive.sh there)")
     ap.add_argument("--profile", type=int, default=0,
                     help="also trace N steps of each (CUPTI through torch.profiler) and print GPU time by kernel")
     args = ap.parse_args()
@@ -360,9 +367,12 @@ def main():
         except Exception as e:  # report and go on to the decode steps
             print(f"prefill failed: {type(e).__name__}: {e}", flush=True)
     labels = list(sessions)
+    ort_labels = ["onnxruntime CUDA EP"] if args.ort else []
     print("\n| batch | past | " + " | ".join(f"{l} captured" for l in labels) +
-          " | torch eager | torch CUDA Graph | floor | onyx / torch graph | onyx weight bandwidth TB/s |")
-    print("|---:|---:|" + "---:|" * (len(labels) + 5))
+          "".join(f" | {l}" for l in ort_labels) +
+          " | torch eager | torch CUDA Graph | floor | onyx / torch graph |" +
+          "".join(f" onyx / {l} |" for l in ort_labels) + " onyx weight bandwidth TB/s |")
+    print("|---:|---:|" + "---:|" * (len(labels) + 2 * len(ort_labels) + 5))
     for P, batch in [(p, b) for p in args.past for b in args.batch]:
         T = P + 1
         ids = torch.randint(0, c["vocab"], (batch, 1), generator=g).to(dev)
@@ -387,10 +397,20 @@ def main():
             for n, t in outs.items():
                 b.bind_ortvalue_output(n, onyx.OrtValue.from_dlpack(t))
             steps[label] = (sess, b, outs)
+        ort_step = None
+        if args.ort:
+            feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
+            for i, (k, v) in enumerate(past):
+                feeds[f"past_key_values.{i}.key"], feeds[f"past_key_values.{i}.value"] = k, v
+            ort_step = ort_session(path, batch, P, feeds, c, tdt, dev)
         with torch.no_grad():
             ref, _ = model.forward(ids, mask, pos, past)
-            for label, (sess, b, outs) in steps.items():
-                sess.run_with_iobinding(b)
+            checked = [(label, lambda sess=sess, b=b: sess.run_with_iobinding(b), outs)
+                       for label, (sess, b, outs) in steps.items()]
+            if ort_step:
+                checked.append((ort_step[0], ort_step[1].run, ort_step[2]))
+            for label, run, outs in checked:
+                run()
                 got, want = outs["logits"].float().flatten(0, 1), ref.float().flatten(0, 1)
                 err = float((got - want).abs().max() / want.abs().max())
                 l2 = float((got - want).norm() / want.norm())
@@ -407,10 +427,9 @@ def main():
             torch.cuda.current_stream().wait_stream(s)
             with torch.cuda.graph(graph):
                 graph_out, _ = model.forward(*static)
-            results = {k: [] for k in labels + ["eager", "graph"]}
+            results = {k: [] for k in labels + ["eager", "graph"] + ([ort_step[0]] if ort_step else [])}
             for _ in range(args.rounds):
-                for label, (sess, b, outs) in steps.items():
-                    run = lambda sess=sess, b=b: sess.run_with_iobinding(b)
+                for label, run, outs in checked:
                     timed(run, 5)
                     results[label] += timed(run, args.repeat)
                 timed(lambda: model.forward(*static), 3)
@@ -419,9 +438,13 @@ def main():
                 results["graph"] += timed(graph.replay, args.repeat)
             med = {k: statistics.median(v) for k, v in results.items()}
             rep = steps["onyx"][0].capture_report()
+            ort_cells = ([f"{med[ort_step[0]]:.3f} ({ort_step[0]})"] if ort_step else ["failed (above)"]) \
+                if args.ort else []
+            ort_ratio = ([f"{med['onyx'] / med[ort_step[0]]:.2f}"] if ort_step else [""]) if args.ort else []
             print(f"| {batch} | {P} | " + " | ".join(f"{med[l]:.3f}" for l in labels) +
-                  f" | {med['eager']:.3f} | {med['graph']:.3f} | {floor:.3f} | {med['onyx'] / med['graph']:.2f} | "
-                  f"{weight_bytes / med['onyx'] / 1e9:.2f} |", flush=True)
+                  "".join(f" | {x}" for x in ort_cells) +
+                  f" | {med['eager']:.3f} | {med['graph']:.3f} | {floor:.3f} | {med['onyx'] / med['graph']:.2f} |" +
+                  "".join(f" {x} |" for x in ort_ratio) + f" {weight_bytes / med['onyx'] / 1e9:.2f} |", flush=True)
             print(f"    onyx capture report: {rep}", flush=True)
             if args.profile:
                 for label in [l for l in labels if l in ("onyx", "onyx no-rotary-cache") or l.startswith("onyx int4")]:
@@ -429,10 +452,45 @@ def main():
                     profile(f"{label} captured, batch {batch}", lambda: sess.run_with_iobinding(b), args.profile)
                 profile(f"torch CUDA Graph, batch {batch}", graph.replay, args.profile)
             del graph
+            if ort_step:
+                if args.profile:
+                    profile(f"{ort_step[0]}, batch {batch}", ort_step[1].run, args.profile)
+                ort_step = checked = None  # its session and device memory go before the next shape's
             if args.generate:
                 generate_modes(args, c, path, P, batch, g)
                 for block in args.int4_block:  # the same loop on the 4-bit model (its own folder)
                     generate_modes(args, c, paths[f"onyx int4 b{block}"], P, batch, g, f"int4 b{block}, ")
+
+
+def ort_session(path, batch, P, feeds, c, tdt, dev):
+    """onnxruntime's CUDA execution provider on the model file at this batch and past, bound to the
+    same input buffers as onyx's sessions and to output buffers of its own: (label, OrtStep,
+    outputs), with CUDA graphs where onnxruntime can capture the step, else without (the reason
+    printed); None where neither loads."""
+    import ort_decode
+    outs = {"logits": torch.empty((batch, 1, c["vocab"]), dtype=tdt, device=dev)}
+    for i in range(c["layers"]):
+        for kind in ("key", "value"):
+            outs[f"present.{i}.{kind}"] = torch.empty((batch, c["kv_heads"], P + 1, c["head_dim"]), dtype=tdt,
+                                                      device=dev)
+    for graph in (True, False):
+        label = "onnxruntime CUDA graph" if graph else "onnxruntime CUDA EP"
+        t0 = time.time()
+        try:
+            step = ort_decode.OrtStep(path, ort_decode.decoder_dims(batch, P), cuda_graph=graph,
+                                      device_id=dev.index or 0)
+            step.bind(feeds, outs)
+            for _ in range(3):  # warm-up; with graphs, the capture
+                step.run()
+            torch.cuda.synchronize()
+        except Exception as e:  # report, and go on without graphs or without onnxruntime
+            print(f"{label}, batch {batch}, past {P}: failed: {type(e).__name__}: {str(e)[:600]}", flush=True)
+            continue
+        import onnxruntime
+        print(f"{label} (onnxruntime {onnxruntime.__version__}) session at batch {batch}, past {P} loaded and "
+              f"warmed in {time.time() - t0:.1f} s", flush=True)
+        return label, step, outs
+    return None
 
 
 def int4_models(args, c, bw):

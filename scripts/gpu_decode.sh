@@ -2,7 +2,7 @@
 # The decode-speed run, on the GPU machine over the folder staged by scripts/gpu_stage.sh (as
 # gpu/decode.sh): the CUDA kernel tests (ONYX_TEST_FILTER picks some), the few-row product
 # microbenchmark (bench/cuda_bench.cpp), then bench/llama_decode_gpu.py with this script's
-# arguments. Logs go to $OUT (or gpu/out).
+# arguments (--ort: onnxruntime-gpu too, once scripts/ort_gpu_receive.sh has put it in /tmp). Logs go to $OUT (or gpu/out).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$here/out}
@@ -19,6 +19,9 @@ for z in "$here"/bin/*.gz; do [ -e "$z" ] && gunzip -f "$z" && chmod +x "${z%.gz
 for z in "$here"/lib/*.gz; do [ -e "$z" ] && gunzip -f "$z"; done
 bash "$here/build_python.sh" > "$out/build_python.log" 2>&1 || { echo "the Python package did not build:"; tail -20 "$out/build_python.log"; }
 export PYTHONPATH="$here/pylib:${PYTHONPATH:-}"
+# onnxruntime-gpu for --ort, where scripts/ort_gpu_receive.sh has unpacked it on this machine
+# (ahead of the image's CPU-only onnxruntime).
+[ -d /tmp/ortgpu/site/onnxruntime ] && export PYTHONPATH="$here/pylib:/tmp/ortgpu/site:${PYTHONPATH#$here/pylib:}"
 export ONYX_GENAI_FIXTURES="$here/../tests/fixtures/genai" ONYX_GENAI_PRECISION_DIR="$here/genai16"
 echo "== CUDA kernel tests"
 timeout 420 "$here/bin/onyx_cuda_tests" ${ONYX_TEST_FILTER:+--gtest_filter=$ONYX_TEST_FILTER} > "$out/cuda_tests.log" 2>&1
