@@ -184,6 +184,7 @@ void attention_kernel(KernelContext& ctx) {
   const double scale = ctx.has_attr("scale") ? ctx.attr_float("scale", 1.f) : 1.0 / std::sqrt(static_cast<double>(D));
   const double softcap = ctx.attr_float("softcap", 0.f);
   const int64_t mode = ctx.attr_int("qk_matmul_output_mode", 0);
+  const bool zero_nan = ctx.attr_int("onyx_zero_masked_rows", 0) != 0;
   ONYX_CHECK(mode >= 0 && mode <= 3, "qk_matmul_output_mode must be 0..3, got ", mode);
   T* qk_out = ctx.has_output(3) ? ctx.output(3).data<T>() : nullptr;
   T* y = ctx.output(0).data<T>();
@@ -230,6 +231,9 @@ void attention_kernel(KernelContext& ctx) {
         }
         for (int64_t j = 0; j < T_; ++j) {
           s[j] = static_cast<C>(s[j] / sum);
+          // The fused form of torch's scaled_dot_product_attention: a row whose every key is
+          // masked (NaN) has zero weights (onyx_zero_masked_rows; ONNX's own Attention gives NaN).
+          if (zero_nan && std::isnan(static_cast<double>(s[j]))) s[j] = C(0);
           if (qk_row && mode == 3) qk_row[j] = static_cast<T>(s[j]);
         }
         std::fill(acc.begin(), acc.end(), 0.0);

@@ -57,6 +57,7 @@ bool attention_float_fast(KernelContext& ctx) {
   float* py = ctx.output(0).data<float>();
   const int64_t group = Hq / Hkv;
   const float neg_inf = -std::numeric_limits<float>::infinity();
+  const bool zero_nan = ctx.attr_int("onyx_zero_masked_rows", 0) != 0;
   cpu::parallel_for(B * Hq, 1, [&](int64_t t0, int64_t t1) {
     thread_local std::vector<float> scores;
     scores.resize(static_cast<size_t>(S * T));
@@ -83,6 +84,9 @@ bool attention_float_fast(KernelContext& ctx) {
           for (int64_t j = i + 1; j < T; ++j) row[j] = neg_inf;
       }
       cpu::softmax_rows(s, s, S, T, false);
+      if (zero_nan)  // the weights of a row whose every key is masked (NaN) count as zeros
+        for (int64_t j = 0; j < S * T; ++j)
+          if (std::isnan(s[j])) s[j] = 0.f;
       cpu::gemm(false, false, S, Dv, T, s, T, vh, Dv, py + t * S * Dv, Dv);  // P V
     }
   });

@@ -4,6 +4,10 @@
 // embedding (the exporters' LM head) then costs nothing per run instead of moving the whole
 // weight on every call.
 //
+// A Shape of a value whose dimensions the graph fixes (a Reshape by constant entries, a
+// Transpose of one, ...) folds too, and so does an entry of a Shape (Gather by a constant index)
+// where that dimension is fixed: the exporters' shape arithmetic on a head's size then folds.
+//
 // Not folded: ops that are not deterministic (never_fold), nodes with subgraphs, nodes whose
 // outputs are graph outputs, the quantization ops (QuantizeLinear, DequantizeLinear,
 // DynamicQuantizeLinear: a QDQ model keeps its integer weights for integer kernels), and
@@ -25,6 +29,8 @@ struct FoldReport {
   size_t bytes = 0;               // bytes of the initializers made
   size_t freed_initializers = 0;  // initializers that no node read any more
   std::vector<std::string> ops;   // op type of each folded node
+  int shapes = 0;                 // of them, Shapes (or entries of one) of values whose dimensions are fixed
+  int dead_shapes = 0;            // Shape nodes dropped: every reader folded
 };
 
 FoldReport fold_constants(Graph& g, const OpRegistry& registry, size_t growth_allowance = 64 * 1024);

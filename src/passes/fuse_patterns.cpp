@@ -191,8 +191,18 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
 
   // Attention: MatMul(Softmax(Add(Mul(MatMul(q, Transpose(rep(k))), c), mask)), rep(v)).
   // rep(x): the KV heads repeated for their query heads (Unsqueeze/Expand/Reshape), or x.
-  auto unrepeat = [&](int id, std::vector<int>& chain) {
-    Node* rs = m.sole(id, "Reshape");
+  // `id` read by the nodes of `chain` and node `k` alone (the matched pattern's own reads).
+  auto read_within = [&](int id, const std::vector<int>& chain, size_t k) {
+    if (id < 0 || m.outputs.count(id)) return false;
+    int inside = 0;
+    for (int c : chain)
+      for (int in : g.nodes[c].inputs) inside += in == id;
+    for (int in : g.nodes[k].inputs) inside += in == id;
+    return m.readers[id] == inside;
+  };
+  auto unrepeat = [&](int id, std::vector<int>& chain, size_t k) {
+    const int rp = id >= 0 ? producer(id) : -1;
+    Node* rs = rp >= 0 && read_within(id, chain, k) && m.plain(g.nodes[rp], "Reshape") ? &g.nodes[rp] : nullptr;
     Node* ex = rs && rs->inputs.size() == 2 ? m.sole(rs->inputs[0], "Expand") : nullptr;
     Node* un = ex && ex->inputs.size() == 2 ? m.sole(ex->inputs[0], "Unsqueeze") : nullptr;
     if (!un || un->inputs.empty()) return id;
@@ -206,26 +216,104 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
     chain.push_back(producer(ex->inputs[0]));
     return un->inputs[0];
   };
+  // Which of k's axes Slice(Shape(k), start, end) takes (constant bounds, along the shape's one
+  // axis, step 1), in the forms that hold at any rank: 'L' the last ([-1:]), 'P' the one before
+  // it ([-2:-1]), 'H' all before those ([:-2]); 0 for anything else.
+  auto shape_slice = [&](int id, int k) -> char {
+    const int p = id >= 0 ? producer(id) : -1;
+    if (p < 0 || !m.plain(g.nodes[p], "Slice") || g.nodes[p].inputs.size() < 3 || g.nodes[p].opset < 10) return 0;
+    const Node& sl = g.nodes[p];
+    if (sl.inputs.size() > 3 && sl.inputs[3] >= 0 && m.ints(sl.inputs[3]) != std::vector<int64_t>{0}) return 0;
+    if (sl.inputs.size() > 4 && sl.inputs[4] >= 0 && m.ints(sl.inputs[4]) != std::vector<int64_t>{1}) return 0;
+    constexpr int64_t kBig = int64_t{1} << 31;  // past any rank: "to the end" or "from the start"
+    const int sp = sl.inputs[0] >= 0 ? producer(sl.inputs[0]) : -1;
+    if (sp < 0 || !m.plain(g.nodes[sp], "Shape") || g.nodes[sp].inputs.size() != 1 || g.nodes[sp].inputs[0] != k)
+      return 0;
+    for (const Attribute& a : g.nodes[sp].attributes)  // the whole shape (torch.export writes start=0)
+      if (!(a.name == "start" && a.i == 0) && !(a.name == "end" && a.i >= kBig)) return 0;
+    const auto st = m.ints(sl.inputs[1]), en = m.ints(sl.inputs[2]);
+    if (!st || !en || st->size() != 1 || en->size() != 1) return 0;
+    const int64_t a = (*st)[0], b = (*en)[0];
+    if (a == -1 && b >= kBig) return 'L';
+    if (a == -2 && b == -1) return 'P';
+    if ((a == 0 || a <= -kBig) && b == -2) return 'H';
+    return 0;
+  };
+  // Whether shape value `id` is Concat(pieces) along axis 0, the pieces as `want` spells them:
+  // '-' the constant [-1], else a shape_slice form of k.
+  auto shape_of_pieces = [&](int id, int k, const char* want) {
+    Node* cat = m.sole(id, "Concat");
+    if (!cat || Matcher::attr_int(*cat, "axis", 0) != 0 || cat->inputs.size() != std::char_traits<char>::length(want))
+      return false;
+    for (size_t i = 0; i < cat->inputs.size(); ++i) {
+      if (want[i] == '-' ? m.ints(cat->inputs[i]) != std::vector<int64_t>{-1} : shape_slice(cat->inputs[i], k) != want[i])
+        return false;
+    }
+    return true;
+  };
+  // k where `id` is Reshape(Transpose(Reshape(k, [-1, s[-2], s[-1]]), [0, 2, 1]), [s[:-2], s[-1], s[-2]]),
+  // s = Shape(k); else -1.
+  auto swapped_last_axes = [&](int id) {
+    Node* outer = m.sole(id, "Reshape");
+    Node* t3 = outer && outer->inputs.size() == 2 ? m.sole(outer->inputs[0], "Transpose") : nullptr;
+    const Attribute* p3 = t3 ? t3->find_attribute("perm") : nullptr;
+    Node* first = p3 && p3->ints == std::vector<int64_t>{0, 2, 1} ? m.sole(t3->inputs[0], "Reshape") : nullptr;
+    if (!first || first->inputs.size() != 2) return -1;
+    const int k = first->inputs[0];
+    if (!shape_of_pieces(first->inputs[1], k, "-PL") || !shape_of_pieces(outer->inputs[1], k, "HLP")) return -1;
+    return k;
+  };
   for (size_t k = 0; k < g.nodes.size() && options.attention; ++k) {
     const Node& pv = g.nodes[k];
     if (removed[k] || !m.plain(pv, "MatMul") || pv.inputs.size() != 2) continue;
     std::vector<int> chain;
     int p = pv.inputs[0];
-    if (Node* c = m.sole(p, "Cast")) {  // softmax in float32, cast back
+    // The node producing `id` when `op` produces it and `nreaders` node inputs read it.
+    auto made_by = [&](int id, const char* op, int nreaders) -> Node* {
+      if (id < 0 || m.outputs.count(id) || m.readers[id] != nreaders) return nullptr;
+      const int pr = producer(id);
+      return pr >= 0 && m.plain(g.nodes[pr], op) ? &g.nodes[pr] : nullptr;
+    };
+    // Casts between floating types around the softmax (computed in float32, cast back; the
+    // exporters may write a cast to the type the value already has): the fused node computes
+    // in float32 and returns the query's type. False where a Cast to another kind of type sits
+    // there (the pattern is then not this one). The first value has `nreaders` readers.
+    auto skip_casts = [&](int& id, int nreaders) {
+      while (Node* c = made_by(id, "Cast", nreaders)) {
+        const int64_t to = Matcher::attr_int(*c, "to", 0);
+        if (c->inputs.size() != 1 || (to != 1 && to != 10 && to != 11 && to != 16)) return false;
+        chain.push_back(producer(id));
+        id = c->inputs[0];
+        nreaders = 1;
+      }
+      return true;
+    };
+    if (!skip_casts(p, 1)) continue;
+    // torch's decomposition of scaled_dot_product_attention sets the weights of a row whose
+    // every key is masked (NaN after the softmax) to zeros: MatMul(Where(IsNaN(w), 0, w), v).
+    // The fused node says so (onyx_zero_masked_rows); a plain one follows ONNX (NaN rows).
+    bool zero_masked_rows = false;
+    int sm_readers = 1;
+    if (Node* wh = m.sole(p, "Where"); wh && wh->inputs.size() == 3) {
+      const int w = wh->inputs[2], cond = wh->inputs[0];
+      Node* isnan = m.sole(cond, "IsNaN");
+      const auto zero = m.scalar(wh->inputs[1]);
+      if (!isnan || isnan->inputs.size() != 1 || isnan->inputs[0] != w || !zero || *zero != 0.0) continue;
       chain.push_back(producer(p));
-      p = c->inputs[0];
+      chain.push_back(producer(cond));
+      p = w;
+      zero_masked_rows = true;
+      sm_readers = 2;  // the IsNaN and the Where
+      if (!skip_casts(p, 2)) continue;
+      if (p != w) sm_readers = 1;
     }
-    Node* sm = m.sole(p, "Softmax");
+    Node* sm = made_by(p, "Softmax", sm_readers);
     if (!sm || sm->inputs.size() != 1) continue;
     const int64_t sm_axis = Matcher::attr_int(*sm, "axis", sm->opset >= 13 ? -1 : 1);
     if (sm_axis != -1 && sm_axis != 3) continue;
     chain.push_back(producer(p));
     int s = sm->inputs[0];
-    if (Node* c = m.sole(s, "Cast")) {
-      if (Matcher::attr_int(*c, "to", 0) != 1 /* FLOAT */ || c->inputs.size() != 1) continue;
-      chain.push_back(producer(s));
-      s = c->inputs[0];
-    }
+    if (!skip_casts(s, 1)) continue;
     // The scores, with the mask added or not: try each Add operand as the scores.
     int mask = -1, q = -1, kr = -1;
     int key_transpose = -1;  // a Transpose to [b, h, d, s] kept and made the one to [b, h, s, d]
@@ -271,6 +359,50 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
         return id != qk->inputs[1];  // a Mul by a non-constant before the transposed keys: not this pattern
       };
       if (!unscale(qa) || !unscale(kb)) return false;
+      // torch.export's decomposition swaps K's last two axes through three dimensions:
+      // Reshape(Transpose(Reshape(k, [-1, s[-2], s[-1]]), [0, 2, 1]), [s[:-2], s[-1], s[-2]]),
+      // s = Shape(k): the same as Transpose(k, [0, 1, 3, 2]).
+      if (const int k0 = swapped_last_axes(kb); k0 >= 0) {
+        score_chain.push_back(producer(inner));
+        score_chain.insert(score_chain.end(), operand_chain.begin(), operand_chain.end());
+        const Node& outer = g.nodes[producer(kb)];
+        const int t3 = producer(outer.inputs[0]);
+        const Node& first = g.nodes[producer(g.nodes[t3].inputs[0])];
+        score_chain.push_back(producer(kb));
+        score_chain.push_back(t3);
+        score_chain.push_back(producer(g.nodes[t3].inputs[0]));
+        // The shape arithmetic goes too where nothing else reads it: the two Concats, their
+        // Slices, the Shape of k (then k's readers are the pattern's, so its repetition can go).
+        const int c1 = producer(first.inputs[1]), c2 = producer(outer.inputs[1]);
+        std::vector<int> slices, shapes;
+        for (int c : {c1, c2})
+          for (int in : g.nodes[c].inputs)
+            if (const int sp = producer(in); sp >= 0 && m.plain(g.nodes[sp], "Slice") &&
+                                             std::find(slices.begin(), slices.end(), sp) == slices.end())
+              slices.push_back(sp);
+        for (int sl : slices)
+          if (const int sh = producer(g.nodes[sl].inputs[0]); std::find(shapes.begin(), shapes.end(), sh) == shapes.end())
+            shapes.push_back(sh);
+        bool alone = shapes.size() == 1;
+        for (int sl : slices) {
+          const int out = g.nodes[sl].outputs[0];
+          int reads = 0;
+          for (int c : {c1, c2})
+            for (int in : g.nodes[c].inputs) reads += in == out;
+          alone = alone && !m.outputs.count(out) && m.readers[out] == reads;
+        }
+        alone = alone && !m.outputs.count(g.nodes[shapes[0]].outputs[0]) &&
+                m.readers[g.nodes[shapes[0]].outputs[0]] == static_cast<int>(slices.size());
+        if (alone) {
+          score_chain.push_back(c1);
+          score_chain.push_back(c2);
+          score_chain.insert(score_chain.end(), slices.begin(), slices.end());
+          score_chain.push_back(shapes[0]);
+        }
+        kr = k0;
+        q = qa;
+        return true;
+      }
       Node* tr = m.sole(kb, "Transpose");
       const Attribute* perm = tr ? tr->find_attribute("perm") : nullptr;
       // K^T from K [batch, heads, positions, size], or straight from the heads split out of the
@@ -314,14 +446,17 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
       else if (r < 2 || mt->shape()[r - 1] == 1 || mt->shape()[r - 2] == 1) continue;
     }
     chain.insert(chain.end(), score_chain.begin(), score_chain.end());
-    const int key = unrepeat(kr, chain);
-    const int value = unrepeat(pv.inputs[1], chain);
+    const int key = unrepeat(kr, chain, k);
+    const int value = unrepeat(pv.inputs[1], chain, k);
+    if ((key == kr) != (value == pv.inputs[1])) continue;  // one repeated, the other not: the heads disagree
     if (m.rank(q) != 4 || m.rank(key) != 4 || m.rank(value) != 4) continue;
     std::vector<int> inputs{q, key, value};
     if (mask >= 0) inputs.push_back(mask);
     if (key_transpose >= 0 && m.rank(g.nodes[key_transpose].inputs[0]) != 4) continue;
+    std::vector<Attribute> attrs{make_float_attr("scale", static_cast<float>(scale))};
+    if (zero_masked_rows) attrs.push_back(make_int_attr("onyx_zero_masked_rows", 1));
     Node fused = make_node(pv.name + "/fused_attention", "", "Attention", 23, std::move(inputs), {pv.outputs[0]},
-                            {make_float_attr("scale", static_cast<float>(scale))});
+                           std::move(attrs));
     if (commit(k, chain, std::move(fused))) {
       ++r.attentions;
       if (key_transpose >= 0) {
@@ -365,6 +500,28 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
     ++r.nodes_removed;
   }
   replace_nodes(g, removed2, replace2);
+
+  // A Shape reads its input's dimensions only: one of a norm's output, or of an op that keeps its
+  // input's shape, reads that input instead. The norm's output is then left to the products
+  // after it (norm_into_linear takes a norm that nothing else reads; the TorchScript exporter
+  // reads the normalized hidden state's shape for its reshapes).
+  static const std::unordered_set<std::string> keeps_shape{
+      "Cast", "Identity", "Neg", "Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Reciprocal", "Exp", "Abs", "Softmax",
+      "SimplifiedLayerNormalization", "LayerNormalization", "SkipSimplifiedLayerNormalization", "SkipLayerNormalization"};
+  for (Node& n : g.nodes) {
+    if (n.op_type != "Shape" || !(n.domain.empty() || n.domain == "ai.onnx") || n.inputs.size() != 1) continue;
+    for (int hops = 0; hops < 64 && n.inputs[0] >= 0; ++hops) {
+      const int p = g.values[n.inputs[0]].producer;
+      if (p < 0) break;
+      const Node& src = g.nodes[p];
+      const bool own = src.domain.empty() || src.domain == "ai.onnx" || src.domain == "com.microsoft";
+      if (!own || !keeps_shape.count(src.op_type) || src.outputs.empty() || src.outputs[0] != n.inputs[0] ||
+          src.inputs.empty() || src.inputs[0] < 0)
+        break;
+      n.inputs[0] = src.inputs[0];
+      ++r.shape_reads_moved;
+    }
+  }
   return r;
 }
 

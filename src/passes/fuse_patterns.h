@@ -17,14 +17,20 @@
 //   Attention (HF's eager attention, repeat_kv for grouped-query heads):
 //     MatMul(Softmax(Add(Mul(MatMul(q, Transpose(rep(k), [0,1,3,2])), c), mask)), rep(v))
 //     rep(x) = Reshape(Expand(Unsqueeze(x, [2]), [b, kv, n, t, d]), [b, kv*n, t, d]), or x;
-//     the scale Mul(., c) / Div(., c) and the mask Add optional; Cast(float) before and a Cast
-//     after the Softmax allowed (softmax in float32)
+//     the scale Mul(., c) / Div(., c) and the mask Add optional; Casts between floating types
+//     before and after the Softmax allowed (softmax in float32); torch's decomposition of
+//     scaled_dot_product_attention too: each operand scaled by the root of c, and the weights
+//     Where(IsNaN(w), 0, w) (a row whose every key is masked gives zeros, not NaN)
 //   -> Attention(q, k, v, mask, scale=c) (ONNX opset 23, 4-D, grouped-query heads): the keys
-//      and values are read once per KV head, never repeated nor transposed
+//      and values are read once per KV head, never repeated nor transposed; from the IsNaN
+//      form with onyx_zero_masked_rows=1 (the CPU kernels then set NaN weights to zero; the
+//      CUDA kernels give a fully masked row zeros in any case)
 //
 //   Then, on the fused graph, the residual add before an RMSNorm:
 //     SimplifiedLayerNormalization(Add(a, b), w)
 //   -> com.microsoft SkipSimplifiedLayerNormalization(a, b, w) -> (norm, -, -, a + b)
+//   and a Shape of a norm's output (or of a Cast's, or another op's that keeps its input's
+//   shape) reads that op's input instead (so the norm's output has the products alone as readers)
 #pragma once
 
 #include <string>
@@ -47,6 +53,7 @@ struct FuseReport {
   int attentions = 0;
   int skip_norms = 0;
   int nodes_removed = 0;
+  int shape_reads_moved = 0;  // Shape nodes that read a norm's (or a Cast's) input instead of its output
 };
 
 FuseReport fuse_patterns(Graph& g, const FuseOptions& options = {});

@@ -75,6 +75,7 @@ struct Matcher {
     if (t.rank_known) return static_cast<int>(t.dims.size());
     auto it = g.initializers.find(id);
     if (it != g.initializers.end()) return static_cast<int>(it->second.rank());
+    if (const Tensor* c = constant(id)) return static_cast<int>(c->rank());  // a Constant node's
     const int p = g.values[id].producer;
     if (p < 0) return -1;
     const Node& n = g.nodes[p];
@@ -139,8 +140,13 @@ struct Matcher {
       return d >= 1 && i >= 0 ? d + i - 1 : -1;
     }
     if (op == "Neg" || op == "Cast" || op == "Sigmoid" || op == "Slice" || op == "Concat" || op == "Softmax" ||
-        op == "Identity")
+        op == "Identity" || op == "Cos" || op == "Sin" || op == "Sqrt" || op == "Reciprocal" || op == "Exp" ||
+        op == "Tanh" || op == "Relu" || op == "Erf" || op == "Abs")
       return n.inputs.empty() ? -1 : rank(n.inputs[0], depth + 1);
+    if (op == "Expand" && n.inputs.size() == 2) {  // the broadcast of the input and the shape
+      const int a = rank(n.inputs[0], depth + 1), e = elements(n.inputs[1], depth + 1);
+      return a >= 0 && e >= 0 ? std::max(a, e) : -1;
+    }
     return -1;
   }
   // The number of elements of a 1-D shape tensor where the graph shows it; -1 when not.

@@ -396,3 +396,70 @@ def test_attention_sdpa_decomposition(run_onyx, tmp_path, layout, mask):
         run_and_compare(run_onyx, tmp_path, m, feeds, ["Softmax"], ["Attention"])
     else:
         run_and_compare(run_onyx, tmp_path, m, feeds, ["Attention"], ["Softmax"])
+
+
+@pytest.mark.parametrize("form", ["isnan", "double_cast", "export_transpose"])
+@pytest.mark.parametrize("masked_row", [False, True])
+def test_attention_torch_export_forms(run_onyx, tmp_path, form, masked_row):
+    """The attention of the exporters' Llama graphs (grouped-query heads repeated by
+    Unsqueeze/Expand/Reshape, a boolean mask made additive by Where(m, 0, -inf)) in the forms
+    transformers 5's exports take -> one Attention: "isnan", torch's scaled_dot_product_attention
+    decomposition (operands scaled by the root of the scale, weights Where(IsNaN(w), 0, w));
+    "double_cast", eager attention whose softmax output is cast twice (to the type it has);
+    "export_transpose", torch.export's decomposition, which swaps K's last two axes through
+    Reshape(Transpose(Reshape(k, [-1, s[-2], s[-1]]), [0, 2, 1]), [s[:-2], s[-1], s[-2]]),
+    s = Shape(k). With `masked_row`, one query row sees no key: the IsNaN forms give it zeros
+    (as onnxruntime does on the unfused graph), the fused node too."""
+    rng, _ = fresh_rng()
+    b, hq, hkv, s, t, d = 2, 4, 2, 3, 7, 8
+    scale = 1 / np.sqrt(d)
+    inits = [numpy_helper.from_array(np.array([b, hkv, hq // hkv, t, d], np.int64), "rep5"),
+             numpy_helper.from_array(np.array([0, hq, -1, d], np.int64), "rep4"),
+             numpy_helper.from_array(np.array([2], np.int64), "ax2"),
+             const("zero", 0.0), const("ninf", -np.inf)]
+    # The batch and the lengths symbolic, as in an export (so the shape arithmetic stays a graph's).
+    ins = [h.make_tensor_value_info("q", F, ["b", hq, "s", d]), h.make_tensor_value_info("k", F, ["b", hkv, "t", d]),
+           h.make_tensor_value_info("v", F, ["b", hkv, "t", d]), h.make_tensor_value_info("m", T.BOOL, ["b", 1, "s", "t"])]
+    feeds = {n: rng.standard_normal(shape).astype(np.float32) for n, shape in
+             (("q", (b, hq, s, d)), ("k", (b, hkv, t, d)), ("v", (b, hkv, t, d)))}
+    feeds["m"] = rng.random((b, 1, s, t)) < 0.7
+    feeds["m"][..., 0] = True
+    if masked_row:
+        feeds["m"][1, 0, 2, :] = False
+    nodes = [h.make_node("Where", ["m", "zero", "ninf"], ["madd"])]
+    for x in ("k", "v"):  # repeat_kv
+        nodes += [h.make_node("Unsqueeze", [x, "ax2"], [x + "u"]), h.make_node("Expand", [x + "u", "rep5"], [x + "e"]),
+                  h.make_node("Reshape", [x + "e", "rep4"], [x + "r"])]
+    if form == "double_cast":
+        inits.append(const("c", scale))
+        nodes += [h.make_node("Transpose", ["kr"], ["kt"], perm=[0, 1, 3, 2]),
+                  h.make_node("MatMul", ["q", "kt"], ["qk"]), h.make_node("Mul", ["qk", "c"], ["sc"])]
+    else:
+        inits += [const("r1", scale ** 0.5), const("r2", scale ** 0.5)]
+        nodes.append(h.make_node("Mul", ["q", "r1"], ["qs"]))
+        if form == "isnan":
+            nodes.append(h.make_node("Transpose", ["kr"], ["kt"], perm=[0, 1, 3, 2]))
+        else:
+            big = np.iinfo(np.int64).max
+            inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+                      (("m1", [-1]), ("m2", [-2]), ("end", [big]), ("lo", [np.iinfo(np.int64).min]))]
+            nodes += [h.make_node("Shape", ["kr"], ["ks"], start=0),
+                      h.make_node("Slice", ["ks", "m1", "end"], ["last"]),
+                      h.make_node("Slice", ["ks", "m2", "m1"], ["prev"]),
+                      h.make_node("Slice", ["ks", "lo", "m2"], ["head"]),
+                      h.make_node("Concat", ["m1", "prev", "last"], ["s3"], axis=0),
+                      h.make_node("Reshape", ["kr", "s3"], ["k3"]),
+                      h.make_node("Transpose", ["k3"], ["k3t"], perm=[0, 2, 1]),
+                      h.make_node("Concat", ["head", "last", "prev"], ["s4"], axis=0),
+                      h.make_node("Reshape", ["k3t", "s4"], ["kt"])]
+        nodes += [h.make_node("Mul", ["kt", "r2"], ["ks2"]), h.make_node("MatMul", ["qs", "ks2"], ["sc"])]
+    nodes += [h.make_node("Add", ["sc", "madd"], ["scm"]), h.make_node("Softmax", ["scm"], ["p"], axis=-1)]
+    if form == "double_cast":
+        nodes += [h.make_node("Cast", ["p"], ["p1"], to=F), h.make_node("Cast", ["p1"], ["pw"], to=F)]
+    else:
+        nodes += [h.make_node("IsNaN", ["p"], ["nan"]), h.make_node("Where", ["nan", "zero", "p"], ["pw"])]
+    nodes.append(h.make_node("MatMul", ["pw", "vr"], ["y"]))
+    m = model(nodes, ins, [h.make_tensor_value_info("y", F, None)], inits)
+    if masked_row and form == "double_cast":  # eager attention's fully masked row is NaN in every engine
+        return
+    run_and_compare(run_onyx, tmp_path, m, feeds, ["Attention"], ["Softmax", "IsNaN", "Expand"])

@@ -164,4 +164,141 @@ TEST(FoldConstants, AnInputWithADefaultIsNotAConstant) {
   EXPECT_EQ(g.nodes.size(), 2u);
 }
 
+namespace {
+
+Tensor ints_tensor(std::vector<int64_t> v) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  return Tensor::from_vector(v, Shape{n});
+}
+
+Attribute ints_attr(const char* name, std::vector<int64_t> v) {
+  Attribute a;
+  a.name = name;
+  a.kind = Attribute::Kind::kInts;
+  a.ints = std::move(v);
+  return a;
+}
+
+Attribute int_attr(const char* name, int64_t v) {
+  Attribute a;
+  a.name = name;
+  a.kind = Attribute::Kind::kInt;
+  a.i = v;
+  return a;
+}
+
+// The TorchScript exporter's split of a head in halves: x[batch, seq, 32] -> MatMul -> Reshape to
+// [Shape(x)[0], Shape(x)[1], -1, 8] (or, with `fixed_head` false, to [.., .., 4, Shape(x)[2] / 4],
+// whose last dimension the graph does not fix) -> Transpose to [b, 4, s, 8] -> t; h = Shape(t)[3] / 2;
+// y = Concat(Neg(t[..., h:]), t[..., :h]).
+Graph make_halves(bool fixed_head) {
+  Graph g;
+  g.name = "halves";
+  int x = add_value(g, "x");
+  g.values[x].is_input = true;
+  g.values[x].declared.category = TypeInfo::Category::kTensor;
+  g.values[x].declared.dtype = DType::kFloat32;
+  g.values[x].declared.rank_known = true;
+  g.values[x].declared.dims = {-1, -1, 32};
+  g.values[x].declared.dim_params = {"batch", "sequence", ""};
+  g.inputs.push_back(x);
+  int w = add_initializer(g, "W", test::random_tensor<float>(Shape{32, 32}));
+  int h = add_value(g, "h");
+  add_node(g, "MatMul", {x, w}, {h});
+  int sh = add_value(g, "sh");
+  add_node(g, "Shape", {x}, {sh});
+  int zero = add_initializer(g, "i0", Tensor::scalar<int64_t>(0)), one = add_initializer(g, "i1", Tensor::scalar<int64_t>(1));
+  int two = add_initializer(g, "i2", Tensor::scalar<int64_t>(2)), three = add_initializer(g, "i3", Tensor::scalar<int64_t>(3));
+  int axis0 = add_initializer(g, "axis0", ints_tensor({0}));
+  int b = add_value(g, "b"), s = add_value(g, "s"), ub = add_value(g, "ub"), us = add_value(g, "us");
+  add_node(g, "Gather", {sh, zero}, {b});
+  add_node(g, "Gather", {sh, one}, {s});
+  add_node(g, "Unsqueeze", {b, axis0}, {ub});
+  add_node(g, "Unsqueeze", {s, axis0}, {us});
+  std::vector<int> pieces{ub, us};
+  if (fixed_head) {
+    pieces.push_back(add_initializer(g, "minus1", ints_tensor({-1})));
+    pieces.push_back(add_initializer(g, "eight", ints_tensor({8})));
+  } else {
+    pieces.push_back(add_initializer(g, "four", ints_tensor({4})));
+    int c = add_value(g, "c"), q = add_value(g, "q"), uq = add_value(g, "uq");
+    add_node(g, "Gather", {sh, two}, {c});
+    add_node(g, "Div", {c, add_initializer(g, "k4", Tensor::scalar<int64_t>(4))}, {q});
+    add_node(g, "Unsqueeze", {q, axis0}, {uq});
+    pieces.push_back(uq);
+  }
+  int shape = add_value(g, "shape"), r = add_value(g, "r"), t = add_value(g, "t");
+  add_node(g, "Concat", pieces, {shape}, {int_attr("axis", 0)});
+  add_node(g, "Reshape", {h, shape}, {r});
+  add_node(g, "Transpose", {r}, {t}, {ints_attr("perm", {0, 2, 1, 3})});
+  int st = add_value(g, "st"), d = add_value(g, "d"), half = add_value(g, "half"), end = add_value(g, "end");
+  add_node(g, "Shape", {t}, {st});
+  add_node(g, "Gather", {st, three}, {d});
+  add_node(g, "Div", {d, add_initializer(g, "k2", Tensor::scalar<int64_t>(2))}, {half});
+  add_node(g, "Unsqueeze", {half, axis0}, {end});
+  int lo = add_value(g, "lo"), hi = add_value(g, "hi"), neg = add_value(g, "neg"), y = add_value(g, "y");
+  int start0 = add_initializer(g, "start0", ints_tensor({0})), big = add_initializer(g, "big", ints_tensor({1 << 30}));
+  int ax3 = add_initializer(g, "ax3", ints_tensor({3}));
+  add_node(g, "Slice", {t, start0, end, ax3}, {lo});
+  add_node(g, "Slice", {t, end, big, ax3}, {hi});
+  add_node(g, "Neg", {hi}, {neg});
+  add_node(g, "Concat", {neg, lo}, {y}, {int_attr("axis", -1)});
+  g.outputs = {y};
+  return g;
+}
+
+}  // namespace
+
+TEST(FoldConstants, ShapeArithmeticOnFixedDimensionsFolds) {
+  Graph g = make_halves(true);
+  Graph plain = make_halves(true);
+  for (auto& [id, t] : g.initializers) plain.initializers[plain.find_value(g.values[id].name)] = t;
+  FoldReport r = fold_constants(g, OpRegistry::global());
+  // Shape(t)[3] (the head's size, fixed by the Reshape's 8 through the Transpose) and the
+  // arithmetic after it fold; Shape(t) goes (nothing else reads it); Shape(x) stays (the batch
+  // and sequence are the feed's).
+  EXPECT_EQ(r.shapes, 1);
+  EXPECT_EQ(r.dead_shapes, 1);
+  const int end = g.find_value("end");
+  ASSERT_TRUE(g.initializers.count(end));
+  EXPECT_EQ(g.initializers.at(end).to_int64_vector(), std::vector<int64_t>{4});
+  int shapes = 0;
+  for (const auto& n : g.nodes) shapes += n.op_type == "Shape";
+  EXPECT_EQ(shapes, 1);
+  for (const auto& n : g.nodes) EXPECT_NE(n.op_type, "Div") << "the half's Div should have folded";
+  for (auto [batch, seq] : {std::pair<int64_t, int64_t>{2, 3}, {1, 7}}) {
+    Tensor x = test::random_tensor<float>(Shape{batch, seq, 32});
+    auto a = run(plain, x), b = run(g, x);
+    ASSERT_EQ(a[0].shape(), (Shape{batch, 4, seq, 8}));
+    ASSERT_EQ(a[0].shape(), b[0].shape());
+    for (int64_t k = 0; k < a[0].numel(); ++k) ASSERT_EQ(a[0].get_as_double(k), b[0].get_as_double(k)) << k;
+  }
+}
+
+TEST(FoldConstants, ShapeOfADimensionTheFeedDecidesStays) {
+  // The head's size is Shape(x)[2] / 4: the declared 32 fixes it, so it folds too; a Reshape
+  // entry of a value the graph does not fix would not (the case below makes x's last dimension
+  // symbolic).
+  {
+    Graph g = make_halves(false);
+    FoldReport r = fold_constants(g, OpRegistry::global());
+    EXPECT_EQ(r.shapes, 2);  // Shape(x)[2] and Shape(t)[3]
+  }
+  Graph g = make_halves(false);
+  Graph plain = make_halves(false);
+  for (auto& [id, t] : g.initializers) plain.initializers[plain.find_value(g.values[id].name)] = t;
+  for (Graph* gr : {&g, &plain}) {
+    Value& x = gr->values[gr->find_value("x")];
+    x.declared.dims = {-1, -1, -1};
+    x.declared.dim_params = {"batch", "sequence", "hidden"};
+  }
+  FoldReport r = fold_constants(g, OpRegistry::global());
+  EXPECT_EQ(r.shapes, 0);
+  EXPECT_FALSE(g.initializers.count(g.find_value("end")));
+  Tensor x = test::random_tensor<float>(Shape{2, 5, 32});
+  auto a = run(plain, x), b = run(g, x);
+  ASSERT_EQ(a[0].shape(), b[0].shape());
+  for (int64_t k = 0; k < a[0].numel(); ++k) ASSERT_EQ(a[0].get_as_double(k), b[0].get_as_double(k)) << k;
+}
+
 }  // namespace onyx
