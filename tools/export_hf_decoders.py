@@ -1,0 +1,98 @@
+"""Tiny random Hugging Face decoders exported to ONNX the ways users export them, for
+tools/fusion_coverage.py: torch.onnx's TorchScript exporter (dynamo=False, opset 18) and its
+torch.export-based exporter (dynamo=True), each over eager and scaled_dot_product_attention
+("sdpa") attention. The graph: input_ids, attention_mask, position_ids and past key/values in,
+logits and present key/values out (make_genai_fixtures.py's configs, vocabulary 256).
+
+Runs in .venv-fixtures (torch, transformers 5; made by tools/make_genai_fixtures.py):
+    .venv-fixtures/bin/python tools/export_hf_decoders.py OUT_DIR [--arch llama qwen2 ...]
+Writes OUT_DIR/{arch}-{attention}-{exporter}.onnx; an export that fails is reported and skipped.
+"""
+import argparse
+import os
+import sys
+import traceback
+
+import torch
+import transformers
+from transformers import DynamicCache
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_genai_fixtures as mgf  # noqa: E402
+
+VOCAB = 256
+
+
+def export(arch, attention, exporter, path):
+    config_class, model_class, options = mgf.ARCH_MODELS[arch]
+    config = getattr(transformers, config_class)(**{**mgf.COMMON_CONFIG, **options}, vocab_size=VOCAB,
+                                                 bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    config._attn_implementation = attention
+    torch.manual_seed(1)
+    model = getattr(transformers, model_class)(config).eval()
+    layers = config.num_hidden_layers
+
+    class Decoder(torch.nn.Module):  # flat past in, flat present out
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, position_ids, past):
+            cache = DynamicCache(config=config)
+            for i in range(layers):
+                cache.update(past[2 * i], past[2 * i + 1], i)
+            out = self.m(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         past_key_values=cache, use_cache=True)
+            res = [out.logits]
+            for i in range(layers):
+                res += [out.past_key_values.layers[i].keys, out.past_key_values.layers[i].values]
+            return tuple(res)
+
+    b, s, p = 2, 3, 5
+    kv = config.num_key_value_heads
+    hd = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    args = (torch.randint(0, VOCAB, (b, s)), torch.ones(b, p + s, dtype=torch.long),
+            torch.arange(p, p + s).expand(b, s), tuple(torch.randn(b, kv, p, hd) for _ in range(2 * layers)))
+    names_in = ["input_ids", "attention_mask", "position_ids"] + [
+        f"past_key_values.{i}.{k}" for i in range(layers) for k in ("key", "value")]
+    names_out = ["logits"] + [f"present.{i}.{k}" for i in range(layers) for k in ("key", "value")]
+    if exporter == "dynamo":
+        d = torch.export.Dim.DYNAMIC
+        shapes = {"input_ids": {0: d, 1: d}, "attention_mask": {0: d, 1: d}, "position_ids": {0: d, 1: d},
+                  "past": tuple({0: d, 2: d} for _ in range(2 * layers))}
+        # Passing the ExportedProgram: the exporter's own torch.export call fails on the guards
+        # of a tuple argument in torch 2.9.
+        ep = torch.export.export(Decoder(model), args, dynamic_shapes=shapes, strict=False)
+        torch.onnx.export(ep, args, path, input_names=names_in, output_names=names_out, dynamo=True,
+                          external_data=False)
+    else:
+        axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "total_sequence"},
+                "position_ids": {0: "batch", 1: "sequence"}, "logits": {0: "batch", 1: "sequence"}}
+        axes.update({n: {0: "batch", 2: "past_sequence"} for n in names_in[3:]})
+        axes.update({n: {0: "batch", 2: "total_sequence"} for n in names_out[1:]})
+        torch.onnx.export(Decoder(model), args, path, input_names=names_in, output_names=names_out,
+                          dynamic_axes=axes, opset_version=18, dynamo=False)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--arch", nargs="*", default=["llama", "qwen2", "mistral", "phi3"])
+    ap.add_argument("--attention", nargs="*", default=["eager", "sdpa"])
+    ap.add_argument("--exporter", nargs="*", default=["torchscript", "dynamo"])
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    for arch in args.arch:
+        for attention in args.attention:
+            for exporter in args.exporter:
+                path = os.path.join(args.out, f"{arch}-{attention}-{exporter}.onnx")
+                try:
+                    export(arch, attention, exporter, path)
+                    print(f"{path}: exported", flush=True)
+                except Exception as e:  # report and go on
+                    traceback.print_exc(limit=2)
+                    print(f"{path}: export failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
