@@ -19,10 +19,12 @@
 // of a RotaryCache with an index and the Attention that reads its three outputs, so that a decode
 // step's rotary embeddings, cache writes and attention are one CUDA kernel:
 //
-//   onyx::RotaryCacheAttention(q, k, v, cos, sin, past_k, past_v, index, attn_mask?; split, scale?)
+//   onyx::RotaryCacheAttention(q, k, v, cos, sin, past_k, past_v, index, attn_mask?; split, scale?,
+//                              onyx_zero_masked_rows?)
 //     -> (q_rot, present_k, present_v, y)
 //   (q_rot, present_k, present_v) = RotaryCache(q, k, v, cos, sin, past_k, past_v, index; split)
-//   y = Attention(q_rot, present_k, present_v, attn_mask; scale) (opset 23, ONNX's definition)
+//   y = Attention(q_rot, present_k, present_v, attn_mask; scale, onyx_zero_masked_rows) (opset 23,
+//   ONNX's definition; with onyx_zero_masked_rows=1 a row whose every key is masked is zeros)
 //
 // Its CPU kernel runs the two ops' own kernels in turn; so does its CUDA kernel where the fused
 // one does not apply.
@@ -216,8 +218,9 @@ RotaryAttentionParts rotary_attention_parts(const NodeView& n) {
   p.attention.outputs = {0};
   for (const Attribute& a : n.node().attributes) {
     if (a.name == "split") p.rotary.attributes.push_back(a);
-    else if (a.name == "scale") p.attention.attributes.push_back(a);
-    else throw Error(cat("RotaryCacheAttention has no attribute '", a.name, "' (it takes split and scale)"));
+    else if (a.name == "scale" || a.name == "onyx_zero_masked_rows") p.attention.attributes.push_back(a);
+    else throw Error(cat("RotaryCacheAttention has no attribute '", a.name,
+                         "' (it takes split, scale and onyx_zero_masked_rows)"));
   }
   p.rotary_def = OpRegistry::global().find("onyx", "RotaryCache", 1);
   p.attention_def = OpRegistry::global().find("", "Attention", 23);

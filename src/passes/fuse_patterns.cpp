@@ -263,6 +263,74 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
     if (!shape_of_pieces(first->inputs[1], k, "-PL") || !shape_of_pieces(outer->inputs[1], k, "HLP")) return -1;
     return k;
   };
+  // Shapes of a repeated K or V that read only its batch, length or size (transformers slices the
+  // mask at the keys' length, k.shape[-2]) read them from the unrepeated value, where the
+  // repetition keeps them: then the repetition's readers are the attention's alone.
+  for (size_t k = 0; k < g.nodes.size() && options.attention; ++k) {
+    Node& sh = g.nodes[k];
+    if (removed[k] || !m.plain(sh, "Shape") || sh.inputs.size() != 1 || !sh.attributes.empty() ||
+        sh.outputs.size() != 1 || sh.outputs[0] < 0 || m.outputs.count(sh.outputs[0]))
+      continue;
+    const int x = sh.inputs[0];
+    const int xp = x >= 0 ? producer(x) : -1;
+    if (xp < 0 || !m.plain(g.nodes[xp], "Reshape") || g.nodes[xp].inputs.size() != 2) continue;
+    std::vector<int> probe;
+    const int base = [&] {  // unrepeat's test, without claiming anything
+      const Node& rs = g.nodes[xp];
+      Node* ex = m.sole(rs.inputs[0], "Expand");
+      Node* un = ex && ex->inputs.size() == 2 ? m.sole(ex->inputs[0], "Unsqueeze") : nullptr;
+      if (!un || un->inputs.empty()) return -1;
+      std::optional<std::vector<int64_t>> axes;
+      if (un->inputs.size() > 1) axes = m.ints(un->inputs[1]);
+      else if (const Attribute* a = un->find_attribute("axes")) axes = a->ints;
+      const int e5 = m.elements(ex->inputs[1]);
+      if (!axes || *axes != std::vector<int64_t>{2} || (e5 >= 0 && e5 != 5) || m.rank(un->inputs[0]) != 4) return -1;
+      return un->inputs[0];
+    }();
+    if (base < 0) continue;
+    // Entry i of the Reshape's shape is base's dimension i: Unsqueeze(Gather(Shape(base), i), [0]),
+    // or a constant equal to base's declared dimension.
+    auto same_dim = [&](int64_t i) {
+      Node* cat = m.sole(g.nodes[xp].inputs[1], "Concat");
+      if (!cat || cat->inputs.size() != 4 || Matcher::attr_int(*cat, "axis", 0) != 0) return false;
+      for (int in : cat->inputs)
+        if (m.elements(in) != 1) return false;
+      const int piece = cat->inputs[static_cast<size_t>(i)];
+      const TypeInfo& bt = g.values[base].declared;
+      if (auto c = m.ints(piece))
+        return bt.rank_known && bt.dims.size() == 4 && bt.dims[static_cast<size_t>(i)] > 0 &&
+               (*c)[0] == bt.dims[static_cast<size_t>(i)];
+      const int up = producer(piece);
+      if (up < 0 || !m.plain(g.nodes[up], "Unsqueeze") || g.nodes[up].inputs.empty()) return false;
+      const int gp = producer(g.nodes[up].inputs[0]);
+      if (gp < 0 || !m.plain(g.nodes[gp], "Gather") || g.nodes[gp].inputs.size() != 2 ||
+          Matcher::attr_int(g.nodes[gp], "axis", 0) != 0)
+        return false;
+      const auto gi = m.ints(g.nodes[gp].inputs[1]);
+      const int sp = producer(g.nodes[gp].inputs[0]);
+      return gi && gi->size() == 1 && ((*gi)[0] + 4) % 4 == i && sp >= 0 && m.plain(g.nodes[sp], "Shape") &&
+             g.nodes[sp].attributes.empty() && g.nodes[sp].inputs.size() == 1 && g.nodes[sp].inputs[0] == base;
+    };
+    // Every reader a Gather of one constant index other than the heads' (axis 1), whose entry the
+    // repetition keeps.
+    bool heads_free = true;
+    for (const Node& n : g.nodes) {
+      for (int in : n.inputs) {
+        if (in != sh.outputs[0]) continue;
+        const auto idx = m.plain(n, "Gather") && n.inputs.size() == 2 && n.inputs[0] == in &&
+                                 Matcher::attr_int(n, "axis", 0) == 0
+                             ? m.ints(n.inputs[1])
+                             : std::nullopt;
+        const int64_t i = idx && idx->size() == 1 && (*idx)[0] >= -4 && (*idx)[0] < 4 ? ((*idx)[0] + 4) % 4 : 1;
+        heads_free = heads_free && i != 1 && same_dim(i);
+      }
+    }
+    if (!heads_free) continue;
+    sh.inputs[0] = base;
+    --m.readers[x];
+    ++m.readers[base];
+    ++r.shape_reads_moved;
+  }
   for (size_t k = 0; k < g.nodes.size() && options.attention; ++k) {
     const Node& pv = g.nodes[k];
     if (removed[k] || !m.plain(pv, "MatMul") || pv.inputs.size() != 2) continue;

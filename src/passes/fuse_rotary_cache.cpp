@@ -147,7 +147,8 @@ namespace {
 // The Attention attributes the fused node carries (scale) or that have their default value.
 bool attention_attrs_fusable(const Node& n) {
   for (const Attribute& a : n.attributes) {
-    if (a.name == "scale") continue;
+    // (onyx_zero_masked_rows: the fused kernels give a row whose every key is masked zeros.)
+    if (a.name == "scale" || (a.name == "onyx_zero_masked_rows" && a.kind == Attribute::Kind::kInt)) continue;
     const bool zero_int = a.kind == Attribute::Kind::kInt && a.i == 0;
     const bool zero_float = a.kind == Attribute::Kind::kFloat && a.f == 0.f;
     if ((a.name == "is_causal" || a.name == "qk_matmul_output_mode") && zero_int) continue;
@@ -160,6 +161,16 @@ bool attention_attrs_fusable(const Node& n) {
 }  // namespace
 
 int fuse_rotary_attention(Graph& g) {
+  // An indexed RotaryCache writes its caches in place: its presents have its pasts' shapes. A
+  // Shape of a present (transformers slices the mask at the keys' length) reads the past instead,
+  // so the mask does not wait on the node it is fused into.
+  for (const Node& rc : g.nodes) {
+    if (!onyx_op(rc, "RotaryCache") || rc.inputs.size() != 8 || rc.inputs[7] < 0 || rc.outputs.size() < 3) continue;
+    for (Node& n : g.nodes)
+      if ((n.op_type == "Shape" && (n.domain.empty() || n.domain == "ai.onnx")) && n.inputs.size() == 1)
+        for (int o = 1; o <= 2; ++o)
+          if (n.inputs[0] >= 0 && n.inputs[0] == rc.outputs[static_cast<size_t>(o)]) n.inputs[0] = rc.inputs[4 + o];
+  }
   Matcher m(g);
   const Placer placer(g);
   std::vector<bool> removed(g.nodes.size(), false);
@@ -192,6 +203,7 @@ int fuse_rotary_attention(Graph& g) {
     std::vector<Attribute> attrs;
     if (const Attribute* s = rc.find_attribute("split")) attrs.push_back(*s);
     if (const Attribute* s = attn.find_attribute("scale")) attrs.push_back(*s);
+    if (const Attribute* z = attn.find_attribute("onyx_zero_masked_rows")) attrs.push_back(*z);
     replace.emplace_back(static_cast<size_t>(at), make_node(rc.name + "/attention", "onyx", "RotaryCacheAttention", 1,
                                                             std::move(inputs), outputs, std::move(attrs)));
     removed[rp] = removed[a] = true;

@@ -290,6 +290,27 @@ def test_session_options_reach_the_decoder(og, tmp_path):
         assert len(set(want[0])) > 1, f"prompt {prompt}: a decoder that says something ({want})"
 
 
+@pytest.mark.parametrize("name", ["llama-optimum", "qwen2-optimum"])
+def test_optimum_exports_fuse_into_one_rotary_attention_per_layer(og, name):
+    """The Optimum fixtures (transformers 4.57's TorchScript export: scaled_dot_product_attention's
+    IsNaN-guarded weights, the mask sliced at Shape(present)[-2], shapes read from the normalized
+    hidden state) with the CUDA path's fusions forced on the CPU: after the cache rewrite each
+    layer is one RotaryCacheAttention, and the tokens are the unfused decoder's, alone and in a
+    padded batch."""
+    folder = FIXTURES / name
+    plain = og.Model(folder)
+    fused = og.Model(folder, session_options={"fuse_attention": True, "fuse_rotary_cache": True,
+                                              "fuse_rotary_attention": True, "fuse_linear": True})
+    assert plain._m.rotary_attention_nodes() == 0
+    assert fused._m.rotary_attention_nodes() == 2, "one RotaryCacheAttention per layer"
+    assert fused.cache_mode == "static"
+    for rows in ([[5, 17, 33, 8]], [[60, 4, 99, 100, 101, 7, 8]], [[5, 17, 33, 8], [60, 4]]):
+        want, _ = og_loop(og, plain, rows, max(len(r) for r in rows) + NEW)
+        got, _ = og_loop(og, fused, rows, max(len(r) for r in rows) + NEW)
+        assert got == want, f"rows {rows}: fused {got}, unfused {want}"
+        assert len(set(want[0])) > 1, f"rows {rows}: a decoder that says something ({want})"
+
+
 def test_misuse_raises_and_model_stays_usable(og):
     import onyx
     folder = FIXTURES / "llama-builder-fp32"
