@@ -2,14 +2,19 @@
 tools/fusion_coverage.py: torch.onnx's TorchScript exporter (dynamo=False, opset 18) and its
 torch.export-based exporter (dynamo=True), each over eager and scaled_dot_product_attention
 ("sdpa") attention. The graph: input_ids, attention_mask, position_ids and past key/values in,
-logits and present key/values out (make_genai_fixtures.py's configs, vocabulary 256).
+logits and present key/values out (make_genai_fixtures.py's configs and seeds).
 
 Runs in .venv-fixtures (torch, transformers 5; made by tools/make_genai_fixtures.py):
     .venv-fixtures/bin/python tools/export_hf_decoders.py OUT_DIR [--arch llama qwen2 ...]
-Writes OUT_DIR/{arch}-{attention}-{exporter}.onnx; an export that fails is reported and skipped.
+Writes one folder a model, OUT_DIR/{arch}-{attention}-{exporter}/: model.onnx, config.json, the
+llama fixture's tokenizer (its 1,024 ids are the vocabulary) and reference.json (transformers'
+greedy tokens for PROMPTS), so onyx.genai loads it as a user's folder. An export that fails is
+reported and skipped.
 """
 import argparse
+import json
 import os
+import shutil
 import sys
 import traceback
 
@@ -20,16 +25,32 @@ from transformers import DynamicCache
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_genai_fixtures as mgf  # noqa: E402
 
-VOCAB = 256
+VOCAB = mgf.TOKENIZER_VOCAB
+TOKENIZER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "genai", "llama-optimum")
+PROMPTS = [[5, 17, 33, 8], [60, 4, 99, 100, 101, 7, 8], [3]]
+NEW_TOKENS = 16
 
 
-def export(arch, attention, exporter, path):
+def export(arch, attention, exporter, folder):
+    path = os.path.join(folder, "model.onnx")
+    ids = json.load(open(os.path.join(TOKENIZER, "config.json")))
     config_class, model_class, options = mgf.ARCH_MODELS[arch]
     config = getattr(transformers, config_class)(**{**mgf.COMMON_CONFIG, **options}, vocab_size=VOCAB,
-                                                 bos_token_id=1, eos_token_id=2, pad_token_id=0)
+                                                 **{k: ids[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")})
     config._attn_implementation = attention
-    torch.manual_seed(1)
+    torch.manual_seed(mgf.ARCH_SEEDS[arch])
     model = getattr(transformers, model_class)(config).eval()
+    os.makedirs(folder, exist_ok=True)
+    config.to_json_file(os.path.join(folder, "config.json"))
+    for name in mgf.TOKENIZER_FILES:
+        shutil.copy(os.path.join(TOKENIZER, name), os.path.join(folder, name))
+    with torch.no_grad():  # transformers' greedy tokens after each prompt (up to an end of sequence)
+        reference = [model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                                    do_sample=False, max_new_tokens=NEW_TOKENS,
+                                    pad_token_id=ids["pad_token_id"])[0, len(p):].tolist() for p in PROMPTS]
+    json.dump({"prompts": PROMPTS, "greedy": reference, "transformers": transformers.__version__,
+               "torch": torch.__version__, "exporter": exporter, "attention": attention},
+              open(os.path.join(folder, "reference.json"), "w"))
     layers = config.num_hidden_layers
 
     class Decoder(torch.nn.Module):  # flat past in, flat present out
@@ -85,7 +106,7 @@ def main():
     for arch in args.arch:
         for attention in args.attention:
             for exporter in args.exporter:
-                path = os.path.join(args.out, f"{arch}-{attention}-{exporter}.onnx")
+                path = os.path.join(args.out, f"{arch}-{attention}-{exporter}")
                 try:
                     export(arch, attention, exporter, path)
                     print(f"{path}: exported", flush=True)

@@ -4,6 +4,8 @@ the largest relative difference from onnxruntime over prefills and decode steps 
 inputs (left padding on one row), unfused and fused, and the nodes one decode step runs, by op.
 
     .venv/bin/python tools/fusion_coverage.py DIR_OR_FILES...
+    .venv/bin/python tools/fusion_coverage.py --generate DIR...   (export_hf_decoders.py's folders:
+        onyx.genai's greedy tokens, unfused and fused, against transformers' in reference.json)
 """
 import collections
 import glob
@@ -57,14 +59,61 @@ def check(path):
     key = ("Attention", "onyx::RotaryCache", "Softmax", "MatMul")
     rest = ", ".join(f"{k.replace('onyx::', '')} {v}" for k, v in sorted(hist.items(), key=lambda kv: -kv[1])
                      if k not in key)
-    return (f"| {os.path.basename(path)} | {worst['unfused']:.1e} | {worst['fused']:.1e} | {sum(hist.values())} | " +
+    name = os.path.basename(os.path.dirname(path)) if os.path.basename(path) == "model.onnx" else os.path.basename(path)
+    return (f"| {name} | {worst['unfused']:.1e} | {worst['fused']:.1e} | {sum(hist.values())} | " +
             " | ".join(str(hist.get(k, 0)) for k in key) + f" | {rest} |")
 
 
+def greedy(og, model, prompt, new_tokens):
+    """onyx.genai's loop (as onnxruntime-genai's examples write it): the tokens after the prompt."""
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + new_tokens)
+    gen = og.Generator(model, params)
+    gen.append_tokens(np.array(prompt, np.int32))
+    out = []
+    while not gen.is_done():
+        gen.generate_next_token()
+        out.append(int(gen.get_next_tokens()[0]))
+    return out
+
+
+def generate(folder):
+    """A folder of tools/export_hf_decoders.py's: onyx.genai's greedy tokens, unfused and with the
+    CUDA path's fusions forced on, against transformers' (reference.json)."""
+    import json
+
+    import onyx.genai as og
+    ref = json.load(open(os.path.join(folder, "reference.json")))
+    plain = og.Model(folder)
+    fused = og.Model(folder, session_options={"fuse_attention": True, "fuse_rotary_cache": True,
+                                              "fuse_rotary_attention": True, "fuse_linear": True})
+    same = {"unfused": 0, "fused": 0}
+    for prompt, want in zip(ref["prompts"], ref["greedy"]):
+        for label, model in (("unfused", plain), ("fused", fused)):
+            same[label] += greedy(og, model, prompt, len(want)) == want
+    n = len(ref["prompts"])
+    return (f"| {os.path.basename(folder)} | {same['unfused']}/{n} | {same['fused']}/{n} | "
+            f"{fused._m.rotary_attention_nodes()} | {fused.cache_mode} |")
+
+
 def main():
+    if sys.argv[1:2] == ["--generate"]:
+        print("| export | greedy = transformers', unfused | fused | RotaryCacheAttention | cache |")
+        print("|---|---:|---:|---:|---|")
+        for a in sys.argv[2:]:
+            for folder in sorted(glob.glob(os.path.join(a, "*", "reference.json"))) or [os.path.join(a, "x")]:
+                folder = os.path.dirname(folder)
+                try:
+                    print(generate(folder), flush=True)
+                except Exception as e:  # report and go on
+                    print(f"| {os.path.basename(folder)} | failed: {type(e).__name__}: {str(e)[:300]} | | | |", flush=True)
+        return
     paths = []
     for a in sys.argv[1:]:
-        paths += sorted(glob.glob(os.path.join(a, "*.onnx"))) if os.path.isdir(a) else [a]
+        if os.path.isdir(a):
+            paths += sorted(glob.glob(os.path.join(a, "*.onnx")) + glob.glob(os.path.join(a, "*", "model.onnx")))
+        else:
+            paths.append(a)
     print("| export | max rel. diff, unfused | fused | decode-step nodes | Attention | RotaryCache | Softmax | "
           "MatMul | the other nodes |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
