@@ -9,6 +9,10 @@
 
 namespace onyx {
 
+// passes/rewrite_util.h's (its add_initializer would clash with this file's).
+Attribute make_int_attr(const char* name, int64_t v);
+Attribute make_ints_attr(const char* name, std::vector<int64_t> v);
+
 namespace {
 
 int add_value(Graph& g, const std::string& name) { return g.value_id(name); }
@@ -171,22 +175,6 @@ Tensor ints_tensor(std::vector<int64_t> v) {
   return Tensor::from_vector(v, Shape{n});
 }
 
-Attribute ints_attr(const char* name, std::vector<int64_t> v) {
-  Attribute a;
-  a.name = name;
-  a.kind = Attribute::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-
-Attribute int_attr(const char* name, int64_t v) {
-  Attribute a;
-  a.name = name;
-  a.kind = Attribute::Kind::kInt;
-  a.i = v;
-  return a;
-}
-
 // The TorchScript exporter's split of a head in halves: x[batch, seq, 32] -> MatMul -> Reshape to
 // [Shape(x)[0], Shape(x)[1], -1, 8] (or, with `fixed_head` false, to [.., .., 4, Shape(x)[2] / 4],
 // whose last dimension the graph does not fix) -> Transpose to [b, 4, s, 8] -> t; h = Shape(t)[3] / 2;
@@ -228,9 +216,9 @@ Graph make_halves(bool fixed_head) {
     pieces.push_back(uq);
   }
   int shape = add_value(g, "shape"), r = add_value(g, "r"), t = add_value(g, "t");
-  add_node(g, "Concat", pieces, {shape}, {int_attr("axis", 0)});
+  add_node(g, "Concat", pieces, {shape}, {make_int_attr("axis", 0)});
   add_node(g, "Reshape", {h, shape}, {r});
-  add_node(g, "Transpose", {r}, {t}, {ints_attr("perm", {0, 2, 1, 3})});
+  add_node(g, "Transpose", {r}, {t}, {make_ints_attr("perm", {0, 2, 1, 3})});
   int st = add_value(g, "st"), d = add_value(g, "d"), half = add_value(g, "half"), end = add_value(g, "end");
   add_node(g, "Shape", {t}, {st});
   add_node(g, "Gather", {st, three}, {d});
@@ -242,7 +230,7 @@ Graph make_halves(bool fixed_head) {
   add_node(g, "Slice", {t, start0, end, ax3}, {lo});
   add_node(g, "Slice", {t, end, big, ax3}, {hi});
   add_node(g, "Neg", {hi}, {neg});
-  add_node(g, "Concat", {neg, lo}, {y}, {int_attr("axis", -1)});
+  add_node(g, "Concat", {neg, lo}, {y}, {make_int_attr("axis", -1)});
   g.outputs = {y};
   return g;
 }
