@@ -20,8 +20,34 @@ constexpr int64_t kToTheEnd = int64_t{1} << 31;  // a Slice end at least this is
 
 }  // namespace
 
+// A Concat of one input is that input (torch's trace of a cat onto an empty cache writes one):
+// its readers read the input, and the node goes. Not where its output is a graph output or a
+// subgraph reads it.
+static int drop_single_concats(Graph& g) {
+  std::unordered_set<int> keep(g.outputs.begin(), g.outputs.end());
+  for (const Node& n : g.nodes) keep.insert(n.implicit_inputs.begin(), n.implicit_inputs.end());
+  std::vector<bool> removed(g.nodes.size(), false);
+  int dropped = 0;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const Node& c = g.nodes[k];
+    if (c.op_type != "Concat" || !(c.domain.empty() || c.domain == "ai.onnx") || c.inputs.size() != 1 ||
+        c.inputs[0] < 0 || c.outputs.size() != 1 || c.outputs[0] < 0 || keep.count(c.outputs[0]))
+      continue;
+    const int from = c.outputs[0], to = c.inputs[0];
+    for (Node& n : g.nodes)
+      for (int& in : n.inputs)
+        if (in == from) in = to;
+    removed[k] = true;
+    ++dropped;
+  }
+  std::vector<std::pair<size_t, Node>> none;
+  if (dropped) replace_nodes(g, removed, none);
+  return dropped;
+}
+
 FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
   FuseReport r;
+  r.single_concats = drop_single_concats(g);
   Matcher m(g);
   std::vector<bool> removed(g.nodes.size(), false);
   std::vector<std::pair<size_t, Node>> replace;  // position of the last node -> the fused node

@@ -26,6 +26,8 @@
 //      form with onyx_zero_masked_rows=1 (the CPU kernels then set NaN weights to zero; the
 //      CUDA kernels give a fully masked row zeros in any case)
 //
+//   First, a Concat of one input is dropped (its readers read the input).
+//
 //   Then, on the fused graph, the residual add before an RMSNorm:
 //     SimplifiedLayerNormalization(Add(a, b), w)
 //   -> com.microsoft SkipSimplifiedLayerNormalization(a, b, w) -> (norm, -, -, a + b)
@@ -54,6 +56,7 @@ struct FuseReport {
   int skip_norms = 0;
   int nodes_removed = 0;
   int shape_reads_moved = 0;  // Shape nodes that read a norm's (or a Cast's) input instead of its output
+  int single_concats = 0;     // Concats of one input dropped (their readers read the input)
 };
 
 FuseReport fuse_patterns(Graph& g, const FuseOptions& options = {});

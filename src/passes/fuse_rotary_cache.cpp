@@ -161,15 +161,17 @@ bool attention_attrs_fusable(const Node& n) {
 }  // namespace
 
 int fuse_rotary_attention(Graph& g) {
-  // An indexed RotaryCache writes its caches in place: its presents have its pasts' shapes. A
-  // Shape of a present (transformers slices the mask at the keys' length) reads the past instead,
-  // so the mask does not wait on the node it is fused into.
+  // An indexed RotaryCache writes its caches in place: its presents have its pasts' shapes, and
+  // its rotated q has q's. A Shape of one of them (transformers slices the mask at the keys'
+  // length and reads the query's) reads the past or q instead, so that neither the mask nor the
+  // rotated q's readers wait on the node it is fused into.
   for (const Node& rc : g.nodes) {
     if (!onyx_op(rc, "RotaryCache") || rc.inputs.size() != 8 || rc.inputs[7] < 0 || rc.outputs.size() < 3) continue;
     for (Node& n : g.nodes)
       if ((n.op_type == "Shape" && (n.domain.empty() || n.domain == "ai.onnx")) && n.inputs.size() == 1)
-        for (int o = 1; o <= 2; ++o)
-          if (n.inputs[0] >= 0 && n.inputs[0] == rc.outputs[static_cast<size_t>(o)]) n.inputs[0] = rc.inputs[4 + o];
+        for (int o = 0; o <= 2; ++o)
+          if (n.inputs[0] >= 0 && n.inputs[0] == rc.outputs[static_cast<size_t>(o)])
+            n.inputs[0] = o == 0 ? rc.inputs[0] : rc.inputs[4 + o];
   }
   Matcher m(g);
   const Placer placer(g);

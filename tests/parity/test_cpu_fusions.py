@@ -463,3 +463,20 @@ def test_attention_torch_export_forms(run_onyx, tmp_path, form, masked_row):
     if masked_row and form == "double_cast":  # eager attention's fully masked row is NaN in every engine
         return
     run_and_compare(run_onyx, tmp_path, m, feeds, ["Attention"], ["Softmax", "IsNaN", "Expand"])
+
+
+def test_concat_of_one_input_is_dropped(run_onyx, tmp_path):
+    """torch's trace of a cat onto an empty cache writes Concat(past) of one input: its readers
+    read the input (a graph output made by one stays)."""
+    rng, _ = fresh_rng()
+    nodes = [h.make_node("Concat", ["x"], ["c"], axis=-2), h.make_node("Concat", ["c", "y"], ["z"], axis=-2),
+             h.make_node("Concat", ["y"], ["w"], axis=0)]
+    ins = [h.make_tensor_value_info("x", F, ["b", 2, "p", 4]), h.make_tensor_value_info("y", F, ["b", 2, 3, 4])]
+    feeds = {"x": rng.standard_normal((2, 2, 5, 4)).astype(np.float32),
+             "y": rng.standard_normal((2, 2, 3, 4)).astype(np.float32)}
+    m = model(nodes, ins, [h.make_tensor_value_info("z", F, None), h.make_tensor_value_info("w", F, None)], [])
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    run_and_compare(run_onyx, tmp_path, m, feeds, ["Concat"], [])
+    proc = run_onyx("run", path, "--json", *[a for n in feeds for a in ("--input", f"{n}={tmp_path / (n + '.npy')}")])
+    assert json.loads(proc.stdout)["ops"]["Concat"] == 2, "the single-input Concat before z goes, w's stays"
