@@ -837,6 +837,12 @@ void mask_ops(std::vector<Case>& v) {
                {X({4, 5, 6}), Vals(DType::kInt64, {3, 2}, {0, 1, 3, 4, 2, -5}), X({3, 6})}, {}, 1, 16});
   v.push_back({"elements", "ScatterND", kAll,
                {X({3, 4}), Vals(DType::kInt64, {2, 2, 2}, {0, 0, 2, 3, 1, 1, -1, -4}), X({2, 2})}, {}, 1, 13});
+  // GatherND (torch.export's masks gather the attention mask by position pairs).
+  v.push_back({"pairs", "GatherND", kAll, {X({3, 9}), Vals(DType::kInt64, {2, 2, 2}, {0, 1, 2, 8, 1, -1, -3, 0})}, {},
+               1, 13});
+  v.push_back({"rows", "GatherND", kFloatsInts, {X({4, 5, 6}), Vals(DType::kInt64, {3, 1}, {3, 0, -2})}, {}, 1, 13});
+  v.push_back({"batch_dims1", "GatherND", kFloatsInts,
+               {X({2, 3, 4}), Vals(DType::kInt64, {2, 2, 1}, {2, 0, 1, -1})}, {attr_int("batch_dims", 1)}, 1, 13});
   v.push_back({"reduction_add", "ScatterND", kFloats, {X({4, 2}), Vals(DType::kInt64, {2, 1}, {1, 3}), X({2, 2})},
                {attr_string("reduction", "add")}, 1, 16, "", Expect::kDecline});
 }

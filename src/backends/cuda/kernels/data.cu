@@ -1,4 +1,4 @@
-// Data movement: Gather, Concat, Split, Slice, Transpose, ScatterND.
+// Data movement: Gather, Concat, Split, Slice, Transpose, GatherND, ScatterND.
 //
 // These kernels only move bytes, so they are instantiated per element width
 // (1, 2, 4, 8 bytes, and 16 where contiguous runs allow wider copies), never per
@@ -591,6 +591,86 @@ void run_scatter_nd(KernelContext& ctx, CudaContext& cu) {
   ONYX_CUDA_CHECK_LAUNCH("ScatterND");
 }
 
+// ---- GatherND: one thread per output element finds its source from its index tuple, read on the
+// device (torch.export's Llama masks gather the attention mask by position pairs); an index
+// outside its axis sets the device error word and writes a zero ----
+
+struct GatherNdArgs {
+  int m;                      // index tuple length
+  int64_t dims[kMaxRank];     // data's dims b .. b + m - 1
+  int64_t strides[kMaxRank];  // their strides, in elements
+  int64_t tuples_per_batch;   // index tuples in one batch entry (indices.shape[b:-1])
+  int64_t batch_stride;       // elements of data in one batch entry (data.shape[b:])
+  int64_t slice;              // elements a tuple takes (data.shape[b + m:])
+  int64_t total;              // output elements
+  unsigned int* err;
+};
+
+template <class U>
+__global__ void gather_nd_kernel(const U* __restrict__ data, const int64_t* __restrict__ idx, U* __restrict__ out,
+                                 GatherNdArgs a) {
+  ONYX_KERNEL_PROLOGUE();
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < a.total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = e / a.slice, j = e - t * a.slice;
+    int64_t off = (t / a.tuples_per_batch) * a.batch_stride;
+    bool in_range = true;
+    for (int q = 0; q < a.m; ++q) {
+      int64_t i = idx[t * a.m + q];
+      if (i < 0) i += a.dims[q];
+      if (i < 0 || i >= a.dims[q]) in_range = false;
+      off += i * a.strides[q];
+    }
+    if (!in_range) {
+      atomicOr(a.err, kDeviceErrorIndexInput);
+      out[e] = U{};
+      continue;
+    }
+    out[e] = data[off + j];
+  }
+}
+
+void run_gather_nd(KernelContext& ctx, CudaContext& cu) {
+  const Tensor& data = ctx.input(0);
+  const Tensor& ind = ctx.input(1);
+  Tensor& out = ctx.output(0);
+  ONYX_CHECK(ind.dtype() == DType::kInt64, "GatherND on CUDA: indices ", ind.type_str(), " (int64 only)");
+  const auto& dd = data.shape().dims();
+  const auto& id = ind.shape().dims();
+  const int64_t b = ctx.attr_int("batch_dims", 0);
+  ONYX_CHECK(!id.empty(), "GatherND: indices must have rank >= 1");
+  const int64_t m = id.back();
+  ONYX_CHECK(b >= 0 && b < static_cast<int64_t>(id.size()) && b < static_cast<int64_t>(dd.size()),
+             "GatherND: batch_dims ", b, " must be below the ranks of data (", dd.size(), ") and indices (", id.size(), ")");
+  ONYX_CHECK(m >= 1 && b + m <= static_cast<int64_t>(dd.size()) && m <= kMaxRank, "GatherND: index tuples of length ",
+             m, " do not fit data of rank ", dd.size(), " after ", b, " batch dims");
+  for (int64_t q = 0; q < b; ++q)
+    ONYX_CHECK(id[q] == dd[q], "GatherND: batch dim ", q, " is ", dd[q], " in data and ", id[q], " in indices");
+  std::vector<int64_t> want(id.begin(), id.end() - 1);
+  want.insert(want.end(), dd.begin() + b + m, dd.end());
+  ONYX_CHECK(out.shape().dims() == want, "GatherND: output has shape ", out.shape().str(), ", expected ",
+             Shape(want).str());
+  GatherNdArgs a{};
+  a.m = static_cast<int>(m);
+  a.tuples_per_batch = prod(id, static_cast<size_t>(b), id.size() - 1);
+  a.batch_stride = prod(dd, static_cast<size_t>(b), dd.size());
+  a.slice = prod(dd, static_cast<size_t>(b + m), dd.size());
+  for (int64_t q = 0; q < m; ++q) {
+    a.dims[q] = dd[static_cast<size_t>(b + q)];
+    a.strides[q] = prod(dd, static_cast<size_t>(b + q) + 1, dd.size());
+  }
+  a.total = out.numel();
+  a.err = cu.error_word;
+  if (a.total == 0) return;
+  if (a.tuples_per_batch == 0) a.tuples_per_batch = 1;  // no tuples: no output either (total 0 above)
+  dispatch_width(static_cast<int>(dtype_size(data.dtype())), [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    launch_kernel(gather_nd_kernel<U>, blocks_for(a.total, kThreads), kThreads, 0, cu,
+                  static_cast<const U*>(data.raw()), ind.data<int64_t>(), static_cast<U*>(out.raw()), a);
+  });
+  ONYX_CUDA_CHECK_LAUNCH("GatherND");
+}
+
 // Copy i of the batch: blocks (x, i) take its 16-byte pieces (bytes where an end is not 16-byte
 // aligned) in a grid-stride loop.
 constexpr int kCopyBatch = 64;  // copies per launch: 64 x 24 bytes of arguments
@@ -656,6 +736,11 @@ void register_data_kernels(CudaKernelRegistry& r) {
   }));
   r.add(onnx_kernel("Slice", 1, run_slice, data_support("Slice", {1, 2, 3, 4}, true)));
   r.add(onnx_kernel("Transpose", 1, run_transpose, data_support("Transpose", {}, false)));
+  r.add(onnx_kernel("GatherND", 11, run_gather_nd, [](const Node&, const std::vector<ValueType>& in) -> std::string {
+    if (in.size() < 2 || !movable(in[0].dtype) || in[1].dtype != DType::kInt64)
+      return "GatherND on CUDA takes int64 indices and data of a fixed-size type";
+    return "";
+  }));
   r.add(onnx_kernel("ScatterND", 11, run_scatter_nd, [](const Node& node, const std::vector<ValueType>& in) -> std::string {
     NodeView n(node);
     if (n.opset() >= 16 && n.attr_string("reduction", "none") != "none")
