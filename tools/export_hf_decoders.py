@@ -6,10 +6,11 @@ logits and present key/values out (make_genai_fixtures.py's configs and seeds).
 
 Runs in .venv-fixtures (torch, transformers 5; made by tools/make_genai_fixtures.py):
     .venv-fixtures/bin/python tools/export_hf_decoders.py OUT_DIR [--arch llama qwen2 ...]
-Writes one folder a model, OUT_DIR/{arch}-{attention}-{exporter}/: model.onnx, config.json, the
-llama fixture's tokenizer (its 1,024 ids are the vocabulary) and reference.json (transformers'
-greedy tokens for PROMPTS), so onyx.genai loads it as a user's folder. An export that fails is
-reported and skipped.
+Writes one folder a model, OUT_DIR/{arch}-{attention}-{exporter}/: model.onnx (the exporters'
+per-node metadata dropped), config.json, the llama fixture's tokenizer (its 1,024 ids are the
+vocabulary) and reference.json (transformers' greedy tokens for PROMPTS), so onyx.genai loads it
+as a user's folder. An export that fails is reported and skipped. tests/fixtures/exports holds two
+of them (llama-sdpa-dynamo, llama-sdpa-torchscript), made by this script.
 """
 import argparse
 import json
@@ -57,6 +58,20 @@ def export(arch, attention, exporter, folder):
                "torch": torch.__version__, "exporter": exporter, "attention": attention},
               open(os.path.join(folder, "reference.json"), "w"))
     export_model(model, exporter, os.path.join(folder, "model.onnx"))
+    strip_metadata(os.path.join(folder, "model.onnx"))
+
+
+def strip_metadata(path):
+    """Drops the exporters' per-node metadata and doc strings (stack traces, module paths): what
+    the graph computes stays; a dynamo export is about a third smaller."""
+    import onnx
+    m = onnx.load(path)
+    for n in m.graph.node:
+        del n.metadata_props[:]
+        n.doc_string = ""
+    del m.graph.metadata_props[:]
+    m.graph.doc_string = ""
+    onnx.save(m, path)
 
 
 def export_model(model, exporter, path, external_data=False):

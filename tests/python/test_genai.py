@@ -311,6 +311,25 @@ def test_optimum_exports_fuse_into_one_rotary_attention_per_layer(og, name):
         assert len(set(want[0])) > 1, f"rows {rows}: a decoder that says something ({want})"
 
 
+@pytest.mark.parametrize("name", ["llama-sdpa-dynamo", "llama-sdpa-torchscript"])
+def test_torch_onnx_exports_give_transformers_tokens(og, name):
+    """transformers' own Llama as torch.onnx exports it (tests/fixtures/exports: torch.export's
+    exporter and the TorchScript one, scaled_dot_product_attention): onyx.genai's greedy tokens are
+    transformers' (reference.json), unfused and with the CUDA path's fusions forced on the CPU, where
+    each layer becomes one RotaryCacheAttention over the static cache."""
+    folder = REPO / "tests" / "fixtures" / "exports" / name
+    ref = json.loads((folder / "reference.json").read_text())
+    plain = og.Model(folder)
+    fused = og.Model(folder, session_options={"fuse_attention": True, "fuse_rotary_cache": True,
+                                              "fuse_rotary_attention": True, "fuse_linear": True})
+    assert fused._m.rotary_attention_nodes() == 2, "one RotaryCacheAttention per layer"
+    assert fused.cache_mode == "static"
+    for prompt, want in zip(ref["prompts"], ref["greedy"]):
+        for label, model in (("unfused", plain), ("fused", fused)):
+            got, _ = og_loop(og, model, [prompt], len(prompt) + len(want))
+            assert got[0] == want, f"{label}, prompt {prompt}: {got[0]}, transformers {want}"
+
+
 def test_misuse_raises_and_model_stays_usable(og):
     import onyx
     folder = FIXTURES / "llama-builder-fp32"
