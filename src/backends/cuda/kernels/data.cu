@@ -521,6 +521,20 @@ CudaSupportFn data_support(const char* op, std::vector<size_t> index_inputs, boo
 // finds its place from its index tuple, read on the device; an index outside its axis sets the
 // device error word and writes nothing ----
 
+// The element offset an index tuple of m entries points at (added to `off`), negative entries
+// counted from the end of their axis; false where an entry is outside its axis.
+__device__ inline bool nd_offset(const int64_t* tuple, int m, const int64_t* dims, const int64_t* strides,
+                                 int64_t& off) {
+  bool in_range = true;
+  for (int q = 0; q < m; ++q) {
+    int64_t i = tuple[q];
+    if (i < 0) i += dims[q];
+    if (i < 0 || i >= dims[q]) in_range = false;
+    off += i * strides[q];
+  }
+  return in_range;
+}
+
 struct ScatterNdArgs {
   int m;                      // index tuple length
   int64_t dims[kMaxRank];     // data's first m dims
@@ -538,14 +552,7 @@ __global__ void scatter_nd_kernel(const int64_t* __restrict__ idx, const U* __re
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = e / a.slice, j = e - t * a.slice;
     int64_t off = 0;
-    bool in_range = true;
-    for (int q = 0; q < a.m; ++q) {
-      int64_t i = idx[t * a.m + q];
-      if (i < 0) i += a.dims[q];
-      if (i < 0 || i >= a.dims[q]) in_range = false;
-      off += i * a.strides[q];
-    }
-    if (!in_range) {
+    if (!nd_offset(idx + t * a.m, a.m, a.dims, a.strides, off)) {
       atomicOr(a.err, kDeviceErrorIndexInput);
       continue;
     }
@@ -614,14 +621,7 @@ __global__ void gather_nd_kernel(const U* __restrict__ data, const int64_t* __re
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = e / a.slice, j = e - t * a.slice;
     int64_t off = (t / a.tuples_per_batch) * a.batch_stride;
-    bool in_range = true;
-    for (int q = 0; q < a.m; ++q) {
-      int64_t i = idx[t * a.m + q];
-      if (i < 0) i += a.dims[q];
-      if (i < 0 || i >= a.dims[q]) in_range = false;
-      off += i * a.strides[q];
-    }
-    if (!in_range) {
+    if (!nd_offset(idx + t * a.m, a.m, a.dims, a.strides, off)) {
       atomicOr(a.err, kDeviceErrorIndexInput);
       out[e] = U{};
       continue;
