@@ -300,7 +300,6 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
     const int x = sh.inputs[0];
     const int xp = x >= 0 ? producer(x) : -1;
     if (xp < 0 || !m.plain(g.nodes[xp], "Reshape") || g.nodes[xp].inputs.size() != 2) continue;
-    std::vector<int> probe;
     const int base = [&] {  // unrepeat's test, without claiming anything
       const Node& rs = g.nodes[xp];
       Node* ex = m.sole(rs.inputs[0], "Expand");
@@ -334,7 +333,8 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
         return false;
       const auto gi = m.ints(g.nodes[gp].inputs[1]);
       const int sp = producer(g.nodes[gp].inputs[0]);
-      return gi && gi->size() == 1 && ((*gi)[0] + 4) % 4 == i && sp >= 0 && m.plain(g.nodes[sp], "Shape") &&
+      return gi && gi->size() == 1 && (*gi)[0] >= -4 && (*gi)[0] < 4 && ((*gi)[0] + 4) % 4 == i && sp >= 0 &&
+             m.plain(g.nodes[sp], "Shape") &&
              g.nodes[sp].attributes.empty() && g.nodes[sp].inputs.size() == 1 && g.nodes[sp].inputs[0] == base;
     };
     // Every reader a Gather of one constant index other than the heads' (axis 1), whose entry the
