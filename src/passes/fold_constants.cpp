@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -100,7 +101,7 @@ class StaticDims {
     const Node& n = g_.nodes[p];
     if (n.outputs.empty() || n.outputs[0] != id || n.inputs.empty()) return std::nullopt;
     static const char* kKeeps[] = {"Cast", "Identity", "Neg", "Relu", "Sigmoid", "Tanh", "Erf", "Sqrt",
-                                   "Reciprocal", "Exp", "Abs", "Softmax", "LayerNormalization"};
+                                   "Reciprocal", "Exp", "Abs", "Softmax", "LayerNormalization", "Cos", "Sin"};
     for (const char* op : kKeeps)
       if (onnx_op(n, op)) return of(n.inputs[0], depth + 1);
     if (onnx_op(n, "Transpose")) {
@@ -169,6 +170,35 @@ class StaticDims {
       }
       return out;
     }
+    if (onnx_op(n, "Concat")) {  // the inputs' sum along the axis
+      std::optional<std::vector<int64_t>> out;
+      const int64_t axis = Matcher_attr(n, "axis");
+      for (int in : n.inputs) {
+        auto d = of(in, depth + 1);
+        if (!d || d->empty()) return std::nullopt;
+        const int64_t r = static_cast<int64_t>(d->size()), a = axis < 0 ? axis + r : axis;
+        if (a < 0 || a >= r || (out && out->size() != d->size())) return std::nullopt;
+        if (!out) {
+          out = d;
+          continue;
+        }
+        for (size_t i = 0; i < d->size(); ++i) {
+          if (static_cast<int64_t>(i) == a)
+            (*out)[i] = (*out)[i] >= 0 && (*d)[i] >= 0 ? (*out)[i] + (*d)[i] : -1;
+          else if ((*out)[i] < 0)
+            (*out)[i] = (*d)[i];
+        }
+      }
+      return out;
+    }
+    if (onnx_op(n, "Slice") && n.opset >= 10 && n.inputs.size() >= 3) {  // constant bounds
+      auto in = of(n.inputs[0], depth + 1);
+      auto range = slice_range(n, in);
+      if (!in || !range) return in ? std::optional<std::vector<int64_t>>(std::vector<int64_t>(in->size(), -1)) : std::nullopt;
+      std::vector<int64_t> out = *in;
+      for (const auto& [axis, start, end] : *range) out[static_cast<size_t>(axis)] = std::max<int64_t>(0, end - start);
+      return out;
+    }
     if (onnx_op(n, "Unsqueeze")) {
       auto in = of(n.inputs[0], depth + 1);
       std::optional<std::vector<int64_t>> axes;
@@ -209,6 +239,40 @@ class StaticDims {
   }
 
  public:
+  // A Slice with constant starts, ends and axes and steps of 1, over a value whose dimensions
+  // along those axes are fixed: (axis, start, end) per sliced axis, clamped; nullopt otherwise.
+  std::optional<std::vector<std::tuple<int64_t, int64_t, int64_t>>> slice_range(
+      const Node& n, const std::optional<std::vector<int64_t>>& in) const {
+    if (!in) return std::nullopt;
+    const auto st = ints(n.inputs[1]), en = ints(n.inputs[2]);
+    if (!st || !en || st->size() != en->size()) return std::nullopt;
+    std::vector<int64_t> axes;
+    if (n.inputs.size() > 3 && n.inputs[3] >= 0) {
+      auto a = ints(n.inputs[3]);
+      if (!a || a->size() != st->size()) return std::nullopt;
+      axes = *a;
+    } else {
+      for (size_t i = 0; i < st->size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    }
+    if (n.inputs.size() > 4 && n.inputs[4] >= 0) {
+      auto steps = ints(n.inputs[4]);
+      if (!steps || steps->size() != st->size()) return std::nullopt;
+      for (int64_t x : *steps)
+        if (x != 1) return std::nullopt;
+    }
+    const int64_t r = static_cast<int64_t>(in->size());
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> out;
+    for (size_t i = 0; i < axes.size(); ++i) {
+      const int64_t a = axes[i] < 0 ? axes[i] + r : axes[i];
+      if (a < 0 || a >= r) return std::nullopt;
+      const int64_t dim = (*in)[static_cast<size_t>(a)];
+      if (dim < 0) return std::nullopt;
+      auto clampi = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + dim : v, 0, dim); };
+      out.emplace_back(a, clampi((*st)[i]), clampi((*en)[i]));
+    }
+    return out;
+  }
+
   static int64_t Matcher_attr(const Node& n, const char* name) {
     const Attribute* a = n.find_attribute(name);
     return a ? a->i : 0;
@@ -352,7 +416,47 @@ FoldReport fold_constants(Graph& g, const OpRegistry& registry, size_t growth_al
     r.bytes += out_bytes;
     keep(k, std::move(outs));
   }
-  if (!r.nodes) return r;
+  // A Slice that keeps all of its input (the first `d` entries of an axis of `d`) is its input,
+  // and a Concat input of no entries along the axis goes (Phi-3's rotary embeddings slice the
+  // head at the rotary size, which is all of it, and concatenate the empty rest).
+  {
+    std::unordered_set<int> keep(outputs.begin(), outputs.end());
+    for (const Node& n : g.nodes) keep.insert(n.implicit_inputs.begin(), n.implicit_inputs.end());
+    auto redirect = [&](int from, int to) {
+      for (size_t j = 0; j < g.nodes.size(); ++j)
+        if (!folded[j])
+          for (int& in : g.nodes[j].inputs)
+            if (in == from) in = to;
+    };
+    for (size_t k = 0; k < g.nodes.size(); ++k) {
+      Node& n = g.nodes[k];
+      if (folded[k] || n.outputs.size() != 1 || n.outputs[0] < 0) continue;
+      if (onnx_op(n, "Slice") && n.opset >= 10 && n.inputs.size() >= 3 && n.inputs[0] >= 0 && !keep.count(n.outputs[0])) {
+        const auto range = dims.slice_range(n, dims.of(n.inputs[0]));
+        if (!range) continue;
+        const auto in = dims.of(n.inputs[0]);
+        bool whole = true;
+        for (const auto& [axis, start, end] : *range) whole = whole && start == 0 && end == (*in)[static_cast<size_t>(axis)];
+        if (!whole) continue;
+        redirect(n.outputs[0], n.inputs[0]);
+        folded[k] = true;
+        ++r.identities;
+      } else if (onnx_op(n, "Concat") && n.inputs.size() > 1) {
+        const int64_t axis = StaticDims::Matcher_attr(n, "axis");
+        std::vector<int> kept_inputs;
+        for (int in : n.inputs) {
+          const auto d = dims.of(in);
+          const int64_t rk = d ? static_cast<int64_t>(d->size()) : 0, a = axis < 0 ? axis + rk : axis;
+          const bool empty = d && a >= 0 && a < rk && (*d)[static_cast<size_t>(a)] == 0;
+          if (!empty) kept_inputs.push_back(in);
+        }
+        if (kept_inputs.size() == n.inputs.size() || kept_inputs.empty()) continue;
+        r.identities += static_cast<int>(n.inputs.size() - kept_inputs.size());
+        n.inputs = std::move(kept_inputs);
+      }
+    }
+  }
+  if (!r.nodes && !r.identities) return r;
   // A Shape node whose readers all folded (its entries taken one by one) goes too, and so does a
   // Constant node that only folded nodes read.
   {

@@ -6,7 +6,9 @@
 //
 // A Shape of a value whose dimensions the graph fixes (a Reshape by constant entries, a
 // Transpose of one, ...) folds too, and so does an entry of a Shape (Gather by a constant index)
-// where that dimension is fixed: the exporters' shape arithmetic on a head's size then folds.
+// where that dimension is fixed: the exporters' shape arithmetic on a head's size then folds. A
+// Slice that keeps all of its (fixed-size) input is dropped for its input, and so is a Concat
+// input of no entries along the axis.
 //
 // Not folded: ops that are not deterministic (never_fold), nodes with subgraphs, nodes whose
 // outputs are graph outputs, the quantization ops (QuantizeLinear, DequantizeLinear,
@@ -31,6 +33,7 @@ struct FoldReport {
   std::vector<std::string> ops;   // op type of each folded node
   int shapes = 0;                 // of them, Shapes (or entries of one) of values whose dimensions are fixed
   int dead_shapes = 0;            // Shape nodes dropped: every reader folded
+  int identities = 0;             // Slices that keep all of their input, and empty Concat inputs, dropped
 };
 
 FoldReport fold_constants(Graph& g, const OpRegistry& registry, size_t growth_allowance = 64 * 1024);

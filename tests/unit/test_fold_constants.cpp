@@ -289,4 +289,75 @@ TEST(FoldConstants, ShapeOfADimensionTheFeedDecidesStays) {
   for (int64_t k = 0; k < a[0].numel(); ++k) ASSERT_EQ(a[0].get_as_double(k), b[0].get_as_double(k)) << k;
 }
 
+TEST(FoldConstants, RotarySliceOfTheWholeHeadAndTheEmptyRestGo) {
+  // Phi-3's rotary embeddings as TorchScript exports them: r = Shape(cos)[-1], cos computed from the
+  // positions ([b, s, 1] x 8 frequencies, concatenated twice: 16); q_rot = q[..., :r],
+  // q_pass = q[..., r:], y = Concat(Neg(q_rot), q_pass). With q's head fixed at 16, r folds to 16,
+  // q_rot is q and q_pass is empty: y = Neg(q).
+  auto build = [] {
+    Graph g;
+    g.name = "partial_rotary";
+    auto input = [&](const char* name, DType t, std::vector<int64_t> dims, std::vector<std::string> params) {
+      int id = add_value(g, name);
+      Value& v = g.values[id];
+      v.is_input = true;
+      v.declared.category = TypeInfo::Category::kTensor;
+      v.declared.dtype = t;
+      v.declared.rank_known = true;
+      v.declared.dims = std::move(dims);
+      v.declared.dim_params = std::move(params);
+      g.inputs.push_back(id);
+      return id;
+    };
+    int q = input("q", DType::kFloat32, {-1, 4, -1, 16}, {"b", "", "s", ""});
+    int pos = input("pos", DType::kFloat32, {-1, -1}, {"b", "s"});
+    int ax2 = add_initializer(g, "ax2", ints_tensor({2}));
+    int freq = add_initializer(g, "freq", test::random_tensor<float>(Shape{8}));
+    int pu = add_value(g, "pu"), f = add_value(g, "f"), emb = add_value(g, "emb"), cos = add_value(g, "cos");
+    add_node(g, "Unsqueeze", {pos, ax2}, {pu});
+    add_node(g, "Mul", {pu, freq}, {f});
+    add_node(g, "Concat", {f, f}, {emb}, {make_int_attr("axis", -1)});
+    add_node(g, "Cos", {emb}, {cos});
+    int sh = add_value(g, "sh"), r = add_value(g, "r"), ru = add_value(g, "ru");
+    add_node(g, "Shape", {cos}, {sh});
+    add_node(g, "Gather", {sh, add_initializer(g, "last", Tensor::scalar<int64_t>(-1))}, {r});
+    add_node(g, "Unsqueeze", {r, add_initializer(g, "ax0", ints_tensor({0}))}, {ru});
+    int zero = add_initializer(g, "zero", ints_tensor({0})), big = add_initializer(g, "big", ints_tensor({1 << 30}));
+    int ax3 = add_initializer(g, "ax3", ints_tensor({3}));
+    int rot = add_value(g, "rot"), pass = add_value(g, "pass"), neg = add_value(g, "neg"), y = add_value(g, "y");
+    add_node(g, "Slice", {q, zero, ru, ax3}, {rot});
+    add_node(g, "Slice", {q, ru, big, ax3}, {pass});
+    add_node(g, "Neg", {rot}, {neg});
+    add_node(g, "Concat", {neg, pass}, {y}, {make_int_attr("axis", -1)});
+    int c = add_value(g, "c");
+    add_node(g, "Mul", {cos, add_initializer(g, "one", Tensor::scalar<float>(1.f))}, {c});
+    g.outputs = {y, c};
+    return g;
+  };
+  Graph g = build(), plain = build();
+  for (auto& [id, t] : g.initializers) plain.initializers[plain.find_value(g.values[id].name)] = t;
+  FoldReport r = fold_constants(g, OpRegistry::global());
+  EXPECT_EQ(r.shapes, 1);      // Shape(cos)[-1]
+  EXPECT_EQ(r.identities, 2);  // the Slice of the whole head, the empty rest from the Concat
+  int slices = 0;
+  for (const auto& n : g.nodes) {
+    slices += n.op_type == "Slice";
+    if (n.op_type == "Concat" && n.outputs[0] == g.find_value("y")) {
+      EXPECT_EQ(n.inputs.size(), 1u);
+    }
+  }
+  EXPECT_EQ(slices, 1);  // the empty rest's Slice stays (unread now) until a later pass drops it
+  for (auto [b, s] : {std::pair<int64_t, int64_t>{2, 3}, {1, 5}}) {
+    Tensor q = test::random_tensor<float>(Shape{b, 4, s, 16}), pos = test::random_tensor<float>(Shape{b, s});
+    auto alloc = make_cpu_allocator();
+    GraphExecutor ea(plain, OpRegistry::global(), alloc, SessionOptions{});
+    GraphExecutor eb(g, OpRegistry::global(), alloc, SessionOptions{});
+    auto a = ea.run({q, pos}), o = eb.run({q, pos});
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i].shape(), o[i].shape()) << i;
+      for (int64_t k = 0; k < a[i].numel(); ++k) ASSERT_EQ(a[i].get_as_double(k), o[i].get_as_double(k)) << i;
+    }
+  }
+}
+
 }  // namespace onyx
