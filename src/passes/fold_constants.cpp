@@ -420,14 +420,7 @@ FoldReport fold_constants(Graph& g, const OpRegistry& registry, size_t growth_al
   // and a Concat input of no entries along the axis goes (Phi-3's rotary embeddings slice the
   // head at the rotary size, which is all of it, and concatenate the empty rest).
   {
-    std::unordered_set<int> keep(outputs.begin(), outputs.end());
-    for (const Node& n : g.nodes) keep.insert(n.implicit_inputs.begin(), n.implicit_inputs.end());
-    auto redirect = [&](int from, int to) {
-      for (size_t j = 0; j < g.nodes.size(); ++j)
-        if (!folded[j])
-          for (int& in : g.nodes[j].inputs)
-            if (in == from) in = to;
-    };
+    const std::unordered_set<int> keep = pinned_values(g);
     for (size_t k = 0; k < g.nodes.size(); ++k) {
       Node& n = g.nodes[k];
       if (folded[k] || n.outputs.size() != 1 || n.outputs[0] < 0) continue;
@@ -438,7 +431,7 @@ FoldReport fold_constants(Graph& g, const OpRegistry& registry, size_t growth_al
         bool whole = true;
         for (const auto& [axis, start, end] : *range) whole = whole && start == 0 && end == (*in)[static_cast<size_t>(axis)];
         if (!whole) continue;
-        redirect(n.outputs[0], n.inputs[0]);
+        redirect_reads(g, n.outputs[0], n.inputs[0]);
         folded[k] = true;
         ++r.identities;
       } else if (onnx_op(n, "Concat") && n.inputs.size() > 1) {

@@ -24,8 +24,7 @@ constexpr int64_t kToTheEnd = int64_t{1} << 31;  // a Slice end at least this is
 // its readers read the input, and the node goes. Not where its output is a graph output or a
 // subgraph reads it.
 static int drop_single_concats(Graph& g) {
-  std::unordered_set<int> keep(g.outputs.begin(), g.outputs.end());
-  for (const Node& n : g.nodes) keep.insert(n.implicit_inputs.begin(), n.implicit_inputs.end());
+  const std::unordered_set<int> keep = pinned_values(g);
   std::vector<bool> removed(g.nodes.size(), false);
   int dropped = 0;
   for (size_t k = 0; k < g.nodes.size(); ++k) {
@@ -33,10 +32,7 @@ static int drop_single_concats(Graph& g) {
     if (c.op_type != "Concat" || !(c.domain.empty() || c.domain == "ai.onnx") || c.inputs.size() != 1 ||
         c.inputs[0] < 0 || c.outputs.size() != 1 || c.outputs[0] < 0 || keep.count(c.outputs[0]))
       continue;
-    const int from = c.outputs[0], to = c.inputs[0];
-    for (Node& n : g.nodes)
-      for (int& in : n.inputs)
-        if (in == from) in = to;
+    redirect_reads(g, c.outputs[0], c.inputs[0]);
     removed[k] = true;
     ++dropped;
   }

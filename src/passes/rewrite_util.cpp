@@ -74,6 +74,18 @@ void set_producers(Graph& g) {
       if (o >= 0) g.values[o].producer = static_cast<int>(k);
 }
 
+std::unordered_set<int> pinned_values(const Graph& g) {
+  std::unordered_set<int> pinned(g.outputs.begin(), g.outputs.end());
+  for (const Node& n : g.nodes) pinned.insert(n.implicit_inputs.begin(), n.implicit_inputs.end());
+  return pinned;
+}
+
+void redirect_reads(Graph& g, int from, int to) {
+  for (Node& n : g.nodes)
+    for (int& in : n.inputs)
+      if (in == from) in = to;
+}
+
 const Tensor* constant_value(const Graph& g, int id) {
   if (id < 0) return nullptr;
   auto it = g.initializers.find(id);

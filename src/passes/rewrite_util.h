@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,12 @@ void set_producers(Graph& g);
 // Puts each new node at its position (the index of the node it replaces) and drops the nodes
 // marked removed; then recomputes every value's producer.
 void replace_nodes(Graph& g, const std::vector<bool>& removed, std::vector<std::pair<size_t, Node>>& replace);
+
+// The values a rewrite may not drop for another: graph outputs, and values subgraphs read by name.
+std::unordered_set<int> pinned_values(const Graph& g);
+
+// Every node input that reads `from` reads `to` instead.
+void redirect_reads(Graph& g, int from, int to);
 
 // A value known at load: an initializer no feed replaces, or a Constant node's value; null
 // otherwise.
