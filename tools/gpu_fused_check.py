@@ -1,0 +1,32 @@
+"""On the GPU machine: the Optimum fixtures and the committed exports through onyx.genai on cuda:0
+(the CUDA defaults: the fused path) against the CPU's tokens (and transformers' for the exports)."""
+import glob, json, os, sys
+import numpy as np
+import onyx.genai as og
+root = sys.argv[1]
+bad = 0
+def greedy(m, prompt, n):
+    p = og.GeneratorParams(m); p.set_search_options(max_length=len(prompt) + n)
+    g = og.Generator(m, p); g.append_tokens(np.array(prompt, np.int32)); out = []
+    while not g.is_done():
+        g.generate_next_token(); out.append(int(g.get_next_tokens()[0]))
+    return out
+folders = sorted(glob.glob(f"{root}/tests/fixtures/genai/*-optimum")) + sorted(glob.glob(f"{root}/tests/fixtures/exports/*/"))
+for f in folders:
+    f = f.rstrip("/")
+    ref = json.load(open(f + "/reference.json")) if "exports" in f else None
+    prompts = ref["prompts"] if ref else [[5, 17, 33, 8], [60, 4, 99, 100, 101, 7, 8], [3]]
+    cpu = og.Model(f)
+    for cap in ("off", "require"):
+        gpu = og.Model(f, device="cuda:0", capture=cap)
+        same = 0
+        for i, p in enumerate(prompts):
+            n = len(ref["greedy"][i]) if ref else 16
+            want = ref["greedy"][i] if ref else greedy(cpu, p, n)
+            got = greedy(gpu, p, n)
+            same += got == want
+        ok = same == len(prompts)
+        bad += not ok
+        print(f"{os.path.basename(f)} cuda:0 capture {cap}: {same}/{len(prompts)} prompts equal to {'transformers' if ref else 'the CPU'}; "
+              f"cache {gpu.cache_mode}; RotaryCacheAttention {gpu._m.rotary_attention_nodes()}", flush=True)
+sys.exit(1 if bad else 0)
