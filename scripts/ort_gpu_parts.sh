@@ -2,7 +2,7 @@
 # onnxruntime-gpu for the GPU machine, cut into parts that each fit one device call's carry
 # beside the working tree: downloads the wheel (CUDA 13 build, for the machine's Python 3.12),
 # drops the TensorRT provider (not used), packs the package as tar.xz, splits it into parts of
-# ORT_PART_MB MiB (default 44) and writes .ortgpu/MANIFEST (the parts, their count and the
+# ORT_PART_MB MiB (default 40: a part and the working tree within one call's 64 MiB) and writes .ortgpu/MANIFEST (the parts, their count and the
 # archive's SHA-256). On the GPU machine, scripts/ort_gpu_receive.sh gathers the parts in its /tmp
 # across calls and unpacks the package once all have come. Run from anywhere; about two minutes.
 #
@@ -11,7 +11,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 version=${ORT_GPU_VERSION:-1.31.0}
-part_mb=${ORT_PART_MB:-44}
+part_mb=${ORT_PART_MB:-40}
 out=$root/.ortgpu
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
