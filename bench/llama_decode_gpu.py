@@ -545,7 +545,9 @@ def ort_session(path, batch, P, feeds, c, tdt, dev):
             continue
         import onnxruntime
         print(f"{label} (onnxruntime {onnxruntime.__version__}) session at batch {batch}, past {P} loaded and "
-              f"warmed in {time.time() - t0:.1f} s", flush=True)
+              f"warmed in {time.time() - t0:.1f} s"
+              + (f"; {step.rewritten} bfloat16 Reciprocal nodes run as Div(1, x) (no bfloat16 Reciprocal kernel)"
+                 if step.rewritten else ""), flush=True)
         return label, step, outs
     return None
 

@@ -6,9 +6,14 @@ onnxruntime's CUDA execution provider with CUDA graphs runs it:
 
 - The decoder's symbolic dimensions are fixed for the session (add_free_dimension_override_by_name),
   so onnxruntime folds the shape arithmetic at load. This is the static-shape form that CUDA graphs
-  need (every node on the CUDA provider, the same shapes and addresses every run); the ONNX file
-  itself is not rewritten.
+  need (every node on the CUDA provider, the same shapes and addresses every run); the dimensions
+  are not written into the ONNX file.
 - enable_cuda_graph: onnxruntime captures a run after its warm-up runs and replays it.
+
+onnxruntime 1.31 has no bfloat16 Reciprocal kernel on either provider, and torch.onnx writes one
+per attention scale and norm in a bfloat16 decoder. `onnxruntime_form` writes a copy of the graph
+beside the original (same external weights) with each bfloat16 Reciprocal(x) as Div(1, x), the same
+value rounded once; the benchmark prints how many it rewrote.
 
 The session must hold the provider that was asked for: onnxruntime falls back to the CPU provider
 where the CUDA one cannot load; that is an error here, not a slower column.
@@ -41,6 +46,35 @@ def describe(t):
     return device.type, device.index or 0, _ONNX_TYPES[name], list(t.shape), t.data_ptr()
 
 
+def onnxruntime_form(path):
+    """(path, rewritten): the decoder at `path`, or a copy beside it whose bfloat16 Reciprocal
+    nodes are Div(1, x) (onnxruntime has no bfloat16 Reciprocal kernel), and how many it rewrote.
+    The copy reads the original's external weights; nothing is written when nothing changes."""
+    import os
+    model = onnx.load(path, load_external_data=False)
+    typed = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type
+             for v in list(typed.graph.value_info) + list(typed.graph.input) + list(typed.graph.output)}
+    types.update({t.name: t.data_type for t in model.graph.initializer})
+    rewritten = 0
+    for node in model.graph.node:
+        if node.op_type != "Reciprocal" or types.get(node.input[0]) != onnx.TensorProto.BFLOAT16:
+            continue
+        one = f"{node.name or node.output[0]}/onnxruntime_one"
+        model.graph.initializer.append(onnx.helper.make_tensor(one, onnx.TensorProto.BFLOAT16, [], [1.0]))
+        x = node.input[0]
+        node.op_type = "Div"
+        del node.input[:]
+        node.input.extend([one, x])
+        rewritten += 1
+    if not rewritten:
+        return path, 0
+    root, ext = os.path.splitext(path)
+    out = f"{root}.onnxruntime{ext}"
+    onnx.save(model, out)
+    return out, rewritten
+
+
 class OrtStep:
     """An onnxruntime session of one decoder at fixed dimensions, inputs and outputs bound."""
 
@@ -60,6 +94,7 @@ class OrtStep:
             if cuda_graph:
                 options["enable_cuda_graph"] = "1"
             providers = [(provider, options)]
+        path, self.rewritten = onnxruntime_form(path)
         self.session = ort.InferenceSession(path, so, providers=providers)
         held = self.session.get_providers()
         if provider not in held:

@@ -72,3 +72,54 @@ def test_refuses_what_it_cannot_bind(decoder):
         step.bind(feeds, outs)
     with pytest.raises(ValueError, match="CUDA execution provider"):
         ort_decode.OrtStep(decoder, {}, provider="CPUExecutionProvider", cuda_graph=True)
+
+
+def test_bfloat16_reciprocals_become_divisions_of_one(tmp_path):
+    """onnxruntime has no bfloat16 Reciprocal kernel; onnxruntime_form writes a copy beside the model
+    where each bfloat16 Reciprocal(x) is Div(1, x), reading the original's external weights, and
+    leaves a float Reciprocal and the original file alone."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng()
+    w = (rng.random(64, dtype=np.float32) + 0.5).astype(np.float32)
+    nodes = [
+        h.make_node("Add", ["x", "w"], ["s"]),
+        h.make_node("Reciprocal", ["s"], ["r32"], name="float_reciprocal"),
+        h.make_node("Cast", ["s"], ["sb"], to=T.BFLOAT16),
+        h.make_node("Reciprocal", ["sb"], ["rb"], name="bf16_reciprocal"),
+        h.make_node("Reciprocal", ["rb"], ["rrb"]),  # unnamed: its copy is named by its output
+        h.make_node("Cast", ["rrb"], ["y16"], to=T.FLOAT),
+    ]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [64])],
+                         [h.make_tensor_value_info("r32", T.FLOAT, [64]), h.make_tensor_value_info("y16", T.FLOAT, [64])],
+                         [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "m.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), str(path), save_as_external_data=True,
+              all_tensors_to_one_file=True, location="m.onnx.data", size_threshold=0)
+    before = path.read_bytes()
+
+    out, rewritten = ort_decode.onnxruntime_form(str(path))
+    assert rewritten == 2 and out != str(path) and path.read_bytes() == before
+    copy = onnx.load(out)  # with the original's external weights
+    np.testing.assert_array_equal(numpy_helper.to_array(next(t for t in copy.graph.initializer if t.name == "w")), w)
+    ops = {n.output[0]: n for n in copy.graph.node}
+    assert ops["r32"].op_type == "Reciprocal"
+    for name, x in (("rb", "sb"), ("rrb", "rb")):
+        assert ops[name].op_type == "Div" and ops[name].input[1] == x
+        one = next(t for t in copy.graph.initializer if t.name == ops[name].input[0])
+        assert one.data_type == T.BFLOAT16 and float(numpy_helper.to_array(one)) == 1.0
+
+    x = rng.standard_normal(64).astype(np.float32)
+    want = ReferenceEvaluator(onnx.load(str(path))).run(None, {"x": x})
+    got = ReferenceEvaluator(copy).run(None, {"x": x})
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    assert not np.allclose(got[1], 1 / (1 / (x + w)), rtol=0, atol=0)  # bfloat16 rounding did happen
+
+    float_only = tmp_path / "f.onnx"
+    onnx.save(h.make_model(h.make_graph(nodes[:2], "g", graph.input, graph.output[:1], [numpy_helper.from_array(w, "w")]),
+                           opset_imports=[h.make_opsetid("", 17)]), str(float_only))
+    assert ort_decode.onnxruntime_form(str(float_only)) == (str(float_only), 0)
