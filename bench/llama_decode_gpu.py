@@ -155,7 +155,7 @@ def profile(label, step, n):
     total = sum(t for t, _ in rows.values())
     print(f"    {label}: GPU busy {total / n / 1e3:.3f} ms/step in {sum(k for _, k in rows.values()) // n} "
           f"kernels/step; by kernel (ms/step, launches/step):", flush=True)
-    for name, (t, k) in sorted(rows.items(), key=lambda r: -r[1][0])[:14]:
+    for name, (t, k) in sorted(rows.items(), key=lambda r: -r[1][0])[:30]:
         print(f"      {t / n / 1e3:7.3f}  {k // n:4d}  {name}", flush=True)
     exposed(label, p, n)
 
@@ -189,7 +189,7 @@ def exposed(label, p, n):
     span = (sum(pos_exp) + sum(pos_gap)) / 1e3
     print(f"    {label}: exposed {sum(pos_exp) / 1e3:.3f} + gaps {sum(pos_gap) / 1e3:.3f} = {span:.3f} ms/step from the "
           f"first kernel's start to the last's end; exposed by kernel (ms/step):", flush=True)
-    for name, x in sorted(by_name.items(), key=lambda r: -r[1])[:10]:
+    for name, x in sorted(by_name.items(), key=lambda r: -r[1])[:20]:
         print(f"      {x / 1e3:7.3f}  {name}", flush=True)
     shown = list(range(min(k, 22))) + list(range(max(22, k - 6), k))
     print("      by position (us exposed, us gap before): " + "; ".join(
@@ -652,6 +652,9 @@ def generate_steps(args, c, path, P, batch, g, mode="greedy", search=None, optio
     else:
         print(f"onyx generate ({mode}), batch {batch}: stopped after {len(times)} steps (EOS)", flush=True)
     print(f"    onyx generate capture report: {model.capture_report()}", flush=True)
+    kernels = model._m.step_kernels()
+    print(f"    onyx generate step: {sum(kernels.values())} kernels: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(kernels.items(), key=lambda kv: (-kv[1], kv[0]))), flush=True)
     if args.profile and not gen.done:
         profile(f"onyx generate ({mode}), batch {batch}", lambda: None if gen.done else gen.next(), args.profile)
     gen.stop()

@@ -5,7 +5,8 @@ inputs (left padding on one row), unfused and fused, and the nodes one decode st
 
     .venv/bin/python tools/fusion_coverage.py DIR_OR_FILES...
     .venv/bin/python tools/fusion_coverage.py --generate DIR...   (export_hf_decoders.py's folders:
-        onyx.genai's greedy tokens, unfused and fused, against transformers' in reference.json)
+        onyx.genai's greedy tokens, unfused and fused, against transformers' in reference.json, and
+        the kernels the fused loop's decode step runs: its plan's steps, views and folded nodes aside)
 """
 import collections
 import glob
@@ -92,21 +93,25 @@ def generate(folder):
         for label, model in (("unfused", plain), ("fused", fused)):
             same[label] += greedy(og, model, prompt, len(want)) == want
     n = len(ref["prompts"])
+    kernels = fused._m.step_kernels()
+    shown = ", ".join(f"{k.replace('onyx::', '').replace('onyx.genai::', '')} {v}"
+                      for k, v in sorted(kernels.items(), key=lambda kv: (-kv[1], kv[0])))
     return (f"| {os.path.basename(folder)} | {same['unfused']}/{n} | {same['fused']}/{n} | "
-            f"{fused._m.rotary_attention_nodes()} | {fused.cache_mode} |")
+            f"{fused._m.rotary_attention_nodes()} | {fused.cache_mode} | {sum(kernels.values())} | {shown} |")
 
 
 def main():
     if sys.argv[1:2] == ["--generate"]:
-        print("| export | greedy = transformers', unfused | fused | RotaryCacheAttention | cache |")
-        print("|---|---:|---:|---:|---|")
+        print("| export | greedy = transformers', unfused | fused | RotaryCacheAttention | cache | "
+              "fused decode step: kernels | by op |")
+        print("|---|---:|---:|---:|---|---:|---|")
         for a in sys.argv[2:]:
             for folder in sorted(glob.glob(os.path.join(a, "*", "reference.json"))) or [os.path.join(a, "x")]:
                 folder = os.path.dirname(folder)
                 try:
                     print(generate(folder), flush=True)
                 except Exception as e:  # report and go on
-                    print(f"| {os.path.basename(folder)} | failed: {type(e).__name__}: {str(e)[:300]} | | | |", flush=True)
+                    print(f"| {os.path.basename(folder)} | failed: {type(e).__name__}: {str(e)[:300]} | | | | | |", flush=True)
         return
     paths = []
     for a in sys.argv[1:]:

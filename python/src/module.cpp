@@ -870,6 +870,11 @@ NB_MODULE(_onyx, m) {
         auto* m = dynamic_cast<genai::LanguageModel*>(pm->lm.get());
         return m ? m->rotary_attention_nodes() : 0;
       })
+      .def("step_kernels", [](const std::shared_ptr<PyModel>& pm) {
+        // What the latest decode step ran, by op (LanguageModel::step_kernels; empty for a pipeline).
+        auto* m = dynamic_cast<genai::LanguageModel*>(pm->lm.get());
+        return m ? m->step_kernels() : std::map<std::string, int>{};
+      })
       .def("memory_report", [](const std::shared_ptr<PyModel>& pm) { return pm->lm->memory_report(); })
       .def("components", [](const std::shared_ptr<PyModel>& pm) {
         // A pipeline's components and their memory; a decoder-only model has none listed.

@@ -60,6 +60,10 @@ class GraphExecutor {
   // host; the input slots in a capture session).
   std::shared_ptr<const ExecutionPlan> plan_for(const std::vector<ValueType>& inputs);
   PlanCacheStats plan_cache_stats() const { return cache_.stats(); }
+  // The plan of the latest run (null before any).
+  std::shared_ptr<const ExecutionPlan> latest_plan() const {
+    return cache_.entries().empty() ? nullptr : cache_.entries().front()->plan;
+  }
   // Nodes that ran on the CPU although a backend was given, with the reason (each once).
   const std::vector<Fallback>& fallbacks() const { return fallbacks_; }
   CaptureReport capture_report() const;

@@ -449,6 +449,21 @@ Next LanguageModel::step(const std::vector<int64_t>& tokens, const Draw& draw) {
 
 int64_t LanguageModel::bucket() const { return batch_ ? batch_->size : 0; }
 
+std::map<std::string, int> LanguageModel::step_kernels() const {
+  const Runner* r = mode_ != CacheMode::kGrowing && step_ ? step_.get() : prompt_.get();
+  std::map<std::string, int> ops;
+  const auto plan = r ? r->exec->latest_plan() : nullptr;
+  if (!plan) return ops;
+  for (const Step& s : plan->steps) {
+    if (s.place == StepPlace::kNone) continue;
+    const Node& n = r->graph->nodes[static_cast<size_t>(s.node)];
+    std::string op = n.domain.empty() || n.domain == "ai.onnx" ? n.op_type : n.domain + "::" + n.op_type;
+    if (backend_ && s.place == StepPlace::kHost) op += " (host)";
+    ++ops[op];
+  }
+  return ops;
+}
+
 int64_t LanguageModel::cache_grows() const { return batch_ ? batch_->grows : 0; }
 
 // The cache to the next block boundary that holds `need` positions: new buffers (zeros past

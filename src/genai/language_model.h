@@ -17,6 +17,7 @@
 
 #include <array>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +71,10 @@ class LanguageModel : public TokenModel {
   // The decode step's onyx::RotaryCacheAttention nodes (the rotary-attention fusion after the cache
   // rewrite; 0 where it is off or found nothing to fuse).
   int rotary_attention_nodes() const { return rotary_attention_nodes_; }
+  // What the latest decode step ran, by op ("domain::op" outside the default domain): the steps of
+  // its plan that have a kernel (not the views, nor the nodes computed while planning), those on
+  // the CPU in a device model marked " (host)". Empty before the first step.
+  std::map<std::string, int> step_kernels() const;
   // Keeps only the sequences `keep` (ascending indexes into the current ones; the rest have
   // finished), moving the batch to the smallest bucket that holds them.
   void keep(const std::vector<size_t>& keep) override;

@@ -155,7 +155,8 @@ class StaticDims {
     }
     // Broadcasting arithmetic: where one side's dimension is fixed and not 1, a valid graph's
     // output has it.
-    if ((onnx_op(n, "Add") || onnx_op(n, "Sub") || onnx_op(n, "Mul") || onnx_op(n, "Div")) && n.inputs.size() == 2) {
+    if ((onnx_op(n, "Add") || onnx_op(n, "Sub") || onnx_op(n, "Mul") || onnx_op(n, "Div") || onnx_op(n, "Pow")) &&
+        n.inputs.size() == 2) {
       auto a = of(n.inputs[0], depth + 1), b = of(n.inputs[1], depth + 1);
       if (!a || !b) return std::nullopt;
       const size_t r = std::max(a->size(), b->size());
@@ -224,6 +225,47 @@ class StaticDims {
       shape_range(n, static_cast<int64_t>(in->size()), start, end);
       return std::vector<int64_t>{std::max<int64_t>(0, end - start)};
     }
+    // A reduction over constant axes (an attribute, or input 1 from opset 18; ReduceSum from 13):
+    // the other dimensions, the reduced ones 1 or dropped (keepdims).
+    if (onnx_op(n, "ReduceMean") || onnx_op(n, "ReduceSum") || onnx_op(n, "ReduceMax") || onnx_op(n, "ReduceMin")) {
+      auto in = of(n.inputs[0], depth + 1);
+      if (!in) return std::nullopt;
+      std::optional<std::vector<int64_t>> axes;
+      if (n.inputs.size() > 1 && n.inputs[1] >= 0) axes = ints(n.inputs[1]);
+      else if (const Attribute* a = n.find_attribute("axes")) axes = a->ints;
+      else if (n.inputs.size() < 2 && ((n.op_type == "ReduceSum" && n.opset < 13) || n.opset < 18)) axes.emplace();
+      if (!axes || (axes->empty() && Matcher_attr_or(n, "noop_with_empty_axes", 0) != 0)) return std::nullopt;
+      const int64_t r = static_cast<int64_t>(in->size());
+      std::vector<bool> reduced(in->size(), axes->empty());
+      for (int64_t a : *axes) {
+        if (a < 0) a += r;
+        if (a < 0 || a >= r) return std::nullopt;
+        reduced[static_cast<size_t>(a)] = true;
+      }
+      const bool keep = Matcher_attr_or(n, "keepdims", 1) != 0;
+      std::vector<int64_t> out;
+      for (size_t i = 0; i < in->size(); ++i) {
+        if (!reduced[i]) out.push_back((*in)[i]);
+        else if (keep) out.push_back(1);
+      }
+      return out;
+    }
+    // A product by a 2-D constant weight: x's dimensions but the last, then the weight's outputs
+    // (MatMul's B is [K, N]; onyx::Linear's weight [N, K], its outputs cut by `splits`).
+    const bool linear = n.domain == "onyx" && n.op_type == "Linear" && n.inputs.size() == 2;
+    if ((onnx_op(n, "MatMul") && n.inputs.size() == 2) || linear) {
+      const Tensor* w = constant(n.inputs[1]);
+      auto in = of(n.inputs[0], depth + 1);
+      if (!w || w->rank() != 2 || !in || in->size() < 2) return std::nullopt;
+      int64_t width = linear ? w->shape()[0] : w->shape()[1];
+      if (const Attribute* sp = linear ? n.find_attribute("splits") : nullptr; sp && !sp->ints.empty()) {
+        if (sp->ints.size() != n.outputs.size()) return std::nullopt;
+        width = sp->ints[static_cast<size_t>(std::find(n.outputs.begin(), n.outputs.end(), id) - n.outputs.begin())];
+      }
+      std::vector<int64_t> out(in->begin(), in->end() - 1);
+      out.push_back(width);
+      return out;
+    }
     if (onnx_op(n, "Gather") && n.inputs.size() == 2) {
       auto data = of(n.inputs[0], depth + 1), idx = of(n.inputs[1], depth + 1);
       if (!data || !idx || data->empty()) return std::nullopt;
@@ -273,9 +315,10 @@ class StaticDims {
     return out;
   }
 
-  static int64_t Matcher_attr(const Node& n, const char* name) {
+  static int64_t Matcher_attr(const Node& n, const char* name) { return Matcher_attr_or(n, name, 0); }
+  static int64_t Matcher_attr_or(const Node& n, const char* name, int64_t fallback) {
     const Attribute* a = n.find_attribute(name);
-    return a ? a->i : 0;
+    return a ? a->i : fallback;
   }
   // Shape's start and end (opset 15), clamped to [0, rank].
   static void shape_range(const Node& n, int64_t rank, int64_t& start, int64_t& end) {

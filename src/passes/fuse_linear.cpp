@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "passes/pattern_match.h"
 #include "passes/rewrite_util.h"
 
 namespace onyx {
@@ -141,6 +142,127 @@ LinearReport linear_from_matmul(Graph& g) {
   return r;
 }
 
+namespace {
+
+// The rows [begin, end) of the weight a reader of a Linear's output takes along its last axis:
+// one per output of a Split, one for a Slice; nullopt where the reader is neither with constant
+// bounds (step 1), or cuts another axis.
+std::optional<std::vector<std::pair<int64_t, int64_t>>> last_axis_cuts(const rewrite::Matcher& m, const Node& n,
+                                                                      int data, int rank, int64_t width) {
+  if (n.inputs.empty() || n.inputs[0] != data) return std::nullopt;
+  auto last = [&](int64_t axis) { return axis == -1 || (rank > 0 && axis == rank - 1); };
+  std::vector<std::pair<int64_t, int64_t>> cuts;
+  if (m.plain(n, "Slice")) {
+    if (n.inputs.size() < 3 || n.outputs.size() != 1) return std::nullopt;
+    const auto starts = m.ints(n.inputs[1]), ends = m.ints(n.inputs[2]);
+    if (!starts || !ends || starts->size() != 1 || ends->size() != 1) return std::nullopt;
+    if (n.inputs.size() > 3 && n.inputs[3] >= 0) {
+      const auto axes = m.ints(n.inputs[3]);
+      if (!axes || axes->size() != 1 || !last((*axes)[0])) return std::nullopt;
+    } else if (rank != 1) {
+      return std::nullopt;  // no axes: axis 0
+    }
+    if (n.inputs.size() > 4 && n.inputs[4] >= 0) {
+      const auto steps = m.ints(n.inputs[4]);
+      if (!steps || steps->size() != 1 || (*steps)[0] != 1) return std::nullopt;
+    }
+    auto clamp = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + width : v, 0, width); };
+    cuts.emplace_back(clamp((*starts)[0]), clamp((*ends)[0]));
+  } else if (m.plain(n, "Split")) {
+    if (!last(rewrite::Matcher::attr_int(n, "axis", 0))) return std::nullopt;
+    std::vector<int64_t> sizes;
+    if (n.inputs.size() > 1 && n.inputs[1] >= 0) {
+      const auto s = m.ints(n.inputs[1]);
+      if (!s) return std::nullopt;
+      sizes = *s;
+    } else if (const Attribute* a = n.find_attribute("split"); a && a->kind == Attribute::Kind::kInts) {
+      sizes = a->ints;
+    } else {
+      // Equal parts (num_outputs, or one per output), the last one smaller where they do not divide.
+      const int64_t parts = rewrite::Matcher::attr_int(n, "num_outputs", static_cast<int64_t>(n.outputs.size()));
+      if (parts < 1 || parts != static_cast<int64_t>(n.outputs.size())) return std::nullopt;
+      const int64_t each = (width + parts - 1) / parts;
+      for (int64_t i = 0; i < parts; ++i) sizes.push_back(std::min(each, width - i * each));
+    }
+    if (sizes.size() != n.outputs.size()) return std::nullopt;
+    int64_t at = 0;
+    for (int64_t size : sizes) {
+      if (size < 0) return std::nullopt;
+      cuts.emplace_back(at, at + size);
+      at += size;
+    }
+    if (at != width) return std::nullopt;
+  } else {
+    return std::nullopt;
+  }
+  return cuts;
+}
+
+// Rows [begin, end) of a [N, K] weight.
+Tensor weight_rows(const Tensor& w, int64_t begin, int64_t end) {
+  const int64_t k = w.shape()[1];
+  Tensor out(w.dtype(), Shape({end - begin, k}));
+  const size_t row = static_cast<size_t>(k) * dtype_size(w.dtype());
+  std::memcpy(out.raw(), static_cast<const char*>(w.raw()) + static_cast<size_t>(begin) * row,
+              static_cast<size_t>(end - begin) * row);
+  return out;
+}
+
+}  // namespace
+
+LinearReport split_sliced_linears(Graph& g) {
+  LinearReport r;
+  rewrite::Matcher m(g);
+  std::vector<bool> removed(g.nodes.size(), false);
+  std::vector<std::pair<size_t, Node>> replace;
+  std::vector<int> replaced_weights;
+  std::vector<std::vector<size_t>> readers_of(g.values.size());
+  for (size_t k = 0; k < g.nodes.size(); ++k)
+    for (int id : g.nodes[k].inputs)
+      if (id >= 0) readers_of[static_cast<size_t>(id)].push_back(k);
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const auto lin = single_linear(g, k);
+    if (!lin || m.outputs.count(lin->out)) continue;
+    const Tensor* w = constant_value(g, lin->w);
+    const int64_t width = w->shape()[0];
+    const int rank = m.rank(lin->x);
+    const std::vector<size_t>& readers = readers_of[static_cast<size_t>(lin->out)];
+    if (readers.empty() || static_cast<size_t>(m.readers[lin->out]) != readers.size()) continue;
+    // Every reader cuts the output along its last axis; the cuts do not overlap.
+    std::vector<std::tuple<int64_t, int64_t, int>> parts;  // rows, and the value they make
+    bool ok = true;
+    for (size_t rd : readers) {
+      const Node& n = g.nodes[rd];
+      const auto cuts = removed[rd] ? std::nullopt : last_axis_cuts(m, n, lin->out, rank, width);
+      if (!cuts) {
+        ok = false;
+        break;
+      }
+      for (size_t i = 0; i < cuts->size(); ++i)
+        if (n.outputs[i] >= 0) parts.emplace_back((*cuts)[i].first, (*cuts)[i].second, n.outputs[i]);
+    }
+    if (!ok || parts.empty()) continue;
+    std::sort(parts.begin(), parts.end());
+    for (size_t i = 0; i < parts.size() && ok; ++i)
+      ok = std::get<0>(parts[i]) < std::get<1>(parts[i]) && (i == 0 || std::get<1>(parts[i - 1]) <= std::get<0>(parts[i]));
+    if (!ok) continue;
+    // One Linear per cut, at the product's place (its readers come after it).
+    for (const auto& [begin, end, out] : parts) {
+      const int wid = add_initializer(g, cat(g.values[lin->w].name, "/rows_", begin, "_", end), weight_rows(*w, begin, end));
+      r.weight_bytes += static_cast<size_t>(end - begin) * static_cast<size_t>(w->shape()[1]) * dtype_size(w->dtype());
+      replace.emplace_back(k, make_node(cat(g.nodes[k].name, "/rows_", begin, "_", end), "onyx", "Linear", 1,
+                                        {lin->x, wid}, {out}));
+    }
+    removed[k] = true;
+    for (size_t rd : readers) removed[rd] = true;
+    replaced_weights.push_back(lin->w);
+    ++r.sliced;
+  }
+  replace_nodes(g, removed, replace);
+  drop_unread_initializers(g, replaced_weights);
+  return r;
+}
+
 LinearReport group_linears(Graph& g) {
   LinearReport r;
   std::vector<int> replaced_weights;
@@ -210,43 +332,6 @@ LinearReport group_linears(Graph& g) {
   return r;
 }
 
-namespace {
-
-// The dtype of value `id` where the graph shows it: declared, a constant's, or through the ops
-// of a decoder's residual stream; kUndefined otherwise.
-DType known_dtype(const Graph& g, int id, int depth = 0) {
-  if (id < 0 || depth > 64) return DType::kUndefined;
-  if (g.values[id].declared.dtype != DType::kUndefined) return g.values[id].declared.dtype;
-  if (const Tensor* t = constant_value(g, id)) return t->dtype();
-  const int p = g.values[id].producer;
-  if (p < 0) return DType::kUndefined;
-  const Node& n = g.nodes[p];
-  const bool onnx = n.domain.empty() || n.domain == "ai.onnx";
-  if (onnx && n.op_type == "Gather" && !n.inputs.empty()) return known_dtype(g, n.inputs[0], depth + 1);
-  if (onnx && (n.op_type == "Add" || n.op_type == "Sub" || n.op_type == "Mul" || n.op_type == "Reshape" ||
-               n.op_type == "Identity")) {
-    for (int in : n.inputs) {
-      const DType d = known_dtype(g, in, depth + 1);
-      if (d != DType::kUndefined) return d;
-    }
-    return DType::kUndefined;
-  }
-  if (onnx && n.op_type == "Cast") {
-    const Attribute* to = n.find_attribute("to");
-    return to ? dtype_from_onnx(static_cast<int>(to->i)) : DType::kUndefined;
-  }
-  if (n.domain == "com.microsoft" && n.op_type == "SkipSimplifiedLayerNormalization" && !n.inputs.empty())
-    return known_dtype(g, n.inputs[0], depth + 1);
-  if (n.domain == "onyx" && !n.inputs.empty()) {
-    const Tensor* w = constant_value(g, n.inputs.back());
-    if (w && (n.op_type == "Linear" || n.op_type == "SiluGateLinear" || n.op_type == "RmsNormLinear"))
-      return w->dtype();
-  }
-  return DType::kUndefined;
-}
-
-}  // namespace
-
 LinearReport norm_into_linear(Graph& g) {
   LinearReport r;
   auto readers = count_readers(g);
@@ -302,7 +387,7 @@ LinearReport norm_into_linear(Graph& g) {
       gamma = norm.inputs[1];
       // The norm's output has the scale's dtype: fuse only where x has it too.
       const Tensor* gt = constant_value(g, gamma);
-      if (!gt || known_dtype(g, in) != gt->dtype()) continue;
+      if (!gt || traced_dtype(g, in) != gt->dtype()) continue;
       const Attribute* e = norm.find_attribute("epsilon");
       eps = e ? e->f : 1e-5f;
     } else {

@@ -6,6 +6,11 @@
 //   linear_from_matmul: MatMul(x, B) with B a 2-D constant [K, N] -> Linear(x, B^T), the
 //     weight transposed once here; MatMul(x, Transpose(W)) with W a 2-D constant (the tied LM
 //     head) -> Linear(x, W), W read as it is stored (no copy).
+//   split_sliced_linears, on the graph after folding: a Linear whose output every reader cuts
+//     along its last axis at constant bounds (Slices, a Split: Phi-3's fused q/k/v and gate/up
+//     products as torch.onnx exports them), the cuts not overlapping -> one Linear per cut over
+//     those rows of the weight, so that group_linears sees the products it fuses (the gate and up
+//     of a SiluMul, the Q, K and V reading one x) and columns no reader takes are not computed.
 //   group_linears, on the graph after fuse_patterns:
 //     SiluMul(Linear(x, Wg), Linear(x, Wu)) -> SiluGateLinear(x, [Wg; Wu]) (the MLP's gate
 //     and up projections: one read of x, one stream of weights, the gating in the epilogue);
@@ -45,10 +50,12 @@ struct LinearReport {
   int groups = 0;           // Linear nodes made from several
   int grouped = 0;          // Linear nodes those replaced
   int normed = 0;           // RmsNormLinear nodes made
+  int sliced = 0;           // Linears split into one per cut of their output
   size_t weight_bytes = 0;  // bytes of the weights made (transposed or stacked)
 };
 
 LinearReport linear_from_matmul(Graph& g);
+LinearReport split_sliced_linears(Graph& g);
 LinearReport group_linears(Graph& g);
 LinearReport norm_into_linear(Graph& g);
 // Returns the LinearNBits nodes made (`groups`) and the products they replaced (`grouped`).

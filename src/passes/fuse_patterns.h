@@ -57,6 +57,8 @@ struct FuseReport {
   int nodes_removed = 0;
   int shape_reads_moved = 0;  // Shape nodes that read a norm's (or a Cast's) input instead of its output
   int single_concats = 0;     // Concats of one input dropped (their readers read the input)
+  int multiplications_by_one = 0;  // Mul(x, 1) and Div(x, 1) dropped (their readers read x)
+  int noop_casts = 0;         // Casts to their input's own type dropped (their readers read the input)
 };
 
 FuseReport fuse_patterns(Graph& g, const FuseOptions& options = {});

@@ -39,11 +39,13 @@ OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Dev
   if (linear) {
     // Weights that folding made constant (a Cast of a weight) become Linear too.
     const LinearReport more = linear_from_matmul(g);
+    const LinearReport sliced = split_sliced_linears(g);
     const LinearReport grouped = group_linears(g);
     r.linear.normed = norm_into_linear(g).normed;
     r.linear.linears += more.linears;
     r.linear.transposed += more.transposed;
-    r.linear.weight_bytes += more.weight_bytes + grouped.weight_bytes;
+    r.linear.weight_bytes += more.weight_bytes + sliced.weight_bytes + grouped.weight_bytes;
+    r.linear.sliced = sliced.sliced;
     r.linear.gated = grouped.gated;
     r.linear.groups = grouped.groups;
     r.linear.grouped = grouped.grouped;

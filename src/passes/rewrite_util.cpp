@@ -52,16 +52,14 @@ Node make_node(std::string name, std::string domain, std::string op, int opset, 
 
 void replace_nodes(Graph& g, const std::vector<bool>& removed, std::vector<std::pair<size_t, Node>>& replace) {
   if (replace.empty() && std::none_of(removed.begin(), removed.end(), [](bool b) { return b; })) return;
-  std::sort(replace.begin(), replace.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(replace.begin(), replace.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<Node> kept;
   size_t next = 0;
   for (size_t k = 0; k < g.nodes.size(); ++k) {
-    if (next < replace.size() && replace[next].first == k) {
+    bool placed = false;
+    for (; next < replace.size() && replace[next].first == k; ++next, placed = true)
       kept.push_back(std::move(replace[next].second));
-      ++next;
-      continue;
-    }
-    if (!removed[k]) kept.push_back(std::move(g.nodes[k]));
+    if (!placed && !removed[k]) kept.push_back(std::move(g.nodes[k]));
   }
   g.nodes = std::move(kept);
   set_producers(g);
@@ -113,6 +111,53 @@ int add_initializer(Graph& g, const std::string& base, Tensor t) {
   g.initializers[id] = std::move(t);
   return id;
 }
+
+namespace {
+
+DType traced_dtype_at(const Graph& g, int id, int depth) {
+  if (id < 0 || depth > 64) return DType::kUndefined;
+  if (g.values[id].declared.dtype != DType::kUndefined) return g.values[id].declared.dtype;
+  if (const Tensor* t = constant_value(g, id)) return t->dtype();
+  const int p = g.values[id].producer;
+  if (p < 0) return DType::kUndefined;
+  const Node& n = g.nodes[p];
+  const bool onnx = n.domain.empty() || n.domain == "ai.onnx";
+  const std::string& op = n.op_type;
+  if (onnx && op == "Cast") {
+    const Attribute* to = n.find_attribute("to");
+    return to ? dtype_from_onnx(static_cast<int>(to->i)) : DType::kUndefined;
+  }
+  // The output has the type of input 0 (a data input; the others index, shape or scale it).
+  static const char* kFirst[] = {"Gather", "GatherElements", "GatherND", "Reshape", "Identity", "Transpose",
+                                 "Squeeze", "Unsqueeze", "Expand", "Slice", "Flatten", "Neg", "Abs", "Sqrt",
+                                 "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid", "Relu", "Erf", "Softmax",
+                                 "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "Pow", "Cos", "Sin",
+                                 "Split", "Tile", "Pad"};
+  if (onnx)
+    for (const char* f : kFirst)
+      if (op == f) return n.inputs.empty() ? DType::kUndefined : traced_dtype_at(g, n.inputs[0], depth + 1);
+  // Inputs of one type: the first whose type shows.
+  if (onnx && (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Concat" || op == "MatMul" ||
+               op == "Max" || op == "Min" || op == "Where")) {
+    for (size_t i = op == "Where" ? 1 : 0; i < n.inputs.size(); ++i) {
+      const DType d = traced_dtype_at(g, n.inputs[i], depth + 1);
+      if (d != DType::kUndefined) return d;
+    }
+    return DType::kUndefined;
+  }
+  if (n.domain == "com.microsoft" && op == "SkipSimplifiedLayerNormalization" && !n.inputs.empty())
+    return traced_dtype_at(g, n.inputs[0], depth + 1);
+  if (n.domain == "onyx" && !n.inputs.empty()) {
+    const Tensor* w = constant_value(g, n.inputs.back());
+    if (w && (op == "Linear" || op == "SiluGateLinear" || op == "RmsNormLinear")) return w->dtype();
+    if (op == "SiluMul") return traced_dtype_at(g, n.inputs[0], depth + 1);
+  }
+  return DType::kUndefined;
+}
+
+}  // namespace
+
+DType traced_dtype(const Graph& g, int id) { return traced_dtype_at(g, id, 0); }
 
 int drop_unread_initializers(Graph& g, const std::vector<int>& candidates) {
   std::unordered_set<int> read(g.outputs.begin(), g.outputs.end());

@@ -22,8 +22,9 @@ Node make_node(std::string name, std::string domain, std::string op, int opset, 
 // Every value's producer from g.nodes (after nodes were inserted, removed or reordered).
 void set_producers(Graph& g);
 
-// Puts each new node at its position (the index of the node it replaces) and drops the nodes
-// marked removed; then recomputes every value's producer.
+// Puts each new node at its position (the index of the node it replaces; several at one index in
+// the order given, in place of that node) and drops the nodes marked removed; then recomputes
+// every value's producer.
 void replace_nodes(Graph& g, const std::vector<bool>& removed, std::vector<std::pair<size_t, Node>>& replace);
 
 // The values a rewrite may not drop for another: graph outputs, and values subgraphs read by name.
@@ -35,6 +36,11 @@ void redirect_reads(Graph& g, int from, int to);
 // A value known at load: an initializer no feed replaces, or a Constant node's value; null
 // otherwise.
 const Tensor* constant_value(const Graph& g, int id);
+
+// The element type of value `id` where the graph shows it: declared, a constant's, a Cast's
+// target, or through ops whose output has their data input's type (elementwise arithmetic, moves
+// of data, reductions, gathers) and the fused products (their weight's); kUndefined otherwise.
+DType traced_dtype(const Graph& g, int id);
 
 // Adds `t` as a new initializer named after `base` (made unique), and returns its value id.
 int add_initializer(Graph& g, const std::string& base, Tensor t);

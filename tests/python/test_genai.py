@@ -288,6 +288,15 @@ def test_session_options_reach_the_decoder(og, tmp_path):
         got, _ = og_loop(og, fused, [prompt], len(prompt) + NEW)
         assert got == want, f"prompt {prompt}: fused {got}, unfused {want}"
         assert len(set(want[0])) > 1, f"prompt {prompt}: a decoder that says something ({want})"
+    # What a decode step ran: the fused layers, the sampler; no views (Reshape), nothing folded
+    # while planning (Shape), no node the fusions replaced.
+    fused_kernels, plain_kernels = fused._m.step_kernels(), plain._m.step_kernels()
+    assert fused_kernels["onyx::RotaryCacheAttention"] == c["layers"]
+    assert fused_kernels["onyx.genai::Sample"] == 1 and plain_kernels["onyx.genai::Sample"] == 1
+    for op in ("Reshape", "Shape", "Constant", "Softmax", "Concat"):
+        assert op not in fused_kernels, f"{op} in {fused_kernels}"
+    assert plain_kernels["Softmax"] == c["layers"] and "onyx::RotaryCacheAttention" not in plain_kernels
+    assert not any(k.endswith("(host)") for k in fused_kernels), "a CPU model marks nothing as the host's"
 
 
 @pytest.mark.parametrize("name", ["llama-optimum", "qwen2-optimum"])

@@ -416,3 +416,108 @@ TEST(GroupNBits, GateAndUpProductsBecomeOneGatedProduct) {
 }
 
 }  // namespace onyx
+
+namespace onyx {
+
+namespace {
+
+// Phi-3's products as torch.onnx writes them: one MatMul for Q, K and V cut by three Slices (one
+// at axis 2, one at -1, one to the end), one for gate and up cut in halves at bounds computed from
+// the product's Shape (TorchScript) or by a Split (torch.export); the RMS norm before them
+// decomposed, behind a Cast to float32 of a float32 value (the bounds fold only where the norm's
+// dimensions are followed through ReduceMean and Pow), and V times a scalar 1.
+Graph make_sliced_layer(bool split) {
+  Builder b;
+  const int h = b.input("h");
+  TypeInfo& t = b.g.values[h].declared;
+  t.category = TypeInfo::Category::kTensor;
+  t.dtype = DType::kFloat32;
+  t.rank_known = true;
+  t.dims = {-1, -1, 16};
+  const int hf = b.node("Cast", {h}, {test::attr_int("to", 1)});
+  const int ms = b.node("ReduceMean", {b.node("Pow", {hf, b.init("two", Tensor::scalar<float>(2.f))}),
+                                       b.init("axes", Tensor::from_vector<int64_t>({-1}, Shape{1}))});
+  const int inv = b.node("Reciprocal", {b.node("Sqrt", {b.node("Add", {ms, b.init("eps", Tensor::scalar<float>(1e-5f))})})});
+  const int x = b.node("Mul", {b.init("gamma", test::random_tensor<float>(Shape{16}, 0.5, 1.5)), b.node("Mul", {hf, inv})});
+  auto i64 = [&](const char* n, int64_t v) { return b.init(n, Tensor::from_vector<int64_t>({v}, Shape{1})); };
+  const int qkv = b.node("MatMul", {x, b.init("wqkv", test::random_tensor<float>(Shape{16, 16}, -1, 1))});
+  const int q = b.node("Slice", {qkv, i64("q0", 0), i64("q1", 8), i64("qa", 2)});
+  const int k = b.node("Slice", {qkv, i64("k0", 8), i64("k1", 12), i64("ka", -1)});
+  const int v = b.node("Neg", {b.node("Mul", {b.node("Slice", {qkv, i64("v0", -4), i64("v1", INT64_MAX), i64("va", -1)}),
+                                              b.init("one", Tensor::scalar<float>(1.f))})});
+  const int gu = b.node("MatMul", {x, b.init("wgu", test::random_tensor<float>(Shape{16, 24}, -1, 1))});
+  int gate = -1, up = -1;
+  if (split) {
+    Node n;
+    n.name = "split";
+    n.op_type = "Split";
+    n.opset = 18;
+    n.inputs = {gu, b.init("halves", Tensor::from_vector<int64_t>({12, 12}, Shape{2}))};
+    gate = b.g.value_id("gate");
+    up = b.g.value_id("up");
+    n.outputs = {gate, up};
+    n.attributes = {test::attr_int("axis", -1)};
+    b.g.values[gate].producer = b.g.values[up].producer = static_cast<int>(b.g.nodes.size());
+    b.g.nodes.push_back(std::move(n));
+  } else {
+    const int width = b.node("Gather", {b.node("Shape", {gu}), b.init("last", Tensor::scalar<int64_t>(-1))});
+    const int half = b.node("Unsqueeze", {b.node("Div", {width, b.init("two_i", Tensor::scalar<int64_t>(2))}),
+                                          b.init("zero_axis", Tensor::from_vector<int64_t>({0}, Shape{1}))});
+    gate = b.node("Slice", {gu, i64("g0", 0), half, i64("ga", -1)});
+    up = b.node("Slice", {gu, half, i64("u1", INT64_MAX), i64("ua", -1)});
+  }
+  const int mlp = b.node("Mul", {b.node("Mul", {gate, b.node("Sigmoid", {gate})}), up});
+  b.g.outputs = {q, k, v, mlp};
+  return b.g;
+}
+
+}  // namespace
+
+TEST(FuseLinear, ProductsCutBySlicesOrASplitBecomeTheProductsTheyFuse) {
+  for (bool split : {false, true}) {
+    SCOPED_TRACE(split ? "Split" : "Slices at computed bounds");
+    Graph plain = make_sliced_layer(split);
+    Graph fused = copy_of(plain);
+    const OptimizeReport r = optimize_graph(fused, linear_on(), Device::cpu());
+    EXPECT_EQ(r.linear.sliced, 2);      // the q/k/v product and the gate/up one
+    EXPECT_EQ(r.linear.gated, 1);       // gate and up: one gated product again
+    EXPECT_EQ(r.linear.groups, 1);      // q, k and v: one product with three outputs
+    EXPECT_EQ(r.fuse.noop_casts, 1);
+    EXPECT_EQ(r.fuse.multiplications_by_one, 1);
+    EXPECT_EQ(r.linear.normed, 0);      // one norm read by both products stays a norm of its own
+    for (const char* op : {"Slice", "Split", "MatMul", "Cast", "Mul", "SiluMul"}) EXPECT_EQ(count(fused, op), 0) << op;
+    EXPECT_EQ(count(fused, "SimplifiedLayerNormalization"), 1);
+    EXPECT_EQ(count(fused, "Linear"), 1);
+    EXPECT_EQ(count(fused, "SiluGateLinear"), 1);
+    for (int rep = 0; rep < 3; ++rep) {
+      const Tensor h = test::random_tensor<float>(Shape{2, 3, 16}, -2, 2);
+      const auto a = run(plain, h), b = run(fused, h);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t o = 0; o < a.size(); ++o) {
+        ASSERT_TRUE(a[o].shape() == b[o].shape()) << o << ": " << a[o].shape().str() << " vs " << b[o].shape().str();
+        for (int64_t i = 0; i < a[o].numel(); ++i)
+          EXPECT_NEAR(a[o].data<float>()[i], b[o].data<float>()[i], 2e-5 * (1 + std::abs(a[o].data<float>()[i])))
+              << "output " << o << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(FuseLinear, ProductsCutInOverlappingPiecesOrReadWholeStay) {
+  for (int variant = 0; variant < 2; ++variant) {
+    Builder b;
+    const int x = b.input("x");
+    const int p = b.node("MatMul", {x, b.init("w", test::random_tensor<float>(Shape{16, 12}, -1, 1))});
+    auto i64 = [&](const char* n, int64_t v) { return b.init(n, Tensor::from_vector<int64_t>({v}, Shape{1})); };
+    const int a = b.node("Slice", {p, i64("a0", 0), i64("a1", 8), i64("aa", -1)});
+    // 0: the second piece overlaps the first; 1: the whole product is read too.
+    const int c = variant == 0 ? b.node("Slice", {p, i64("c0", 6), i64("c1", 12), i64("ca", -1)}) : b.node("Relu", {p});
+    b.g.outputs = {a, c};
+    const OptimizeReport r = optimize_graph(b.g, linear_on(), Device::cpu());
+    EXPECT_EQ(r.linear.sliced, 0) << variant;
+    EXPECT_EQ(count(b.g, "Linear"), 1) << variant;
+    EXPECT_EQ(count(b.g, "Slice"), variant == 0 ? 2 : 1) << variant;
+  }
+}
+
+}  // namespace onyx
