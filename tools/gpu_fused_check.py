@@ -1,5 +1,9 @@
-"""On the GPU machine: the Optimum fixtures and the committed exports through onyx.genai on cuda:0
-(the CUDA defaults: the fused path) against the CPU's tokens (and transformers' for the exports)."""
+"""On the GPU machine: the Optimum fixtures and the committed exports (and export_hf_decoders.py's
+folders given after the repository root) through onyx.genai on cuda:0 (the CUDA defaults: the
+fused path) against the CPU's tokens (and transformers' for the exports), with the kernels the
+decode step ran (those on the CPU marked "(host)").
+
+    python3 tools/gpu_fused_check.py REPO_ROOT [EXPORT_FOLDER...]"""
 import glob, json, os, sys
 import numpy as np
 import onyx.genai as og
@@ -11,10 +15,12 @@ def greedy(m, prompt, n):
     while not g.is_done():
         g.generate_next_token(); out.append(int(g.get_next_tokens()[0]))
     return out
-folders = sorted(glob.glob(f"{root}/tests/fixtures/genai/*-optimum")) + sorted(glob.glob(f"{root}/tests/fixtures/exports/*/"))
+folders = sorted(glob.glob(f"{root}/tests/fixtures/genai/*-optimum")) + sorted(glob.glob(f"{root}/tests/fixtures/exports/*/")) + sys.argv[2:]
 for f in folders:
     f = f.rstrip("/")
-    ref = json.load(open(f + "/reference.json")) if "exports" in f else None
+    ref = json.load(open(f + "/reference.json")) if os.path.exists(f + "/reference.json") else None
+    if ref is not None and "greedy" not in ref:  # the Optimum fixtures' own reference, not transformers' tokens
+        ref = None
     prompts = ref["prompts"] if ref else [[5, 17, 33, 8], [60, 4, 99, 100, 101, 7, 8], [3]]
     cpu = og.Model(f)
     for cap in ("off", "require"):
@@ -29,4 +35,7 @@ for f in folders:
         bad += not ok
         print(f"{os.path.basename(f)} cuda:0 capture {cap}: {same}/{len(prompts)} prompts equal to {'transformers' if ref else 'the CPU'}; "
               f"cache {gpu.cache_mode}; RotaryCacheAttention {gpu._m.rotary_attention_nodes()}", flush=True)
+        kernels = gpu._m.step_kernels()
+        print(f"    decode step: {sum(kernels.values())} kernels: "
+              + ", ".join(f"{k} {v}" for k, v in sorted(kernels.items(), key=lambda kv: (-kv[1], kv[0]))), flush=True)
 sys.exit(1 if bad else 0)
