@@ -141,7 +141,7 @@ struct Matcher {
     }
     if (op == "Neg" || op == "Cast" || op == "Sigmoid" || op == "Slice" || op == "Concat" || op == "Softmax" ||
         op == "Identity" || op == "Cos" || op == "Sin" || op == "Sqrt" || op == "Reciprocal" || op == "Exp" ||
-        op == "Tanh" || op == "Relu" || op == "Erf" || op == "Abs")
+        op == "Tanh" || op == "Relu" || op == "Erf" || op == "Abs" || op == "Split" || op == "Pow")
       return n.inputs.empty() ? -1 : rank(n.inputs[0], depth + 1);
     if (op == "Expand" && n.inputs.size() == 2) {  // the broadcast of the input and the shape
       const int a = rank(n.inputs[0], depth + 1), e = elements(n.inputs[1], depth + 1);
@@ -157,7 +157,16 @@ struct Matcher {
     if (p < 0) return -1;
     const Node& n = g.nodes[p];
     if (!plain(n, "Concat") && !plain(n, "Unsqueeze") && !plain(n, "Shape")) return -1;
-    if (n.op_type == "Shape") return n.attributes.empty() ? rank(n.inputs[0], depth + 1) : -1;
+    if (n.op_type == "Shape") {  // opset 15's start and end (negative from the end) clamped to the rank
+      const int r = rank(n.inputs[0], depth + 1);
+      if (r < 0) return -1;
+      int64_t start = attr_int(n, "start", 0), end = attr_int(n, "end", r);
+      if (start < 0) start += r;
+      if (end < 0) end += r;
+      start = std::clamp<int64_t>(start, 0, r);
+      end = std::clamp<int64_t>(end, 0, r);
+      return static_cast<int>(std::max<int64_t>(0, end - start));
+    }
     if (n.op_type == "Unsqueeze") {  // a scalar made 1-D: Unsqueeze(Gather(shape, scalar index), [0])
       const int in = n.inputs.empty() ? -1 : n.inputs[0];
       const int gp = in >= 0 ? g.values[in].producer : -1;

@@ -339,6 +339,37 @@ def test_torch_onnx_exports_give_transformers_tokens(og, name):
             assert got[0] == want, f"{label}, prompt {prompt}: {got[0]}, transformers {want}"
 
 
+@pytest.mark.parametrize("name", ["llama-sdpa-dynamo", "llama-sdpa-torchscript"])
+def test_bfloat16_exports_without_value_info_fuse_as_float32_ones(og, name, tmp_path):
+    """The exports converted to bfloat16 by tools/convert_float_precision.py (which drops value_info,
+    as the decode benchmark's --hf-export does) fuse to the same decode step as the float32 exports:
+    the ranks the residual adds' fusion into the norms needs come from the graph (torch.export's
+    Shape(x, start, end) pieces of a Reshape), not from value_info. Before, each layer kept its two
+    residual Adds."""
+    import shutil
+
+    import onnx
+    sys.path.insert(0, str(REPO / "tools"))
+    import convert_float_precision as cfp
+    src = REPO / "tests" / "fixtures" / "exports" / name
+    dst = tmp_path / name
+    shutil.copytree(src, dst)
+    m = onnx.load(str(dst / "model.onnx"))
+    cfp.convert(m, onnx.TensorProto.BFLOAT16)
+    assert len(m.graph.value_info) == 0
+    onnx.save(m, str(dst / "model.onnx"))
+    options = {"fuse_attention": True, "fuse_rotary_cache": True, "fuse_rotary_attention": True, "fuse_linear": True}
+    kernels = {}
+    for label, folder in (("float32", src), ("bfloat16", dst)):
+        model = og.Model(folder, session_options=options)
+        got, _ = og_loop(og, model, [[5, 17, 33, 8]], 4 + NEW)
+        assert len(got[0]) == NEW
+        kernels[label] = model._m.step_kernels()
+    assert "Add" not in kernels["bfloat16"], kernels["bfloat16"]
+    assert kernels["bfloat16"] == kernels["float32"]
+    assert kernels["float32"]["onyx::RmsNormLinear"] == 5  # two norms a layer and the final one
+
+
 def test_misuse_raises_and_model_stays_usable(og):
     import onyx
     folder = FIXTURES / "llama-builder-fp32"
