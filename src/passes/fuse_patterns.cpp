@@ -20,19 +20,22 @@ constexpr int64_t kToTheEnd = int64_t{1} << 31;  // a Slice end at least this is
 
 }  // namespace
 
-// A Concat of one input is that input (torch's trace of a cat onto an empty cache writes one):
-// its readers read the input, and the node goes. Not where its output is a graph output or a
-// subgraph reads it.
-static int drop_single_concats(Graph& g) {
+// Drops every node whose one output equals one of its inputs (`same(node)` gives that input, or
+// -1): its readers read the input instead. Not where the output is a graph output or a subgraph
+// reads it. Returns how many went.
+template <class Same>
+static int drop_pass_throughs(Graph& g, Same same) {
   const std::unordered_set<int> keep = pinned_values(g);
   std::vector<bool> removed(g.nodes.size(), false);
   int dropped = 0;
   for (size_t k = 0; k < g.nodes.size(); ++k) {
-    const Node& c = g.nodes[k];
-    if (c.op_type != "Concat" || !(c.domain.empty() || c.domain == "ai.onnx") || c.inputs.size() != 1 ||
-        c.inputs[0] < 0 || c.outputs.size() != 1 || c.outputs[0] < 0 || keep.count(c.outputs[0]))
+    const Node& n = g.nodes[k];
+    if (!(n.domain.empty() || n.domain == "ai.onnx") || n.outputs.size() != 1 || n.outputs[0] < 0 ||
+        keep.count(n.outputs[0]))
       continue;
-    redirect_reads(g, c.outputs[0], c.inputs[0]);
+    const int in = same(n);
+    if (in < 0) continue;
+    redirect_reads(g, n.outputs[0], in);
     removed[k] = true;
     ++dropped;
   }
@@ -41,57 +44,40 @@ static int drop_single_concats(Graph& g) {
   return dropped;
 }
 
+// A Concat of one input is that input (torch's trace of a cat onto an empty cache writes one).
+static int drop_single_concats(Graph& g) {
+  return drop_pass_throughs(g, [](const Node& c) { return c.op_type == "Concat" && c.inputs.size() == 1 ? c.inputs[0] : -1; });
+}
+
 // A Cast to the type its input already has (TorchScript exports cast a float32 model's hidden
-// state to float32 around every norm): its readers read the input, so that the norm, the residual
-// add before it and the product after it match as they do without it.
+// state to float32 around every norm), so that the norm, the residual add before it and the
+// product after it match as they do without it.
 static int drop_noop_casts(Graph& g) {
-  const std::unordered_set<int> keep = pinned_values(g);
-  std::vector<bool> removed(g.nodes.size(), false);
-  int dropped = 0;
-  for (size_t k = 0; k < g.nodes.size(); ++k) {
-    const Node& c = g.nodes[k];
-    if (c.op_type != "Cast" || !(c.domain.empty() || c.domain == "ai.onnx") || c.inputs.size() != 1 ||
-        c.inputs[0] < 0 || c.outputs.size() != 1 || c.outputs[0] < 0 || keep.count(c.outputs[0]))
-      continue;
+  return drop_pass_throughs(g, [&g](const Node& c) {
+    if (c.op_type != "Cast" || c.inputs.size() != 1 || c.inputs[0] < 0) return -1;
     const Attribute* to = c.find_attribute("to");
     const DType in = traced_dtype(g, c.inputs[0]);
-    if (!to || in == DType::kUndefined || dtype_from_onnx(static_cast<int>(to->i)) != in) continue;
-    redirect_reads(g, c.outputs[0], c.inputs[0]);
-    removed[k] = true;
-    ++dropped;
-  }
-  std::vector<std::pair<size_t, Node>> none;
-  if (dropped) replace_nodes(g, removed, none);
-  return dropped;
+    return to && in != DType::kUndefined && dtype_from_onnx(static_cast<int>(to->i)) == in ? c.inputs[0] : -1;
+  });
 }
 
 // Mul(x, 1) or Div(x, 1) with the one a constant of one element and of x's rank at most (rotary
 // tables times transformers' attention_scaling of 1): the output is x, element for element (x * 1
 // and x / 1 are x in IEEE arithmetic, NaN aside, whose payload nothing reads).
 static int drop_multiplications_by_one(Graph& g) {
-  const std::unordered_set<int> keep = pinned_values(g);
-  Matcher m(g);
-  std::vector<bool> removed(g.nodes.size(), false);
-  int dropped = 0;
-  for (size_t k = 0; k < g.nodes.size(); ++k) {
-    const Node& n = g.nodes[k];
-    const bool mul = m.plain(n, "Mul"), div = m.plain(n, "Div");
-    if ((!mul && !div) || n.inputs.size() != 2 || n.outputs.size() != 1 || n.outputs[0] < 0 || keep.count(n.outputs[0]))
-      continue;
+  const Matcher m(g);
+  return drop_pass_throughs(g, [&m](const Node& n) {
+    const bool div = n.op_type == "Div";
+    if ((n.op_type != "Mul" && !div) || n.inputs.size() != 2) return -1;
     for (int side = div ? 1 : 0; side < 2; ++side) {
       const Tensor* one = m.constant(n.inputs[side]);
       const int x = n.inputs[1 - side];
       if (!one || one->numel() != 1 || m.scalar(n.inputs[side]) != 1.0 || x < 0) continue;
       if (one->rank() > 0 && m.rank(x) < static_cast<int>(one->rank())) continue;
-      redirect_reads(g, n.outputs[0], x);
-      removed[k] = true;
-      ++dropped;
-      break;
+      return x;
     }
-  }
-  std::vector<std::pair<size_t, Node>> none;
-  if (dropped) replace_nodes(g, removed, none);
-  return dropped;
+    return -1;
+  });
 }
 
 FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
