@@ -2,6 +2,7 @@
 
 #include "onyx/communicator.h"
 #include "ops/registry.h"
+#include "passes/rewrite_util.h"
 
 namespace onyx {
 
@@ -63,6 +64,8 @@ OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Dev
   // rewritten decoder calls it again after its cache rewrite (fuse_rotary_attention_after_rewrite).
   if (fuse_rotary_attention_on(options, device)) r.rotary_attention = fuse_rotary_attention(g);
   if (options.fuse_patterns && device.is_cpu()) r.cpu = fuse_cpu(g);
+  // What the rewrites left unread (a Slice whose only reader a fold dropped): not run every step.
+  if (options.fuse_patterns || options.fold_constants) r.dead_nodes = drop_dead_nodes(g);
   return r;
 }
 

@@ -26,6 +26,7 @@ struct OptimizeReport {
   RotaryCacheReport rotary_cache;
   int rotary_attention = 0;  // RotaryCacheAttention nodes (fuse_rotary_attention)
   CpuFuseReport cpu;
+  int dead_nodes = 0;  // nodes whose outputs nothing read after the passes, dropped
 };
 
 // What a caller's defaults differ in. A session fuses eager attention on every device; generation

@@ -1,6 +1,7 @@
 #include "passes/rewrite_util.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace onyx {
@@ -158,6 +159,33 @@ DType traced_dtype_at(const Graph& g, int id, int depth) {
 }  // namespace
 
 DType traced_dtype(const Graph& g, int id) { return traced_dtype_at(g, id, 0); }
+
+int drop_dead_nodes(Graph& g) {
+  const std::unordered_set<int> pinned = pinned_values(g);
+  std::unordered_map<int, int> readers;
+  for (const Node& n : g.nodes) {
+    for (int id : n.inputs)
+      if (id >= 0) ++readers[id];
+    for (int id : n.implicit_inputs) ++readers[id];
+  }
+  std::vector<bool> removed(g.nodes.size(), false);
+  int dropped = 0;
+  for (size_t k = g.nodes.size(); k-- > 0;) {  // readers before their producers: chains go whole
+    const Node& n = g.nodes[k];
+    if (!(n.domain.empty() || n.domain == "ai.onnx") || n.outputs.empty()) continue;
+    bool live = false;
+    for (int o : n.outputs) live = live || (o >= 0 && (pinned.count(o) || readers[o] > 0));
+    if (live) continue;
+    removed[k] = true;
+    ++dropped;
+    for (int id : n.inputs)
+      if (id >= 0) --readers[id];
+    for (int id : n.implicit_inputs) --readers[id];
+  }
+  std::vector<std::pair<size_t, Node>> none;
+  if (dropped) replace_nodes(g, removed, none);
+  return dropped;
+}
 
 int drop_unread_initializers(Graph& g, const std::vector<int>& candidates) {
   std::unordered_set<int> read(g.outputs.begin(), g.outputs.end());

@@ -45,6 +45,11 @@ DType traced_dtype(const Graph& g, int id);
 // Adds `t` as a new initializer named after `base` (made unique), and returns its value id.
 int add_initializer(Graph& g, const std::string& base, Tensor t);
 
+// Drops the nodes of the standard domain whose outputs nothing reads (no node, subgraph or graph
+// output), chains of them too: what a rewrite left behind (a Slice whose only reader a fold took
+// away). Returns how many went.
+int drop_dead_nodes(Graph& g);
+
 // Drops those of `candidates` that are initializers no node reads and no graph output names
 // (the weights a rewrite replaced); returns how many.
 int drop_unread_initializers(Graph& g, const std::vector<int>& candidates);

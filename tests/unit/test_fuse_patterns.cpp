@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
+#include <string>
 
 #include "graph_builder.h"
 #include "op_test_util.h"
@@ -147,6 +149,40 @@ TEST(FusePatterns, ResidualAddAfterAQuantizedProductFusesIntoTheNorm) {
     for (int64_t i = 0; i < a[o].numel(); ++i)
       EXPECT_NEAR(a[o].data<float>()[i], b[o].data<float>()[i], 1e-5 * (1 + std::abs(a[o].data<float>()[i])))
           << "output " << o;
+}
+
+}  // namespace onyx
+
+#include "passes/optimize.h"
+
+namespace onyx {
+
+// What the rewrites leave unread goes: a chain of standard nodes whose last output nothing reads
+// (as a fold leaves a Slice whose only reader it dropped), not a node of another domain, not one
+// whose output a graph output or a subgraph names; and nothing when the graph optimizations are
+// off (the graph runs as written).
+TEST(FusePatterns, NodesWhoseOutputsNothingReadsGo) {
+  for (bool on : {true, false}) {
+    test::GraphBuilder b;
+    const int x = b.input("x");
+    const int y = b.node("Relu", {x});
+    b.node("Neg", {b.node("Slice", {x, b.init("s0", Tensor::from_vector<int64_t>({1}, Shape{1})),
+                                     b.init("s1", Tensor::from_vector<int64_t>({3}, Shape{1}))})});
+    const int other = b.node("Sigmoid", {x});
+    b.g.nodes.back().domain = "com.example";  // not known to be free of effects
+    const int named = b.node("Abs", {x});
+    b.g.nodes[0].implicit_inputs.push_back(named);  // as a subgraph of the Relu's would read it
+    b.g.outputs = {y};
+    SessionOptions o;
+    o.fuse_patterns = o.fold_constants = on;
+    const OptimizeReport r = optimize_graph(b.g, o, Device::cpu());
+    std::multiset<std::string> ops;
+    for (const auto& n : b.g.nodes) ops.insert(n.op_type);
+    EXPECT_EQ(r.dead_nodes, on ? 2 : 0);
+    EXPECT_EQ(ops.count("Slice") + ops.count("Neg"), on ? 0u : 2u);
+    EXPECT_EQ(ops.count("Relu") + ops.count("Sigmoid") + ops.count("Abs"), 3u);
+    (void)other;
+  }
 }
 
 }  // namespace onyx
