@@ -225,15 +225,16 @@ class StaticDims {
       shape_range(n, static_cast<int64_t>(in->size()), start, end);
       return std::vector<int64_t>{std::max<int64_t>(0, end - start)};
     }
-    // A reduction over constant axes (an attribute, or input 1 from opset 18; ReduceSum from 13):
-    // the other dimensions, the reduced ones 1 or dropped (keepdims).
+    // A reduction over constant axes (an attribute, or input 1 from opset 18; ReduceSum from 13;
+    // none: every axis, unless noop_with_empty_axes): the other dimensions, the reduced ones 1 or
+    // dropped (keepdims).
     if (onnx_op(n, "ReduceMean") || onnx_op(n, "ReduceSum") || onnx_op(n, "ReduceMax") || onnx_op(n, "ReduceMin")) {
       auto in = of(n.inputs[0], depth + 1);
       if (!in) return std::nullopt;
       std::optional<std::vector<int64_t>> axes;
       if (n.inputs.size() > 1 && n.inputs[1] >= 0) axes = ints(n.inputs[1]);
       else if (const Attribute* a = n.find_attribute("axes")) axes = a->ints;
-      else if (n.inputs.size() < 2 && ((n.op_type == "ReduceSum" && n.opset < 13) || n.opset < 18)) axes.emplace();
+      else axes.emplace();
       if (!axes || (axes->empty() && Matcher_attr_or(n, "noop_with_empty_axes", 0) != 0)) return std::nullopt;
       const int64_t r = static_cast<int64_t>(in->size());
       std::vector<bool> reduced(in->size(), axes->empty());
