@@ -121,6 +121,12 @@ class Model:
     def memory_report(self):
         return self._m.memory_report()
 
+    def step_kernels(self):
+        """What the latest decode step ran: {op: count} over the steps of its plan that launch a
+        kernel (views and what was computed while planning left out; on a device, steps that ran
+        on the CPU are keyed "op (host)"). Empty before the first step."""
+        return dict(self._m.step_kernels())
+
     @property
     def is_encoder_decoder(self):
         """True for an encoder-decoder pipeline (the prompt goes to the encoder)."""

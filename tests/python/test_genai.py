@@ -290,7 +290,7 @@ def test_session_options_reach_the_decoder(og, tmp_path):
         assert len(set(want[0])) > 1, f"prompt {prompt}: a decoder that says something ({want})"
     # What a decode step ran: the fused layers, the sampler; no views (Reshape), nothing folded
     # while planning (Shape), no node the fusions replaced.
-    fused_kernels, plain_kernels = fused._m.step_kernels(), plain._m.step_kernels()
+    fused_kernels, plain_kernels = fused.step_kernels(), plain.step_kernels()
     assert fused_kernels["onyx::RotaryCacheAttention"] == c["layers"]
     assert fused_kernels["onyx.genai::Sample"] == 1 and plain_kernels["onyx.genai::Sample"] == 1
     for op in ("Reshape", "Shape", "Constant", "Softmax", "Concat"):
