@@ -321,17 +321,7 @@ class StaticDims {
     const Attribute* a = n.find_attribute(name);
     return a ? a->i : fallback;
   }
-  // Shape's start and end (opset 15), clamped to [0, rank].
-  static void shape_range(const Node& n, int64_t rank, int64_t& start, int64_t& end) {
-    start = 0;
-    end = rank;
-    if (const Attribute* a = n.find_attribute("start")) start = a->i;
-    if (const Attribute* a = n.find_attribute("end")) end = a->i;
-    if (start < 0) start += rank;
-    if (end < 0) end += rank;
-    start = std::clamp<int64_t>(start, 0, rank);
-    end = std::clamp<int64_t>(end, 0, rank);
-  }
+
 
  private:
   const Graph& g_;
@@ -346,7 +336,7 @@ std::optional<Tensor> static_shape_value(const Graph& g, const Node& n, StaticDi
     auto d = dims.of(n.inputs[0]);
     if (!d) return std::nullopt;
     int64_t start, end;
-    StaticDims::shape_range(n, static_cast<int64_t>(d->size()), start, end);
+    shape_range(n, static_cast<int64_t>(d->size()), start, end);
     std::vector<int64_t> v(d->begin() + start, d->begin() + std::max(start, end));
     for (int64_t x : v)
       if (x < 0) return std::nullopt;
@@ -363,7 +353,7 @@ std::optional<Tensor> static_shape_value(const Graph& g, const Node& n, StaticDi
     auto d = dims.of(g.nodes[p].inputs[0]);
     if (!d) return std::nullopt;
     int64_t start, end;
-    StaticDims::shape_range(g.nodes[p], static_cast<int64_t>(d->size()), start, end);
+    shape_range(g.nodes[p], static_cast<int64_t>(d->size()), start, end);
     const int64_t len = std::max<int64_t>(0, end - start);
     std::vector<int64_t> v;
     for (int64_t i : index->to_int64_vector()) {

@@ -160,11 +160,8 @@ struct Matcher {
     if (n.op_type == "Shape") {  // opset 15's start and end (negative from the end) clamped to the rank
       const int r = rank(n.inputs[0], depth + 1);
       if (r < 0) return -1;
-      int64_t start = attr_int(n, "start", 0), end = attr_int(n, "end", r);
-      if (start < 0) start += r;
-      if (end < 0) end += r;
-      start = std::clamp<int64_t>(start, 0, r);
-      end = std::clamp<int64_t>(end, 0, r);
+      int64_t start = 0, end = 0;
+      shape_range(n, r, start, end);
       return static_cast<int>(std::max<int64_t>(0, end - start));
     }
     if (n.op_type == "Unsqueeze") {  // a scalar made 1-D: Unsqueeze(Gather(shape, scalar index), [0])

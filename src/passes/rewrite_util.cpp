@@ -160,6 +160,17 @@ DType traced_dtype_at(const Graph& g, int id, int depth) {
 
 DType traced_dtype(const Graph& g, int id) { return traced_dtype_at(g, id, 0); }
 
+void shape_range(const Node& n, int64_t rank, int64_t& start, int64_t& end) {
+  start = 0;
+  end = rank;
+  if (const Attribute* a = n.find_attribute("start")) start = a->i;
+  if (const Attribute* a = n.find_attribute("end")) end = a->i;
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  end = std::clamp<int64_t>(end, 0, rank);
+}
+
 int drop_dead_nodes(Graph& g) {
   const std::unordered_set<int> pinned = pinned_values(g);
   std::unordered_map<int, int> readers;

@@ -42,6 +42,10 @@ const Tensor* constant_value(const Graph& g, int id);
 // of data, reductions, gathers) and the fused products (their weight's); kUndefined otherwise.
 DType traced_dtype(const Graph& g, int id);
 
+// The entries [start, end) of its input's shape a Shape node of opset 15 takes (its start and end,
+// negative from the end, clamped to [0, rank]).
+void shape_range(const Node& n, int64_t rank, int64_t& start, int64_t& end);
+
 // Adds `t` as a new initializer named after `base` (made unique), and returns its value id.
 int add_initializer(Graph& g, const std::string& base, Tensor t);
 
