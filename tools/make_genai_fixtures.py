@@ -39,7 +39,7 @@ DEFAULT_OUT = REPO_ROOT / "tests" / "fixtures" / "genai"
 # in the first; the second only runs optimum-cli on the saved folders.
 VENV = REPO_ROOT / ".venv-fixtures"
 VENV_PINS = ["torch==2.9.1", "transformers==5.23.0", "onnx==1.22.0", "onnx-ir==1.1.0",
-             "onnxruntime==1.32.0", "onnxruntime-genai==0.18.0", "numpy==2.4.6"]
+             "onnxruntime==1.32.0", "onnxruntime-genai==0.18.0", "numpy==2.4.6", "onnxscript==0.7.2"]
 OPTIMUM_VENV = REPO_ROOT / ".venv-fixtures-optimum"
 OPTIMUM_PINS = ["torch==2.9.1", "transformers==4.57.6", "optimum==2.1.0", "optimum-onnx==0.1.0",
                 "onnx==1.22.0", "onnxruntime==1.32.0", "numpy==2.4.6"]

@@ -870,6 +870,19 @@ NB_MODULE(_onyx, m) {
         auto* m = dynamic_cast<genai::LanguageModel*>(pm->lm.get());
         return m ? m->rotary_attention_nodes() : 0;
       })
+      .def("position_tables", [](const std::shared_ptr<PyModel>& pm) {
+        // The tables made at load of what the decoder computes from each position alone
+        // (passes/position_tables.h): how many, the nodes they replaced, their bytes, and where
+        // none were made, why (empty for a pipeline).
+        nb::dict d;
+        auto* m = dynamic_cast<genai::LanguageModel*>(pm->lm.get());
+        const PositionTableReport r = m ? m->position_tables() : PositionTableReport{};
+        d["tables"] = r.tables;
+        d["nodes"] = r.nodes;
+        d["bytes"] = r.bytes;
+        d["why_not"] = r.why_not;
+        return d;
+      })
       .def("step_kernels", [](const std::shared_ptr<PyModel>& pm) {
         // What the latest decode step ran, by op (LanguageModel::step_kernels; empty for a pipeline).
         auto* m = dynamic_cast<genai::LanguageModel*>(pm->lm.get());

@@ -18,6 +18,9 @@ namespace onyx::genai {
 namespace {
 
 constexpr int64_t kCacheBlock = 64;  // cache capacities are multiples of this many positions
+// The most the position tables (passes/position_tables.h) may take: a 131,072-position context's
+// cos and sin of 128 entries in 16-bit floats is 64 MiB.
+constexpr size_t kPositionTableBytes = size_t{64} << 20;
 constexpr size_t kSpareCacheSets = 8;  // retired cache sets kept for reuse (buckets 1-8 at two capacities)
 
 Draw greedy(size_t sequences) {
@@ -208,6 +211,13 @@ LanguageModel::LanguageModel(const std::string& dir, const SessionOptions& optio
     model_ = load_model(folder_.decoder_path);
     if (folder_.has_vision) load_vision(*model_.graph);
     optimize_graph(*model_.graph, options, device_);
+    // transformers' exports make their rotary tables from the positions every step; this model
+    // feeds positions in [0, context_length) only, so what they compute is made once for each.
+    if (!options.fuse_patterns) position_tables_.why_not = "off (fuse_patterns)";
+    else if (folder_.position_ids.empty()) position_tables_.why_not = "the decoder has no position_ids input";
+    else
+      position_tables_ = tabulate_positions(*model_.graph, folder_.position_ids, folder_.context_length,
+                                            kPositionTableBytes);
     if (options.tensor_parallel_world > 1 && !folder_.layers.empty()) {
       // A rank's cache holds the KV heads the sharding pass gave it (the past input says how
       // many; the folder's config counts them all).

@@ -29,6 +29,7 @@
 #include "genai/tokenizer.h"
 #include "model/ir.h"
 #include "onyx/communicator.h"
+#include "passes/position_tables.h"
 
 namespace onyx::genai {
 
@@ -71,6 +72,9 @@ class LanguageModel : public TokenModel {
   // The decode step's onyx::RotaryCacheAttention nodes (the rotary-attention fusion after the cache
   // rewrite; 0 where it is off or found nothing to fuse).
   int rotary_attention_nodes() const { return rotary_attention_nodes_; }
+  // The tables made at load of what the decoder computes from each position alone (its rotary
+  // cos and sin: passes/position_tables.h), read by a Gather each run.
+  const PositionTableReport& position_tables() const { return position_tables_; }
   // What the latest decode step ran, by op ("domain::op" outside the default domain): the steps of
   // its plan that have a kernel (not the views, nor the nodes computed while planning), those on
   // the CPU in a device model marked " (host)". Empty before the first step.
@@ -232,6 +236,7 @@ class LanguageModel : public TokenModel {
   std::string note_;
   std::string index_input_;
   int rotary_attention_nodes_ = 0;
+  PositionTableReport position_tables_;
   std::unique_ptr<Batch> batch_;
   std::unique_ptr<Slots> slots_;
   // Cache sets of finished generations by (bucket, capacity), most recent first (at most

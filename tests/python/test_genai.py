@@ -313,11 +313,18 @@ def test_optimum_exports_fuse_into_one_rotary_attention_per_layer(og, name):
     assert plain._m.rotary_attention_nodes() == 0
     assert fused._m.rotary_attention_nodes() == 2, "one RotaryCacheAttention per layer"
     assert fused.cache_mode == "static"
+    # Their rotary chain (the inverse frequencies expanded to the batch, a MatMul by the positions,
+    # a Transpose): tables made at load; as written with the passes off.
+    raw = og.Model(folder, session_options={"fuse_patterns": False})
+    assert raw._m.position_tables()["tables"] == 0
+    assert plain._m.position_tables()["tables"] == fused._m.position_tables()["tables"] == 2
     for rows in ([[5, 17, 33, 8]], [[60, 4, 99, 100, 101, 7, 8]], [[5, 17, 33, 8], [60, 4]]):
-        want, _ = og_loop(og, plain, rows, max(len(r) for r in rows) + NEW)
-        got, _ = og_loop(og, fused, rows, max(len(r) for r in rows) + NEW)
-        assert got == want, f"rows {rows}: fused {got}, unfused {want}"
+        want, _ = og_loop(og, raw, rows, max(len(r) for r in rows) + NEW)
+        for label, model in (("unfused", plain), ("fused", fused)):
+            got, _ = og_loop(og, model, rows, max(len(r) for r in rows) + NEW)
+            assert got == want, f"rows {rows}: {label} {got}, as written {want}"
         assert len(set(want[0])) > 1, f"rows {rows}: a decoder that says something ({want})"
+    assert not {"Cos", "Sin", "MatMul", "Transpose"} & set(fused.step_kernels()), fused.step_kernels()
 
 
 @pytest.mark.parametrize("name", ["llama-sdpa-dynamo", "llama-sdpa-torchscript"])
@@ -325,18 +332,30 @@ def test_torch_onnx_exports_give_transformers_tokens(og, name):
     """transformers' own Llama as torch.onnx exports it (tests/fixtures/exports: torch.export's
     exporter and the TorchScript one, scaled_dot_product_attention): onyx.genai's greedy tokens are
     transformers' (reference.json), unfused and with the CUDA path's fusions forced on the CPU, where
-    each layer becomes one RotaryCacheAttention over the static cache."""
+    each layer becomes one RotaryCacheAttention over the static cache. The rotary cos and sin,
+    which the exports compute from position_ids, are gathered from tables made at load (as the
+    graph is written with the load-time passes off: fuse_patterns False)."""
     folder = REPO / "tests" / "fixtures" / "exports" / name
     ref = json.loads((folder / "reference.json").read_text())
+    raw = og.Model(folder, session_options={"fuse_patterns": False})
     plain = og.Model(folder)
     fused = og.Model(folder, session_options={"fuse_attention": True, "fuse_rotary_cache": True,
                                               "fuse_rotary_attention": True, "fuse_linear": True})
     assert fused._m.rotary_attention_nodes() == 2, "one RotaryCacheAttention per layer"
     assert fused.cache_mode == "static"
+    assert raw._m.position_tables()["tables"] == 0
+    for model in (plain, fused):
+        tables = model._m.position_tables()
+        assert tables["tables"] == 2, tables  # cos and sin
+        assert tables["bytes"] == 2 * 4 * 16 * json.loads((folder / "config.json").read_text())["max_position_embeddings"]
     for prompt, want in zip(ref["prompts"], ref["greedy"]):
-        for label, model in (("unfused", plain), ("fused", fused)):
+        for label, model in (("as written", raw), ("unfused", plain), ("fused", fused)):
             got, _ = og_loop(og, model, [prompt], len(prompt) + len(want))
             assert got[0] == want, f"{label}, prompt {prompt}: {got[0]}, transformers {want}"
+    assert "Cos" in raw.step_kernels() and "Sin" in raw.step_kernels()
+    for model in (plain, fused):
+        kernels = model.step_kernels()
+        assert not {"Cos", "Sin", "Concat"} & set(kernels), kernels
 
 
 @pytest.mark.parametrize("name", ["llama-sdpa-dynamo", "llama-sdpa-torchscript"])
