@@ -78,6 +78,16 @@ bool same_type_cast(const Node& n, const std::vector<ValueType>& in, const Execu
   return from != DType::kUndefined && from == p.values[n.outputs[0]].type.dtype;
 }
 
+// An Expand to the shape its input already has (at these planned shapes: transformers' masks
+// expanded to [batch, 1, new, keys] after an And that made that shape): the output is the input.
+bool same_shape_expand(const Node& n, const std::vector<ValueType>& in, const ExecutionPlan& p) {
+  if (n.op_type != "Expand" || !(n.domain.empty() || n.domain == "ai.onnx") || n.outputs.size() != 1 ||
+      n.outputs[0] < 0 || in.empty() || !in[0].shape.fully_known())
+    return false;
+  const ValueType& out = p.values[n.outputs[0]].type;
+  return out.shape.fully_known() && out.shape.dims == in[0].shape.dims && out.dtype == in[0].dtype;
+}
+
 // Each node that runs becomes a step with its device and kernel, resolved once.
 void choose_places(Planning& P) {
   ExecutionPlan& p = P.p;
@@ -94,7 +104,8 @@ void choose_places(Planning& P) {
       st.place = StepPlace::kRunTime;
     } else if (def.is_view() && def.views.size() == n.outputs.size()) {
       st.place = StepPlace::kNone;
-    } else if (order_preserving_transpose(n, P.node_inputs[s]) || same_type_cast(n, P.node_inputs[s], p)) {
+    } else if (order_preserving_transpose(n, P.node_inputs[s]) || same_type_cast(n, P.node_inputs[s], p) ||
+               same_shape_expand(n, P.node_inputs[s], p)) {
       st.place = StepPlace::kNone;
       st.views = {{0, 0}};
     } else {

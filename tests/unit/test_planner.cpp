@@ -295,6 +295,35 @@ TEST(Planner, CastToTheInputsOwnTypeIsAView) {
   }
 }
 
+TEST(Planner, ExpandToTheInputsOwnShapeIsAView) {
+  // y = Relu(Expand(x, Shape(t))) and z = Expand(x, Shape(t)) (a graph output), x [2, 3, 4]: to t's
+  // shape [2, 3, 4] or [1, 3, 1] the output has x's shape (views, no kernel); to [2, 2, 3, 4] the
+  // kernel runs. Either way the values are the broadcast's.
+  test::GraphBuilder b;
+  const int x = b.input("x");
+  const int shape = b.node("Shape", {b.input("t")});
+  b.g.outputs.push_back(b.node("Relu", {b.node("Expand", {x, shape})}));
+  b.g.outputs.push_back(b.node("Expand", {x, shape}));
+  GraphExecutor exec(b.g, OpRegistry::global(), make_cpu_allocator());
+  for (std::vector<int64_t> to : {std::vector<int64_t>{2, 3, 4}, {1, 3, 1}, {2, 2, 3, 4}}) {
+    const bool same = to.size() == 3;
+    Tensor in = test::random_tensor<float>(Shape{2, 3, 4}, -1.0, 1.0);
+    const Tensor by = test::random_tensor<float>(Shape(to));
+    auto plan = exec.plan_for({in, by});
+    ASSERT_EQ(plan->steps.size(), 3u);  // the Shape is computed while planning
+    EXPECT_EQ(plan->steps[0].place == StepPlace::kNone, same) << Shape(to).str();
+    EXPECT_EQ(plan->steps[2].place == StepPlace::kNone, same) << Shape(to).str();
+    auto out = exec.run({in, by});
+    const int64_t copies = same ? 1 : 2;
+    ASSERT_EQ(out[1].numel(), copies * in.numel());
+    for (int64_t i = 0; i < out[1].numel(); ++i) {
+      const float v = in.data<float>()[i % in.numel()];
+      ASSERT_EQ(out[0].data<float>()[i], v > 0 ? v : 0.f) << Shape(to).str() << " at " << i;
+      ASSERT_EQ(out[1].data<float>()[i], v) << Shape(to).str() << " at " << i;
+    }
+  }
+}
+
 }  // namespace onyx
 
 namespace onyx {
