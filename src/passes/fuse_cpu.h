@@ -1,13 +1,6 @@
-// Load-time rewrites for CPU sessions, after fuse_patterns: the shapes exporters give GELU and
-// dense layers become single nodes whose CPU kernels do the whole chain in one pass.
-//
-//   GELU, erf form (torch's nn.GELU / F.gelu at opsets below 20):
-//     Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)   (any operand order; Mul(x, 1/sqrt 2) too;
-//     the 0.5 may multiply x first)
-//   -> com.microsoft Gelu(x)
-//   GELU, tanh form (GPT-2's gelu_new):
-//     Mul(Mul(0.5, x), Add(1, Tanh(Mul(sqrt(2/pi), Add(x, Mul(0.044715, Pow(x, 3)))))))
-//   -> com.microsoft FastGelu(x)
+// Load-time rewrites for CPU sessions, after fuse_patterns (which makes GELU chains one node on
+// every device): dense layers and convolutions with what follows them become single nodes whose
+// CPU kernels do the whole chain in one pass.
 //
 //   A dense layer: MatMul(X, W) with W a constant float32 matrix, or Gemm(A, B, C) with B
 //   constant (transA = 0; alpha and beta folded into the packed weight and the bias, C a
@@ -43,7 +36,6 @@
 namespace onyx {
 
 struct CpuFuseReport {
-  int gelus = 0;
   int dense = 0;
   int biases = 0;        // bias Adds absorbed into dense nodes
   int residuals = 0;     // residual Adds absorbed into dense nodes

@@ -18,6 +18,90 @@ using rewrite::other_input;
 
 constexpr int64_t kToTheEnd = int64_t{1} << 31;  // a Slice end at least this is "to the end" of any real axis
 
+bool near(std::optional<double> v, double want, double rel = 1e-5) {
+  return v && std::fabs(*v - want) <= rel * std::fabs(want);
+}
+
+// The GELU chains (fuse_cpu.h) ending at the Mul `k`: the fused node, or nothing.
+struct GeluMatch {
+  int x = -1;
+  bool tanh_form = false;
+  std::vector<int> chain;  // the chain's nodes other than `k`
+};
+
+std::optional<GeluMatch> match_gelu(Matcher& m, const Node& mul) {
+  Graph& g = m.g;
+  auto producer = [&](int id) { return g.values[id].producer; };
+  if (!m.plain(mul, "Mul") || mul.inputs.size() != 2) return std::nullopt;
+  // The product's three factors: one of the Mul's inputs is itself a private Mul.
+  for (int side = 0; side < 2; ++side) {
+    Node* inner = m.sole(mul.inputs[side], "Mul");
+    if (!inner || inner->inputs.size() != 2) continue;
+    const int leaves[3] = {mul.inputs[1 - side], inner->inputs[0], inner->inputs[1]};
+    for (int h = 0; h < 3; ++h) {  // the factor 0.5
+      if (!near(m.scalar(leaves[h]), 0.5)) continue;
+      for (int e = 0; e < 3; ++e) {  // the factor (1 + erf(..)) or (1 + tanh(..))
+        if (e == h) continue;
+        const int x = leaves[3 - h - e];
+        Node* add = m.sole(leaves[e], "Add");
+        if (!add || add->inputs.size() != 2) continue;
+        int t = -1;
+        for (int j = 0; j < 2; ++j)
+          if (near(m.scalar(add->inputs[j]), 1.0)) t = add->inputs[1 - j];
+        if (t < 0) continue;
+        GeluMatch r;
+        r.x = x;
+        r.chain = {producer(mul.inputs[side]), producer(leaves[e]), producer(t)};
+        if (Node* erf = m.sole(t, "Erf"); erf && erf->inputs.size() == 1) {
+          const int s = erf->inputs[0];
+          Node* div = m.sole(s, "Div");
+          Node* scale = div ? nullptr : m.sole(s, "Mul");
+          const bool by_div = div && div->inputs.size() == 2 && div->inputs[0] == x &&
+                              near(m.scalar(div->inputs[1]), std::sqrt(2.0));
+          const bool by_mul = scale && other_input(*scale, x) >= 0 &&
+                              near(m.scalar(other_input(*scale, x)), 1 / std::sqrt(2.0));
+          if (!by_div && !by_mul) continue;
+          r.chain.push_back(producer(s));
+          return r;
+        }
+        Node* th = m.sole(t, "Tanh");
+        if (!th || th->inputs.size() != 1) continue;
+        // Mul(sqrt(2/pi), Add(x, Mul(0.044715, Pow(x, 3))))
+        Node* sc = m.sole(th->inputs[0], "Mul");
+        if (!sc || sc->inputs.size() != 2) continue;
+        int inner_sum = -1;
+        for (int j = 0; j < 2; ++j)
+          if (near(m.scalar(sc->inputs[j]), std::sqrt(2 / M_PI), 1e-4)) inner_sum = sc->inputs[1 - j];
+        Node* sum = inner_sum >= 0 ? m.sole(inner_sum, "Add") : nullptr;
+        const int cubic = sum ? other_input(*sum, x) : -1;
+        Node* cm = cubic >= 0 ? m.sole(cubic, "Mul") : nullptr;
+        if (!cm || cm->inputs.size() != 2) continue;
+        int cube = -1;
+        for (int j = 0; j < 2; ++j)
+          if (near(m.scalar(cm->inputs[j]), 0.044715, 1e-4)) cube = cm->inputs[1 - j];
+        if (cube < 0) continue;
+        // x^3: Pow(x, 3), or x times a private Mul(x, x) (TorchScript's gelu(approximate="tanh"))
+        int square = -1;
+        if (Node* pw = m.sole(cube, "Pow")) {
+          if (pw->inputs.size() != 2 || pw->inputs[0] != x || !near(m.scalar(pw->inputs[1]), 3.0)) continue;
+        } else if (Node* c3 = m.sole(cube, "Mul"); c3 && c3->inputs.size() == 2) {
+          const int sq = other_input(*c3, x);
+          Node* c2 = sq >= 0 ? m.sole(sq, "Mul") : nullptr;
+          if (!c2 || c2->inputs.size() != 2 || c2->inputs[0] != x || c2->inputs[1] != x) continue;
+          square = sq;
+        } else {
+          continue;
+        }
+        r.tanh_form = true;
+        r.chain.insert(r.chain.end(), {producer(th->inputs[0]), producer(inner_sum), producer(cubic), producer(cube)});
+        if (square >= 0) r.chain.push_back(producer(square));
+        return r;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 // Drops every node whose one output equals one of its inputs (`same(node)` gives that input, or
@@ -85,6 +169,29 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
   r.multiplications_by_one = drop_multiplications_by_one(g);
   r.single_concats = drop_single_concats(g);
   r.noop_casts = drop_noop_casts(g);
+  // GELU chains first: a gated product's activation (Gemma's MLP) or, on the CPU, a dense
+  // layer's (fuse_cpu) may be one.
+  {
+    Matcher m(g);
+    std::vector<bool> removed(g.nodes.size(), false);
+    std::vector<std::pair<size_t, Node>> replace;
+    for (size_t k = 0; k < g.nodes.size(); ++k) {
+      if (removed[k]) continue;
+      auto gm = match_gelu(m, g.nodes[k]);
+      if (!gm) continue;
+      bool free = true;
+      for (int c : gm->chain) free = free && c >= 0 && !removed[c];
+      if (!free) continue;
+      for (int c : gm->chain) removed[c] = true;
+      removed[k] = true;
+      const Node& mul = g.nodes[k];
+      replace.emplace_back(k, make_node(mul.name + "/fused_gelu", "com.microsoft", gm->tanh_form ? "FastGelu" : "Gelu",
+                                         1, {gm->x}, {mul.outputs[0]}));
+      ++r.gelus;
+      r.nodes_removed += static_cast<int>(gm->chain.size());
+    }
+    if (r.gelus) replace_nodes(g, removed, replace);
+  }
   Matcher m(g);
   std::vector<bool> removed(g.nodes.size(), false);
   std::vector<std::pair<size_t, Node>> replace;  // position of the last node -> the fused node

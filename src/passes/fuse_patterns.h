@@ -26,6 +26,16 @@
 //      form with onyx_zero_masked_rows=1 (the CPU kernels then set NaN weights to zero; the
 //      CUDA kernels give a fully masked row zeros in any case)
 //
+//   GELU, erf form (torch's nn.GELU / F.gelu at opsets below 20):
+//     Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)   (any operand order; Mul(x, 1/sqrt 2) too;
+//     the 0.5 may multiply x first)
+//   -> com.microsoft Gelu(x)
+//   GELU, tanh form (GPT-2's gelu_new, Gemma's gelu_pytorch_tanh):
+//     Mul(Mul(0.5, x), Add(1, Tanh(Mul(sqrt(2/pi), Add(x, Mul(0.044715, Pow(x, 3)))))))
+//     (x^3 also as Mul(x, Mul(x, x)): TorchScript's gelu(approximate="tanh"))
+//   -> com.microsoft FastGelu(x)
+//   (before the others, so that fuse_cpu's dense layers take them as their activation)
+//
 //   First, a Concat of one input is dropped (its readers read the input).
 //
 //   Then, on the fused graph, the residual add before an RMSNorm:
@@ -59,6 +69,7 @@ struct FuseReport {
   int single_concats = 0;     // Concats of one input dropped (their readers read the input)
   int multiplications_by_one = 0;  // Mul(x, 1) and Div(x, 1) dropped (their readers read x)
   int noop_casts = 0;         // Casts to their input's own type dropped (their readers read the input)
+  int gelus = 0;              // GELU chains -> com.microsoft Gelu / FastGelu
 };
 
 FuseReport fuse_patterns(Graph& g, const FuseOptions& options = {});

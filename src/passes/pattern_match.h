@@ -143,6 +143,16 @@ struct Matcher {
         op == "Identity" || op == "Cos" || op == "Sin" || op == "Sqrt" || op == "Reciprocal" || op == "Exp" ||
         op == "Tanh" || op == "Relu" || op == "Erf" || op == "Abs" || op == "Split" || op == "Pow")
       return n.inputs.empty() ? -1 : rank(n.inputs[0], depth + 1);
+    if ((op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceProd" ||
+         op == "ReduceL2" || op == "ReduceSumSquare") &&
+        !n.inputs.empty()) {  // a decomposed norm's mean of squares (Gemma 3's q and k norms)
+      const int in = rank(n.inputs[0], depth + 1);
+      if (in < 0 || attr_int(n, "keepdims", 1) != 0) return in;
+      std::optional<std::vector<int64_t>> axes;
+      if (n.inputs.size() > 1) axes = ints(n.inputs[1]);
+      else if (const Attribute* a = n.find_attribute("axes")) axes = a->ints;
+      return axes && !axes->empty() ? in - static_cast<int>(axes->size()) : -1;
+    }
     if (op == "Expand" && n.inputs.size() == 2) {  // the broadcast of the input and the shape
       const int a = rank(n.inputs[0], depth + 1), e = elements(n.inputs[1], depth + 1);
       return a >= 0 && e >= 0 ? std::max(a, e) : -1;

@@ -185,4 +185,93 @@ TEST(FusePatterns, NodesWhoseOutputsNothingReadsGo) {
   }
 }
 
+TEST(FusePatterns, GeluGatedProductsFuseOnEveryDevice) {
+  // Gemma's MLP: Mul(gelu_tanh(gate), up), the GELU written out (0.5 x (1 + tanh(sqrt(2/pi)
+  // (x + 0.044715 x^3)))), and the erf form: one com.microsoft FastGelu / Gelu on the CPU and on
+  // CUDA (whose kernels take them), computing what the chain computes.
+  // (form 0: tanh with Pow(x, 3); 1: tanh with Mul(x, Mul(x, x)), as TorchScript writes Gemma's;
+  // 2: erf)
+  for (int form : {0, 1, 2})
+    for (Device device : {Device::cpu(), Device::cuda(0)}) {
+      const bool tanh_form = form < 2;
+      SCOPED_TRACE(testing::Message() << "form " << form << " on " << device.str());
+      Builder b;
+      const int gate = b.input("gate"), up = b.input("up");
+      auto scalar = [&](const char* name, float v) { return b.init(name, Tensor::scalar<float>(v)); };
+      int gelu;
+      if (tanh_form) {
+        const int x3 = form == 0 ? b.node("Pow", {gate, scalar("three", 3.f)})
+                                 : b.node("Mul", {gate, b.node("Mul", {gate, gate})});
+        const int cube = b.node("Mul", {scalar("c", 0.044715f), x3});
+        const int inner = b.node("Mul", {scalar("k", std::sqrt(2.f / static_cast<float>(M_PI))), b.node("Add", {gate, cube})});
+        const int one_plus = b.node("Add", {scalar("one", 1.f), b.node("Tanh", {inner})});
+        gelu = b.node("Mul", {b.node("Mul", {scalar("half", 0.5f), gate}), one_plus});
+      } else {
+        const int erf = b.node("Erf", {b.node("Div", {gate, scalar("root2", std::sqrt(2.f))})});
+        gelu = b.node("Mul", {b.node("Mul", {gate, b.node("Add", {erf, scalar("one", 1.f)})}), scalar("half", 0.5f)});
+      }
+      b.g.outputs = {b.node("Mul", {gelu, up})};
+      Graph plain = b.g;
+      SessionOptions o;
+      const OptimizeReport r = optimize_graph(b.g, o, device);
+      EXPECT_EQ(r.fuse.gelus, 1);
+      std::multiset<std::string> ops;
+      for (const auto& n : b.g.nodes) ops.insert(n.op_type);
+      EXPECT_EQ(ops, (std::multiset<std::string>{tanh_form ? "FastGelu" : "Gelu", "Mul"}));
+      if (!device.is_cpu()) continue;
+      const Tensor g = test::random_tensor<float>(Shape{3, 40}, -6, 6), u = test::random_tensor<float>(Shape{3, 40});
+      auto alloc = make_cpu_allocator();
+      GraphExecutor pe(plain, OpRegistry::global(), alloc, SessionOptions{});
+      GraphExecutor fe(b.g, OpRegistry::global(), alloc, SessionOptions{});
+      const Tensor want = pe.run({g, u}).at(0), got = fe.run({g, u}).at(0);
+      for (int64_t i = 0; i < want.numel(); ++i)
+        ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5 * (1 + std::abs(want.data<float>()[i]))) << i;
+    }
+}
+
+TEST(FusePatterns, RotaryOfANormalizedHeadFuses) {
+  // Gemma 3's queries: RMSNorm of each head (decomposed, its output's rank shown only through the
+  // mean of squares), then the rotary embedding by halves with Slices and a Concat at axis 3 (not
+  // -1), as TorchScript writes them: one SimplifiedLayerNormalization and one RotaryHalf, computing
+  // what the chain computes.
+  Builder b;
+  const int x = b.input("x");
+  TypeInfo& t = b.g.values[x].declared;
+  t.category = TypeInfo::Category::kTensor;
+  t.dtype = DType::kFloat32;
+  t.rank_known = true;
+  t.dims = {-1, 2, -1, 8};
+  t.dim_params = {"b", "", "s", ""};
+  const int cos = b.input("cos"), sin = b.input("sin");
+  auto ints = [&](const char* name, std::vector<int64_t> v) {
+    return b.init(name, Tensor::from_vector<int64_t>(v, Shape{static_cast<int64_t>(v.size())}));
+  };
+  const int mean = b.node("ReduceMean", {b.node("Pow", {x, b.init("two", Tensor::scalar<float>(2.f))}), ints("axes", {-1})},
+                          {int_attr("keepdims", 1)});
+  const int inv = b.node("Div", {b.init("one", Tensor::scalar<float>(1.f)),
+                                 b.node("Sqrt", {b.node("Add", {mean, b.init("eps", Tensor::scalar<float>(1e-6f))})})});
+  const int normed = b.node("Mul", {b.node("Mul", {x, inv}), b.init("w", test::random_tensor<float>(Shape{8}, 0.5, 1.5))});
+  const int axis3 = ints("axis3", {3}), one = ints("step", {1});
+  const int lo = b.node("Slice", {normed, ints("zero", {0}), ints("half", {4}), axis3, one});
+  const int hi = b.node("Slice", {normed, ints("half2", {4}), ints("end", {int64_t{1} << 62}), axis3, one});
+  const int rotated = b.node("Concat", {b.node("Neg", {hi}), lo}, {int_attr("axis", 3)});
+  b.g.outputs = {b.node("Add", {b.node("Mul", {normed, cos}), b.node("Mul", {rotated, sin})})};
+  Graph plain = b.g;
+  const FuseReport r = fuse_patterns(b.g);
+  EXPECT_EQ(r.rms_norms, 1);
+  EXPECT_EQ(r.rotary_halves, 1);
+  std::multiset<std::string> ops;
+  for (const auto& n : b.g.nodes) ops.insert(n.op_type);
+  EXPECT_EQ(ops, (std::multiset<std::string>{"SimplifiedLayerNormalization", "RotaryHalf"}));
+  const Tensor in = test::random_tensor<float>(Shape{3, 2, 5, 8}), c = test::random_tensor<float>(Shape{5, 8}),
+               s = test::random_tensor<float>(Shape{5, 8});
+  auto alloc = make_cpu_allocator();
+  GraphExecutor pe(plain, OpRegistry::global(), alloc, SessionOptions{});
+  GraphExecutor fe(b.g, OpRegistry::global(), alloc, SessionOptions{});
+  const Tensor want = pe.run({in, c, s}).at(0), got = fe.run({in, c, s}).at(0);
+  ASSERT_EQ(got.shape(), want.shape());
+  for (int64_t i = 0; i < want.numel(); ++i)
+    ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5 * (1 + std::abs(want.data<float>()[i]))) << i;
+}
+
 }  // namespace onyx
