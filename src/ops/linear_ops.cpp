@@ -1,17 +1,18 @@
 // Products with a weight stored output-major, the form the linear fusion (passes/fuse_linear.h)
 // gives a MatMul whose right operand is a constant; domain "onyx".
 //
-//   onyx::Linear(x[..., K], w[N, K]; splits) -> y_0[..., N_0], ..., y_{s-1}[..., N_{s-1}]
-//     y = x · w^T (numpy matmul of x by the transposed weight), its N columns cut into the
+//   onyx::Linear(x[..., K], w[N, K], bias?[N]; splits) -> y_0[..., N_0], ..., y_{s-1}[..., N_{s-1}]
+//     y = x · w^T (+ bias) (numpy matmul of x by the transposed weight), its N columns cut into the
 //     outputs by `splits` (sum N; default [N], one output). Products that share x (a layer's Q,
-//     K and V projections) become one node that reads x once and the weights in one stream.
+//     K and V projections) become one node that reads x once and the weights in one stream; the
+//     bias (Qwen2's q, k and v) is added to the sums before the one rounding.
 //   onyx::SiluGateLinear(x[..., K], w[2F, K]) -> y[..., F]
 //     y = silu(x · w[:F]^T) * (x · w[F:]^T): the gate and up projections of a SiLU-gated MLP
 //     with the gating product, one rounding at the end.
-//   onyx::RmsNormLinear(x[..., K], skip?, gamma[K], w; epsilon, splits, gated) -> (sum?, y...)
+//   onyx::RmsNormLinear(x[..., K], skip?, gamma[K], w, bias?; epsilon, splits, gated) -> (sum?, y...)
 //     h = x + skip (skip may be omitted), n = h / sqrt(mean(h^2) + epsilon) * gamma rounded to
 //     x's type (what SimplifiedLayerNormalization and SkipSimplifiedLayerNormalization give),
-//     then Linear(n, w; splits), or with gated = 1 SiluGateLinear(n, w); output 0, optional, is
+//     then Linear(n, w, bias; splits), or with gated = 1 (no bias) SiluGateLinear(n, w); output 0, optional, is
 //     h rounded (SkipSimplifiedLayerNormalization's residual sum). The norm
 //     before a layer's products: its rows are normalized where they are multiplied, with no
 //     normalized tensor in between.
@@ -62,9 +63,19 @@ std::vector<int64_t> splits_of(const NodeView& v, int64_t n) {
   return s;
 }
 
+// The optional bias at input `i`: [N].
+void check_bias(const InferContext& ctx, size_t i, int64_t n) {
+  if (!ctx.has_input(i)) return;
+  const PartialShape& b = ctx.input_shape(i);
+  ONYX_CHECK(!b.rank_known || (b.dims.size() == 1 && (b.dims[0] < 0 || n < 0 || b.dims[0] == n)), "the bias must be [",
+             n, "], got ", b.str());
+}
+
 void infer_linear(InferContext& ctx) {
   int64_t n = -1, k = -1;
   check_linear(ctx, n, k);
+  ONYX_CHECK(ctx.num_inputs() <= 3, "Linear takes x, w and a bias, got ", ctx.num_inputs(), " inputs");
+  check_bias(ctx, 2, n);
   const std::vector<int64_t> s = splits_of(ctx, n);
   ONYX_CHECK(s.size() == ctx.num_outputs(), s.size(), " splits for ", ctx.num_outputs(), " outputs");
   for (size_t i = 0; i < s.size(); ++i) ctx.set_output(i, ctx.input_dtype(0), with_last(ctx.input_shape(0), s[i]));
@@ -77,25 +88,35 @@ void infer_silu_gate_linear(InferContext& ctx) {
   ctx.set_output(0, ctx.input_dtype(0), with_last(ctx.input_shape(0), n < 0 ? -1 : n / 2));
 }
 
-// out[m, n] = x[m, :] · w[n, :] for the weight rows [first, first + n).
+// out[m, n] = x[m, :] · w[n, :] (+ bias[n]) for the weight rows [first, first + n).
 template <class T>
-void product(const T* x, const T* w, int64_t m, int64_t n, int64_t k, T* out) {
+void product(const T* x, const T* w, const T* bias, int64_t m, int64_t n, int64_t k, T* out) {
   using C = compute_t<T>;
+  if (bias)  // added by the product (beta = 1) before its one rounding
+    for (int64_t i = 0; i < m; ++i) std::copy_n(bias, n, out + i * n);
+  const C beta = bias ? C(1) : C(0);
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-    cpu::gemm_blas(false, true, m, n, k, C(1), x, k, w, k, C(0), out, n);
+    cpu::gemm_blas(false, true, m, n, k, C(1), x, k, w, k, beta, out, n);
   else
-    cpu::gemm_reference<T, C>(false, true, m, n, k, C(1), x, k, w, k, C(0), out, n);
+    cpu::gemm_reference<T, C>(false, true, m, n, k, C(1), x, k, w, k, beta, out, n);
 }
 
-// y_i = x[m, k] · (the weight's next N_i rows)^T, for each output in turn.
+// y_i = x[m, k] · (the weight's next N_i rows)^T (+ those entries of the bias), for each output
+// in turn.
 template <class T>
-void linear_into(const T* x, int64_t m, const Tensor& w, const std::vector<Tensor*>& ys) {
+void linear_into(const T* x, int64_t m, const Tensor& w, const Tensor* bias, const std::vector<Tensor*>& ys) {
   const int64_t k = w.shape()[1];
   int64_t first = 0;
   for (Tensor* y : ys) {
     const int64_t n = y->shape()[y->rank() - 1];
-    if (k == 0) std::fill_n(y->data<T>(), y->numel(), T(0));
-    else if (m > 0 && n > 0) product(x, w.data<T>() + first * k, m, n, k, y->data<T>());
+    const T* b = bias ? bias->data<T>() + first : nullptr;
+    if (k == 0) {
+      T* out = y->data<T>();
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) out[i * n + j] = b ? b[j] : T(0);
+    } else if (m > 0 && n > 0) {
+      product(x, w.data<T>() + first * k, b, m, n, k, y->data<T>());
+    }
     first += n;
   }
 }
@@ -136,7 +157,8 @@ void linear_kernel(KernelContext& ctx) {
   const int64_t k = ctx.input(1).shape()[1];
   std::vector<Tensor*> ys;
   for (size_t i = 0; i < ctx.num_outputs(); ++i) ys.push_back(&ctx.output(i));
-  linear_into(x.data<T>(), k == 0 ? 0 : x.numel() / k, ctx.input(1), ys);
+  const Tensor* bias = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  linear_into(x.data<T>(), k == 0 ? 0 : x.numel() / k, ctx.input(1), bias, ys);
 }
 
 template <class T>
@@ -146,11 +168,12 @@ void silu_gate_linear_kernel(KernelContext& ctx) {
   silu_gate_into(x.data<T>(), k == 0 ? 0 : x.numel() / k, ctx.input(1), ctx.output(0));
 }
 
-// ---- RmsNormLinear: inputs x, skip (optional), gamma, w; outputs sum (optional), y... ----
+// ---- RmsNormLinear: inputs x, skip (optional), gamma, w, bias (optional); outputs sum (optional), y... ----
 
 void infer_rms_norm_linear(InferContext& ctx) {
   check_same_dtypes(ctx);
-  ONYX_CHECK(ctx.num_inputs() == 4 && ctx.has_input(2) && ctx.has_input(3), "RmsNormLinear takes x, skip, gamma, w");
+  ONYX_CHECK((ctx.num_inputs() == 4 || ctx.num_inputs() == 5) && ctx.has_input(2) && ctx.has_input(3),
+             "RmsNormLinear takes x, skip, gamma, w and a bias");
   const PartialShape& x = ctx.input_shape(0);
   const PartialShape& w = ctx.input_shape(3);
   ONYX_CHECK(w.rank_known && w.dims.size() == 2, "the weight must be 2-D [N, K], got ", w.str());
@@ -165,7 +188,9 @@ void infer_rms_norm_linear(InferContext& ctx) {
     ONYX_CHECK(ctx.input_shape(1).dims == x.dims, "skip ", ctx.input_shape(1).str(), " must have x's shape ", x.str());
   const DType dt = ctx.input_dtype(0);
   if (ctx.has_output(0)) ctx.set_output(0, dt, x);
+  check_bias(ctx, 4, n);
   if (ctx.attr_int("gated", 0) != 0) {
+    ONYX_CHECK(!ctx.has_input(4), "the gated form takes no bias");
     ONYX_CHECK(ctx.num_outputs() == 2, "the gated form gives the sum and one output");
     ONYX_CHECK(n < 0 || n % 2 == 0, "the weight's N = ", n, " must be even (gate rows, then up rows)");
     ctx.set_output(1, dt, with_last(x, n < 0 ? -1 : n / 2));
@@ -193,7 +218,7 @@ void rms_norm_linear_kernel(KernelContext& ctx) {
   }
   std::vector<Tensor*> ys;
   for (size_t i = 1; i < ctx.num_outputs(); ++i) ys.push_back(&ctx.output(i));
-  linear_into(normed.data(), m, w, ys);
+  linear_into(normed.data(), m, w, ctx.has_input(4) ? &ctx.input(4) : nullptr, ys);
 }
 
 }  // namespace

@@ -556,4 +556,83 @@ LinearReport group_nbits(Graph& g) {
   return r;
 }
 
+LinearReport biases_into_linear(Graph& g) {
+  LinearReport r;
+  auto readers = count_readers(g);
+  const std::unordered_set<int> pinned = pinned_values(g);
+  std::unordered_map<int, size_t> reader_of;  // value -> the node reading it (where it has one reader)
+  for (size_t k = 0; k < g.nodes.size(); ++k)
+    for (int in : g.nodes[k].inputs)
+      if (in >= 0 && readers[in] == 1) reader_of[in] = k;
+  std::vector<bool> removed(g.nodes.size(), false);
+  std::vector<int> replaced;
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    Node& lin = g.nodes[k];
+    if (lin.domain != "onyx") continue;
+    const bool norm = lin.op_type == "RmsNormLinear";
+    const size_t w_at = norm ? 3 : 1, first_out = norm ? 1 : 0;
+    if (!(lin.op_type == "Linear" && lin.inputs.size() == 2) && !(norm && lin.inputs.size() == 4)) continue;
+    if (norm && lin.find_attribute("gated") && lin.find_attribute("gated")->i != 0) continue;
+    const Tensor* w = constant_value(g, lin.inputs[w_at]);
+    if (!w || w->rank() != 2) continue;
+    // Each output's Add of a constant [N_i] of the weight's dtype, where the output has no other reader.
+    std::vector<std::pair<size_t, const Tensor*>> adds(lin.outputs.size(), {0, nullptr});
+    int found = 0;
+    for (size_t o = first_out; o < lin.outputs.size(); ++o) {
+      const int y = lin.outputs[o];
+      if (y < 0 || pinned.count(y) || !reader_of.count(y)) continue;
+      const size_t a = reader_of.at(y);
+      const Node& add = g.nodes[a];
+      if (removed[a] || add.op_type != "Add" || !(add.domain.empty() || add.domain == "ai.onnx") ||
+          add.inputs.size() != 2 || add.outputs.size() != 1 || add.outputs[0] < 0)
+        continue;
+      const int other = add.inputs[0] == y ? add.inputs[1] : add.inputs[0];
+      const Tensor* c = other >= 0 && other != y && !g.values[other].is_input ? constant_value(g, other) : nullptr;
+      if (!c || c->rank() != 1 || c->dtype() != w->dtype() || !c->on_host()) continue;
+      adds[o] = {a, c};
+      ++found;
+    }
+    if (!found) continue;
+    // The bias: each output's constant, zeros where it has none.
+    Tensor bias(w->dtype(), Shape{w->shape()[0]});
+    std::memset(bias.raw(), 0, bias.bytes());
+    const std::vector<int64_t> widths = [&] {
+      std::vector<int64_t> s;
+      if (const Attribute* a = lin.find_attribute("splits")) s = a->ints;
+      if (s.empty()) s = {w->shape()[0]};
+      return s;
+    }();
+    if (widths.size() != lin.outputs.size() - first_out) continue;
+    bool fits = true;
+    int64_t start = 0;
+    for (size_t o = first_out; o < lin.outputs.size(); ++o) {
+      const int64_t n = widths[o - first_out];
+      if (const Tensor* c = adds[o].second) {
+        if (c->shape()[0] != n) fits = false;
+        else
+          std::memcpy(static_cast<char*>(bias.raw()) + static_cast<size_t>(start) * dtype_size(bias.dtype()), c->raw(),
+                      c->bytes());
+      }
+      start += n;
+    }
+    if (!fits || start != w->shape()[0]) continue;
+    for (size_t o = first_out; o < lin.outputs.size(); ++o) {
+      if (!adds[o].second) continue;
+      const size_t a = adds[o].first;
+      lin.outputs[o] = g.nodes[a].outputs[0];  // the product makes the sum itself
+      removed[a] = true;
+      for (int in : g.nodes[a].inputs)
+        if (in >= 0 && in != lin.outputs[o]) replaced.push_back(in);
+    }
+    lin.inputs.push_back(add_initializer(g, lin.name + "/bias", std::move(bias)));
+    ++r.biased;
+    r.weight_bytes += static_cast<size_t>(w->shape()[0]) * dtype_size(w->dtype());
+  }
+  if (!r.biased) return r;
+  std::vector<std::pair<size_t, Node>> none;
+  replace_nodes(g, removed, none);
+  drop_unread_initializers(g, replaced);
+  return r;
+}
+
 }  // namespace onyx

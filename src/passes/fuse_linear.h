@@ -21,6 +21,10 @@
 //     Linear|SiluGateLinear(SkipSimplifiedLayerNormalization(x, skip, gamma)) with the norm read
 //     by that product alone -> onyx::RmsNormLinear(x, skip, gamma, w) -> (sum, y...), at the
 //     norm's place: the rows are normalized where they are multiplied.
+//   biases_into_linear, last: the bias added to a product's outputs (Qwen2's q, k and v
+//     projections), Add(y_i, c_i) with c_i a constant [N_i] of the weight's dtype and y_i read by
+//     that Add alone -> the product's bias input (ops/linear_ops.cpp: added before the one
+//     rounding), zeros for the outputs without one; Linear and RmsNormLinear that are not gated.
 //
 //   group_nbits: the 4-bit products of onnxruntime's quantizers and the builder,
 //     com.microsoft MatMulNBits nodes (no bias) reading the same A with constant weights of one
@@ -51,6 +55,7 @@ struct LinearReport {
   int grouped = 0;          // Linear nodes those replaced
   int normed = 0;           // RmsNormLinear nodes made
   int sliced = 0;           // Linears split into one per cut of their output
+  int biased = 0;           // Linear / RmsNormLinear nodes given the bias Adds after them
   size_t weight_bytes = 0;  // bytes of the weights made (transposed or stacked)
 };
 
@@ -58,6 +63,7 @@ LinearReport linear_from_matmul(Graph& g);
 LinearReport split_sliced_linears(Graph& g);
 LinearReport group_linears(Graph& g);
 LinearReport norm_into_linear(Graph& g);
+LinearReport biases_into_linear(Graph& g);
 // Returns the LinearNBits nodes made (`groups`) and the products they replaced (`grouped`).
 LinearReport group_nbits(Graph& g);
 

@@ -57,6 +57,10 @@ OptimizeReport optimize_graph(Graph& g, const SessionOptions& options, const Dev
     r.linear.weight_bytes += nbits.weight_bytes;
     // The norms before them (onyx::RmsNormLinearNBits).
     if (nbits.groups > 0) r.linear.normed += norm_into_linear(g).normed;
+    // Last: the bias Adds after the products (which norm_into_linear's Linear form has none of).
+    const LinearReport biased = biases_into_linear(g);
+    r.linear.biased = biased.biased;
+    r.linear.weight_bytes += biased.weight_bytes;
   }
   // On the fused graph: RotaryHalf and Attention are what it matches.
   if (options.fuse_patterns && options.fuse_rotary_cache.value_or(!device.is_cpu())) r.rotary_cache = fuse_rotary_cache(g);

@@ -596,6 +596,23 @@ void contrib(std::vector<Case>& v) {
     lin("row1_k20480_x_global", {1, 20480}, 40, 20480);
     lin("rows9_lt", {9, 72}, 40, 72, {16, 24});
     lin("rows64_lt", {4, 16, 128}, 96, 128, {32, 64});
+    // With a bias (Qwen2's q, k and v; biases_into_linear): added to the sums in each kernel's
+    // epilogue (one row, the streaming kernel's tensor-core form, the few-row kernel for float32),
+    // and through cuBLASLt's epilogue where each output's bias is 16-byte aligned, or a kernel after
+    // the product where it is not (splits of 3 and 29 columns).
+    auto lin_bias = [&](std::string name, Shape x, int64_t n, int64_t k, std::vector<int64_t> splits = {}) {
+      std::vector<Attribute> at;
+      if (!splits.empty()) at.push_back(attr_ints("splits", splits));
+      const int outs = splits.empty() ? 1 : static_cast<int>(splits.size());
+      v.push_back({std::move(name), "Linear", kFloats, {Uni(std::move(x), -1, 1), Uni({n, k}, -1, 1), Uni({n}, -1, 1)},
+                   at, outs, 1, "onyx"});
+    };
+    lin_bias("bias_row1_splits", {1, 1, 256}, 48, 256, {16, 16, 16});
+    lin_bias("bias_rows2_k2048_splits", {2, 1, 2048}, 50, 2048, {16, 30, 4});
+    lin_bias("bias_rows8_k8192_x_global", {8, 8192}, 24, 8192);
+    lin_bias("bias_rows3_k_off_packs", {3, 12}, 9, 12);
+    lin_bias("bias_rows16_lt_aligned", {16, 128}, 40, 128, {8, 32});
+    lin_bias("bias_rows16_lt_unaligned", {16, 128}, 32, 128, {3, 29});
     auto gated = [&](std::string name, Shape x, int64_t f, int64_t k) {
       v.push_back({std::move(name),
                    "SiluGateLinear",
@@ -640,6 +657,16 @@ void contrib(std::vector<Case>& v) {
     normed("rows12_lt", {12, 128}, true, 32, 128, {8, 24}, false);
     normed("rows8_k4096_lt", {8, 4096}, true, 40, 4096, {}, false);  // normalized x too wide for the kernel
     normed("rows40_lt_gated", {40, 96}, true, 100, 96, {}, true);
+    // With a bias (not gated): in the kernel's epilogue, and through cuBLASLt.
+    auto normed_bias = [&](std::string name, Shape x, int64_t n, int64_t k, std::vector<int64_t> splits) {
+      std::vector<Attribute> at{attr_float("epsilon", 1e-5f), attr_ints("splits", splits)};
+      v.push_back({std::move(name), "RmsNormLinear", kFloats,
+                   {Uni(x, -2, 2), Uni(x, -2, 2), Pos({k}, 0.5, 1.5), Uni({n, k}, -1, 1), Uni({n}, -1, 1)}, at,
+                   1 + static_cast<int>(splits.size()), 1, "onyx"});
+    };
+    normed_bias("bias_row1_skip_splits_k2048", {1, 1, 2048}, 96, 2048, {64, 16, 16});
+    normed_bias("bias_rows8_splits", {8, 128}, 24, 128, {8, 8, 8});
+    normed_bias("bias_rows12_lt", {12, 128}, 32, 128, {3, 29});
   }
 
   // MultiHeadAttention (Optimum's BERT, T5 and Whisper exports). Inputs: query, key, value,

@@ -8,6 +8,7 @@
 #include "graph_builder.h"
 #include "op_test_util.h"
 #include "passes/optimize.h"
+#include "passes/rewrite_util.h"
 
 namespace onyx {
 
@@ -173,6 +174,60 @@ TEST(FuseLinear, NormsBeforeProductsBecomeRmsNormLinearsThatComputeTheSame) {
   }
 }
 
+TEST(FuseLinear, BiasAddsAfterProductsBecomeTheirBias) {
+  // Qwen2's attention: q, k and v products with biases, after a norm (one RmsNormLinear with three
+  // outputs and a bias, v's part zeros where v has none), and a product with a bias beside one
+  // whose Add reads a graph input (that Add stays) and one whose output is also read elsewhere
+  // (stays). Against the unfused graph.
+  for (bool v_bias : {true, false}) {
+    Builder b;
+    const int x = b.input("x"), other = b.input("other");
+    b.g.values[x].declared.dtype = DType::kFloat32;
+    const int n =
+        b.node("SimplifiedLayerNormalization", {x, b.init("g", test::random_tensor<float>(Shape{16}, 0.5, 1.5))},
+               {test::attr_int("axis", -1), test::attr_float("epsilon", 1e-6f)});
+    auto biased = [&](int in, const char* w, int64_t out, const char* bias) {
+      const int y = b.node("MatMul", {in, b.init(w, test::random_tensor<float>(Shape{16, out}, -1, 1))});
+      return bias ? b.node("Add", {b.init(bias, test::random_tensor<float>(Shape{out}, -1, 1)), y}) : y;
+    };
+    const int q = biased(n, "wq", 8, "bq"), k = biased(n, "wk", 4, "bk"), v = biased(n, "wv", 4, v_bias ? "bv" : nullptr);
+    const int o = biased(x, "wo", 6, "bo");
+    const int plain_add = b.node("Add", {b.node("MatMul", {x, b.init("wp", test::random_tensor<float>(Shape{16, 6}, -1, 1))}), other});
+    const int seen = b.node("MatMul", {x, b.init("ws", test::random_tensor<float>(Shape{16, 6}, -1, 1))});
+    const int seen_biased = b.node("Add", {seen, b.init("bs", test::random_tensor<float>(Shape{6}, -1, 1))});
+    b.g.outputs = {q, k, v, o, plain_add, seen, seen_biased};
+    Graph plain = b.g, fused = b.g;
+    const OptimizeReport r = optimize_graph(fused, linear_on(), Device::cpu());
+    EXPECT_EQ(r.linear.normed, 1);
+    EXPECT_EQ(r.linear.biased, 2) << "the normed q/k/v product and x's product (o, p and s grouped)";
+    EXPECT_EQ(count(fused, "RmsNormLinear"), 1);
+    EXPECT_EQ(count(fused, "Add"), 2);  // p's (a graph input) and s's (s read elsewhere)
+    for (const Node& nd : fused.nodes)
+      if (nd.op_type == "RmsNormLinear") {
+        ASSERT_EQ(nd.inputs.size(), 5u);
+        const Tensor* bias = constant_value(fused, nd.inputs[4]);
+        ASSERT_TRUE(bias != nullptr);
+        ASSERT_EQ(bias->numel(), 16);
+        if (!v_bias)
+          for (int64_t i = 12; i < 16; ++i) EXPECT_EQ(bias->data<float>()[i], 0.f);
+      }
+    for (int rep = 0; rep < 2; ++rep) {
+      const Tensor xv = test::random_tensor<float>(Shape{2, 3, 16}, -2, 2), ov = test::random_tensor<float>(Shape{2, 3, 6});
+      auto alloc = make_cpu_allocator();
+      GraphExecutor pe(plain, OpRegistry::global(), alloc, SessionOptions{});
+      GraphExecutor fe(fused, OpRegistry::global(), alloc, SessionOptions{});
+      const auto a = pe.run({xv, ov}), c = fe.run({xv, ov});
+      ASSERT_EQ(a.size(), c.size());
+      for (size_t out = 0; out < a.size(); ++out) {
+        ASSERT_EQ(a[out].shape(), c[out].shape());
+        for (int64_t i = 0; i < a[out].numel(); ++i)
+          EXPECT_NEAR(a[out].data<float>()[i], c[out].data<float>()[i], 2e-5 * (1 + std::abs(a[out].data<float>()[i])))
+              << "output " << out << " element " << i;
+      }
+    }
+  }
+}
+
 // The ops on their own, 16-bit, against a float64 computation: one rounding at the end.
 TEST(LinearOps, SplitsAndGatingMatchAFloat64Reference) {
   for (int rep = 0; rep < 2; ++rep) {
@@ -205,6 +260,54 @@ TEST(LinearOps, SplitsAndGatingMatchAFloat64Reference) {
       }
     }
   }
+}
+
+TEST(LinearOps, WithABiasMatchAFloat64Reference) {
+  // bfloat16 Linear (two outputs) and RmsNormLinear with a bias, against float64; a bias of
+  // another size, or on the gated form, is an error that says so.
+  const int64_t m = 3, k = 24, n = 10;
+  const Tensor x = test::random_tensor<BFloat16>(Shape{m, k}, -1, 1);
+  const Tensor w = test::random_tensor<BFloat16>(Shape{n, k}, -1, 1);
+  const Tensor bias = test::random_tensor<BFloat16>(Shape{n}, -4, 4);
+  const Tensor gamma = test::random_tensor<BFloat16>(Shape{k}, 0.5, 1.5);
+  auto f = [](const Tensor& t, int64_t i) { return double(static_cast<float>(t.data<BFloat16>()[i])); };
+  const auto lin = test::run_op("Linear", {x, w, bias}, {test::attr_ints("splits", {4, 6})}, 2, 1, "onyx", {false, true});
+  const auto nrm = test::run_op("RmsNormLinear", {x, Tensor(), gamma, w, bias}, {test::attr_float("epsilon", 1e-6f)}, 2,
+                                1, "onyx", {false, true});
+  for (int64_t i = 0; i < m; ++i) {
+    double ss = 0;
+    for (int64_t p = 0; p < k; ++p) ss += f(x, i * k + p) * f(x, i * k + p);
+    const double inv = 1 / std::sqrt(ss / k + 1e-6);
+    for (int64_t j = 0; j < n; ++j) {
+      double want = f(bias, j), want_n = f(bias, j);
+      for (int64_t p = 0; p < k; ++p) {
+        want += f(x, i * k + p) * f(w, j * k + p);
+        // the normalized row is rounded to bfloat16 before the product, as the norm's output is
+        want_n += double(static_cast<float>(BFloat16(static_cast<float>(f(x, i * k + p) * inv * f(gamma, p))))) * f(w, j * k + p);
+      }
+      const Tensor& y = j < 4 ? lin[0] : lin[1];
+      const int64_t c = j < 4 ? j : j - 4, width = j < 4 ? 4 : 6;
+      EXPECT_NEAR(static_cast<float>(y.data<BFloat16>()[i * width + c]), want, 8e-3 * (1 + std::abs(want))) << i << ", " << j;
+      EXPECT_NEAR(static_cast<float>(nrm[1].data<BFloat16>()[i * n + j]), want_n, 8e-3 * (1 + std::abs(want_n))) << i << ", " << j;
+    }
+  }
+  auto error_of = [](auto&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of([&] {
+              test::run_op("Linear", {x, w, test::random_tensor<BFloat16>(Shape{n + 1})}, {}, 1, 1, "onyx", {false, true});
+            }).find("the bias must be [10], got [11]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              test::run_op("RmsNormLinear", {x, Tensor(), gamma, w, bias}, {test::attr_int("gated", 1)}, 2, 1, "onyx",
+                           {false, true});
+            }).find("the gated form takes no bias"),
+            std::string::npos);
 }
 
 TEST(LinearOps, BadShapesAreErrorsThatSayWhy) {

@@ -58,6 +58,7 @@ struct GemvArgs {
   const void* gamma;
   void* sum;
   float eps;
+  const void* bias;  // [n] or null (ungated): added to each output column's sum before its rounding
 };
 
 // 16 bytes of weight: read once, so not kept in L1 (x is).
@@ -85,6 +86,12 @@ __device__ __forceinline__ T* output_of(const GemvArgs& a, int col, int& start, 
     }
   }
   return dst;
+}
+
+// Output column `col`'s bias (0 without one).
+template <class T>
+__device__ __forceinline__ float bias_of(const GemvArgs& a, int col) {
+  return a.bias ? static_cast<float>(to_compute(static_cast<const T*>(a.bias)[col])) : 0.f;
 }
 
 template <class T>
@@ -366,6 +373,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a) {
         if (lane != c * R + r || col >= a.n || r >= rows) continue;
         float v = acc[c][0][r];
         if constexpr (G == 2) v = v / (1.f + __expf(-v)) * acc[c][1][r];
+        else v += bias_of<T>(a, col);
         int start = 0, width = 0;
         T* dst = output_of<T>(a, col, start, width);
         dst[static_cast<size_t>(row0 + r) * width + (col - start)] = from_compute<T>(v);
@@ -537,6 +545,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
           if (col < a.n && r < rows) {
             float v = total(j);
             if constexpr (G == 2) v = v / (1.f + __expf(-v)) * total(j + kOuts);
+            else v += bias_of<T>(a, col);
             int start = 0, width = 0;
             T* dst = output_of<T>(a, col, start, width);
             dst[static_cast<size_t>(r) * width + (col - start)] = from_compute<T>(v);
@@ -572,6 +581,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
         if (col < a.n && r < rows) {
           float v = sums[j][r];
           if constexpr (G == 2) v = v / (1.f + __expf(-v)) * sums[kOuts + j][r];
+          else v += bias_of<T>(a, col);
           int start = 0, width = 0;
           T* dst = output_of<T>(a, col, start, width);
           dst[static_cast<size_t>(r) * width + (col - start)] = from_compute<T>(v);
@@ -698,7 +708,19 @@ struct Product {
   bool gated;
   std::vector<std::pair<char*, int64_t>> outputs;  // base pointer, columns
   std::string where;
+  const char* bias = nullptr;  // [N] or null (not gated)
 };
+
+// y[r, j] += b[j] over `rows` rows of `n` (the library path's bias where cuBLASLt's epilogue
+// cannot take it: a bias pointer not 16-byte aligned).
+template <class T>
+__global__ void add_bias_rows_kernel(T* __restrict__ y, const T* __restrict__ b, int64_t rows, int64_t n) {
+  ONYX_KERNEL_PROLOGUE();
+  const int64_t total = rows * n;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = from_compute<T>(to_compute(y[i]) + to_compute(b[i % n]));
+}
 
 void library_rows(const Product& p, const void* x, int64_t m, int64_t row0, void* scratch, CudaContext& cu) {
   const int64_t k = p.w.shape()[1];
@@ -734,7 +756,18 @@ void library_rows(const Product& p, const void* x, int64_t m, int64_t row0, void
     g.ldd = cols;
     g.b = static_cast<const char*>(p.w.raw()) + static_cast<size_t>(first * k) * es;
     g.d = base + static_cast<size_t>(row0 * cols) * es;
+    const char* bias = p.bias ? p.bias + static_cast<size_t>(first) * es : nullptr;
+    const bool epilogue = bias && is_aligned(bias, 16);
+    g.bias = epilogue ? bias : nullptr;
     run_gemm(g, lt, p.where);
+    if (bias && !epilogue) {
+      dispatch_float(p.w.dtype(), "Linear", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        launch_kernel(add_bias_rows_kernel<T>, resident_blocks_for(m * cols, cu.device), kThreads, 0, cu,
+                      reinterpret_cast<T*>(g.d), reinterpret_cast<const T*>(bias), m, cols);
+      });
+      ONYX_CUDA_CHECK_LAUNCH("Linear's bias");
+    }
     first += cols;
   }
 }
@@ -812,6 +845,7 @@ bool gemv_args(const Product& p, const void* x, int64_t m, const NormInputs* nor
     a.sum = norm->sum;
     a.eps = norm->eps;
   }
+  a.bias = p.bias;
   return true;
 }
 
@@ -867,12 +901,25 @@ bool empty_product(KernelContext& ctx, int64_t m, int64_t n, int64_t k, size_t f
   return true;
 }
 
+// The optional bias at input `i`: [N] of the weight's dtype.
+const char* bias_input(KernelContext& ctx, size_t i, const Tensor& w) {
+  if (!ctx.has_input(i)) return nullptr;
+  const Tensor& b = ctx.input(i);
+  ONYX_CHECK(b.dtype() == w.dtype() && b.rank() == 1 && b.shape()[0] == w.shape()[0], "the bias ", b.type_str(),
+             " must be [", w.shape()[0], "] of ", dtype_name(w.dtype()));
+  return static_cast<const char*>(b.raw());
+}
+
 void run_linear(KernelContext& ctx, CudaContext& cu) {
   const Tensor& x = ctx.input(0);
   const Tensor& w = ctx.input(1);
   const int64_t k = w.shape()[1], m = k == 0 ? 0 : x.numel() / k;
+  const char* bias = bias_input(ctx, 2, w);
+  ONYX_CHECK(k != 0 || !bias || m == 0, "Linear with K = 0 and a bias is not taken on CUDA");
   if (empty_product(ctx, m, w.shape()[0], k, 0, cu)) return;
-  run_product(product_of(ctx, x, w, false, 0, "Linear"), x.raw(), m, nullptr, cu);
+  Product p = product_of(ctx, x, w, false, 0, "Linear");
+  p.bias = bias;
+  run_product(p, x.raw(), m, nullptr, cu);
 }
 
 void run_silu_gate_linear(KernelContext& ctx, CudaContext& cu) {
@@ -904,7 +951,10 @@ void run_rms_norm_linear(KernelContext& ctx, CudaContext& cu) {
   norm.eps = ctx.attr_float("epsilon", 1e-5f);
   if (m == 0) return;
   ONYX_CHECK(k > 0, "RmsNormLinear needs K > 0");
-  run_product(product_of(ctx, x, w, gated, 1, "RmsNormLinear"), x.raw(), m, &norm, cu);
+  Product p = product_of(ctx, x, w, gated, 1, "RmsNormLinear");
+  p.bias = bias_input(ctx, 4, w);
+  ONYX_CHECK(!gated || !p.bias, "RmsNormLinear's gated form takes no bias");
+  run_product(p, x.raw(), m, &norm, cu);
 }
 
 std::string linear_support(const Node&, const std::vector<ValueType>& in) {
