@@ -26,22 +26,6 @@ int ints(Builder& b, const std::string& name, std::vector<int64_t> v) {
   return b.init(name, Tensor::from_vector<int64_t>(v, Shape{n}));
 }
 
-Attribute ints_attr(const char* name, std::vector<int64_t> v) {
-  Attribute a;
-  a.name = name;
-  a.kind = Attribute::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-
-Attribute int_attr(const char* name, int64_t v) {
-  Attribute a;
-  a.name = name;
-  a.kind = Attribute::Kind::kInt;
-  a.i = v;
-  return a;
-}
-
 std::vector<float> inverse_frequencies() {
   std::vector<float> f;
   for (int64_t i = 0; i < kHalf; ++i) f.push_back(static_cast<float>(std::pow(10000.0, -double(i) / kHalf)));
@@ -70,7 +54,7 @@ Graph make_graph(Form form, bool half = false) {
   pt.dim_params = {"batch", "seq"};
   const int x = b.input("x");
   const int inv = b.init("inv_freq", Tensor::from_vector<float>(inverse_frequencies(), Shape{kHalf}));
-  const Attribute to_float = int_attr("to", static_cast<int64_t>(DType::kFloat32));
+  const Attribute to_float = test::attr_int("to", static_cast<int64_t>(DType::kFloat32));
   int freqs = -1;  // [batch, seq, 8]
   if (form == Form::kMul || form == Form::kLongFactors || form == Form::kCumSum || form == Form::kWideConstant) {
     int p = pos;
@@ -78,7 +62,7 @@ Graph make_graph(Form form, bool half = false) {
     const int angle = b.node("Cast", {b.node("Unsqueeze", {p, ints(b, "minus1", {-1})})}, {to_float});
     int f = inv;
     if (form == Form::kLongFactors) {
-      const int longest = b.node("ReduceMax", {pos}, {int_attr("keepdims", 0)});
+      const int longest = b.node("ReduceMax", {pos}, {test::attr_int("keepdims", 0)});
       const int is_long = b.node("Greater", {longest, b.init("original", Tensor::scalar<int64_t>(32))});
       const int factors = b.node("Where", {is_long, b.init("long", Tensor::from_vector<float>(std::vector<float>(kHalf, 4.f), Shape{kHalf})),
                                            b.init("short", Tensor::from_vector<float>(std::vector<float>(kHalf, 1.f), Shape{kHalf}))});
@@ -94,22 +78,22 @@ Graph make_graph(Form form, bool half = false) {
     // The batch's size from the positions' shape, as [batch, 1, 1] (kSeqExpand: [seq, 1, 1]).
     const bool seq = form == Form::kSeqExpand;
     const int shape = b.node("Shape", {pos});
-    const int entry = b.node("Gather", {shape, b.init("entry", Tensor::scalar<int64_t>(seq ? 1 : 0))}, {int_attr("axis", 0)});
+    const int entry = b.node("Gather", {shape, b.init("entry", Tensor::scalar<int64_t>(seq ? 1 : 0))}, {test::attr_int("axis", 0)});
     const int target = b.node("Concat", {b.node("Unsqueeze", {entry, ints(b, "zero", {0})}), ints(b, "ones", {1, 1})},
-                              {int_attr("axis", 0)});
+                              {test::attr_int("axis", 0)});
     const int expanded = b.node(
         "Expand", {b.init("inv_freq_3d", Tensor::from_vector<float>(inverse_frequencies(), Shape{1, kHalf, 1})), target});
     const int angle = b.node("Cast", {b.node("Unsqueeze", {pos, ints(b, "one", {1})})}, {to_float});  // [batch, 1, seq]
     const int product = b.node("MatMul", {expanded, angle});                                         // [batch, 8, seq]
-    freqs = b.node("Transpose", {product}, {ints_attr("perm", {0, 2, 1})});
+    freqs = b.node("Transpose", {product}, {test::attr_ints("perm", {0, 2, 1})});
   }
-  const int emb = b.node("Concat", {freqs, freqs}, {int_attr("axis", -1)});
+  const int emb = b.node("Concat", {freqs, freqs}, {test::attr_int("axis", -1)});
   const int scale = b.init("scaling", Tensor::scalar<float>(1.25f));
   int cos = b.node("Mul", {b.node("Cos", {emb}), scale});
   int sin = b.node("Mul", {b.node("Sin", {emb}), scale});
   int xt = x;
   if (half) {  // the tables and x in float16
-    const Attribute to_half = int_attr("to", static_cast<int64_t>(DType::kFloat16));
+    const Attribute to_half = test::attr_int("to", static_cast<int64_t>(DType::kFloat16));
     cos = b.node("Cast", {cos}, {to_half});
     sin = b.node("Cast", {sin}, {to_half});
     xt = b.node("Cast", {x}, {to_half});
