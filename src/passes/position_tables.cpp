@@ -409,7 +409,7 @@ PositionTableReport tabulate_positions(Graph& g, const std::string& positions, i
     for (size_t i = rank; i < follower.layout(v)->size(); ++i) e *= (*follower.layout(v))[i];
     elements += static_cast<size_t>(e);
   }
-  if (elements * 8 > 4 * max_bytes) {  // before computing: at most 8 bytes an element
+  if (elements * 2 > max_bytes) {  // before computing: at least 2 bytes an element, whatever the type
     r.why_not = cat("tables of ", elements, " elements for ", count, " positions would pass ", max_bytes, " bytes");
     return r;
   }
