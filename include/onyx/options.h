@@ -81,6 +81,10 @@ struct SessionOptions {
   // node, onyx::RotaryCacheAttention; on CUDA one kernel per layer for a decode step. By default on
   // CUDA devices only, where the rotary-cache fusion is on; true or false forces it.
   std::optional<bool> fuse_rotary_attention;
+  // Generation only (passes/position_tables.h): what a decoder computes from each position alone
+  // (transformers' rotary cos and sin) made once at load for every position of the context and
+  // gathered each step, instead of computed each step. Needs fuse_patterns.
+  bool position_tables = true;
   // On a GPU: a matrix-product kernel of onyx's own may start while the kernel before it
   // finishes, reading its weights meanwhile (Hopper's programmatic dependent launch).
   bool overlap_launches = true;

@@ -264,6 +264,7 @@ SessionOptions parse_options(const nb::dict& o) {
       else if (key == "validate_replays") s.validate_replays = nb::cast<bool>(v);
       else if (key == "fold_constants") s.fold_constants = nb::cast<bool>(v);
       else if (key == "fuse_patterns") s.fuse_patterns = nb::cast<bool>(v);
+      else if (key == "position_tables") s.position_tables = nb::cast<bool>(v);
       else if (key == "intra_op_threads") {
         const int t = nb::cast<int>(v);
         ONYX_CHECK(t >= 0, "intra_op_threads must be >= 0 (0: every available CPU), not ", t);
@@ -298,7 +299,7 @@ SessionOptions parse_options(const nb::dict& o) {
         throw Error(
             "no such option (device, allow_cpu_fallback, memory_budget_bytes, memory_fraction, "
             "validate_replays, fold_constants, fuse_patterns, intra_op_threads, fuse_attention, fuse_linear, "
-            "fuse_rotary_cache, fuse_rotary_attention, "
+            "fuse_rotary_cache, fuse_rotary_attention, position_tables, "
             "overlap_launches, host_memory_budget_bytes, plan_cache_capacity, pinned_memory_budget_bytes, capture, "
             "memory)");
       }

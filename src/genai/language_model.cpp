@@ -214,6 +214,7 @@ LanguageModel::LanguageModel(const std::string& dir, const SessionOptions& optio
     // transformers' exports make their rotary tables from the positions every step; this model
     // feeds positions in [0, context_length) only, so what they compute is made once for each.
     if (!options.fuse_patterns) position_tables_.why_not = "off (fuse_patterns)";
+    else if (!options.position_tables) position_tables_.why_not = "off (position_tables)";
     else if (folder_.position_ids.empty()) position_tables_.why_not = "the decoder has no position_ids input";
     else
       position_tables_ = tabulate_positions(*model_.graph, folder_.position_ids, folder_.context_length,

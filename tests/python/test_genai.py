@@ -340,6 +340,8 @@ def test_torch_onnx_exports_give_transformers_tokens(og, name):
     ref = json.loads((folder / "reference.json").read_text())
     raw = og.Model(folder, session_options={"fuse_patterns": False})
     plain = og.Model(folder)
+    untabled = og.Model(folder, session_options={"position_tables": False})
+    assert untabled._m.position_tables() == {"tables": 0, "nodes": 0, "bytes": 0, "why_not": "off (position_tables)"}
     fused = og.Model(folder, session_options={"fuse_attention": True, "fuse_rotary_cache": True,
                                               "fuse_rotary_attention": True, "fuse_linear": True})
     assert fused._m.rotary_attention_nodes() == 2, "one RotaryCacheAttention per layer"
@@ -350,10 +352,11 @@ def test_torch_onnx_exports_give_transformers_tokens(og, name):
         assert tables["tables"] == 2, tables  # cos and sin
         assert tables["bytes"] == 2 * 4 * 16 * json.loads((folder / "config.json").read_text())["max_position_embeddings"]
     for prompt, want in zip(ref["prompts"], ref["greedy"]):
-        for label, model in (("as written", raw), ("unfused", plain), ("fused", fused)):
+        for label, model in (("as written", raw), ("untabled", untabled), ("unfused", plain), ("fused", fused)):
             got, _ = og_loop(og, model, [prompt], len(prompt) + len(want))
             assert got[0] == want, f"{label}, prompt {prompt}: {got[0]}, transformers {want}"
-    assert "Cos" in raw.step_kernels() and "Sin" in raw.step_kernels()
+    for model in (raw, untabled):
+        assert "Cos" in model.step_kernels() and "Sin" in model.step_kernels()
     for model in (plain, fused):
         kernels = model.step_kernels()
         assert not {"Cos", "Sin", "Concat"} & set(kernels), kernels

@@ -66,6 +66,9 @@ options:
                                 a layer's rotary embeddings, in-place KV-cache writes and attention as
                                 one node, one CUDA kernel for a decode step (auto, the default: on CUDA
                                 devices only; it needs the rotary-cache fusion)
+  --position-tables on|off      the rotary cos and sin that transformers' exports compute from the
+                                positions, made once at load for every position and gathered each step
+                                (default on; docs/genai.md)
   --intra-op-threads N          threads of the CPU kernels (default 0: every CPU this process may use)
   --tensor-parallel N           split the decoder over N ranks, each a thread of this process with its
                                 share of the heads and the MLP (onnxruntime-genai builder folders;
@@ -209,6 +212,11 @@ GenerateArgs parse(const std::vector<std::string>& args) {
                                                    : g.session.fuse_rotary_attention;
       if (v == "auto") field.reset();
       else field = v == "on";
+    }
+    else if (opt == "--position-tables") {
+      const std::string v = a.value();
+      if (v != "on" && v != "off") throw UsageError("--position-tables takes on or off, got '" + v + "'");
+      g.session.position_tables = v == "on";
     }
     else if (opt == "--intra-op-threads") {
       const int64_t t = to_int(a.value());
