@@ -340,16 +340,16 @@ PositionTableReport tabulate_positions(Graph& g, const std::string& positions, i
   }
   auto upstream = [&](int v) {
     std::vector<size_t> nodes;
-    std::vector<int> todo{v};
+    std::vector<int> pending{v};
     std::unordered_set<size_t> seen;
-    while (!todo.empty()) {
-      const int id = todo.back();
-      todo.pop_back();
+    while (!pending.empty()) {
+      const int id = pending.back();
+      pending.pop_back();
       auto it = producer.find(id);
       if (it == producer.end() || !seen.insert(it->second).second) continue;
       nodes.push_back(it->second);
       for (int in : g.nodes[it->second].inputs)
-        if (in >= 0) todo.push_back(in);
+        if (in >= 0) pending.push_back(in);
     }
     return nodes;
   };

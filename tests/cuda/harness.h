@@ -83,6 +83,8 @@ struct TestCase {
 };
 
 std::vector<TestCase> expand(const std::vector<Case>& cases);
+// The cases of onyx::Linear, SiluGateLinear and RmsNormLinear (cases_linear.cpp).
+void linear_cases(std::vector<Case>& v);
 void PrintTo(const TestCase& tc, std::ostream* os);
 
 // Runs one test case (gtest assertions inside).

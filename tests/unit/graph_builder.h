@@ -18,6 +18,17 @@ struct GraphBuilder {
     g.inputs.push_back(id);
     return id;
   }
+  // A graph input of a declared type (dims < 0: unknown).
+  int input(const std::string& n, DType dtype, std::vector<int64_t> dims) {
+    const int id = input(n);
+    TypeInfo& t = g.values[id].declared;
+    t.category = TypeInfo::Category::kTensor;
+    t.dtype = dtype;
+    t.rank_known = true;
+    t.dim_params.assign(dims.size(), "");
+    t.dims = std::move(dims);
+    return id;
+  }
   int init(const std::string& n, Tensor t) {
     const int id = g.value_id(n);
     g.values[id].is_initializer = true;

@@ -531,12 +531,7 @@ namespace {
 // dimensions are followed through ReduceMean and Pow), and V times a scalar 1.
 Graph make_sliced_layer(bool split) {
   Builder b;
-  const int h = b.input("h");
-  TypeInfo& t = b.g.values[h].declared;
-  t.category = TypeInfo::Category::kTensor;
-  t.dtype = DType::kFloat32;
-  t.rank_known = true;
-  t.dims = {-1, -1, 16};
+  const int h = b.input("h", DType::kFloat32, {-1, -1, 16});
   const int hf = b.node("Cast", {h}, {test::attr_int("to", 1)});
   const int ms = b.node("ReduceMean", {b.node("Pow", {hf, b.init("two", Tensor::scalar<float>(2.f))}),
                                        b.init("axes", Tensor::from_vector<int64_t>({-1}, Shape{1}))});

@@ -235,13 +235,7 @@ TEST(FusePatterns, RotaryOfANormalizedHeadFuses) {
   // -1), as TorchScript writes them: one SimplifiedLayerNormalization and one RotaryHalf, computing
   // what the chain computes.
   Builder b;
-  const int x = b.input("x");
-  TypeInfo& t = b.g.values[x].declared;
-  t.category = TypeInfo::Category::kTensor;
-  t.dtype = DType::kFloat32;
-  t.rank_known = true;
-  t.dims = {-1, 2, -1, 8};
-  t.dim_params = {"b", "", "s", ""};
+  const int x = b.input("x", DType::kFloat32, {-1, 2, -1, 8});
   const int cos = b.input("cos"), sin = b.input("sin");
   auto ints = [&](const char* name, std::vector<int64_t> v) {
     return b.init(name, Tensor::from_vector<int64_t>(v, Shape{static_cast<int64_t>(v.size())}));

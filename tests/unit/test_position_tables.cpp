@@ -45,13 +45,7 @@ enum class Form {
 // and sin [batch, 1, seq, 16]), with the rotary tables made from pos as `form` makes them.
 Graph make_graph(Form form, bool half = false) {
   Builder b;
-  const int pos = b.input("position_ids");
-  TypeInfo& pt = b.g.values[pos].declared;
-  pt.category = TypeInfo::Category::kTensor;
-  pt.dtype = DType::kInt64;
-  pt.rank_known = true;
-  pt.dims = {-1, -1};
-  pt.dim_params = {"batch", "seq"};
+  const int pos = b.input("position_ids", DType::kInt64, {-1, -1});
   const int x = b.input("x");
   const int inv = b.init("inv_freq", Tensor::from_vector<float>(inverse_frequencies(), Shape{kHalf}));
   const Attribute to_float = test::attr_int("to", static_cast<int64_t>(DType::kFloat32));
