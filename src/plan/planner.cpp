@@ -88,6 +88,23 @@ bool same_shape_expand(const Node& n, const std::vector<ValueType>& in, const Ex
   return out.shape.fully_known() && out.shape.dims == in[0].shape.dims && out.dtype == in[0].dtype;
 }
 
+// A Slice that keeps all of its input (at these planned shapes, steps of 1: Optimum's masks cut at
+// the keys' length, which the static cache makes the mask's whole width): the output is the input.
+bool whole_slice(const Node& n, const std::vector<ValueType>& in, const Planning& P) {
+  if (n.op_type != "Slice" || !(n.domain.empty() || n.domain == "ai.onnx") || n.opset < 10 || n.outputs.size() != 1 ||
+      n.outputs[0] < 0 || in.empty() || !in[0].shape.fully_known())
+    return false;
+  const ValueType& out = P.p.values[n.outputs[0]].type;
+  if (!out.shape.fully_known() || out.shape.dims != in[0].shape.dims || out.dtype != in[0].dtype) return false;
+  if (n.inputs.size() > 4 && n.inputs[4] >= 0) {  // steps: 1 on every axis (-1 would reverse it)
+    const Tensor* steps = P.known_value(n.inputs[4]);
+    if (!steps) return false;
+    for (int64_t step : steps->to_int64_vector())
+      if (step != 1) return false;
+  }
+  return true;
+}
+
 // Each node that runs becomes a step with its device and kernel, resolved once.
 void choose_places(Planning& P) {
   ExecutionPlan& p = P.p;
@@ -105,7 +122,7 @@ void choose_places(Planning& P) {
     } else if (def.is_view() && def.views.size() == n.outputs.size()) {
       st.place = StepPlace::kNone;
     } else if (order_preserving_transpose(n, P.node_inputs[s]) || same_type_cast(n, P.node_inputs[s], p) ||
-               same_shape_expand(n, P.node_inputs[s], p)) {
+               same_shape_expand(n, P.node_inputs[s], p) || whole_slice(n, P.node_inputs[s], P)) {
       st.place = StepPlace::kNone;
       st.views = {{0, 0}};
     } else {

@@ -324,6 +324,44 @@ TEST(Planner, ExpandToTheInputsOwnShapeIsAView) {
   }
 }
 
+TEST(Planner, SliceKeepingAllOfItsInputIsAView) {
+  // y = Relu(Slice(x, 0, Shape(t)[0], axis 1, step)) and z = the Slice (a graph output), x [2, 5]:
+  // to t's length 5 with step 1 the Slice keeps all of x (views, no kernel); to 3 it runs, and so
+  // does step -1 from the end (x reversed: the same shape, not the same order). The values are
+  // the slice's.
+  test::GraphBuilder b;
+  const int x = b.input("x");
+  const int len = b.node("Shape", {b.input("t")}, {test::attr_int("start", 0), test::attr_int("end", 1)});
+  auto i64 = [&](const char* name, int64_t v) { return b.init(name, Tensor::from_vector<int64_t>({v}, Shape{1})); };
+  const int axis = i64("axis", 1);
+  const int forward = b.node("Slice", {x, i64("zero", 0), len, axis, i64("one", 1)});
+  b.g.outputs.push_back(b.node("Relu", {forward}));
+  b.g.outputs.push_back(forward);
+  b.g.outputs.push_back(b.node("Slice", {x, i64("last", -1), i64("before_first", INT64_MIN), axis, i64("back", -1)}));
+  for (Node& n : b.g.nodes) n.opset = 13;
+  GraphExecutor exec(b.g, OpRegistry::global(), make_cpu_allocator());
+  for (int64_t keep : {5, 3}) {
+    Tensor in = test::random_tensor<float>(Shape{2, 5}, -1.0, 1.0);
+    const Tensor t = test::random_tensor<float>(Shape{keep});
+    auto plan = exec.plan_for({in, t});
+    ASSERT_EQ(plan->steps.size(), 3u);  // the Shape is computed while planning
+    EXPECT_EQ(plan->steps[0].place == StepPlace::kNone, keep == 5) << "to " << keep;
+    EXPECT_NE(plan->steps[2].place, StepPlace::kNone) << "step -1";
+    auto out = exec.run({in, t});
+    ASSERT_EQ(out[1].shape(), (Shape{2, keep}));
+    ASSERT_EQ(out[2].shape(), (Shape{2, 5}));
+    for (int64_t r = 0; r < 2; ++r)
+      for (int64_t c = 0; c < 5; ++c) {
+        const float v = in.data<float>()[r * 5 + c];
+        if (c < keep) {
+          ASSERT_EQ(out[1].data<float>()[r * keep + c], v);
+          ASSERT_EQ(out[0].data<float>()[r * keep + c], v > 0 ? v : 0.f);
+        }
+        ASSERT_EQ(out[2].data<float>()[r * 5 + (4 - c)], v);
+      }
+  }
+}
+
 }  // namespace onyx
 
 namespace onyx {
