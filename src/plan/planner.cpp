@@ -78,24 +78,23 @@ bool same_type_cast(const Node& n, const std::vector<ValueType>& in, const Execu
   return from != DType::kUndefined && from == p.values[n.outputs[0]].type.dtype;
 }
 
-// An Expand to the shape its input already has (at these planned shapes: transformers' masks
-// expanded to [batch, 1, new, keys] after an And that made that shape): the output is the input.
-bool same_shape_expand(const Node& n, const std::vector<ValueType>& in, const ExecutionPlan& p) {
-  if (n.op_type != "Expand" || !(n.domain.empty() || n.domain == "ai.onnx") || n.outputs.size() != 1 ||
-      n.outputs[0] < 0 || in.empty() || !in[0].shape.fully_known())
+// Whether node `n` is the standard op `op` whose one output has its input 0's type and shape, all
+// known at these planned shapes.
+bool keeps_input_shape(const Node& n, const char* op, const std::vector<ValueType>& in, const ExecutionPlan& p) {
+  if (n.op_type != op || !(n.domain.empty() || n.domain == "ai.onnx") || n.outputs.size() != 1 || n.outputs[0] < 0 ||
+      in.empty() || !in[0].shape.fully_known())
     return false;
   const ValueType& out = p.values[n.outputs[0]].type;
   return out.shape.fully_known() && out.shape.dims == in[0].shape.dims && out.dtype == in[0].dtype;
 }
 
-// A Slice that keeps all of its input (at these planned shapes, steps of 1: Optimum's masks cut at
-// the keys' length, which the static cache makes the mask's whole width): the output is the input.
-bool whole_slice(const Node& n, const std::vector<ValueType>& in, const Planning& P) {
-  if (n.op_type != "Slice" || !(n.domain.empty() || n.domain == "ai.onnx") || n.opset < 10 || n.outputs.size() != 1 ||
-      n.outputs[0] < 0 || in.empty() || !in[0].shape.fully_known())
-    return false;
-  const ValueType& out = P.p.values[n.outputs[0]].type;
-  if (!out.shape.fully_known() || out.shape.dims != in[0].shape.dims || out.dtype != in[0].dtype) return false;
+// An Expand to the shape its input already has (transformers' masks expanded to [batch, 1, new,
+// keys] after an And that made that shape), or a Slice with steps of 1 that keeps all of its input
+// (Optimum's masks cut at the keys' length, which the static cache makes their whole width): the
+// output is the input.
+bool identity_expand_or_slice(const Node& n, const std::vector<ValueType>& in, const Planning& P) {
+  if (keeps_input_shape(n, "Expand", in, P.p)) return true;
+  if (n.opset < 10 || !keeps_input_shape(n, "Slice", in, P.p)) return false;
   if (n.inputs.size() > 4 && n.inputs[4] >= 0) {  // steps: 1 on every axis (-1 would reverse it)
     const Tensor* steps = P.known_value(n.inputs[4]);
     if (!steps) return false;
@@ -122,7 +121,7 @@ void choose_places(Planning& P) {
     } else if (def.is_view() && def.views.size() == n.outputs.size()) {
       st.place = StepPlace::kNone;
     } else if (order_preserving_transpose(n, P.node_inputs[s]) || same_type_cast(n, P.node_inputs[s], p) ||
-               same_shape_expand(n, P.node_inputs[s], p) || whole_slice(n, P.node_inputs[s], P)) {
+               identity_expand_or_slice(n, P.node_inputs[s], P)) {
       st.place = StepPlace::kNone;
       st.views = {{0, 0}};
     } else {
