@@ -1,9 +1,10 @@
 // The float32 Attention kernel for the case the load-time fusion produces (passes/fuse_patterns.h:
 // HF eager attention -> one Attention node): 4-D Q [B, Hq, S, D], K [B, Hkv, T, D],
 // V [B, Hkv, T, Dv], grouped-query heads, an optional additive (or boolean) mask broadcast onto
-// [B, Hq, S, T], optional causality; no past inputs, no present, QK or softcap outputs. Per
-// (batch, query head), on the intra-op pool: scores = Q K^T (matrix products of cpu/gemm.h: a
-// one-row query is dot products with K's rows), scale and mask, softmax by rows, then P V.
+// [B, Hq, S, T], optional causality, an optional softcap; no past inputs, no present or QK
+// outputs. Per (batch, query head), on the intra-op pool: scores = Q K^T (matrix products of
+// cpu/gemm.h: a one-row query is dot products with K's rows), scale, soft cap (Gemma 2:
+// softcap * tanh(score / softcap)) and mask, softmax by rows, then P V.
 // ops/attention.cpp's loops are its specification (and run every other case).
 #include <cmath>
 #include <limits>
@@ -26,7 +27,9 @@ bool attention_float_fast(KernelContext& ctx) {
     if (ctx.has_input(i)) return false;  // past key/value, nonpad lengths
   for (size_t o = 1; o < ctx.num_outputs(); ++o)
     if (ctx.has_output(o)) return false;  // present key/value, QK
-  if (ctx.attr_float("softcap", 0.f) != 0.f || ctx.attr_int("qk_matmul_output_mode", 0) != 0) return false;
+  if (ctx.attr_int("qk_matmul_output_mode", 0) != 0) return false;
+  const float softcap = ctx.attr_float("softcap", 0.f);
+  if (!(softcap >= 0.f)) return false;  // the reference kernel names it
   const int64_t B = q.shape()[0], Hq = q.shape()[1], S = q.shape()[2], D = q.shape()[3];
   const int64_t Hkv = k.shape()[1], T = k.shape()[2], Dv = v.shape()[3];
   if (k.shape()[0] != B || v.shape()[0] != B || k.shape()[3] != D || v.shape()[1] != Hkv || v.shape()[2] != T ||
@@ -50,7 +53,7 @@ bool attention_float_fast(KernelContext& ctx) {
     }
   }
   const bool causal = ctx.attr_int("is_causal", 0) != 0;
-  const float scale = ctx.has_attr("scale") ? ctx.attr_float("scale", 1.f) : 1.f / std::sqrt(static_cast<float>(D));
+  const float scale_attr = ctx.has_attr("scale") ? ctx.attr_float("scale", 1.f) : 1.f / std::sqrt(static_cast<float>(D));
   const float* pq = q.data<float>();
   const float* pk = k.data<float>();
   const float* pv = v.data<float>();
@@ -71,6 +74,11 @@ bool attention_float_fast(KernelContext& ctx) {
       for (int64_t i = 0; i < S; ++i) {
         float* row = s + i * T;
         const int64_t mrow = b * mstride[0] + h * mstride[1] + i * mstride[2];
+        float scale = scale_attr;
+        if (softcap > 0.f) {  // scaled and capped here; the mask below adds to the capped scores
+          for (int64_t j = 0; j < T; ++j) row[j] = softcap * std::tanh(row[j] * scale / softcap);
+          scale = 1.f;
+        }
         if (!mask) {
           for (int64_t j = 0; j < T; ++j) row[j] *= scale;
         } else if (mask->dtype() == DType::kFloat32) {

@@ -361,6 +361,8 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
 
   // Attention: MatMul(Softmax(Add(Mul(MatMul(q, Transpose(rep(k))), c), mask)), rep(v)).
   // rep(x): the KV heads repeated for their query heads (Unsqueeze/Expand/Reshape), or x.
+  // Gemma 2 soft-caps the scaled scores before the mask: Mul(Tanh(Div(scores, cap)), cap), the
+  // fused node's softcap.
   // `id` read by the nodes of `chain` and node `k` alone (the matched pattern's own reads).
   auto read_within = [&](int id, const std::vector<int>& chain, size_t k) {
     if (id < 0 || m.outputs.count(id)) return false;
@@ -555,12 +557,35 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
     // The scores, with the mask added or not: try each Add operand as the scores.
     int mask = -1, q = -1, kr = -1;
     int key_transpose = -1;  // a Transpose to [b, h, d, s] kept and made the one to [b, h, s, d]
-    double scale = 1.0;
+    double scale = 1.0, softcap = 0.0;
     std::vector<int> score_chain;
     auto scores = [&](int id) {
       score_chain.clear();
       scale = 1.0;
+      softcap = 0.0;
       key_transpose = -1;
+      // cap * tanh(x / cap) (or tanh(x * (1 / cap))), either operand order of the outer Mul.
+      if (Node* outer = m.sole(id, "Mul"); outer && outer->inputs.size() == 2) {
+        for (int j = 0; j < 2 && softcap == 0.0; ++j) {
+          const auto cap = m.scalar(outer->inputs[j]);
+          Node* th = cap && *cap > 0 ? m.sole(outer->inputs[1 - j], "Tanh") : nullptr;
+          if (!th || th->inputs.size() != 1) continue;
+          const int t_in = th->inputs[0];
+          int x = -1;
+          if (Node* dv = m.sole(t_in, "Div"); dv && dv->inputs.size() == 2) {
+            if (auto c = m.scalar(dv->inputs[1]); c && std::abs(*c - *cap) <= 1e-6 * *cap) x = dv->inputs[0];
+          } else if (Node* mu = m.sole(t_in, "Mul"); mu && mu->inputs.size() == 2) {
+            for (int i = 0; i < 2 && x < 0; ++i)
+              if (auto c = m.scalar(mu->inputs[i]); c && std::abs(*c * *cap - 1.0) <= 1e-6) x = mu->inputs[1 - i];
+          }
+          if (x < 0) continue;
+          softcap = *cap;
+          score_chain.push_back(producer(id));
+          score_chain.push_back(producer(outer->inputs[1 - j]));
+          score_chain.push_back(producer(t_in));
+          id = x;
+        }
+      }
       int inner = id;
       if (Node* mul = m.sole(id, "Mul"); mul && mul->inputs.size() == 2) {
         for (int j = 0; j < 2; ++j)
@@ -692,6 +717,7 @@ FuseReport fuse_patterns(Graph& g, const FuseOptions& options) {
     if (mask >= 0) inputs.push_back(mask);
     if (key_transpose >= 0 && m.rank(g.nodes[key_transpose].inputs[0]) != 4) continue;
     std::vector<Attribute> attrs{make_float_attr("scale", static_cast<float>(scale))};
+    if (softcap > 0) attrs.push_back(make_float_attr("softcap", static_cast<float>(softcap)));
     if (zero_masked_rows) attrs.push_back(make_int_attr("onyx_zero_masked_rows", 1));
     Node fused = make_node(pv.name + "/fused_attention", "", "Attention", 23, std::move(inputs), {pv.outputs[0]},
                            std::move(attrs));

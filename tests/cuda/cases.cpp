@@ -465,6 +465,13 @@ void contrib(std::vector<Case>& v) {
   attn("decode_rows8_h128_split", {X({1, 8, 1, 128}), X({1, 1, 3000, 128}), X({1, 1, 3000, 128}), Uni({1, 1, 1, 3000}, -3, 0)},
        {attr_float("scale", 0.09f)});
   attn("decode_rows1_few_keys", {X({3, 2, 1, 64}), X({3, 2, 5, 64}), X({3, 2, 5, 64})}, {attr_float("scale", 0.125f)});
+  // Gemma 2's soft cap (cap * tanh(score / cap) before the mask), scores large enough that it bends
+  // them: the decode kernel's short form (4 rows a KV head), the direct kernel (head size 80) and,
+  // below, the long prompt's path.
+  attn("decode_softcap_rows4", {X({1, 8, 1, 64}), X({1, 2, 300, 64}), X({1, 2, 300, 64}), Uni({1, 1, 1, 300}, -3, 0)},
+       {attr_float("scale", 0.5f), attr_float("softcap", 1.5f)});
+  attn("chunk_softcap_h80", {X({1, 4, 5, 80}), X({1, 1, 37, 80}), X({1, 1, 37, 80}), Bools({5, 37})},
+       {attr_float("softcap", 0.7f)});
   // A prompt chunk: 5 queries, head size 80, no mask, the default scale, one KV head for 4 query heads.
   attn("chunk_h80_default_scale", {X({1, 4, 5, 80}), X({1, 1, 37, 80}), X({1, 1, 37, 80})}, {});
   // Many rows per block (64 queries x 2 heads), a bool mask [L, T] broadcast over batch and heads,
@@ -488,6 +495,10 @@ void contrib(std::vector<Case>& v) {
     c.name = "prompt_gemm_bool_short";
     c.inputs = {X({2, 2, 128, 32}), X({2, 2, 128, 32}), X({2, 2, 128, 32}), Bools({128, 100})};
     c.attrs = {attr_float("scale", 0.2f)};
+    v.push_back(c);
+    c.name = "prompt_gemm_softcap";
+    c.inputs = {X({1, 4, 96, 64}), X({1, 2, 130, 64}), X({1, 2, 130, 64}), Uni({1, 1, 96, 130}, -3, 0)};
+    c.attrs = {attr_float("scale", 0.4f), attr_float("softcap", 2.f)};
     v.push_back(c);
   }
   // Plain multi-head (no grouping), head size 16, a mask per head [B, H, L, T].

@@ -269,3 +269,56 @@ TEST(FusePatterns, RotaryOfANormalizedHeadFuses) {
 }
 
 }  // namespace onyx
+
+namespace onyx {
+
+TEST(FusePatterns, SoftCappedAttentionFusesWithItsCap) {
+  // Gemma 2's eager attention: Softmax(Add(cap * tanh(Mul(MatMul(q, k^T), scale) / cap), mask)) V,
+  // the cap divided (form 0) or multiplied by its inverse (form 1): one Attention with scale and
+  // softcap, computing what the chain computes (the CPU's float32 kernel). A cap whose two
+  // constants differ (form 2) is not a soft cap: the chain stays.
+  for (int form : {0, 1, 2}) {
+    SCOPED_TRACE(testing::Message() << "form " << form);
+    Builder b;
+    const int q = b.input("q", DType::kFloat32, {2, 4, 3, 16});
+    const int k = b.input("k", DType::kFloat32, {2, 4, 7, 16});
+    const int v = b.input("v", DType::kFloat32, {2, 4, 7, 16});
+    const int mask = b.input("mask", DType::kFloat32, {2, 1, 3, 7});
+    auto scalar = [&](const char* name, float x) { return b.init(name, Tensor::scalar<float>(x)); };
+    Attribute perm;
+    perm.name = "perm";
+    perm.kind = Attribute::Kind::kInts;
+    perm.ints = {0, 1, 3, 2};
+    const int raw = b.node("Mul", {b.node("MatMul", {q, b.node("Transpose", {k}, {perm})}), scalar("scale", 0.6f)});
+    const float cap = 1.7f;
+    const int inside = form == 1 ? b.node("Mul", {scalar("inv_cap", 1.f / cap), raw})
+                                 : b.node("Div", {raw, scalar("cap", form == 2 ? 2 * cap : cap)});
+    const int capped = b.node("Mul", {b.node("Tanh", {inside}), scalar("cap_out", cap)});
+    const int probs = b.node("Softmax", {b.node("Add", {capped, mask})}, {int_attr("axis", -1)});
+    b.g.outputs = {b.node("MatMul", {probs, v})};
+    Graph plain = b.g;
+    const FuseReport r = fuse_patterns(b.g);
+    if (form == 2) {
+      EXPECT_EQ(r.attentions, 0);
+      continue;
+    }
+    ASSERT_EQ(r.attentions, 1);
+    ASSERT_EQ(b.g.nodes.size(), 1u);
+    const Node& att = b.g.nodes[0];
+    EXPECT_EQ(att.op_type, "Attention");
+    const Attribute* sc = att.find_attribute("softcap");
+    ASSERT_NE(sc, nullptr);
+    EXPECT_NEAR(sc->f, cap, 1e-6);
+    const Tensor tq = test::random_tensor<float>(Shape{2, 4, 3, 16}, -2, 2), tk = test::random_tensor<float>(Shape{2, 4, 7, 16}, -2, 2),
+                 tv = test::random_tensor<float>(Shape{2, 4, 7, 16}), tm = test::random_tensor<float>(Shape{2, 1, 3, 7}, -3, 0);
+    auto alloc = make_cpu_allocator();
+    GraphExecutor pe(plain, OpRegistry::global(), alloc, SessionOptions{});
+    GraphExecutor fe(b.g, OpRegistry::global(), alloc, SessionOptions{});
+    const Tensor want = pe.run({tq, tk, tv, tm}).at(0), got = fe.run({tq, tk, tv, tm}).at(0);
+    ASSERT_EQ(got.shape(), want.shape());
+    for (int64_t i = 0; i < want.numel(); ++i)
+      ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5 * (1 + std::abs(want.data<float>()[i]))) << i;
+  }
+}
+
+}  // namespace onyx

@@ -67,6 +67,7 @@ struct AttnArgs {
   int64_t chunk;  // keys per split
   int prefetch;   // the decode kernel asks L2 for its first keys before it waits on the kernel before it
   float scale;
+  float softcap;  // > 0: the scaled scores become softcap * tanh(score / softcap) before the mask
   AttnRope rope;  // the decode kernel with ROPE only
 };
 
@@ -92,6 +93,11 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {
     const float2 q = __bfloat1622float2(h[i]);
     f[2 * i] = q.x, f[2 * i + 1] = q.y;
   }
+}
+
+// A scaled score, soft-capped where `cap` > 0 (Gemma 2's attention: cap * tanh(score / cap)).
+__device__ __forceinline__ float soft_capped(float score, float cap) {
+  return cap > 0.f ? cap * tanhf(score / cap) : score;
 }
 
 template <class T, int PER_LANE, int RPW>
@@ -174,7 +180,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_kernel(AttnArgs a) {
         float dot = 0.f;
 #pragma unroll 8
         for (int d = 0; d < static_cast<int>(D); ++d) dot += qr[d] * kr[d];
-        s = dot;
+        s = soft_capped(dot, a.softcap);
         if (a.mask || key >= a.mask_len) {
           if (key >= a.mask_len) {
             s = -INFINITY;
@@ -322,7 +328,7 @@ __global__ void attn_softmax_rows_kernel(T* __restrict__ p, AttnArgs a, int64_t 
   const int64_t h = kvh * a.G + r / a.L, l = r % a.L;
   T* s = p + row * a.S;
   auto score = [&](int64_t j) {
-    float v = to_compute(s[j]) * a.scale;
+    float v = soft_capped(to_compute(s[j]) * a.scale, a.softcap);
     if (j >= a.mask_len) return -INFINITY;
     if (a.mask) {
       const int64_t mi = b * a.mstride[0] + h * a.mstride[1] + l * a.mstride[2] + j * a.mstride[3];
@@ -407,7 +413,7 @@ bool attention_by_gemm(const AttnArgs& a, DType dt, CudaContext& cu) {
 // The attention's arguments from Q, K, V, the mask (null: none) and the node's scale attribute;
 // throws naming what does not fit.
 AttnArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask,
-                        std::optional<float> scale, Tensor& y) {
+                        std::optional<float> scale, float softcap, Tensor& y) {
   const Shape &qs = q.shape(), &ks = k.shape(), &vs = v.shape();
   ONYX_CHECK(qs.rank() == 4 && ks.rank() == 4 && vs.rank() == 4, "Attention on CUDA takes 4-D Q, K and V, got ",
              qs.str(), ", ", ks.str(), ", ", vs.str());
@@ -457,6 +463,8 @@ AttnArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const
     a.mask_shared = a.mstride[1] == 0 && a.mstride[2] == 0 ? 1 : 0;
   }
   a.scale = scale ? *scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.D)));
+  ONYX_CHECK(softcap >= 0.f, "Attention's softcap must be >= 0, got ", softcap);
+  a.softcap = softcap;
   return a;
 }
 
@@ -468,8 +476,8 @@ std::optional<float> scale_attr(const NodeView& n) {
 }  // namespace
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask, std::optional<float> scale,
-               Tensor& y, CudaContext& cu) {
-  AttnArgs a = attention_args(q, k, v, mask, scale, y);
+               Tensor& y, CudaContext& cu, float softcap) {
+  AttnArgs a = attention_args(q, k, v, mask, scale, softcap, y);
   if (a.B == 0 || a.Hq == 0 || a.L == 0) return;
   if (a.R >= kAttnGemmRows && a.S >= 64 && attention_by_gemm(a, q.dtype(), cu)) return;
   if (attention_decode(a, q.dtype(), cu)) return;
@@ -513,7 +521,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* 
 
 void run_attention(KernelContext& ctx, CudaContext& cu) {
   attention(ctx.input(0), ctx.input(1), ctx.input(2), ctx.has_input(3) ? &ctx.input(3) : nullptr, scale_attr(ctx),
-            ctx.output(0), cu);
+            ctx.output(0), cu, ctx.attr_float("softcap", 0.f));
 }
 
 namespace {
@@ -556,7 +564,7 @@ void run_rotary_cache_attention(KernelContext& ctx, CudaContext& cu) {
     ONYX_CHECK(k.shape()[2] == v.shape()[2] && past_k.shape()[2] == past_v.shape()[2], "past_k ",
                past_k.shape().str(), " and past_v ", past_v.shape().str(), " must hold one capacity, and k ",
                k.shape().str(), " and v ", v.shape().str(), " one length");
-    AttnArgs a = attention_args(q, past_k, past_v, mask, scale_attr(ctx), y);
+    AttnArgs a = attention_args(q, past_k, past_v, mask, scale_attr(ctx), 0.f, y);
     rope.k_new = k.raw();
     rope.v_new = v.raw();
     rope.cos = cos.raw();
@@ -589,7 +597,6 @@ std::string attention_support(const Node& node, const std::vector<ValueType>& in
   for (size_t o = 1; o < node.outputs.size(); ++o)
     if (node.outputs[o] >= 0) return "Attention on CUDA gives only Y (no present_key, present_value or qk output)";
   if (n.attr_int("is_causal", 0) != 0) return "Attention on CUDA does not take is_causal=1";
-  if (n.attr_float("softcap", 0.f) != 0.f) return "Attention on CUDA does not take softcap";
   if (in[0].shape.rank_known && in[0].shape.dims[3] > kAttnMaxHead)
     return cat("Attention on CUDA takes head sizes up to ", kAttnMaxHead);
   if (in.size() > 2 && in[2].shape.rank_known && in[0].shape.rank_known && in[2].shape.dims[3] >= 0 &&

@@ -8,10 +8,11 @@
 namespace onyx::cuda {
 
 // ONNX Attention's kernel over Q, K, V, the mask (null where absent) and Y; `scale`: the op's
-// attribute (1 / sqrt(head size) where absent). The fused rotary-attention kernel runs it where
-// its own form does not apply.
+// attribute (1 / sqrt(head size) where absent); `softcap` > 0: the scaled scores become
+// softcap * tanh(score / softcap) before the mask is added (the op's attribute). The fused
+// rotary-attention kernel runs it where its own form does not apply.
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask, std::optional<float> scale,
-               Tensor& y, CudaContext& cu);
+               Tensor& y, CudaContext& cu, float softcap = 0.f);
 
 // ONNX Attention's kernel.
 void run_attention(KernelContext& ctx, CudaContext& cu);

@@ -260,6 +260,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, U == 2 ? 2 : 1) attn_decode
         for (int r = 0; r < R; ++r) sc[u][r] += __shfl_xor_sync(0xffffffffu, sc[u][r], o);
       }
     }
+    if (a.softcap > 0.f) {  // Gemma 2's soft cap, on the scaled scores before the mask
+      ONYX_UNROLL
+      for (int u = 0; u < kU; ++u) {
+        ONYX_UNROLL
+        for (int r = 0; r < R; ++r) sc[u][r] = soft_capped(sc[u][r], a.softcap);
+      }
+    }
     // One rescale of each row's running softmax per step (by the step's largest score), then
     // the step's keys added in.
     ONYX_UNROLL
