@@ -6,13 +6,14 @@
 //     outputs by `splits` (sum N; default [N], one output). Products that share x (a layer's Q,
 //     K and V projections) become one node that reads x once and the weights in one stream; the
 //     bias (Qwen2's q, k and v) is added to the sums before the one rounding.
-//   onyx::SiluGateLinear(x[..., K], w[2F, K]) -> y[..., F]
-//     y = silu(x · w[:F]^T) * (x · w[F:]^T): the gate and up projections of a SiLU-gated MLP
-//     with the gating product, one rounding at the end.
+//   onyx::SiluGateLinear(x[..., K], w[2F, K]; activation) -> y[..., F]
+//     y = act(x · w[:F]^T) * (x · w[F:]^T): the gate and up projections of a gated MLP with the
+//     gating product, one rounding at the end; act is SiLU, or as `activation` names it (GELU
+//     for Gemma: ops/gate_activation.h).
 //   onyx::RmsNormLinear(x[..., K], skip?, gamma[K], w, bias?; epsilon, splits, gated) -> (sum?, y...)
 //     h = x + skip (skip may be omitted), n = h / sqrt(mean(h^2) + epsilon) * gamma rounded to
 //     x's type (what SimplifiedLayerNormalization and SkipSimplifiedLayerNormalization give),
-//     then Linear(n, w, bias; splits), or with gated = 1 (no bias) SiluGateLinear(n, w); output 0, optional, is
+//     then Linear(n, w, bias; splits), or with gated = 1 (no bias) SiluGateLinear(n, w; activation); output 0, optional, is
 //     h rounded (SkipSimplifiedLayerNormalization's residual sum). The norm
 //     before a layer's products: its rows are normalized where they are multiplied, with no
 //     normalized tensor in between.
@@ -25,6 +26,7 @@
 #include <numeric>
 
 #include "ops/common.h"
+#include "ops/gate_activation.h"
 #include "ops/gemm.h"
 #include "ops/rms_rows.h"
 
@@ -85,6 +87,7 @@ void infer_silu_gate_linear(InferContext& ctx) {
   int64_t n = -1, k = -1;
   check_linear(ctx, n, k);
   ONYX_CHECK(n < 0 || n % 2 == 0, "the weight's N = ", n, " must be even (gate rows, then up rows)");
+  gate_activation_of(ctx.attr_string("activation", "silu"));  // a name it knows, or an error naming it
   ctx.set_output(0, ctx.input_dtype(0), with_last(ctx.input_shape(0), n < 0 ? -1 : n / 2));
 }
 
@@ -121,9 +124,9 @@ void linear_into(const T* x, int64_t m, const Tensor& w, const Tensor* bias, con
   }
 }
 
-// y = silu(x · w[:F]^T) * (x · w[F:]^T), both products in the compute type, one rounding.
+// y = act(x · w[:F]^T) * (x · w[F:]^T), both products in the compute type, one rounding.
 template <class T>
-void silu_gate_into(const T* xp, int64_t m, const Tensor& w, Tensor& y) {
+void silu_gate_into(const T* xp, int64_t m, const Tensor& w, Tensor& y, GateActivation act) {
   using C = compute_t<T>;
   const int64_t k = w.shape()[1], f = w.shape()[0] / 2;
   if (m == 0 || f == 0) return;
@@ -148,7 +151,7 @@ void silu_gate_into(const T* xp, int64_t m, const Tensor& w, Tensor& y) {
       }
   }
   T* yp = y.data<T>();
-  for (size_t i = 0; i < gate.size(); ++i) yp[i] = static_cast<T>(gate[i] / (C(1) + std::exp(-gate[i])) * up[i]);
+  for (size_t i = 0; i < gate.size(); ++i) yp[i] = static_cast<T>(gate_activation(gate[i], act) * up[i]);
 }
 
 template <class T>
@@ -165,7 +168,8 @@ template <class T>
 void silu_gate_linear_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const int64_t k = ctx.input(1).shape()[1];
-  silu_gate_into(x.data<T>(), k == 0 ? 0 : x.numel() / k, ctx.input(1), ctx.output(0));
+  silu_gate_into(x.data<T>(), k == 0 ? 0 : x.numel() / k, ctx.input(1), ctx.output(0),
+                 gate_activation_of(ctx.attr_string("activation", "silu")));
 }
 
 // ---- RmsNormLinear: inputs x, skip (optional), gamma, w, bias (optional); outputs sum (optional), y... ----
@@ -193,9 +197,11 @@ void infer_rms_norm_linear(InferContext& ctx) {
     ONYX_CHECK(!ctx.has_input(4), "the gated form takes no bias");
     ONYX_CHECK(ctx.num_outputs() == 2, "the gated form gives the sum and one output");
     ONYX_CHECK(n < 0 || n % 2 == 0, "the weight's N = ", n, " must be even (gate rows, then up rows)");
+    gate_activation_of(ctx.attr_string("activation", "silu"));
     ctx.set_output(1, dt, with_last(x, n < 0 ? -1 : n / 2));
     return;
   }
+  ONYX_CHECK(!ctx.has_attr("activation"), "an activation applies to the gated form (gated = 1) only");
   const std::vector<int64_t> s = splits_of(ctx, n);
   ONYX_CHECK(s.size() + 1 == ctx.num_outputs(), s.size(), " splits for ", ctx.num_outputs() - 1, " outputs");
   for (size_t i = 0; i < s.size(); ++i) ctx.set_output(i + 1, dt, with_last(x, s[i]));
@@ -213,7 +219,7 @@ void rms_norm_linear_kernel(KernelContext& ctx) {
                              ctx.has_output(0) ? ctx.output(0).data<T>() : nullptr, m, k,
                              ctx.attr_float("epsilon", 1e-5f));
   if (ctx.attr_int("gated", 0) != 0) {
-    silu_gate_into(normed.data(), m, w, ctx.output(1));
+    silu_gate_into(normed.data(), m, w, ctx.output(1), gate_activation_of(ctx.attr_string("activation", "silu")));
     return;
   }
   std::vector<Tensor*> ys;

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ops/gate_activation.h"
 #include "passes/pattern_match.h"
 #include "passes/rewrite_util.h"
 
@@ -97,6 +98,46 @@ std::optional<std::pair<size_t, size_t>> silu_mul_producers(const Graph& g, size
   const int up = sm.inputs[1] >= 0 ? g.values[sm.inputs[1]].producer : -1;
   if (gp < 0 || up < 0 || gp == up || removed[gp] || removed[up]) return std::nullopt;
   return std::pair<size_t, size_t>{static_cast<size_t>(gp), static_cast<size_t>(up)};
+}
+
+// A gated MLP's product at node k: the producers of its gate and up inputs, the activation node
+// between the gate's product and node k (none for SiluMul), and the activation. Node k is an
+// onyx::SiluMul(gate, up), or Mul(act(gate), up) in either order with act a GELU whose output
+// node k alone reads: com.microsoft FastGelu (no bias) or Gelu, or ai.onnx Gelu (approximate
+// "tanh" or "none").
+struct GatedMul {
+  size_t gate, up;
+  int act_node;  // -1 for SiluMul
+  GateActivation act;
+};
+
+std::optional<GatedMul> gated_mul(const Graph& g, size_t k, const std::vector<bool>& removed,
+                                  const std::unordered_map<int, int>& readers) {
+  if (auto pr = silu_mul_producers(g, k, removed)) return GatedMul{pr->first, pr->second, -1, GateActivation::kSilu};
+  const Node& mul = g.nodes[k];
+  if (!plain(mul, "Mul") || mul.inputs.size() != 2 || mul.outputs.size() != 1) return std::nullopt;
+  auto producer = [&](int id) { return id >= 0 ? g.values[id].producer : -1; };
+  for (int side = 0; side < 2; ++side) {
+    const int a = producer(mul.inputs[side]), up = producer(mul.inputs[1 - side]);
+    if (a < 0 || up < 0 || removed[a] || removed[up] || readers.at(mul.inputs[side]) != 1) continue;
+    const Node& an = g.nodes[a];
+    if (an.outputs.size() != 1 || an.inputs.empty() || an.inputs[0] < 0) continue;
+    std::optional<GateActivation> act;
+    if (an.domain == "com.microsoft" && an.op_type == "FastGelu" && (an.inputs.size() == 1 || an.inputs[1] < 0))
+      act = GateActivation::kGeluTanh;
+    else if (an.domain == "com.microsoft" && an.op_type == "Gelu" && an.inputs.size() == 1)
+      act = GateActivation::kGelu;
+    else if (plain(an, "Gelu") && an.inputs.size() == 1) {
+      const Attribute* ap = an.find_attribute("approximate");
+      const std::string approx = ap ? ap->s : "none";
+      if (approx == "tanh") act = GateActivation::kGeluTanh;
+      else if (approx == "none") act = GateActivation::kGelu;
+    }
+    const int gp = producer(an.inputs[0]);
+    if (!act || gp < 0 || removed[gp] || gp == up) continue;
+    return GatedMul{static_cast<size_t>(gp), static_cast<size_t>(up), a, *act};
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -267,15 +308,16 @@ LinearReport group_linears(Graph& g) {
   LinearReport r;
   std::vector<int> replaced_weights;
   {
-    // SiluMul(Linear(x, Wg), Linear(x, Wu)) -> SiluGateLinear(x, [Wg; Wu]).
+    // SiluMul(Linear(x, Wg), Linear(x, Wu)) -> SiluGateLinear(x, [Wg; Wu]), and the GELU-gated
+    // form Mul(Gelu(Linear(x, Wg)), Linear(x, Wu)) -> SiluGateLinear(x, [Wg; Wu]; activation).
     auto readers = count_readers(g);
     std::vector<bool> removed(g.nodes.size(), false);
     std::vector<std::pair<size_t, Node>> replace;
     for (size_t k = 0; k < g.nodes.size(); ++k) {
-      const auto pr = silu_mul_producers(g, k, removed);
-      if (!pr) continue;
+      const auto gm = gated_mul(g, k, removed, readers);
+      if (!gm) continue;
       const Node& sm = g.nodes[k];
-      const auto [gp, up] = *pr;
+      const size_t gp = gm->gate, up = gm->up;
       const auto gl = single_linear(g, gp), ul = single_linear(g, up);
       if (!gl || !ul || gl->x != ul->x || readers[gl->out] != 1 || readers[ul->out] != 1) continue;
       const Tensor* wg = constant_value(g, gl->w);
@@ -285,9 +327,12 @@ LinearReport group_linears(Graph& g) {
       r.weight_bytes += w.bytes();
       const int wid = add_initializer(g, g.values[gl->w].name + "/gate_up", std::move(w));
       replaced_weights.insert(replaced_weights.end(), {gl->w, ul->w});
+      std::vector<Attribute> attrs;
+      if (gm->act != GateActivation::kSilu) attrs.push_back(make_string_attr("activation", gate_activation_name(gm->act)));
       replace.emplace_back(k, make_node(sm.name + "/silu_gate_linear", "onyx", "SiluGateLinear", 1, {gl->x, wid},
-                                        {sm.outputs[0]}));
+                                        {sm.outputs[0]}, std::move(attrs)));
       removed[k] = removed[gp] = removed[up] = true;
+      if (gm->act_node >= 0) removed[static_cast<size_t>(gm->act_node)] = true;
       ++r.gated;
     }
     replace_nodes(g, removed, replace);
@@ -407,6 +452,7 @@ LinearReport norm_into_linear(Graph& g) {
     } else {
       if (gated) attrs.push_back(make_int_attr("gated", 1));
       if (const Attribute* s = lin.find_attribute("splits")) attrs.push_back(*s);
+      if (const Attribute* a = lin.find_attribute("activation")) attrs.push_back(*a);
       replace.emplace_back(np, make_node(lin.name + "/rms_norm", "onyx", "RmsNormLinear", 1,
                                          {in, skip, gamma, lin.inputs[1]}, std::move(outs), std::move(attrs)));
     }

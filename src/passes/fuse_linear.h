@@ -13,7 +13,9 @@
 //     of a SiluMul, the Q, K and V reading one x) and columns no reader takes are not computed.
 //   group_linears, on the graph after fuse_patterns:
 //     SiluMul(Linear(x, Wg), Linear(x, Wu)) -> SiluGateLinear(x, [Wg; Wu]) (the MLP's gate
-//     and up projections: one read of x, one stream of weights, the gating in the epilogue);
+//     and up projections: one read of x, one stream of weights, the gating in the epilogue), and
+//     Gemma's Mul(Gelu(Linear(x, Wg)), Linear(x, Wu)) (com.microsoft FastGelu or Gelu, ai.onnx
+//     Gelu) -> SiluGateLinear(x, [Wg; Wu]; activation = gelu_tanh or gelu);
 //     then every set of Linears reading the same x (a layer's Q, K and V projections) ->
 //     one Linear over the stacked weights, its outputs cut by `splits`.
 //   norm_into_linear, after group_linears: the RMS norm before a product,
@@ -50,7 +52,7 @@ namespace onyx {
 struct LinearReport {
   int linears = 0;          // MatMuls made Linear
   int transposed = 0;       // of them, weights transposed at load (the rest read W as stored)
-  int gated = 0;            // SiluGateLinear nodes made
+  int gated = 0;            // SiluGateLinear nodes made (SiLU or GELU gates)
   int groups = 0;           // Linear nodes made from several
   int grouped = 0;          // Linear nodes those replaced
   int normed = 0;           // RmsNormLinear nodes made

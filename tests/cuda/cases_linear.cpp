@@ -58,12 +58,14 @@ void linear_cases(std::vector<Case>& v) {
   lin_bias("bias_rows3_k_off_packs", {3, 12}, 9, 12);
   lin_bias("bias_rows16_lt_aligned", {16, 128}, 40, 128, {8, 32});
   lin_bias("bias_rows16_lt_unaligned", {16, 128}, 32, 128, {3, 29});
-  auto gated = [&](std::string name, Shape x, int64_t f, int64_t k) {
+  auto gated = [&](std::string name, Shape x, int64_t f, int64_t k, std::string act = "") {
+    std::vector<Attribute> at;
+    if (!act.empty()) at.push_back(attr_string("activation", act));
     v.push_back({std::move(name),
                  "SiluGateLinear",
                  kFloats,
                  {Uni(std::move(x), -1, 1), Uni({2 * f, k}, -1, 1)},
-                 {},
+                 std::move(at),
                  1,
                  1,
                  "onyx"});
@@ -79,13 +81,23 @@ void linear_cases(std::vector<Case>& v) {
   gated("rows6_tail", {2, 3, 1040}, 33, 1040);
   gated("rows40_lt", {40, 96}, 50, 96);
   gated("rows6_k4096_x_global", {6, 4096}, 45, 4096);
+  // Gemma's GELU gates (the tanh form and erf's) in each kernel: one row (streaming), 8 rows
+  // (tensor cores), float32's few-row kernel at 3 rows, cuBLASLt then the gating at 40.
+  for (const char* act : {"gelu_tanh", "gelu"}) {
+    const std::string a = act;
+    gated(a + "_row1", {1, 1, 256}, 24, 256, a);
+    gated(a + "_rows8_k2048", {8, 2048}, 203, 2048, a);
+    gated(a + "_rows3_tail", {3, 1040}, 33, 1040, a);
+    gated(a + "_rows40_lt", {40, 96}, 50, 96, a);
+  }
   // onyx::RmsNormLinear: x, skip, gamma, w -> sum, y...: the norm in the kernel's prologue (few
   // rows) or into the workspace before cuBLASLt (more rows).
   auto normed = [&](std::string name, Shape x, bool skip, int64_t n, int64_t k, std::vector<int64_t> splits,
-                    bool gate) {
+                    bool gate, std::string act = "") {
     std::vector<Attribute> at{attr_float("epsilon", 1e-5f)};
     if (!splits.empty()) at.push_back(attr_ints("splits", splits));
     if (gate) at.push_back(attr_int("gated", 1));
+    if (!act.empty()) at.push_back(attr_string("activation", act));
     const int outs = 1 + (gate || splits.empty() ? 1 : static_cast<int>(splits.size()));
     v.push_back({std::move(name), "RmsNormLinear", kFloats,
                  {Uni(x, -2, 2), skip ? Uni(x, -2, 2) : None(), Pos({k}, 0.5, 1.5), Uni({n, k}, -1, 1)}, at, outs, 1,
@@ -102,6 +114,9 @@ void linear_cases(std::vector<Case>& v) {
   normed("rows12_lt", {12, 128}, true, 32, 128, {8, 24}, false);
   normed("rows8_k4096_lt", {8, 4096}, true, 40, 4096, {}, false);  // normalized x too wide for the kernel
   normed("rows40_lt_gated", {40, 96}, true, 100, 96, {}, true);
+  normed("row1_gated_gelu_tanh_k2048", {1, 1, 2048}, true, 406, 2048, {}, true, "gelu_tanh");  // Gemma's MLP, decode
+  normed("rows8_gated_gelu_k2048", {8, 2048}, true, 406, 2048, {}, true, "gelu");
+  normed("rows40_lt_gated_gelu_tanh", {40, 96}, true, 100, 96, {}, true, "gelu_tanh");
   // With a bias (not gated): in the kernel's epilogue, and through cuBLASLt.
   auto normed_bias = [&](std::string name, Shape x, int64_t n, int64_t k, std::vector<int64_t> splits) {
     std::vector<Attribute> at{attr_float("epsilon", 1e-5f), attr_ints("splits", splits)};

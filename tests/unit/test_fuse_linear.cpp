@@ -331,6 +331,101 @@ TEST(LinearOps, BadShapesAreErrorsThatSayWhy) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("must be even"), std::string::npos) << e.what();
   }
+  try {
+    test::run_op("SiluGateLinear", {x, test::random_tensor<float>(Shape{4, 8})}, {test::attr_string("activation", "relu")},
+                 1, 1, "onyx", {false, true});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("activation 'relu' is not a gate activation"), std::string::npos) << e.what();
+  }
+  try {
+    test::run_op("RmsNormLinear",
+                 {x, Tensor(), test::random_tensor<float>(Shape{8}), test::random_tensor<float>(Shape{4, 8})},
+                 {test::attr_string("activation", "gelu")}, 2, 1, "onyx", {false, false, true, true});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("applies to the gated form"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LinearOps, GeluGatesMatchAFloat64Reference) {
+  // Gemma's gate: act(x · w[:F]^T) * (x · w[F:]^T) with act GELU by tanh or by erf, plain and
+  // after the RMS norm (RmsNormLinear, gated), against the formulas in float64.
+  const int64_t m = 4, k = 24, f = 5;
+  const Tensor x = test::random_tensor<float>(Shape{m, k}, -2, 2), skip = test::random_tensor<float>(Shape{m, k}, -2, 2);
+  const Tensor gamma = test::random_tensor<float>(Shape{k}, 0.5, 1.5), w = test::random_tensor<float>(Shape{2 * f, k}, -1, 1);
+  const float* xp = x.data<float>();
+  const float* sp = skip.data<float>();
+  const float* gp = gamma.data<float>();
+  const float* wp = w.data<float>();
+  for (const char* act : {"gelu_tanh", "gelu"}) {
+    SCOPED_TRACE(act);
+    const bool tanh_form = std::string(act) == "gelu_tanh";
+    auto gelu = [&](double g) {
+      return tanh_form ? 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)))
+                       : 0.5 * g * (1 + std::erf(g / std::sqrt(2.0)));
+    };
+    const auto plain = test::run_op("SiluGateLinear", {x, w}, {test::attr_string("activation", act)}, 1, 1, "onyx",
+                                    {false, true});
+    const auto normed = test::run_op(
+        "RmsNormLinear", {x, skip, gamma, w},
+        {test::attr_float("epsilon", 1e-5f), test::attr_int("gated", 1), test::attr_string("activation", act)}, 2, 1,
+        "onyx", {false, false, true, true});
+    for (int64_t i = 0; i < m; ++i) {
+      std::vector<double> h(static_cast<size_t>(k));
+      double ms = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        h[p] = double(xp[i * k + p]) + sp[i * k + p];
+        ms += h[p] * h[p] / k;
+      }
+      for (int64_t j = 0; j < f; ++j) {
+        double g = 0, u = 0, gn = 0, un = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          const double n = h[p] / std::sqrt(ms + 1e-5) * gp[p];
+          g += double(xp[i * k + p]) * wp[j * k + p];
+          u += double(xp[i * k + p]) * wp[(f + j) * k + p];
+          gn += n * wp[j * k + p];
+          un += n * wp[(f + j) * k + p];
+        }
+        const double want = gelu(g) * u, want_n = gelu(gn) * un;
+        EXPECT_NEAR(plain[0].data<float>()[i * f + j], want, 1e-4 * (1 + std::abs(want))) << i << "," << j;
+        EXPECT_NEAR(normed[1].data<float>()[i * f + j], want_n, 1e-4 * (1 + std::abs(want_n))) << i << "," << j;
+      }
+    }
+  }
+}
+
+TEST(FuseLinear, GeluGatedMlpsBecomeOneGatedProduct) {
+  // Gemma's MLP after the pattern fusion, Mul(FastGelu(x W_g), x W_u) (com.microsoft), and the
+  // ai.onnx Gelu of opset 20 (approximate "none"): one SiluGateLinear with the activation, the
+  // GELU gone, computing what the graph computed.
+  for (int form : {0, 1}) {
+    SCOPED_TRACE(testing::Message() << "form " << form);
+    Builder b;
+    const int x = b.input("x");
+    const int gate = b.node("MatMul", {x, b.init("wg", test::random_tensor<float>(Shape{16, 12}, -1, 1))});
+    const int up = b.node("MatMul", {x, b.init("wu", test::random_tensor<float>(Shape{16, 12}, -1, 1))});
+    const int act = form == 0 ? b.node("FastGelu", {gate}) : b.node("Gelu", {gate});
+    if (form == 0) b.g.nodes.back().domain = "com.microsoft", b.g.nodes.back().opset = 1;
+    else b.g.nodes.back().opset = 20;
+    b.g.outputs = {b.node("Mul", {up, act})};  // the up product first: either order matches
+    Graph plain = b.g;
+    const OptimizeReport r = optimize_graph(b.g, linear_on(), Device::cpu());
+    EXPECT_EQ(r.linear.gated, 1);
+    ASSERT_EQ(count(b.g, "SiluGateLinear"), 1);
+    EXPECT_EQ(count(b.g, "FastGelu") + count(b.g, "Gelu") + count(b.g, "Mul"), 0);
+    for (const auto& n : b.g.nodes)
+      if (n.op_type == "SiluGateLinear") {
+        const Attribute* a = n.find_attribute("activation");
+        ASSERT_NE(a, nullptr);
+        EXPECT_EQ(a->s, form == 0 ? "gelu_tanh" : "gelu");
+      }
+    const Tensor in = test::random_tensor<float>(Shape{2, 3, 16}, -2, 2);
+    const Tensor want = run(plain, in).at(0), got = run(b.g, in).at(0);
+    ASSERT_EQ(got.shape(), want.shape());
+    for (int64_t i = 0; i < want.numel(); ++i)
+      ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-4 * (1 + std::abs(want.data<float>()[i]))) << i;
+  }
 }
 
 }  // namespace onyx

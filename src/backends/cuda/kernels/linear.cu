@@ -14,7 +14,8 @@
 //   the kernels do not take): cuBLASLt with the weight as the transposed operand; for the gated
 //   form both products into the workspace, then the gating; for RmsNormLinear the rows
 //   normalized into the workspace first.
-// The gating, the rounding and the split into outputs happen as each output is written.
+// The gating (SiLU, or GELU where the node's `activation` says so), the rounding and the split
+// into outputs happen as each output is written.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,6 +34,7 @@
 #include "backends/cuda/kernels/common/pdl.cuh"
 #include "backends/cuda/kernels/linear.h"
 #include "backends/cuda/kernels/norm.h"
+#include "ops/gate_activation.h"
 
 namespace onyx::cuda {
 
@@ -59,7 +61,15 @@ struct GemvArgs {
   void* sum;
   float eps;
   const void* bias;  // [n] or null (ungated): added to each output column's sum before its rounding
+  int act;           // gated: the gate's activation (GateActivation: 0 SiLU, 1 GELU by tanh, 2 GELU by erf)
 };
+
+// The gated form's output from the gate's and the up's sums (ops/gate_activation.h).
+__device__ __forceinline__ float gated_value(float g, float u, int act) {
+  if (act == 1) return 0.5f * g * (1.f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
+  if (act == 2) return 0.5f * g * (1.f + erff(g * 0.7071067811865476f)) * u;
+  return g / (1.f + __expf(-g)) * u;
+}
 
 // 16 bytes of weight: read once, so not kept in L1 (x is).
 __device__ __forceinline__ uint4 load_weight(const uint4* p) {
@@ -372,7 +382,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a) {
       for (int r = 0; r < R; ++r) {
         if (lane != c * R + r || col >= a.n || r >= rows) continue;
         float v = acc[c][0][r];
-        if constexpr (G == 2) v = v / (1.f + __expf(-v)) * acc[c][1][r];
+        if constexpr (G == 2) v = gated_value(v, acc[c][1][r], a.act);
         else v += bias_of<T>(a, col);
         int start = 0, width = 0;
         T* dst = output_of<T>(a, col, start, width);
@@ -544,7 +554,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
           };
           if (col < a.n && r < rows) {
             float v = total(j);
-            if constexpr (G == 2) v = v / (1.f + __expf(-v)) * total(j + kOuts);
+            if constexpr (G == 2) v = gated_value(v, total(j + kOuts), a.act);
             else v += bias_of<T>(a, col);
             int start = 0, width = 0;
             T* dst = output_of<T>(a, col, start, width);
@@ -580,7 +590,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) stream_kernel(GemvArgs a, i
         const int j = threadIdx.x / R, r = threadIdx.x % R, col = tile * kOuts + j;
         if (col < a.n && r < rows) {
           float v = sums[j][r];
-          if constexpr (G == 2) v = v / (1.f + __expf(-v)) * sums[kOuts + j][r];
+          if constexpr (G == 2) v = gated_value(v, sums[kOuts + j][r], a.act);
           else v += bias_of<T>(a, col);
           int start = 0, width = 0;
           T* dst = output_of<T>(a, col, start, width);
@@ -685,14 +695,14 @@ std::string shapes(const char* op, const Tensor& x, const Tensor& w) {
 }
 
 template <class T>
-__global__ void gate_rows_kernel(const T* __restrict__ d, T* __restrict__ y, int64_t rows, int64_t f) {
+__global__ void gate_rows_kernel(const T* __restrict__ d, T* __restrict__ y, int64_t rows, int64_t f, int act) {
   ONYX_KERNEL_PROLOGUE();
   const int64_t total = rows * f;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / f, j = i - r * f;
     const float g = to_compute(d[r * 2 * f + j]);
-    y[i] = from_compute<T>(g / (1.f + __expf(-g)) * to_compute(d[r * 2 * f + f + j]));
+    y[i] = from_compute<T>(gated_value(g, to_compute(d[r * 2 * f + f + j]), act));
   }
 }
 
@@ -709,6 +719,7 @@ struct Product {
   std::vector<std::pair<char*, int64_t>> outputs;  // base pointer, columns
   std::string where;
   const char* bias = nullptr;  // [N] or null (not gated)
+  GateActivation act = GateActivation::kSilu;  // gated: the gate's activation
 };
 
 // y[r, j] += b[j] over `rows` rows of `n` (the library path's bias where cuBLASLt's epilogue
@@ -745,7 +756,8 @@ void library_rows(const Product& p, const void* x, int64_t m, int64_t row0, void
     dispatch_float(p.w.dtype(), "SiluGateLinear", [&](auto tag) {
       using T = typename decltype(tag)::type;
       launch_kernel(gate_rows_kernel<T>, resident_blocks_for(m * f, cu.device), kThreads, 0, cu,
-                    static_cast<const T*>(scratch), reinterpret_cast<T*>(p.outputs[0].first) + row0 * f, m, f);
+                    static_cast<const T*>(scratch), reinterpret_cast<T*>(p.outputs[0].first) + row0 * f, m, f,
+                    static_cast<int>(p.act));
     });
     ONYX_CUDA_CHECK_LAUNCH("SiluGateLinear");
     return;
@@ -846,6 +858,7 @@ bool gemv_args(const Product& p, const void* x, int64_t m, const NormInputs* nor
     a.eps = norm->eps;
   }
   a.bias = p.bias;
+  a.act = static_cast<int>(p.act);
   return true;
 }
 
@@ -927,7 +940,9 @@ void run_silu_gate_linear(KernelContext& ctx, CudaContext& cu) {
   const Tensor& w = ctx.input(1);
   const int64_t k = w.shape()[1], m = k == 0 ? 0 : x.numel() / k;
   if (empty_product(ctx, m, w.shape()[0] / 2, k, 0, cu)) return;
-  run_product(product_of(ctx, x, w, true, 0, "SiluGateLinear"), x.raw(), m, nullptr, cu);
+  Product p = product_of(ctx, x, w, true, 0, "SiluGateLinear");
+  p.act = gate_activation_of(ctx.attr_string("activation", "silu"));
+  run_product(p, x.raw(), m, nullptr, cu);
 }
 
 // RmsNormLinear: x, skip (optional), gamma, w -> sum (optional), y...
@@ -954,6 +969,7 @@ void run_rms_norm_linear(KernelContext& ctx, CudaContext& cu) {
   Product p = product_of(ctx, x, w, gated, 1, "RmsNormLinear");
   p.bias = bias_input(ctx, 4, w);
   ONYX_CHECK(!gated || !p.bias, "RmsNormLinear's gated form takes no bias");
+  if (gated) p.act = gate_activation_of(ctx.attr_string("activation", "silu"));
   run_product(p, x.raw(), m, &norm, cu);
 }
 
