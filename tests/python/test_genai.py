@@ -362,6 +362,28 @@ def test_torch_onnx_exports_give_transformers_tokens(og, name):
         assert not {"Cos", "Sin", "Concat"} & set(kernels), kernels
 
 
+def test_gemma2_export_fuses_its_soft_capped_attention_and_gelu_gate(og):
+    """transformers' Gemma 2 as TorchScript's exporter writes it (tests/fixtures/exports): onyx.genai's
+    greedy tokens are transformers' past the sliding window (16: prompts of up to 7 tokens and 16
+    new), unfused and with the CUDA path's fusions forced on. Fused, each layer's attention, whose
+    scores are soft-capped (cap * tanh(s / cap)), is one Attention node, and the MLP's GELU gate is
+    in its product (no Softmax, no FastGelu). The sliding-window layers keep the growing cache."""
+    folder = REPO / "tests" / "fixtures" / "exports" / "gemma2-eager-torchscript"
+    ref = json.loads((folder / "reference.json").read_text())
+    plain = og.Model(folder)
+    fused = og.Model(folder, session_options={"fuse_attention": True, "fuse_rotary_cache": True,
+                                              "fuse_rotary_attention": True, "fuse_linear": True})
+    for prompt, want in zip(ref["prompts"], ref["greedy"]):
+        assert len(prompt) + len(want) > 16
+        for label, model in (("unfused", plain), ("fused", fused)):
+            got, _ = og_loop(og, model, [prompt], len(prompt) + len(want))
+            assert got[0] == want, f"{label}, prompt {prompt}: {got[0]}, transformers {want}"
+    kernels = fused.step_kernels()
+    assert kernels.get("Attention") == 2, kernels
+    assert not {"Softmax", "com.microsoft::FastGelu", "onyx::SiluMul"} & set(kernels), kernels
+    assert fused.cache_mode == "growing"
+
+
 @pytest.mark.parametrize("name", ["llama-sdpa-dynamo", "llama-sdpa-torchscript"])
 def test_bfloat16_exports_without_value_info_fuse_as_float32_ones(og, name, tmp_path):
     """The exports converted to bfloat16 by tools/convert_float_precision.py (which drops value_info,
