@@ -16,6 +16,8 @@ if [ -z "${ONYX_NCCL_LIBRARY:-}" ]; then
   if [ -n "$nccl" ] && [ -e "$nccl" ]; then export ONYX_NCCL_LIBRARY=$nccl; fi
 fi
 for z in "$here"/bin/*.gz; do [ -e "$z" ] && gunzip -f "$z" && chmod +x "${z%.gz}"; done
+# scripts/gpu_trim.sh's xz-compressed binaries and libraries
+for z in "$here"/bin/*.xz "$here"/py/libs/*.xz; do [ -e "$z" ] && unxz -f "$z" && chmod +x "${z%.xz}"; done
 for z in "$here"/lib/*.gz; do [ -e "$z" ] && gunzip -f "$z"; done
 bash "$here/build_python.sh" > "$out/build_python.log" 2>&1 || { echo "the Python package did not build:"; tail -20 "$out/build_python.log"; }
 export PYTHONPATH="$here/pylib:${PYTHONPATH:-}"

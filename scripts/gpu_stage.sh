@@ -65,6 +65,7 @@ cp scripts/gpu_python_build.sh gpu/build_python.sh
 cp tools/gpu_python_check.py gpu/
 cp scripts/gpu_run.sh gpu/run.sh
 cp scripts/gpu_decode.sh gpu/decode.sh
+cp scripts/gpu_check.sh gpu/check.sh
 cp bench/torch_decoder.py tools/compare_npy.py tools/gpu_generate_check.py tools/gpu_fused_check.py tools/gpu_pipeline_check.py tools/gpu_serve_check.py gpu/
 # onyx serve's load test on the 1.24B Llama shape (gpu/serve_bench.sh): the scripts, a Llama 3
 # tokenizer (128,256 ids) from the tokenizer reference data in .venv.
