@@ -15,7 +15,8 @@
 // onyx::LinearNBits(A, B, scales, zero_points?; K, N, bits, block_size, accuracy_level, splits,
 // gated) -> y_0, ..., y_{s-1}: the same product (no g_idx, no bias) with its N columns cut into
 // the outputs by `splits` (as onyx::Linear's), or with gated = 1 one output of N / 2 columns,
-// silu(Y[:, :N/2]) * Y[:, N/2:] rounded once (as onyx::SiluGateLinear's): what group_nbits
+// act(Y[:, :N/2]) * Y[:, N/2:] rounded once, act SiLU or the `activation` attribute's GELU (as
+// onyx::SiluGateLinear's): what group_nbits
 // (passes/fuse_linear.h) makes of the 4-bit products that read one input, so that a layer's
 // Q, K and V (or gate and up) are one stream of weights and one launch with no Split after it.
 //
@@ -29,6 +30,7 @@
 #include "ops/tensor_util.h"
 #include "ops/block_quant.h"
 #include "ops/common.h"
+#include "ops/gate_activation.h"
 #include "ops/gemm.h"
 #include "ops/rms_rows.h"
 
@@ -261,6 +263,7 @@ std::vector<int64_t> nbits_splits(const NodeView& v, const NBits& p) {
     ONYX_CHECK(v.attr_int("gated", 0) == 1, "gated must be 0 or 1, got ", v.attr_int("gated", 0));
     ONYX_CHECK(!v.has_attr("splits"), "a gated LinearNBits has one output: splits do not apply");
     ONYX_CHECK(p.N % 2 == 0, "a gated LinearNBits needs an even N (gate rows, then up rows), got N = ", p.N);
+    gate_activation_of(v.attr_string("activation", "silu"));  // a name it knows, or an error naming it
     return {p.N / 2};
   }
   std::vector<int64_t> s = v.attr_ints("splits", {});
@@ -298,11 +301,12 @@ void write_nbits_outputs(KernelContext& ctx, const NBits& p, const std::vector<d
   const int64_t M = static_cast<int64_t>(y.size()) / p.N;
   if (ctx.attr_int("gated", 0) == 1) {
     const int64_t f = p.N / 2;
+    const GateActivation act = gate_activation_of(ctx.attr_string("activation", "silu"));
     T* out = ctx.output(first_output).data<T>();
     for (int64_t m = 0; m < M; ++m)
       for (int64_t j = 0; j < f; ++j) {
         const double g = y[m * p.N + j];
-        out[m * f + j] = rounded<T>(g / (1.0 + std::exp(-g)) * y[m * p.N + f + j]);
+        out[m * f + j] = rounded<T>(gate_activation(g, act) * y[m * p.N + f + j]);
       }
     return;
   }

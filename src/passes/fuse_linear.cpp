@@ -557,19 +557,24 @@ LinearReport group_nbits(Graph& g) {
     return make_node(base + "/stacked", "onyx", "LinearNBits", 1, ins, std::move(outs), attrs);
   };
   // SiluMul(MatMulNBits(x, Bg), MatMulNBits(x, Bu)), each product read there alone, of one
-  // layout and N -> LinearNBits(x, [Bg; Bu]; gated = 1), at the SiluMul's place.
+  // layout and N -> LinearNBits(x, [Bg; Bu]; gated = 1), at the SiluMul's place; and the GELU-gated
+  // form, Mul(Gelu(MatMulNBits(x, Bg)), MatMulNBits(x, Bu)) -> the same with its activation.
   std::unordered_map<int, int> readers = count_readers(g);
   for (size_t k = 0; k < g.nodes.size(); ++k) {
-    const auto pr = silu_mul_producers(g, k, removed);
-    if (!pr) continue;
+    const auto gm = gated_mul(g, k, removed, readers);
+    if (!gm) continue;
     const Node& sm = g.nodes[k];
-    const auto [gp, up] = *pr;
+    const size_t gp = gm->gate, up = gm->up;
     const auto kg = key_of(gp), ku = key_of(up);
-    if (!kg || !ku || *kg != *ku || readers[sm.inputs[0]] != 1 || readers[sm.inputs[1]] != 1) continue;
+    if (!kg || !ku || *kg != *ku || readers[g.nodes[gp].outputs[0]] != 1 || readers[g.nodes[up].outputs[0]] != 1)
+      continue;
     const int64_t n = attr(g.nodes[gp], "N", -1);
     if (attr(g.nodes[up], "N", -1) != n) continue;
     emit[k] = stacked_node({{gp, n}, {up, n}}, {sm.outputs[0]},
                            make_int_attr("gated", 1));
+    if (gm->act != GateActivation::kSilu)
+      emit[k].attributes.push_back(make_string_attr("activation", gate_activation_name(gm->act)));
+    if (gm->act_node >= 0) removed[static_cast<size_t>(gm->act_node)] = true;
     removed[k] = true;
   }
   // The other products reading one A with one layout -> LinearNBits(A, [B_0; ...]; splits), at

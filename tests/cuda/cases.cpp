@@ -669,7 +669,7 @@ void contrib(std::vector<Case>& v) {
   // the tensor-core kernel (16-bit A, up to 8 rows) or per output / a chunk of rows at a time
   // (float32 A, prompts, zero points of A's type).
   auto lnb = [&](std::string name, int64_t M, int64_t K, std::vector<int64_t> splits, bool gated, int64_t block,
-                 int zp) {
+                 int zp, std::string act = "") {
     int64_t N = 0;
     for (int64_t x : splits) N += x;
     if (gated) N *= 2;
@@ -681,6 +681,7 @@ void contrib(std::vector<Case>& v) {
                                     attr_int("bits", 4)};
     if (gated) attrs.push_back(attr_int("gated", 1));
     else attrs.push_back(attr_ints("splits", splits));
+    if (!act.empty()) attrs.push_back(attr_string("activation", act));
     Case c{std::move(name), "LinearNBits", kFloats, std::move(in), std::move(attrs),
            gated ? 1 : static_cast<int>(splits.size()), 1, "onyx"};
     c.f32_tol = 2e-5;
@@ -704,10 +705,15 @@ void contrib(std::vector<Case>& v) {
   // split outputs over K in two chunks.
   lnb("gated_m3_k2048_block128_stream_zp", 3, 2048, {2100}, true, 128, 1);
   lnb("splits_m1_k6144_block256_stream", 1, 6144, {40, 24}, false, 256, 0);
+  // GELU gates (Gemma's MLP from onnxruntime-genai's builder): streaming, tensor cores, a prompt.
+  lnb("gated_gelu_tanh_m1_k1024_stream", 1, 1024, {2100}, true, 64, 0, "gelu_tanh");
+  lnb("gated_gelu_m8", 8, 96, {20}, true, 32, 0, "gelu");
+  lnb("gated_gelu_tanh_m37_prompt", 37, 128, {24}, true, 32, 1, "gelu_tanh");
 
   // onyx::RmsNormLinearNBits: the norm before LinearNBits (with and without skip; the sum),
   // in the 4-bit kernels' shared memory or through the workspace (prompts, float32).
-  auto rnb = [&](std::string name, int64_t M, int64_t K, std::vector<int64_t> splits, bool gated, bool skip) {
+  auto rnb = [&](std::string name, int64_t M, int64_t K, std::vector<int64_t> splits, bool gated, bool skip,
+                 std::string act = "") {
     int64_t N = 0;
     for (int64_t x : splits) N += x;
     if (gated) N *= 2;
@@ -719,6 +725,7 @@ void contrib(std::vector<Case>& v) {
                                     attr_int("bits", 4), attr_float("epsilon", 1e-5f)};
     if (gated) attrs.push_back(attr_int("gated", 1));
     else attrs.push_back(attr_ints("splits", splits));
+    if (!act.empty()) attrs.push_back(attr_string("activation", act));
     Case c{std::move(name), "RmsNormLinearNBits", kFloats, std::move(in), std::move(attrs),
            1 + (gated ? 1 : static_cast<int>(splits.size())), 1, "onyx"};
     c.f32_tol = 2e-5;
@@ -733,6 +740,7 @@ void contrib(std::vector<Case>& v) {
   // In the streaming kernel's shared memory at 8 rows; in the tensor-core kernel's (K = 288 is
   // not a multiple of 128).
   rnb("skip_gated_m8_k1024_stream", 8, 1024, {300}, true, true);
+  rnb("skip_gated_gelu_tanh_m1_k1024_stream", 1, 1024, {300}, true, true, "gelu_tanh");
   rnb("skip_splits_m2_k288", 2, 288, {16, 8}, false, true);
   rnb("skip_gated_m37_prompt", 37, 128, {16}, true, true);
 

@@ -562,53 +562,70 @@ TEST(GroupNBits, NormsBeforeFourBitProductsFuseIntoRmsNormLinearNBits) {
   }
 }
 
-// SiluMul of two 4-bit products of one input (an MLP's gate and up) -> one gated LinearNBits;
-// the products of another input beside it (Q, K, V) -> one LinearNBits with splits; both
-// compute what the nodes they replace computed (random inputs, 1, 3 and 8 rows).
+// SiluMul of two 4-bit products of one input (an MLP's gate and up) -> one gated LinearNBits,
+// and Gemma's GELU gate (Mul(FastGelu(gate), up)) -> one with activation gelu_tanh; the products
+// of another input beside it (Q, K, V) -> one LinearNBits with splits; both compute what the
+// nodes they replace computed (random inputs, 1, 3 and 8 rows).
 TEST(GroupNBits, GateAndUpProductsBecomeOneGatedProduct) {
-  const int64_t K = 96, F = 24, block = 32, kb = K / block;
-  auto bw = [&](int64_t n) { return test::random_tensor<uint8_t>(Shape{n, kb, block / 2}, 0, 255); };
-  auto sw = [&](int64_t n) { return test::random_tensor<float>(Shape{n, kb}, 0.01, 0.1); };
-  const Tensor bg = bw(F), bu = bw(F), bq = bw(16), bk = bw(8);
-  const Tensor sg = sw(F), su = sw(F), sq = sw(16), sk = sw(8);
-  auto make = [&]() {
-    test::GraphBuilder b;
-    const int x = b.input("x"), h = b.input("h");
-    auto product = [&](int in, const char* name, const Tensor& w, const Tensor& sc, int64_t n) {
-      return nbits_node(b, in, {b.init(cat(name, "_b"), w), b.init(cat(name, "_s"), sc)}, K, n, block);
+  for (const bool gelu : {false, true}) {
+    SCOPED_TRACE(gelu ? "GELU gate" : "SiLU gate");
+    const int64_t K = 96, F = 24, block = 32, kb = K / block;
+    auto bw = [&](int64_t n) { return test::random_tensor<uint8_t>(Shape{n, kb, block / 2}, 0, 255); };
+    auto sw = [&](int64_t n) { return test::random_tensor<float>(Shape{n, kb}, 0.01, 0.1); };
+    const Tensor bg = bw(F), bu = bw(F), bq = bw(16), bk = bw(8);
+    const Tensor sg = sw(F), su = sw(F), sq = sw(16), sk = sw(8);
+    auto make = [&]() {
+      test::GraphBuilder b;
+      const int x = b.input("x"), h = b.input("h");
+      auto product = [&](int in, const char* name, const Tensor& w, const Tensor& sc, int64_t n) {
+        return nbits_node(b, in, {b.init(cat(name, "_b"), w), b.init(cat(name, "_s"), sc)}, K, n, block);
+      };
+      const int gate = product(x, "gate", bg, sg, F), up = product(x, "up", bu, su, F);
+      int act;
+      if (gelu) {
+        const int g = b.node("FastGelu", {gate}, {});
+        b.g.nodes.back().domain = "com.microsoft";
+        b.g.nodes.back().opset = 1;
+        act = b.node("Mul", {g, up});
+      } else {
+        act = b.node("SiluMul", {gate, up}, {});
+        b.g.nodes.back().domain = "onyx";
+        b.g.nodes.back().opset = 1;
+      }
+      const int q = product(h, "q", bq, sq, 16), k = product(h, "k", bk, sk, 8);
+      b.g.outputs = {act, q, k};
+      return b.g;
     };
-    const int gate = product(x, "gate", bg, sg, F), up = product(x, "up", bu, su, F);
-    const int act = b.node("SiluMul", {gate, up}, {});
-    b.g.nodes.back().domain = "onyx";
-    b.g.nodes.back().opset = 1;
-    const int q = product(h, "q", bq, sq, 16), k = product(h, "k", bk, sk, 8);
-    b.g.outputs = {act, q, k};
-    return b.g;
-  };
-  Graph plain = make(), fused = make();
-  const LinearReport rep = group_nbits(fused);
-  EXPECT_EQ(rep.groups, 2);
-  EXPECT_EQ(rep.grouped, 4);
-  int gated = 0, split = 0;
-  for (const Node& n : fused.nodes) {
-    EXPECT_NE(n.op_type, "MatMulNBits");
-    EXPECT_NE(n.op_type, "SiluMul");
-    if (n.op_type == "LinearNBits") (n.find_attribute("gated") ? gated : split) += 1;
-  }
-  EXPECT_EQ(gated, 1);
-  EXPECT_EQ(split, 1);
-  auto alloc = make_cpu_allocator();
-  GraphExecutor ea(plain, OpRegistry::global(), alloc, SessionOptions{});
-  GraphExecutor eb(fused, OpRegistry::global(), alloc, SessionOptions{});
-  for (int64_t rows : {1, 3, 8}) {
-    const Tensor x = test::random_tensor<float>(Shape{rows, K}), h = test::random_tensor<float>(Shape{rows, K});
-    auto want = ea.run({x, h}), got = eb.run({x, h});
-    ASSERT_EQ(want.size(), got.size());
-    for (size_t o = 0; o < want.size(); ++o) {
-      ASSERT_EQ(want[o].shape(), got[o].shape()) << "output " << o;
-      for (int64_t i = 0; i < want[o].numel(); ++i)
-        EXPECT_NEAR(want[o].data<float>()[i], got[o].data<float>()[i], 1e-5 * (1 + std::abs(want[o].data<float>()[i])))
-            << "output " << o << ", rows " << rows;
+    Graph plain = make(), fused = make();
+    const LinearReport rep = group_nbits(fused);
+    EXPECT_EQ(rep.groups, 2);
+    EXPECT_EQ(rep.grouped, 4);
+    int gated = 0, split = 0;
+    for (const Node& n : fused.nodes) {
+      EXPECT_NE(n.op_type, "MatMulNBits");
+      EXPECT_NE(n.op_type, "SiluMul");
+      EXPECT_NE(n.op_type, "FastGelu");
+      if (n.op_type == "LinearNBits") (n.find_attribute("gated") ? gated : split) += 1;
+      if (n.op_type == "LinearNBits" && n.find_attribute("gated")) {
+        const Attribute* a = n.find_attribute("activation");
+        EXPECT_EQ(a ? a->s : std::string("silu"), gelu ? "gelu_tanh" : "silu");
+      }
+    }
+    EXPECT_EQ(gated, 1);
+    EXPECT_EQ(split, 1);
+    auto alloc = make_cpu_allocator();
+    GraphExecutor ea(plain, OpRegistry::global(), alloc, SessionOptions{});
+    GraphExecutor eb(fused, OpRegistry::global(), alloc, SessionOptions{});
+    for (int64_t rows : {1, 3, 8}) {
+      const Tensor x = test::random_tensor<float>(Shape{rows, K}), h = test::random_tensor<float>(Shape{rows, K});
+      auto want = ea.run({x, h}), got = eb.run({x, h});
+      ASSERT_EQ(want.size(), got.size());
+      for (size_t o = 0; o < want.size(); ++o) {
+        ASSERT_EQ(want[o].shape(), got[o].shape()) << "output " << o;
+        for (int64_t i = 0; i < want[o].numel(); ++i)
+          EXPECT_NEAR(want[o].data<float>()[i], got[o].data<float>()[i], 1e-5 * (1 + std::abs(want[o].data<float>()[i])))
+              << "output " << o << ", rows " << rows;
+      }
     }
   }
 }

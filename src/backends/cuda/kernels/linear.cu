@@ -29,6 +29,7 @@
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/common/bulk_copy.cuh"
 #include "backends/cuda/kernels/common/convert.cuh"
+#include "backends/cuda/kernels/common/gate.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
 #include "backends/cuda/kernels/common/mma.cuh"
 #include "backends/cuda/kernels/common/pdl.cuh"
@@ -63,13 +64,6 @@ struct GemvArgs {
   const void* bias;  // [n] or null (ungated): added to each output column's sum before its rounding
   int act;           // gated: the gate's activation (GateActivation: 0 SiLU, 1 GELU by tanh, 2 GELU by erf)
 };
-
-// The gated form's output from the gate's and the up's sums (ops/gate_activation.h).
-__device__ __forceinline__ float gated_value(float g, float u, int act) {
-  if (act == 1) return 0.5f * g * (1.f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
-  if (act == 2) return 0.5f * g * (1.f + erff(g * 0.7071067811865476f)) * u;
-  return g / (1.f + __expf(-g)) * u;
-}
 
 // 16 bytes of weight: read once, so not kept in L1 (x is).
 __device__ __forceinline__ uint4 load_weight(const uint4* p) {

@@ -21,12 +21,14 @@
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernels/common/bulk_copy.cuh"
 #include "backends/cuda/kernels/common/convert.cuh"
+#include "backends/cuda/kernels/common/gate.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
 #include "backends/cuda/kernels/common/mma.cuh"
 #include "backends/cuda/kernels/common/pdl.cuh"
 #include "backends/cuda/kernels/common/reduce.cuh"
 #include "backends/cuda/kernels/norm.h"
 #include "ops/block_quant.h"
+#include "ops/gate_activation.h"
 
 namespace onyx::cuda {
 
@@ -46,11 +48,13 @@ struct NBitsArgs {
   void* y;           // [M, N]
   int64_t M, N, K, block, k_blocks, bits, zp_row;
   // The tensor-core kernel's outputs (onyx::LinearNBits): Y's columns cut at split_end into
-  // out[] (MatMulNBits: one output, y), or with `gated` silu(Y[:, :N/2]) * Y[:, N/2:] into out[0].
+  // out[] (MatMulNBits: one output, y), or with `gated` act(Y[:, :N/2]) * Y[:, N/2:] into out[0]
+  // (act: SiLU, or the GELU `act` numbers as common/gate.cuh does).
   int splits;
   int64_t split_end[kNbitsMaxSplits];
   void* out[kNbitsMaxSplits];
   int gated;
+  int act;
   // onyx::RmsNormLinearNBits: A is h = a + skip (skip may be null), normalized by its root mean
   // square and scaled by gamma into shared memory first; block 0 writes h to sum (when not null).
   const void* skip;
@@ -323,13 +327,13 @@ void run_matmul_nbits(KernelContext& ctx, CudaContext& cu) {
 }
 
 template <class T>
-__global__ void nbits_gate_kernel(const T* __restrict__ d, T* __restrict__ y, int64_t rows, int64_t f) {
+__global__ void nbits_gate_kernel(const T* __restrict__ d, T* __restrict__ y, int64_t rows, int64_t f, int act) {
   ONYX_KERNEL_PROLOGUE();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * f;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / f, j = i - r * f;
     const float g = to_compute(d[r * 2 * f + j]);
-    y[i] = from_compute<T>(g / (1.f + __expf(-g)) * to_compute(d[r * 2 * f + f + j]));
+    y[i] = from_compute<T>(gated_value(g, to_compute(d[r * 2 * f + f + j]), act));
   }
 }
 
@@ -414,13 +418,14 @@ void linear_nbits(NBitsArgs p, const std::vector<int64_t>& widths, DType dt, Cud
     q.y = scratch;
     nbits_product<T>(q, dt, rest);
     launch_kernel(nbits_gate_kernel<T>, resident_blocks_for(q.M * f, cu.device), kThreads, 0, cu, scratch,
-                  static_cast<T*>(p.out[0]) + r0 * f, q.M, f);
+                  static_cast<T*>(p.out[0]) + r0 * f, q.M, f, p.act);
   }
 }
 
 // LinearNBits' outputs (from `first_output` on) into p; their widths.
 std::vector<int64_t> nbits_outputs(KernelContext& ctx, NBitsArgs& p, size_t first_output) {
   p.gated = ctx.attr_int("gated", 0) != 0;
+  p.act = p.gated ? static_cast<int>(gate_activation_of(ctx.attr_string("activation", "silu"))) : 0;
   p.splits = static_cast<int>(ctx.num_outputs() - first_output);
   ONYX_CHECK(p.splits <= kNbitsMaxSplits || !p.gated, "a gated product has one output");
   std::vector<int64_t> widths;

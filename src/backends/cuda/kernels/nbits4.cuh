@@ -9,6 +9,7 @@
 
 #include "backends/cuda/kernels/common/bulk_copy.cuh"
 #include "backends/cuda/kernels/common/convert.cuh"
+#include "backends/cuda/kernels/common/gate.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
 #include "backends/cuda/kernels/common/mma.cuh"
 #include "backends/cuda/kernels/common/pdl.cuh"
@@ -469,7 +470,7 @@ __global__ void __launch_bounds__(W * 32) nbits4_mma_kernel(NBitsArgs p) {
       const int r = 2 * t + i;
       if (r >= rows) continue;
       const float gate = acc[i];
-      static_cast<T*>(p.out[0])[r * F + n0 + g] = from_compute<T>(gate / (1.f + __expf(-gate)) * acc[i + 2]);
+      static_cast<T*>(p.out[0])[r * F + n0 + g] = from_compute<T>(gated_value(gate, acc[i + 2], p.act));
     }
   } else {
     ONYX_UNROLL
@@ -738,7 +739,7 @@ __global__ void __launch_bounds__(kNb4StreamWarps * 32, 1) nbits4_stream_kernel(
         if (col < outputs && r < rows) {
           float v = total(j);
           if constexpr (G == 2) {
-            v = v / (1.f + __expf(-v)) * total(j + kOuts);
+            v = gated_value(v, total(j + kOuts), p.act);
             static_cast<T*>(p.out[0])[r * outputs + col] = from_compute<T>(v);
           } else {
             if (p.bias) v += to_compute(static_cast<const T*>(p.bias)[col]);
