@@ -32,9 +32,13 @@ for f in folders:
                 want = ref["greedy"][i] if ref else greedy(cpu, p, n)
                 got = greedy(gpu, p, n)
                 same += got == want
-        except Exception as e:  # one folder's failure (a growing cache asked to capture) is reported, not fatal
-            bad += 1
-            print(f"{os.path.basename(f)} cuda:0 capture {cap}: failed: {type(e).__name__}: {e}", flush=True)
+        except Exception as e:  # one folder's failure is reported, not fatal
+            # A growing cache (Gemma's sliding-window layers) has no one signature to capture: asked
+            # to capture every step, onyx refuses, as it should.
+            expected = cap == "require" and cpu.cache_mode == "growing"
+            bad += not expected
+            print(f"{os.path.basename(f)} cuda:0 capture {cap}: {'refused, as a growing cache is' if expected else 'failed'}: "
+                  f"{type(e).__name__}: {e}", flush=True)
             continue
         ok = same == len(prompts)
         bad += not ok
