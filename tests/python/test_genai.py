@@ -384,6 +384,26 @@ def test_gemma2_export_fuses_its_soft_capped_attention_and_gelu_gate(og):
     assert fused.cache_mode == "growing"
 
 
+def test_gemma2_int4_builder_gates_its_4bit_mlp_by_gelu(og):
+    """Gemma 2 as onnxruntime-genai's builder writes it in int4 (tests/fixtures/exports): the MLP's
+    gate is ai.onnx Gelu (approximate tanh) of one 4-bit product times another. With the CUDA
+    path's linear fusion forced on, both become one gated RmsNormLinearNBits with the GELU as its
+    activation (no Gelu or Mul left for it), and the greedy tokens are onnxruntime-genai's, as
+    they are unfused."""
+    folder = REPO / "tests" / "fixtures" / "exports" / "gemma2-builder-int4-acc1"
+    ref = json.loads((folder / "reference.json").read_text())
+    plain = og.Model(folder)
+    fused = og.Model(folder, session_options={"fuse_linear": True})
+    for prompt, want in zip(ref["prompts"], ref["greedy"]):
+        for label, model in (("unfused", plain), ("fused", fused)):
+            got, _ = og_loop(og, model, [prompt], len(prompt) + len(want))
+            assert got[0] == want, f"{label}, prompt {prompt}: {got[0]}, onnxruntime-genai {want}"
+    assert plain.step_kernels().get("Gelu") == 2, plain.step_kernels()
+    kernels = fused.step_kernels()
+    assert "Gelu" not in kernels and kernels.get("onyx::RmsNormLinearNBits") == 2, kernels
+    assert kernels.get("Mul", 0) == plain.step_kernels()["Mul"] - 2, kernels
+
+
 @pytest.mark.parametrize("name", ["llama-sdpa-dynamo", "llama-sdpa-torchscript"])
 def test_bfloat16_exports_without_value_info_fuse_as_float32_ones(og, name, tmp_path):
     """The exports converted to bfloat16 by tools/convert_float_precision.py (which drops value_info,
