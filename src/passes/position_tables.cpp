@@ -42,9 +42,12 @@ bool is_position(int64_t a) { return a < 0; }
 //   kFollowed: each element depends on the positions at its position axes alone (its layout);
 //   kSized: computed from the positions' shape and constants (Shape(positions) and its arithmetic),
 //     not from their values;
-//   kBroadcast: Expand(c, a kSized shape) of a constant c, read as c by a MatMul, whose batch axes
-//     broadcast (that the expansion adds batch axes only is checked by computing the chain for two
-//     shapes of positions).
+//   kBroadcast: Expand(c, shape) of a constant c, read as c by a MatMul, whose batch axes broadcast.
+//     Either the shape is kSized (that the expansion adds batch axes only is then checked by
+//     computing the chain for two shapes of positions), or it is made elsewhere (torch.export
+//     takes the batch from any input's shape, a past cache's) and is seen to have c's rank and
+//     constant last two entries that keep c's last two dimensions: it can only expand MatMul's
+//     batch axes, which the product broadcasts the same way from c.
 enum class Kind { kFollowed, kSized, kBroadcast };
 struct Tracked {
   Kind kind = Kind::kFollowed;
@@ -108,16 +111,72 @@ class Follower {
   bool broadcast(const Node& n) {
     if (!standard(n) || n.op_type != "Expand" || n.inputs.size() != 2 || n.outputs.size() != 1 || n.outputs[0] < 0)
       return false;
-    const Tracked* shape = n.inputs[1] >= 0 ? tracked(n.inputs[1]) : nullptr;
-    if (!shape || shape->kind != Kind::kSized || !constant(n.inputs[0])) return false;
+    const Tensor* c = constant(n.inputs[0]);
+    if (!c || n.inputs[1] < 0) return false;
+    const Tracked* shape = tracked(n.inputs[1]);
+    if (shape && shape->kind == Kind::kSized) return track(n.outputs[0], {Kind::kBroadcast, {}, n.inputs[0]});
+    if (shape || c->rank() < 2) return false;
+    const auto entries = shape_entries(n.inputs[1], 0);
+    if (!entries || entries->size() != c->rank()) return false;
+    for (size_t i = c->rank() - 2; i < c->rank(); ++i) {
+      const std::optional<int64_t>& e = (*entries)[i];
+      if (!e || (*e != 1 && *e != c->shape()[i])) return false;
+    }
     return track(n.outputs[0], {Kind::kBroadcast, {}, n.inputs[0]});
   }
+
 
  private:
   bool track(int id, Tracked t) {
     if (id < 0) return false;
     tracked_[id] = std::move(t);
     return true;
+  }
+
+  // The entries of a 1-D shape value, each known (a constant) or not: a constant; a Concat of such
+  // pieces; Shape(x) with constant start and end; Unsqueeze(Gather(Shape(x), i), [0]) of one index.
+  std::optional<std::vector<std::optional<int64_t>>> shape_entries(int id, int depth) const {
+    if (id < 0 || depth > 8) return std::nullopt;
+    if (const Tensor* t = constant(id)) {
+      if (t->rank() != 1 || (t->dtype() != DType::kInt64 && t->dtype() != DType::kInt32)) return std::nullopt;
+      std::vector<std::optional<int64_t>> out;
+      for (int64_t v : t->to_int64_vector()) out.emplace_back(v);
+      return out;
+    }
+    const int pr = g_.values[id].producer;
+    if (pr < 0) return std::nullopt;
+    const Node& n = g_.nodes[pr];
+    if (!standard(n) || n.outputs.size() != 1) return std::nullopt;
+    if (n.op_type == "Concat") {
+      const Attribute* axis = n.find_attribute("axis");
+      if (!axis || axis->i != 0) return std::nullopt;
+      std::vector<std::optional<int64_t>> out;
+      for (int in : n.inputs) {
+        auto piece = shape_entries(in, depth + 1);
+        if (!piece) return std::nullopt;
+        out.insert(out.end(), piece->begin(), piece->end());
+      }
+      return out;
+    }
+    if (n.op_type == "Shape") {
+      const Attribute* start = n.find_attribute("start");
+      const Attribute* end = n.find_attribute("end");
+      if (!start || !end || start->i < 0 || end->i < start->i) return std::nullopt;
+      return std::vector<std::optional<int64_t>>(static_cast<size_t>(end->i - start->i));
+    }
+    if (n.op_type == "Unsqueeze" && !n.inputs.empty() && n.inputs[0] >= 0) {
+      const auto axes = ints_of(n, 1, "axes");
+      const int gp = g_.values[n.inputs[0]].producer;
+      if (!axes || *axes != std::vector<int64_t>{0} || gp < 0) return std::nullopt;
+      const Node& ga = g_.nodes[gp];
+      const Tensor* index = ga.inputs.size() == 2 ? constant(ga.inputs[1]) : nullptr;
+      const int sp = ga.inputs.empty() || ga.inputs[0] < 0 ? -1 : g_.values[ga.inputs[0]].producer;
+      if (!standard(ga) || ga.op_type != "Gather" || !index || index->rank() != 0 || sp < 0 ||
+          g_.nodes[sp].op_type != "Shape")
+        return std::nullopt;
+      return std::vector<std::optional<int64_t>>(1);
+    }
+    return std::nullopt;
   }
 
   std::optional<std::vector<int64_t>> ints_of(const Node& n, size_t input, const char* attr) const {
@@ -423,6 +482,13 @@ PositionTableReport tabulate_positions(Graph& g, const std::string& positions, i
     for (size_t k : chain) {
       if (!needed.count(k)) continue;
       Node n = g.nodes[k];
+      // An Expand read as its constant whose shape comes from outside the chain: the constant.
+      if (const Tracked* t = follower.tracked(n.outputs[0]);
+          t && t->kind == Kind::kBroadcast && n.inputs.size() == 2 && !env.count(n.inputs[1]) &&
+          !follower.constant(n.inputs[1])) {
+        env[n.outputs[0]] = *follower.constant(t->of);
+        continue;
+      }
       n.def = OpRegistry::global().find(n.domain, n.op_type, n.opset);
       if (!n.def) return cat(n.describe(), " has no CPU kernel");
       std::vector<const Tensor*> in;

@@ -22,6 +22,10 @@
 // That it adds batch axes only, and that the chain holds no other dependence on the positions'
 // shape, is checked: the chain is computed for the table (positions 0 .. count - 1 as one row) and
 // for a few positions in another shape (2, 3, ...), and the second must be the table's rows.
+// torch.export's exports (torch 2.11) take that batch from another input's shape (a past cache's:
+// Concat(Shape(past, 0, 1), [1], [1])); such an Expand is read as c too where its shape has c's
+// rank and constant last two entries that keep c's last two dimensions, so that it can only
+// expand the product's batch axes.
 //
 // A node with any other input (a value computed from the whole positions tensor, as a ReduceMax
 // choosing long-context factors) or any other op ends the chain there. The values the chain

@@ -39,6 +39,9 @@ enum class Form {
   kCumSum,        // positions summed along the sequence first
   kWideConstant,  // a constant [S, 1] that meets the positions' sequence axis
   kSeqExpand,     // the MatMul form, the inverse frequencies expanded to the sequence's length
+  kExported,      // torch.export (torch 2.11): the MatMul form, the batch taken from x's shape,
+                  // Expand(inv_freq[1, 8, 1], Concat(Shape(x, 0, 1), [1], [1]))
+  kExportedWide,  // the same but the last entry from x's shape too: not known to keep c's
 };
 
 // Inputs pos [batch, seq] (int64) and x [batch, 2, seq, 16]; output y = x * cos + x * sin (cos
@@ -69,12 +72,24 @@ Graph make_graph(Form form, bool half = false) {
       freqs = b.node("Mul", {angle, f});
     }
   } else {
-    // The batch's size from the positions' shape, as [batch, 1, 1] (kSeqExpand: [seq, 1, 1]).
+    // The batch's size from the positions' shape, as [batch, 1, 1] (kSeqExpand: [seq, 1, 1]); or
+    // from x's, as torch.export writes it.
     const bool seq = form == Form::kSeqExpand;
-    const int shape = b.node("Shape", {pos});
-    const int entry = b.node("Gather", {shape, b.init("entry", Tensor::scalar<int64_t>(seq ? 1 : 0))}, {test::attr_int("axis", 0)});
-    const int target = b.node("Concat", {b.node("Unsqueeze", {entry, ints(b, "zero", {0})}), ints(b, "ones", {1, 1})},
-                              {test::attr_int("axis", 0)});
+    int target;
+    if (form == Form::kExported || form == Form::kExportedWide) {
+      auto piece = [&](int64_t start) {
+        return b.node("Shape", {x}, {test::attr_int("start", start), test::attr_int("end", start + 1)});
+      };
+      target = form == Form::kExported ? b.node("Concat", {piece(0), ints(b, "one_a", {1}), ints(b, "one_b", {1})},
+                                                {test::attr_int("axis", 0)})
+                                       : b.node("Concat", {piece(0), ints(b, "one_a", {1}), piece(1)},
+                                                {test::attr_int("axis", 0)});
+    } else {
+      const int shape = b.node("Shape", {pos});
+      const int entry = b.node("Gather", {shape, b.init("entry", Tensor::scalar<int64_t>(seq ? 1 : 0))}, {test::attr_int("axis", 0)});
+      target = b.node("Concat", {b.node("Unsqueeze", {entry, ints(b, "zero", {0})}), ints(b, "ones", {1, 1})},
+                      {test::attr_int("axis", 0)});
+    }
     const int expanded = b.node(
         "Expand", {b.init("inv_freq_3d", Tensor::from_vector<float>(inverse_frequencies(), Shape{1, kHalf, 1})), target});
     const int angle = b.node("Cast", {b.node("Unsqueeze", {pos, ints(b, "one", {1})})}, {to_float});  // [batch, 1, seq]
@@ -122,9 +137,10 @@ int count(const Graph& g, const std::string& op) {
 
 TEST(PositionTables, RotaryChainsBecomeGathersOfTablesThatComputeTheSame) {
   constexpr int64_t kCount = 300;
-  for (Form form : {Form::kMul, Form::kMatMul})
+  for (Form form : {Form::kMul, Form::kMatMul, Form::kExported})
     for (bool half : {false, true}) {
-      SCOPED_TRACE(testing::Message() << (form == Form::kMul ? "Mul form" : "MatMul form") << (half ? ", float16" : ""));
+      SCOPED_TRACE(testing::Message() << (form == Form::kMul ? "Mul form" : form == Form::kMatMul ? "MatMul form" : "torch.export's form")
+                                      << (half ? ", float16" : ""));
       Graph plain = make_graph(form, half);
       Graph tabled = plain;
       const PositionTableReport r = tabulate_positions(tabled, "position_ids", kCount, size_t{1} << 20);
@@ -169,6 +185,7 @@ TEST(PositionTables, ChainsThatReadMoreThanEachPositionOrWouldNotFitStay) {
       {Form::kWideConstant, size_t{1} << 20, "would not save any"},
       {Form::kSeqExpand, size_t{1} << 20, "came out"},  // caught by computing the chain for two shapes
       {Form::kMul, 1000, "would pass 1000 bytes"},
+      {Form::kExportedWide, size_t{1} << 20, "nothing is computed"},  // its Expand is not read as c
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.why);
