@@ -416,11 +416,41 @@ void contrib(std::vector<Case>& v) {
       {X({1, 1, 64}), X({1, 1, 64}), X({1, 1, 64}), X({1, 1, 9, 64}), X({1, 1, 9, 64}), Vals(i32, {1}, {8}),
        Vals(i32, {1}, {9})},
       with(heads(1, 1), {attr_int("smooth_softmax", 1)}));
-  // On the CPU only: a window cache, query_seqlens, heads over 256.
-  gqa("window_cache",
-      {X({1, 1, 32}), X({1, 1, 32}), X({1, 1, 32}), X({1, 1, 8, 32}), X({1, 1, 8, 32}), Vals(i32, {1}, {10}),
-       Vals(i32, {1}, {11})},
-      with(heads(1, 1), {attr_int("local_window_size", 4), attr_int("sliding_window_cache", 1)}), Expect::kDecline);
+  // A window cache (sliding_window_cache=1, onnxruntime-genai's Gemma 2), whose rows hold the last
+  // positions (ops/gqa.h, window_cache_held). A decode step of 2 rows in a cache of 8 for a window
+  // of 5: row 0 reaches 9 positions, so 4 leave at once and the rest move to the front; row 1
+  // (4 positions) still fills it. Rotated keys; present separate, then past's own buffer.
+  const std::vector<std::pair<int, int>> in_place = {{1, 3}, {2, 4}};
+  auto window = [&](int64_t w) {
+    return std::vector<Attribute>{attr_int("local_window_size", w), attr_int("sliding_window_cache", 1)};
+  };
+  const std::vector<In> window_decode = {X({2, 1, 128}), X({2, 1, 64}), X({2, 1, 64}), X({2, 2, 8, 32}),
+                                         X({2, 2, 8, 32}), Vals(i32, {2}, {8, 3}), Vals(i32, {1}, {9}),
+                                         Uni({16, 16}, -1, 1), Uni({16, 16}, -1, 1)};
+  gqa("window_cache_decode", window_decode, with(with(heads(4, 2), rot), window(5)));
+  gqa("window_cache_decode_in_place", window_decode, with(with(heads(4, 2), rot), window(5)));
+  v.back().alias = in_place;
+  // One row past a full cache of 24 for a window of 22: 3 positions leave and 21 move, in chunks
+  // of 8 rows (head size 256) that overlap their own reads, in place.
+  gqa("window_cache_move_in_place_h256",
+      {X({1, 1, 512}), X({1, 1, 256}), X({1, 1, 256}), X({1, 1, 24, 256}), X({1, 1, 24, 256}), Vals(i32, {1}, {24}),
+       Vals(i32, {1}, {25})},
+      with(heads(2, 1), window(22)));
+  v.back().alias = in_place;
+  // A chunk of 6 after 8 positions (14 in all) with a soft cap: the window keeps the chunk's own
+  // 6, and its first queries read past positions that leave the cache in this step. In place.
+  gqa("window_cache_chunk_softcap_in_place",
+      {X({1, 6, 64}), X({1, 6, 32}), X({1, 6, 32}), X({1, 1, 8, 32}), X({1, 1, 8, 32}), Vals(i32, {1}, {13}),
+       Vals(i32, {1}, {14}), Uni({20, 16}, -1, 1), Uni({20, 16}, -1, 1)},
+      with(with(heads(2, 1), rot), with(window(5), {attr_float("softcap", 3.f)})));
+  v.back().alias = in_place;
+  // A first prompt of 12 longer than its cache of 8 (window 4): present keeps its last 7; packed
+  // query, rotary by position_ids.
+  gqa("window_cache_first_prompt_packed",
+      {X({1, 12, 4 * 32}), None(), None(), X({1, 1, 8, 32}), X({1, 1, 8, 32}), Vals(i32, {1}, {11}),
+       Vals(i32, {1}, {12}), Uni({40, 16}, -1, 1), Uni({40, 16}, -1, 1), Ints({1, 12}, 0, 23, D::kInt64)},
+      with(with(heads(2, 1), rot), window(4)));
+  // On the CPU only: query_seqlens, heads over 256.
   gqa("head_512",
       {X({1, 1, 512}), X({1, 1, 512}), X({1, 1, 512}), X({1, 1, 4, 512}), X({1, 1, 4, 512}), Vals(i32, {1}, {3}),
        Vals(i32, {1}, {4})},

@@ -142,15 +142,19 @@ struct GpuRun {
 // Infers output types from host copies, allocates poisoned device outputs, runs the
 // CUDA kernel on device inputs on the session stream, and downloads the outputs.
 GpuRun run_gpu(const Node& node, const CudaKernelDef& kernel, const std::vector<Tensor>& host_in,
-               const std::vector<Tensor>& dev_in, unsigned char poison) {
+               const std::vector<Tensor>& dev_in, unsigned char poison,
+               const std::vector<std::pair<int, int>>& alias = {}) {
   GpuRun r;
+  // An aliased input gets a copy of its own for this run, which the output is bound to.
+  std::vector<Tensor> shared(dev_in.size());
+  for (const auto& [o, i] : alias) shared[static_cast<size_t>(i)] = to_device(host_in[static_cast<size_t>(i)]);
   std::vector<ValueType> types(host_in.size());
   std::vector<const Tensor*> host_ptrs(host_in.size(), nullptr), dev_ptrs(dev_in.size(), nullptr);
   for (size_t i = 0; i < host_in.size(); ++i)
     if (host_in[i].defined()) {
       types[i] = ValueType{host_in[i].dtype(), host_in[i].shape()};
       host_ptrs[i] = &host_in[i];
-      dev_ptrs[i] = &dev_in[i];
+      dev_ptrs[i] = shared[i].defined() ? &shared[i] : &dev_in[i];
     }
   InferContext ictx(node, types, host_ptrs);
   node.def->infer(ictx);
@@ -159,6 +163,16 @@ GpuRun run_gpu(const Node& node, const CudaKernelDef& kernel, const std::vector<
     const ValueType& vt = ictx.outputs()[o];
     if (!vt.shape.fully_known()) throw Error(cat("inference left output ", o, " without a full shape"));
     const Shape s = vt.shape.to_shape();
+    bool bound = false;
+    for (const auto& [ao, ai] : alias)
+      if (static_cast<size_t>(ao) == o) {
+        const Tensor& in = shared[static_cast<size_t>(ai)];
+        if (!(in.shape() == s) || in.dtype() != vt.dtype)
+          throw Error(cat("output ", o, " ", s.str(), " cannot share input ", ai, "'s buffer ", in.shape().str()));
+        outs[o] = in;
+        bound = true;
+      }
+    if (bound) continue;
     auto mem = device_alloc(static_cast<size_t>(s.numel()) * dtype_size(vt.dtype));
     ok(cudaMemset(mem.get(), poison, static_cast<size_t>(s.numel()) * dtype_size(vt.dtype)), "poison");
     outs[o] = Tensor::borrow(vt.dtype, s, mem.get(), mem);
@@ -357,7 +371,7 @@ void run_case(const TestCase& tc) {
   std::vector<Tensor> dev_in;
   for (const Tensor& t : host_in) dev_in.push_back(t.defined() ? to_device(t) : Tensor());
 
-  GpuRun run = run_gpu(node, *kernel, host_in, dev_in, 0xFF);
+  GpuRun run = run_gpu(node, *kernel, host_in, dev_in, 0xFF, tc.c.alias);
   ASSERT_TRUE(run.error.empty()) << run.error;
   ASSERT_EQ(run.outputs.size(), ref.size());
   bool ambiguous = false;
@@ -366,7 +380,7 @@ void run_case(const TestCase& tc) {
             &ambiguous);
   if (ambiguous) {
     // Integer -1 is also the 0xFF poison: rerun poisoned with zeros to prove those were written.
-    GpuRun again = run_gpu(node, *kernel, host_in, dev_in, 0x00);
+    GpuRun again = run_gpu(node, *kernel, host_in, dev_in, 0x00, tc.c.alias);
     ASSERT_TRUE(again.error.empty()) << again.error;
     for (size_t o = 0; o < ref.size(); ++o)
       compare(cat("output ", o, " (", ref[o].type_str(), ", zero-poisoned rerun)"), ref[o], again.outputs[o],

@@ -73,6 +73,9 @@ struct Case {
   Expect expect = Expect::kRun;
   double f32_tol = 1e-5;  // relative to max|reference|
   double f16_tol = 1e-2;  // the same, for float16/bfloat16 outputs
+  // (output, input) pairs: the output is written into the input's own device buffer, as a
+  // shared past/present KV buffer is bound (compared with the CPU's unaliased outputs).
+  std::vector<std::pair<int, int>> alias = {};
 };
 
 // One test: a case at one dtype.

@@ -9,8 +9,12 @@
 // that do not fit the buffers set the device error word (the CPU kernel's checks) and leave the
 // row's output zero. Two launches: the new keys (rotated) and values into present at their
 // positions, then one block per (query, head, batch row) with an online softmax over its keys,
-// its warps taking keys in turn and merging at the end, in float. Not on CUDA (the CPU kernel
-// runs them): sliding_window_cache, query_seqlens, head sizes above 256, an absent present.
+// its warps taking keys in turn and merging at the end, in float. A window cache
+// (sliding_window_cache=1, onnxruntime-genai's Gemma 2) runs them the other way round: the
+// attention reads the held past positions from past and the new keys from the inputs (rotated
+// as it reads them), then one block per (KV head, batch row) moves the positions the window
+// keeps to the front of present, in place where present is past's own storage. Not on CUDA
+// (the CPU kernel runs them): query_seqlens, head sizes above 256, an absent present.
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/kernels/common/convert.cuh"
 #include "backends/cuda/kernels/common/launch.cuh"
@@ -37,6 +41,8 @@ struct GqaArgs {
   const void* v;
   void* present_k;  // [B, kvN, L, H]
   void* present_v;
+  const void* past_k;  // [B, kvN, L, H], read by a window cache (may be present's own storage)
+  const void* past_v;
   void* y;  // [B, S, N * H]
   const int32_t* seqlens_k;
   const int32_t* total;  // total_sequence_length, one value
@@ -51,24 +57,44 @@ struct GqaArgs {
   int64_t window;  // -1: none
   float scale, softcap;
   int interleaved, causal, smooth;
+  int window_cache;  // sliding_window_cache=1: L is the capacity, rows hold the last positions
   unsigned int* err;
 };
 
 // Row b's lengths for this step, as gqa_step works them out; false (the error word set) when
 // they do not fit, as the CPU kernel's checks would have thrown.
+// held_before / held_after: the rows of past / present holding positions, the last ones
+// (ops/gqa.h's GqaRow); without a window cache row p holds position p.
 struct GqaRowDev {
   int64_t total, past;
+  int64_t held_before, held_after;
   bool first_prompt;
 };
+
+// ops/gqa.h's window_cache_held: the rows a window cache of `capacity` holds after T positions.
+__device__ __forceinline__ int64_t gqa_window_held(int64_t T, int64_t capacity, int64_t window) {
+  if (T <= capacity) return T;
+  const int64_t gap = capacity - window + 1;
+  return T - gap * ((T - capacity + gap - 1) / gap);
+}
 
 __device__ __forceinline__ bool gqa_row(const GqaArgs& a, int64_t b, GqaRowDev& r) {
   const int64_t total = *a.total;
   const int32_t sk = a.seqlens_k[b];
   r.first_prompt = a.S == total;
   r.total = int64_t{sk} + 1;
-  r.past = r.first_prompt ? 0 : r.total - a.S;
-  const bool ok = total >= 1 && sk >= 0 && (a.S == 1 || r.first_prompt || a.B == 1) && r.total <= a.L &&
-                  r.past >= 0 && r.past <= a.past_len && r.past + a.S <= a.L && (!a.bias || r.total <= a.bias_len);
+  bool ok = total >= 1 && sk >= 0 && (a.S == 1 || r.first_prompt || a.B == 1) && (!a.bias || r.total <= a.bias_len);
+  if (a.window_cache) {  // positions are absolute and the cache holds the last ones
+    r.past = r.total - a.S;
+    ok = ok && r.past >= 0;
+    r.held_before = ok ? gqa_window_held(r.past, a.L, a.window) : 0;
+    r.held_after = ok ? gqa_window_held(r.total, a.L, a.window) : 0;
+  } else {
+    r.past = r.first_prompt ? 0 : r.total - a.S;
+    ok = ok && r.total <= a.L && r.past >= 0 && r.past <= a.past_len && r.past + a.S <= a.L;
+    r.held_before = r.past;
+    r.held_after = r.past + a.S;
+  }
   if (!ok) atomicOr(a.err, kDeviceErrorAttentionLengths);
   return ok;
 }
@@ -109,6 +135,14 @@ __device__ __forceinline__ float rotated(const GqaArgs& a, const T* x, int64_t d
   return to_compute(from_compute<T>(first ? c * x1 - sn * x2 : sn * x1 + c * x2));
 }
 
+// Token s of row b's keys (or values), all KV heads: in key (value), or after the queries of a
+// packed query.
+template <class T>
+__device__ __forceinline__ const T* gqa_fresh_row(const GqaArgs& a, int64_t b, int64_t s, bool value) {
+  if (a.k) return static_cast<const T*>(value ? a.v : a.k) + (b * a.S + s) * a.kvN * a.H;
+  return static_cast<const T*>(a.q) + (b * a.S + s) * a.qw + (a.N + (value ? a.kvN : 0)) * a.H;
+}
+
 // One block per (token s, batch row b): the token's keys (rotated) and values into present.
 template <class T>
 __global__ void __launch_bounds__(kGqaThreads) gqa_store_kernel(GqaArgs a) {
@@ -118,9 +152,8 @@ __global__ void __launch_bounds__(kGqaThreads) gqa_store_kernel(GqaArgs a) {
   if (!gqa_row(a, b, r)) return;
   int64_t p = 0;
   if (a.cosc && !gqa_position(a, b, s, r, p)) return;
-  const T* row = static_cast<const T*>(a.q) + (b * a.S + s) * a.qw;
-  const T* krow = a.k ? static_cast<const T*>(a.k) + (b * a.S + s) * a.kvN * a.H : row + a.N * a.H;
-  const T* vrow = a.k ? static_cast<const T*>(a.v) + (b * a.S + s) * a.kvN * a.H : row + (a.N + a.kvN) * a.H;
+  const T* krow = gqa_fresh_row<T>(a, b, s, false);
+  const T* vrow = gqa_fresh_row<T>(a, b, s, true);
   T* pk = static_cast<T*>(a.present_k);
   T* pv = static_cast<T*>(a.present_v);
   for (int64_t e = threadIdx.x; e < a.kvN * a.H; e += blockDim.x) {
@@ -128,6 +161,58 @@ __global__ void __launch_bounds__(kGqaThreads) gqa_store_kernel(GqaArgs a) {
     const int64_t at = ((b * a.kvN + h) * a.L + r.past + s) * a.H + d;
     pk[at] = from_compute<T>(rotated(a, krow + h * a.H, d, p));
     pv[at] = vrow[e];
+  }
+}
+
+// A window cache, after the attention: one block per (KV head, batch row b). Present's rows
+// [0, held_after) take the window's rows [keep, keep + held_after), the window being past's held
+// rows followed by the step's tokens (keys rotated); the rows after them keep past's bytes (the
+// CPU kernel's layout). Where no position leaves the window (keep 0) only the new rows are
+// written. Otherwise the kept rows move to the front in chunks, each read whole before it is
+// written: a chunk's writes land on rows before its reads, and on none a later chunk reads, so
+// present may be past's own storage.
+template <class T>
+__global__ void __launch_bounds__(kGqaThreads) gqa_window_store_kernel(GqaArgs a) {
+  ONYX_KERNEL_PROLOGUE();
+  constexpr int kPer = 8;  // elements of K and of V a thread holds per chunk
+  const int64_t kvh = blockIdx.x, b = blockIdx.y, H = a.H;
+  GqaRowDev r;
+  if (!gqa_row(a, b, r)) return;
+  const int64_t keep = a.S + r.held_before - r.held_after;
+  const int64_t chunk_rows = max(int64_t{1}, kPer * kGqaThreads / H);
+  const int64_t head = (b * a.kvN + kvh) * a.L * H;
+  const T* past_k = static_cast<const T*>(a.past_k) + head;
+  const T* past_v = static_cast<const T*>(a.past_v) + head;
+  T* pk = static_cast<T*>(a.present_k) + head;
+  T* pv = static_cast<T*>(a.present_v) + head;
+  for (int64_t i0 = keep == 0 ? r.held_before : 0; i0 < r.held_after; i0 += chunk_rows) {
+    const int64_t n = min(chunk_rows, r.held_after - i0) * H;
+    T kt[kPer], vt[kPer];
+    ONYX_UNROLL
+    for (int t = 0; t < kPer; ++t) {
+      const int64_t e = threadIdx.x + static_cast<int64_t>(t) * kGqaThreads;
+      if (e >= n) break;
+      const int64_t j = keep + i0 + e / H, d = e % H;  // the window's row j
+      if (j < r.held_before) {
+        kt[t] = past_k[j * H + d];
+        vt[t] = past_v[j * H + d];
+        continue;
+      }
+      const int64_t s = j - r.held_before;
+      int64_t p = 0;
+      const bool pos_ok = !a.cosc || gqa_position(a, b, s, r, p);
+      kt[t] = from_compute<T>(pos_ok ? rotated(a, gqa_fresh_row<T>(a, b, s, false) + kvh * H, d, p) : 0.f);
+      vt[t] = gqa_fresh_row<T>(a, b, s, true)[kvh * H + d];
+    }
+    __syncthreads();  // the chunk read whole before any of it is written
+    ONYX_UNROLL
+    for (int t = 0; t < kPer; ++t) {
+      const int64_t e = threadIdx.x + static_cast<int64_t>(t) * kGqaThreads;
+      if (e >= n) break;
+      pk[i0 * H + e] = kt[t];
+      pv[i0 * H + e] = vt[t];
+    }
+    __syncthreads();
   }
 }
 
@@ -157,8 +242,16 @@ __global__ void __launch_bounds__(kGqaThreads) gqa_attend_kernel(GqaArgs a) {
   const int64_t hi = a.causal ? min(causal_end, r.total) : r.total;
   const int64_t lo = min(hi, a.window > 0 ? max(int64_t{0}, causal_end - a.window) : int64_t{0});
   const int64_t kvh = h / (a.N / a.kvN);
-  const T* kh = static_cast<const T*>(a.present_k) + (b * a.kvN + kvh) * a.L * H;
-  const T* vh = static_cast<const T*>(a.present_v) + (b * a.kvN + kvh) * a.L * H;
+  // Key position j is row j - base of kh and vh: present's (with the new keys written) or, for
+  // a window cache, past's held rows, the step's own keys coming from the inputs.
+  const int64_t base = r.past - r.held_before;
+  const T* kh = static_cast<const T*>(a.window_cache ? a.past_k : a.present_k) + (b * a.kvN + kvh) * a.L * H;
+  const T* vh = static_cast<const T*>(a.window_cache ? a.past_v : a.present_v) + (b * a.kvN + kvh) * a.L * H;
+  if (a.window_cache && lo < base) {  // the window reaches positions the cache no longer holds
+    atomicOr(a.err, kDeviceErrorAttentionLengths);
+    for (int64_t d = threadIdx.x; d < H; d += blockDim.x) ys[d] = from_compute<T>(0.f);
+    return;
+  }
   const int per_lane = static_cast<int>((H + 31) / 32);
   float qreg[kGqaPerLane], acc[kGqaPerLane];
   ONYX_UNROLL
@@ -169,12 +262,21 @@ __global__ void __launch_bounds__(kGqaThreads) gqa_attend_kernel(GqaArgs a) {
   }
   float m = -INFINITY, l = 0.f;
   for (int64_t j = lo + warp; j < hi; j += kGqaWarps) {
-    const T* kj = kh + j * H;
+    const T* kj = kh + (j - base) * H;
+    const T* vj = vh + (j - base) * H;
+    const bool fresh = a.window_cache && j >= r.past;  // a new key: rotated here, as the store rotates it
+    int64_t pj = 0;
+    if (fresh) {
+      const int64_t sj = j - r.past;
+      kj = gqa_fresh_row<T>(a, b, sj, false) + kvh * H;
+      vj = gqa_fresh_row<T>(a, b, sj, true) + kvh * H;
+      if (a.cosc && !gqa_position(a, b, sj, r, pj)) continue;  // the error word is set
+    }
     float dot = 0.f;
     ONYX_UNROLL
     for (int i = 0; i < kGqaPerLane; ++i) {
       const int64_t d = lane + 32 * i;
-      if (i < per_lane && d < H) dot += qreg[i] * to_compute(kj[d]);
+      if (i < per_lane && d < H) dot += qreg[i] * (fresh ? rotated(a, kj, d, pj) : to_compute(kj[d]));
     }
     dot = warp_reduce(dot, [](float x, float y) { return x + y; });
     float sc = dot * a.scale;
@@ -187,7 +289,6 @@ __global__ void __launch_bounds__(kGqaThreads) gqa_attend_kernel(GqaArgs a) {
     const float mn = fmaxf(m, sc);
     const float corr = expf(m - mn), w = expf(sc - mn);
     l = l * corr + w;
-    const T* vj = vh + j * H;
     ONYX_UNROLL
     for (int i = 0; i < kGqaPerLane; ++i) {
       const int64_t d = lane + 32 * i;
@@ -275,6 +376,10 @@ void run_gqa(KernelContext& ctx, CudaContext& cu) {
   a.v = g.packed ? nullptr : ctx.input(kValue).raw();
   a.present_k = pk.raw();
   a.present_v = pv.raw();
+  if (at.window_cache) {  // gqa_geometry checked that past is there, with the capacity
+    a.past_k = ctx.input(kPastKey).raw();
+    a.past_v = ctx.input(kPastValue).raw();
+  }
   a.y = y.raw();
   a.seqlens_k = ctx.input(kSeqlensK).data<int32_t>();
   a.total = ctx.input(kTotalSeqLen).data<int32_t>();
@@ -302,6 +407,7 @@ void run_gqa(KernelContext& ctx, CudaContext& cu) {
   a.past_len = ctx.has_input(kPastKey) ? g.past_len : 0;
   a.qw = g.packed ? (g.N + 2 * g.kvN) * g.H : g.N * g.H;
   a.window = at.window;
+  a.window_cache = at.window_cache ? 1 : 0;
   a.scale = static_cast<float>(at.scale != 0 ? at.scale : 1.0 / std::sqrt(static_cast<double>(g.H)));
   a.softcap = static_cast<float>(at.softcap);
   a.interleaved = at.interleaved;
@@ -312,11 +418,16 @@ void run_gqa(KernelContext& ctx, CudaContext& cu) {
              g.S, " or heads ", g.N, " exceed a grid dimension");
   dispatch_float(y.dtype(), "GroupQueryAttention", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    const dim3 attend(static_cast<unsigned>(g.S), static_cast<unsigned>(g.N), static_cast<unsigned>(g.B));
+    if (at.window_cache) {  // the attention reads past before the store moves its rows
+      launch_kernel(gqa_attend_kernel<T>, attend, kGqaThreads, 0, cu, a);
+      launch_kernel(gqa_window_store_kernel<T>, dim3(static_cast<unsigned>(g.kvN), static_cast<unsigned>(g.B)),
+                    kGqaThreads, 0, cu, a);
+      return;
+    }
     launch_kernel(gqa_store_kernel<T>, dim3(static_cast<unsigned>(g.S), static_cast<unsigned>(g.B)), kGqaThreads, 0, cu,
                   a);
-    launch_kernel(gqa_attend_kernel<T>,
-                  dim3(static_cast<unsigned>(g.S), static_cast<unsigned>(g.N), static_cast<unsigned>(g.B)), kGqaThreads,
-                  0, cu, a);
+    launch_kernel(gqa_attend_kernel<T>, attend, kGqaThreads, 0, cu, a);
   });
   ONYX_CUDA_CHECK_LAUNCH("GroupQueryAttention");
 }
@@ -328,7 +439,6 @@ std::string gqa_support(const Node& node, const std::vector<ValueType>& in) {
   } catch (const Error& e) {
     return e.what();
   }
-  if (at.window_cache) return "GroupQueryAttention on CUDA does not take sliding_window_cache=1";
   auto has = [&](size_t i) { return i < node.inputs.size() && node.inputs[i] >= 0; };
   if (has(kQuerySeqlens)) return "GroupQueryAttention on CUDA does not take query_seqlens";
   for (size_t o : {1, 2})
