@@ -672,6 +672,11 @@ void contrib(std::vector<Case>& v) {
   nbits("gemv_int2", 1, 0, 128, 20, 64, 2, 1, false);
   nbits("gemm_m37", 37, 0, 160, 70, 32, 4, 1, true);
   nbits("gemm_3d_block128", 2, 45, 256, 130, 128, 4, 0, true);
+  // More than 8 rows of 16-bit A dequantize 32 values a thread (nbits4_dequant_kernel): zero
+  // points of A's type and K padded to the block; B in two chunks of the workspace, packed zero
+  // points and a bias.
+  nbits("gemm4_m12_k96_block64_zp_typed", 12, 0, 96, 50, 64, 4, 2, false);
+  nbits("gemm4_m16_k4096_n4000_two_chunks", 16, 0, 4096, 4000, 128, 4, 1, true);
   // The 4-bit few-row kernel (16-bit A, K and block multiples of 32): row bounds 1, 2, 4, 8; a
   // loop over K past one step with a partial last one; every zero-point form.
   nbits("gemv4_m1_k5120_block64", 1, 0, 5120, 19, 64, 4, 1, false);
