@@ -210,8 +210,8 @@ __global__ void nbits_dequant_kernel(NBitsArgs p, int64_t n0, int64_t rows, T* o
 // The same for 4-bit B with K and the block multiples of 32 (onnxruntime-genai's int4 models):
 // a thread per 32 values of a row (one 16-byte load of packed values, one scale and zero point,
 // four 16-byte stores), its row found by one division. The per-value kernel above divides
-// 64-bit indices for every value: a 4-bit 1.24B Llama decoding 32 rows spent 10 ms a step in
-// it on an H100, dequantizing every weight each step.
+// 64-bit indices for every value; with it a 4-bit 1.24B Llama decoding 32 rows took 10.1 ms a
+// step on an H100, with this one 4.8 (bf16: 2.3; docs/decode-speed.md).
 template <class T>
 __global__ void nbits4_dequant_kernel(NBitsArgs p, int64_t n0, int64_t rows, T* out) {
   ONYX_KERNEL_PROLOGUE();
